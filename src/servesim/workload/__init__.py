@@ -1,0 +1,1 @@
+"""Workload sources: trace readers, synthetic generators and benchmark-client recipes."""

@@ -1,0 +1,81 @@
+"""The request record that flows from a workload source through routers and engines.
+
+A request's prompt is described the way Mooncake traces describe it: ``hash_ids`` name
+consecutive blocks of ``block_size`` tokens (the last block may be partial); equal ids at
+the same position mean identical content, hence a reusable prefix.  The KV caches work on
+*units* ``(block_id, n_tokens)`` derived from these ids (see :func:`sequence_units`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Id spaces for blocks that must never match anything else.  Trace ids are >= 0.
+_OUTPUT_ID_BASE = -(1 << 60)
+
+
+def output_block_id(request_index: int, block: int) -> int:
+    """A block id for generated tokens of one request: unique, never shared."""
+    return _OUTPUT_ID_BASE - (request_index << 24) - block
+
+
+@dataclass(slots=True)
+class Request:
+    """One inference request as the workload presents it to the deployment.
+
+    Times are in seconds of virtual time.  ``index`` is the dense position of the request
+    in the run (0..N-1), assigned by the workload source, and is what every column store
+    and engine uses to refer to it.
+    """
+
+    index: int
+    request_id: str
+    arrival: float
+    input_length: int
+    output_length: int
+    hash_ids: tuple[int, ...]
+    block_size: int = 512
+    session_id: str | None = None
+    turn: int = 0
+    #: For a later turn of a session: index of the previous turn, and the think time
+    #: (seconds) between that turn finishing and this one arriving.  ``arrival`` is then
+    #: filled in by the simulation.
+    after: int | None = None
+    delay: float = 0.0
+    #: Block ids continuing the sequence's block grid after the prompt's last block
+    #: (``hash_ids``), covering generated tokens.  Synthetic multi-turn sessions set
+    #: these so that the next turn can reuse the previous answer; past them, generated
+    #: tokens get ids that match nothing.
+    output_hash_ids: tuple[int, ...] = ()
+    #: Warm-up requests run like any other but are excluded from the metrics.
+    warmup: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def sequence_units(req: Request, n_tokens: int) -> list[tuple[int, int]]:
+    """Units ``(block_id, tokens)`` covering the first ``n_tokens`` of the request's sequence.
+
+    The sequence (prompt, then generated tokens) is cut into blocks of ``block_size``
+    tokens.  Block ``k`` has id ``hash_ids[k]`` while ``k < len(hash_ids)``, then
+    ``output_hash_ids[k - len(hash_ids)]``, then an id unique to this request.  Each unit
+    is a run of tokens from the start of its block; two units with the same id share
+    ``min(tokens)`` leading tokens.  So a block that the prompt fills only partly keeps
+    its id for the generated tokens that complete it, as in a trace where the next turn
+    of a conversation carries the previous answer.
+    """
+    bs = req.block_size
+    ids = req.hash_ids
+    out_ids = req.output_hash_ids
+    n_ids = len(ids)
+    n_full, rem = divmod(n_tokens, bs)
+    n_blocks = n_full + (1 if rem else 0)
+    units: list[tuple[int, int]] = []
+    for k in range(n_blocks):
+        if k < n_ids:
+            bid = ids[k]
+        elif k - n_ids < len(out_ids):
+            bid = out_ids[k - n_ids]
+        else:
+            bid = output_block_id(req.index, k - n_ids)
+        units.append((bid, bs if k < n_full else rem))
+    return units
