@@ -1,0 +1,66 @@
+"""Closed-loop benchmark-client recipes: which requests a benchmark client sends.
+
+A closed-loop client keeps ``concurrency`` requests in flight and sends the next one as
+soon as one finishes; the *simulator* enforces that.  A recipe only fixes the list of
+requests in send order: first the warm-up requests (``warmup=True``, excluded from the
+metrics), then the measured ones.  All have ``arrival = 0`` (ready at the start).
+
+- ``inferencex_random`` mirrors the InferenceX client behind the measured benchmarks
+  (``shared/data/measured/README.md``): input and output lengths each drawn uniformly from
+  the integers ``[floor(range_ratio * L), L]`` with L = isl or osl; prompts are random
+  tokens, so every prompt block has a fresh id (no prefix reuse).
+- ``fixed``: every request has exactly ``isl`` input and ``osl`` output tokens, also
+  with fresh ids.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import numpy as np
+
+from .config import ClosedLoopWorkload
+from .request import Request
+
+#: Requests drawn per numpy batch.
+CHUNK = 65536
+
+
+def length_range(length: int, range_ratio: float) -> tuple[int, int]:
+    """Inclusive integer range ``[floor(range_ratio * L), L]``, never below 1 token."""
+    return max(1, math.floor(range_ratio * length)), length
+
+
+def generate_closed_loop(cfg: ClosedLoopWorkload, seed: int) -> Iterator[Request]:
+    """Warm-up then measured requests of the recipe, in send order, indices 0..N-1."""
+    rng = np.random.default_rng(seed)
+    n_warmup = cfg.resolved_warmup
+    total = n_warmup + cfg.resolved_num_prompts
+    bs = cfg.block_size
+    next_id = 0
+    index = 0
+    while index < total:
+        n = min(CHUNK, total - index)
+        if cfg.recipe == "inferencex_random":
+            lo, hi = length_range(cfg.isl, cfg.range_ratio)
+            inputs = rng.integers(lo, hi + 1, size=n).tolist()
+            lo, hi = length_range(cfg.osl, cfg.range_ratio)
+            outputs = rng.integers(lo, hi + 1, size=n).tolist()
+        else:
+            inputs = [cfg.isl] * n
+            outputs = [cfg.osl] * n
+        for input_length, output_length in zip(inputs, outputs):
+            n_blocks = -(-input_length // bs)
+            yield Request(
+                index=index,
+                request_id=f"{'w' if index < n_warmup else 'r'}{index}",
+                arrival=0.0,
+                input_length=input_length,
+                output_length=output_length,
+                hash_ids=tuple(range(next_id, next_id + n_blocks)),
+                block_size=bs,
+                warmup=index < n_warmup,
+            )
+            next_id += n_blocks
+            index += 1

@@ -1,0 +1,120 @@
+"""The one interface the simulator sees: a :class:`WorkloadSource` of requests.
+
+Whatever the workload kind, the simulator gets a *mode* and a stream of requests:
+
+- ``mode == "open"``: requests with ``after is None`` come in non-decreasing ``arrival``
+  (seconds); a later session turn comes after the turn it follows and has
+  ``after`` = that turn's index, ``delay`` = think time (s) and ``arrival`` = nan (the
+  simulator sets it when the previous turn finishes).
+- ``mode == "closed"``: at most ``concurrency`` requests in flight; yield order is send
+  order, every ``arrival`` is 0, warm-up requests (``warmup=True``) come first.
+
+In both modes ``index`` is dense, 0, 1, 2, ... in yield order.  ``requests()`` may be
+called more than once and gives the same stream each time (it re-reads the trace or
+re-seeds the generator), so nothing needs to be held in memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Literal
+
+from .config import ClosedLoopWorkload, SyntheticWorkload, TraceWorkload
+from .recipes import generate_closed_loop
+from .request import Request
+from .synthetic import generate_synthetic
+from .trace import read_mooncake
+
+
+@dataclass(frozen=True)
+class WorkloadSource:
+    """A replayable stream of requests plus how the client drives them."""
+
+    mode: Literal["open", "closed"]
+    #: In-flight limit of a closed-loop client; None in open mode.
+    concurrency: int | None
+    #: One line for reports, e.g. "trace conversation.jsonl (speedup 2)".
+    description: str
+    _factory: Callable[[], Iterator[Request]]
+    #: Number of requests when known without reading the stream (None for traces).
+    num_requests: int | None = None
+    #: Leading warm-up requests (closed loop).
+    num_warmup: int = 0
+
+    def requests(self) -> Iterator[Request]:
+        """A fresh iterator over the requests, in yield order (see module docstring)."""
+        return self._factory()
+
+
+def build_source(
+    cfg: TraceWorkload | SyntheticWorkload | ClosedLoopWorkload,
+    seed: int,
+    base_dir: Path | None = None,
+) -> WorkloadSource:
+    """The request source for a validated workload config.
+
+    ``seed`` drives every random draw (synthetic and closed-loop workloads); traces
+    ignore it.  A relative trace path is resolved against ``base_dir`` (the folder of
+    the config file) when given, else against the working directory.  A missing trace
+    file raises :class:`~servesim.errors.WorkloadError` here, before the run starts.
+    """
+    if isinstance(cfg, TraceWorkload):
+        path = Path(cfg.path).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        kwargs = dict(
+            block_size=cfg.block_size,
+            speedup=cfg.speedup,
+            start_ms=cfg.start_ms,
+            end_ms=cfg.end_ms,
+            limit=cfg.limit,
+        )
+        read_mooncake(path, **kwargs)  # checks the file exists now
+        parts = [f"trace {path.name}"]
+        if cfg.speedup != 1.0:
+            parts.append(f"speedup {cfg.speedup:g}")
+        if cfg.start_ms is not None or cfg.end_ms is not None:
+            parts.append(f"window [{cfg.start_ms or 0:g}, {cfg.end_ms if cfg.end_ms is not None else 'end'}] ms")
+        if cfg.limit is not None:
+            parts.append(f"limit {cfg.limit}")
+        return WorkloadSource(
+            mode="open",
+            concurrency=None,
+            description=", ".join(parts),
+            _factory=lambda: read_mooncake(path, **kwargs),
+        )
+    if isinstance(cfg, SyntheticWorkload):
+        a = cfg.arrival
+        desc = f"synthetic {cfg.num_requests} requests, {a.process} arrivals at {a.rate:g}/s"
+        if a.process == "gamma":
+            desc += f" (burstiness {a.burstiness:g})"
+        if cfg.prefix is not None:
+            desc += f", {cfg.prefix.num_groups} prefix groups of {cfg.prefix.length} tokens"
+        if cfg.sessions is not None:
+            desc += ", multi-turn sessions"
+        return WorkloadSource(
+            mode="open",
+            concurrency=None,
+            description=desc,
+            _factory=lambda: generate_synthetic(cfg, seed),
+            num_requests=cfg.num_requests,
+        )
+    if isinstance(cfg, ClosedLoopWorkload):
+        n_warmup = cfg.resolved_warmup
+        total = n_warmup + cfg.resolved_num_prompts
+        desc = (
+            f"closed loop {cfg.recipe}, concurrency {cfg.concurrency}, isl {cfg.isl}, "
+            f"osl {cfg.osl}, {cfg.resolved_num_prompts} prompts + {n_warmup} warm-up"
+        )
+        if cfg.recipe == "inferencex_random":
+            desc += f", range_ratio {cfg.range_ratio:g}"
+        return WorkloadSource(
+            mode="closed",
+            concurrency=cfg.concurrency,
+            description=desc,
+            _factory=lambda: generate_closed_loop(cfg, seed),
+            num_requests=total,
+            num_warmup=n_warmup,
+        )
+    raise TypeError(f"not a workload config: {type(cfg).__name__}")

@@ -1,0 +1,267 @@
+"""Streaming reader of Mooncake-format JSONL request traces.
+
+One JSON object per line (empty lines are skipped):
+
+- ``timestamp``: arrival in ms from the trace start (number >= 0).  Rows that are not
+  later turns of a session must come in non-decreasing timestamp order.
+- ``input_length`` (integer > 0) and ``output_length`` (integer >= 1): tokens.
+- ``hash_ids`` (optional): one integer >= 0 per ``block_size``-token block of the prompt,
+  exactly ``ceil(input_length / block_size)`` of them.  Without it the prompt gets ids of
+  its own (negative, so they never meet trace ids or generated-token ids).
+- ``session_id`` (optional, string or integer) and ``delay`` (ms >= 0): the first row of a
+  session arrives at its timestamp; every later row of the same session arrives ``delay``
+  ms after the previous turn finished, so ``delay`` is required there and its
+  ``timestamp`` (optional) is ignored.
+- ``request_id`` (optional, string or integer); otherwise ``L<line number>``.
+
+Other keys are ignored.  Integer fields accept integral JSON numbers such as ``12.0``
+(some writers emit them) but reject ``12.5`` and booleans.
+
+The reader is a generator over the open file: it holds one line at a time plus, for
+session traces, one small entry per session seen, so traces of millions of lines replay
+in constant memory.  Errors name the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+from ..errors import WorkloadError
+from .request import Request
+
+_MISSING = object()
+
+
+def _show(value: Any) -> str:
+    """A short JSON rendering of an offending value for error messages."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):  # pragma: no cover - values come from json.loads
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class _Row:
+    """Field access for one parsed line, raising errors that name file, line and field."""
+
+    __slots__ = ("where", "obj")
+
+    def __init__(self, where: str, obj: dict[str, Any]) -> None:
+        self.where = where
+        self.obj = obj
+
+    def fail(self, field: str, expected: str, value: Any = _MISSING) -> WorkloadError:
+        got = "it is missing" if value is _MISSING else f"got {_show(value)}"
+        return WorkloadError(f"{self.where}: field '{field}': expected {expected}, {got}")
+
+    def integer(self, field: str, minimum: int, required: bool = True) -> int | None:
+        value = self.obj.get(field, _MISSING)
+        if value is _MISSING:
+            if required:
+                raise self.fail(field, f"an integer >= {minimum}")
+            return None
+        as_int = _as_int(value)
+        if as_int is None or as_int < minimum:
+            raise self.fail(field, f"an integer >= {minimum}", value)
+        return as_int
+
+    def number(self, field: str, required: bool = True) -> float | None:
+        value = self.obj.get(field, _MISSING)
+        if value is _MISSING:
+            if required:
+                raise self.fail(field, "a number >= 0")
+            return None
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise self.fail(field, "a number >= 0", value)
+        return float(value)
+
+    def key(self, field: str) -> str | None:
+        """An optional identifier field (string or integer), as a string."""
+        value = self.obj.get(field, _MISSING)
+        if value is _MISSING or value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise self.fail(field, "a string or an integer", value)
+        return str(value)
+
+
+def _as_int(value: Any) -> int | None:
+    """``value`` as an int if it is an integral JSON number (not a bool), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _open(path: Path) -> IO[str]:
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, "r", encoding="utf-8")
+
+
+def _parse_hash_ids(row: _Row, input_length: int, block_size: int) -> tuple[int, ...] | None:
+    value = row.obj.get("hash_ids", _MISSING)
+    if value is _MISSING or value is None:
+        return None
+    if not isinstance(value, list):
+        raise row.fail("hash_ids", "a list of integers >= 0", value)
+    # Fast path: a list of non-negative Python ints (every real trace).
+    if not all(type(x) is int and x >= 0 for x in value):
+        for i, x in enumerate(value):
+            as_int = _as_int(x)
+            if as_int is None or as_int < 0:
+                raise row.fail(f"hash_ids[{i}]", "an integer >= 0", x)
+        value = [_as_int(x) for x in value]
+    needed = -(-input_length // block_size)
+    if len(value) != needed:
+        raise WorkloadError(
+            f"{row.where}: field 'hash_ids': expected {needed} block ids "
+            f"(ceil(input_length {input_length} / block_size {block_size})), got {len(value)}; "
+            "is block_size right?"
+        )
+    return tuple(value)
+
+
+def read_mooncake(
+    path: str | Path,
+    *,
+    block_size: int = 512,
+    speedup: float = 1.0,
+    start_ms: float | None = None,
+    end_ms: float | None = None,
+    limit: int | None = None,
+) -> Iterator[Request]:
+    """Requests of a Mooncake JSONL trace (``.jsonl`` or ``.jsonl.gz``), read lazily.
+
+    Independent rows (no session, or a session's first row) with a timestamp outside
+    ``[start_ms, end_ms]`` are skipped, and so are the later turns of a skipped session.
+    Arrivals are ``(timestamp - start_ms) / speedup`` in seconds (``start_ms`` defaults to
+    0); session delays are divided by ``speedup`` too.  At most ``limit`` requests are
+    yielded, and reading stops as soon as the limit is reached.
+
+    The file's existence is checked now; everything else is checked as lines are read.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise WorkloadError(f"{path}: trace file not found")
+    if block_size <= 0 or speedup <= 0:
+        raise ValueError("block_size and speedup must be > 0")
+    return _read(path, block_size, speedup, start_ms, end_ms, limit)
+
+
+def _read(
+    path: Path,
+    block_size: int,
+    speedup: float,
+    start_ms: float | None,
+    end_ms: float | None,
+    limit: int | None,
+) -> Iterator[Request]:
+    origin_ms = start_ms if start_ms is not None else 0.0
+    ms_per_s = 1000.0 * speedup  # divide (not multiply) so 1500 ms -> exactly 1.5 s
+    # session id -> (index of its latest yielded turn, that turn's number), or None when
+    # the session's first turn fell outside the window.  One small entry per session.
+    sessions: dict[str, tuple[int, int] | None] = {}
+    kept_sessions = 0
+    emitted = 0
+    own_ids = 0  # counter for ids of prompts without hash_ids: -1, -2, ...
+    last_ts: float | None = None
+    last_ts_line = 0
+    last_ts_written: Any = None  # the previous timestamp as written, for messages
+
+    if limit is not None and limit <= 0:
+        return
+    with _open(path) as fh:
+        for line_no, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{line_no}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise WorkloadError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+            if not isinstance(obj, dict):
+                raise WorkloadError(f"{where}: expected a JSON object, got {_show(obj)}")
+            row = _Row(where, obj)
+
+            session_id = row.key("session_id")
+            later_turn = session_id is not None and session_id in sessions
+            input_length = row.integer("input_length", 1)
+            output_length = row.integer("output_length", 1)
+            assert input_length is not None and output_length is not None
+            hash_ids = _parse_hash_ids(row, input_length, block_size)
+            request_id = row.key("request_id") or f"L{line_no}"
+
+            if later_turn:
+                state = sessions[session_id]
+                delay_ms = row.number("delay", required=False)
+                if delay_ms is None:
+                    raise row.fail(
+                        "delay",
+                        f"a number >= 0 (ms) for a later turn of session '{session_id}'",
+                    )
+                row.number("timestamp", required=False)  # validated, otherwise ignored
+                if state is None:  # the session's first turn fell outside the window
+                    continue
+                prev_index, prev_turn = state
+                turn = prev_turn + 1
+                arrival, after, delay = math.nan, prev_index, delay_ms / ms_per_s
+            else:
+                timestamp = row.number("timestamp")
+                assert timestamp is not None
+                if last_ts is not None and timestamp < last_ts:
+                    raise WorkloadError(
+                        f"{where}: field 'timestamp': expected a value >= {_show(last_ts_written)} "
+                        f"(the timestamp on line {last_ts_line}; rows must be in arrival order), "
+                        f"got {_show(obj['timestamp'])}"
+                    )
+                last_ts, last_ts_line, last_ts_written = timestamp, line_no, obj["timestamp"]
+                if (start_ms is not None and timestamp < start_ms) or (
+                    end_ms is not None and timestamp > end_ms
+                ):
+                    if session_id is not None:
+                        sessions[session_id] = None
+                    if end_ms is not None and timestamp > end_ms and kept_sessions == 0:
+                        return  # timestamps only grow: nothing later can be kept
+                    continue
+                turn = 0
+                arrival, after, delay = (timestamp - origin_ms) / ms_per_s, None, 0.0
+                if session_id is not None:
+                    kept_sessions += 1
+
+            if hash_ids is None:
+                n_blocks = -(-input_length // block_size)
+                hash_ids = tuple(range(-1 - own_ids, -1 - own_ids - n_blocks, -1))
+                own_ids += n_blocks
+
+            index = emitted
+            if session_id is not None:
+                sessions[session_id] = (index, turn)
+            emitted += 1
+            yield Request(
+                index=index,
+                request_id=request_id,
+                arrival=arrival,
+                input_length=input_length,
+                output_length=output_length,
+                hash_ids=hash_ids,
+                block_size=block_size,
+                session_id=session_id,
+                turn=turn,
+                after=after,
+                delay=delay,
+            )
+            if limit is not None and emitted >= limit:
+                return

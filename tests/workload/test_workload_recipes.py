@@ -1,0 +1,53 @@
+"""Closed-loop recipes: length ranges, warm-up flags, unique block ids."""
+
+from __future__ import annotations
+
+import math
+
+from servesim.workload import build_source, parse_workload
+from servesim.workload.recipes import length_range
+
+
+def closed(**kw):
+    base = {"kind": "closed_loop", "recipe": "inferencex_random", "concurrency": 16, "isl": 1024, "osl": 300}
+    return parse_workload({**base, **kw})
+
+
+def test_inferencex_random_lengths_and_warmup():
+    src = build_source(closed(), seed=3)
+    assert src.mode == "closed" and src.concurrency == 16
+    assert src.num_requests == 16 * 12 and src.num_warmup == 32
+    reqs = list(src.requests())
+    assert len(reqs) == 192
+    assert [r.index for r in reqs] == list(range(192))
+    assert [r.warmup for r in reqs] == [True] * 32 + [False] * 160
+    assert all(r.arrival == 0.0 and r.after is None for r in reqs)
+    ins = [r.input_length for r in reqs]
+    outs = [r.output_length for r in reqs]
+    assert min(ins) >= math.floor(0.8 * 1024) and max(ins) <= 1024
+    assert min(outs) >= 240 and max(outs) <= 300
+    assert min(ins) < 830 and max(ins) > 1010  # the range is actually used
+    # random prompts: no block id is shared between requests
+    ids = [i for r in reqs for i in r.hash_ids]
+    assert len(ids) == len(set(ids))
+    assert all(len(r.hash_ids) == -(-r.input_length // 512) for r in reqs)
+
+
+def test_overrides_and_fixed():
+    reqs = list(build_source(closed(num_prompts=5, warmup=1, range_ratio=1.0), seed=0).requests())
+    assert len(reqs) == 6 and all(r.input_length == 1024 and r.output_length == 300 for r in reqs)
+    reqs = list(build_source(closed(recipe="fixed", isl=100, osl=7), seed=0).requests())
+    assert len(reqs) == 160 and not any(r.warmup for r in reqs)
+    assert {(r.input_length, r.output_length) for r in reqs} == {(100, 7)}
+
+
+def test_length_range_never_zero():
+    assert length_range(1, 0.8) == (1, 1)
+    assert length_range(1024, 0.8) == (819, 1024)
+
+
+def test_deterministic():
+    a = [(r.input_length, r.output_length) for r in build_source(closed(), seed=9).requests()]
+    b = [(r.input_length, r.output_length) for r in build_source(closed(), seed=9).requests()]
+    c = [(r.input_length, r.output_length) for r in build_source(closed(), seed=10).requests()]
+    assert a == b and a != c
