@@ -1,0 +1,125 @@
+"""``servesim.predict``: run one simulation from a config and return its results.
+
+This is the library entry point that the CLI, notebooks and other tools share.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+import servesim
+from servesim.cluster.deployment import Deployment, build_deployment
+from servesim.config import Config, load_config
+from servesim.config.load import config_base_dir
+from servesim.metrics.recorder import RequestRecorder
+from servesim.metrics.summary import summarize
+from servesim.metrics.timeseries import TimeSeries
+from servesim.sim.simulation import RunStats, Simulation
+from servesim.workload.source import WorkloadSource, build_source
+
+
+@dataclass
+class Prediction:
+    """Everything one run produced: the summary, per-request columns and time series."""
+
+    config: Config
+    summary: dict
+    recorder: RequestRecorder
+    timeseries: TimeSeries | None
+    stats: RunStats
+    deployment: Deployment
+    workload: str
+    extras: dict = field(default_factory=dict)
+
+    def header(self) -> dict:
+        d = self.config.deployment
+        return {
+            "model": d.model,
+            "gpu": d.gpu,
+            "engine": d.engine.name,
+            "tp": d.tp,
+            "workers": d.workers,
+            "workload": self.workload,
+        }
+
+    def to_json(self) -> dict:
+        """prediction.json's content: summary, resolved config and versions."""
+        return {
+            "summary": self.summary,
+            "deployment_resolved": self.deployment.describe(),
+            "workload": self.workload,
+            "config": self.config.model_dump(mode="json"),
+            "versions": {
+                "servesim": servesim.__version__,
+                "python": platform.python_version(),
+                "numpy": np.__version__,
+            },
+        }
+
+    def write(self, out_dir: str | Path | None = None) -> Path:
+        """Write prediction.json, requests.parquet and timeseries.parquet; returns the folder."""
+        from servesim.report.files import request_table, write_json, write_parquet
+
+        cfg = self.config.output
+        out = Path(out_dir if out_dir is not None else cfg.dir or "servesim-out")
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(self.to_json(), out / "prediction.json")
+        if cfg.requests:
+            write_parquet(request_table(self.recorder), out / "requests.parquet")
+        if cfg.timeseries and self.timeseries is not None:
+            import pyarrow as pa
+
+            write_parquet(pa.table(self.timeseries.columns()), out / "timeseries.parquet")
+        return out
+
+
+def run_simulation(cfg: Config, source: WorkloadSource, deployment: Deployment,
+                   progress: Callable[[int, float], None] | None = None) -> tuple[RequestRecorder, TimeSeries | None, RunStats]:
+    """Drive ``source`` through ``deployment``; the building block of predict and validate."""
+    recorder = RequestRecorder()
+    ts = TimeSeries(cfg.output.timeseries_interval_s) if cfg.output.timeseries else None
+    workers = deployment.make_workers(recorder, fast_forward=cfg.simulation.mode == "fast")
+    sim = Simulation(
+        requests=source.requests(),
+        mode=source.mode,
+        concurrency=source.concurrency,
+        workers=workers,
+        router=deployment.make_router(cfg.seed),
+        recorder=recorder,
+        timeseries=ts,
+        max_sim_time=cfg.simulation.max_sim_time_s,
+        progress=progress,
+    )
+    stats = sim.run()
+    return recorder, ts, stats
+
+
+def predict(config: Config | dict | str | Path | None = None, overrides: list[str] | None = None,
+            progress: Callable[[int, float], None] | None = None) -> Prediction:
+    """Simulate a deployment under a workload.
+
+    ``config`` is a :class:`Config`, a mapping, a YAML path, or ``None`` for the built-in
+    default example.  ``progress(n_done, sim_time)`` is called as the run advances.
+    """
+    t0 = time.perf_counter()
+    cfg = load_config(config, overrides)
+    source = build_source(cfg.workload, cfg.seed, config_base_dir(cfg))
+    deployment = build_deployment(cfg)
+    recorder, ts, stats = run_simulation(cfg, source, deployment, progress)
+    summary = summarize(recorder, deployment.total_gpus)
+    summary["run"] = {
+        "sim_end_s": stats.sim_end,
+        "wall_s": time.perf_counter() - t0,
+        "loop_wall_s": stats.wall_seconds,
+        "events": stats.events,
+        "late_session_turns": stats.late_session_turns,
+        "mode": cfg.simulation.mode,
+    }
+    return Prediction(config=cfg, summary=summary, recorder=recorder, timeseries=ts, stats=stats,
+                      deployment=deployment, workload=source.description)

@@ -1,0 +1,137 @@
+"""The ``servesim`` command.
+
+``servesim predict [CONFIG] [--set key.path=value ...] [--out DIR] [--format table|json] [--quiet]``
+runs one simulation (the bundled default example when CONFIG is omitted), prints a
+summary and writes the output files.  Errors in the user's input are printed as one
+clear message with exit status 2; no traceback, no partial output files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from servesim.errors import ServesimError
+
+
+def _add_predict(sub) -> None:
+    p = sub.add_parser("predict", help="simulate a deployment under a workload and report what it would show")
+    p.add_argument("config", nargs="?", help="YAML config (default: the bundled example)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a config value, e.g. --set deployment.workers=4 (repeatable)")
+    p.add_argument("--out", help="output folder (overrides output.dir)")
+    p.add_argument("--no-files", action="store_true", help="write no output files")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="console summary format")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+    p.add_argument("--mode", choices=("fast", "step"), help="simulation mode (overrides simulation.mode)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="servesim", description="Simulate LLM inference serving without GPUs.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command")
+    _add_predict(sub)
+    try:
+        from servesim.validate.cli import add_subcommands
+    except ImportError:  # validate/calibrate not installed in this build
+        pass
+    else:
+        add_subcommands(sub)
+    return parser
+
+
+class _Progress:
+    """A rich progress bar over requests ended, shown on stderr for long runs."""
+
+    def __init__(self, total: int | None, enabled: bool) -> None:
+        self.total = total
+        self.enabled = enabled
+        self._bar = None
+        self._task = None
+        self._last = 0
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("virtual {task.fields[sim]:.0f} s"), TimeElapsedColumn(),
+                                 transient=True, console=_stderr_console())
+            self._bar.__enter__()
+            self._task = self._bar.add_task("sim", total=self.total, sim=0.0)
+        return self
+
+    def __call__(self, done: int, sim_time: float) -> None:
+        if self._bar is not None and done - self._last >= 200:
+            self._last = done
+            self._bar.update(self._task, completed=done, sim=sim_time)
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from servesim.api import predict
+    from servesim.config import load_config
+    from servesim.report.console import render_summary
+
+    overrides = list(args.overrides)
+    if args.mode:
+        overrides.append(f"simulation.mode={args.mode}")
+    cfg = load_config(args.config, overrides)
+    show_progress = not args.quiet and args.format == "table" and sys.stderr.isatty()
+    total = None
+    with _Progress(total, show_progress) as progress:
+        pred = predict(cfg, progress=progress if show_progress else None)
+    out_dir = None
+    if not args.no_files and (args.out or cfg.output.dir):
+        out_dir = pred.write(args.out)
+    if args.quiet:
+        return 0
+    if args.format == "json":
+        doc = {"summary": pred.summary, "deployment": pred.deployment.describe(), "workload": pred.workload,
+               "output_dir": str(out_dir) if out_dir else None}
+        print(json.dumps(doc, indent=2))
+        return 0
+    console = Console()
+    render_summary(pred.summary, pred.header(), console)
+    if out_dir is not None:
+        console.print(f"Wrote {Path(out_dir) / 'prediction.json'}, requests.parquet, timeseries.parquet")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from servesim import __version__
+
+        print(f"servesim {__version__}")
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return 2
+    handler = {"predict": cmd_predict}.get(args.command) or getattr(args, "handler", None)
+    try:
+        return handler(args)
+    except ServesimError as exc:
+        print(f"servesim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("servesim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

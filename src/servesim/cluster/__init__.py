@@ -1,0 +1,1 @@
+"""Workers, routers and the fleet they form."""

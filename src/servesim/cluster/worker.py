@@ -1,0 +1,91 @@
+"""A worker: one engine plus the step-time model that prices its passes.
+
+The worker runs one pass at a time.  In fast mode a decode-only pass that the engine
+proves will repeat unchanged is extended to a *stretch* of passes, priced in one
+vectorised call; the stretch is committed lazily and cut short as soon as something
+reaches the worker (an arrival), so results equal pass-by-pass simulation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from servesim.engines.base import Engine
+from servesim.perf.plan import PassPlan, StepTimeModel
+
+
+class Worker:
+    """Drives one engine on the virtual clock."""
+
+    def __init__(self, worker_id: int, engine: Engine, step_time: StepTimeModel, gpus: int,
+                 fast_forward: bool = True) -> None:
+        self.worker_id = worker_id
+        self.engine = engine
+        self.step_time = step_time
+        self.gpus = gpus
+        self.fast_forward = fast_forward
+        self.busy = False
+        #: The pass (or stretch of identical decode passes) in flight.
+        self.plan: PassPlan | None = None
+        self.ends: np.ndarray = np.zeros(0)
+        self.start: float = 0.0
+        #: Increments whenever the pending end event is superseded.
+        self.epoch = 0
+        self.busy_time = 0.0
+        self.passes = 0
+        self.tokens = 0
+        self.last_pass_tokens = 0
+
+    def start_pass(self, now: float) -> float | None:
+        """Schedule the next pass at ``now``; returns its end time, or None if idle.
+
+        A stretch may be planned far ahead: whatever reaches the worker later cuts it
+        back with :meth:`truncate`, and nothing of it is committed before it ends.
+        """
+        plan = self.engine.schedule(now)
+        if plan is None:
+            self.busy = False
+            return None
+        steps = 1
+        if self.fast_forward and plan.is_decode_only:
+            steps = self.engine.decode_stretch_limit()
+        if steps > 1:
+            durations = self.step_time.decode_stretch_times(plan.decode_ctx, steps)
+            ends = now + np.cumsum(durations)
+        else:
+            ends = np.array([now + self.step_time.pass_time(plan)])
+        self.plan, self.ends, self.start, self.busy = plan, ends, now, True
+        return float(ends[-1])
+
+    def truncate(self, t: float) -> float | None:
+        """Something reaches the worker at ``t``: stop the stretch after the pass in flight.
+
+        Returns the new end time if it changed (the caller re-posts the end event).
+        """
+        if not self.busy or self.ends.size <= 1:
+            return None
+        keep = int(np.searchsorted(self.ends, t, side="left")) + 1
+        if keep >= self.ends.size:
+            return None
+        self.ends = self.ends[:keep]
+        self.epoch += 1
+        return float(self.ends[-1])
+
+    def finish_pass(self) -> float:
+        """Commit the pass or stretch in flight; returns its end time."""
+        plan = self.plan
+        assert plan is not None
+        ends = self.ends
+        end = float(ends[-1])
+        n = ends.size
+        self.busy_time += end - self.start
+        self.passes += n
+        self.last_pass_tokens = plan.num_tokens
+        self.tokens += plan.num_tokens * n
+        if n == 1:
+            self.engine.complete(plan, end)
+        else:
+            self.engine.complete_stretch(plan, ends)
+        self.plan = None
+        self.busy = False
+        return end

@@ -1,0 +1,73 @@
+"""The servesim config file, as pydantic models.
+
+One YAML file with sections ``workload``, ``deployment``, ``perf``, ``output``,
+``simulation`` and ``seed``.  Every model forbids unknown keys; docs/config.md is the
+reference.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+from servesim.engines.sglang_options import SGLangOptions
+from servesim.perf.config import AnalyticPerf, PerfConfig
+from servesim.workload.config import WorkloadConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+EngineOptions = Annotated[Union[SGLangOptions], Field(discriminator="name")]
+
+
+class DeploymentConfig(_Strict):
+    """What is deployed: model, GPU, engine, parallel layout and fleet size."""
+
+    model: str = Field("meta-llama/Llama-3.1-8B-Instruct",
+                       description="Hugging Face id of a bundled model, or a path to a config.json")
+    gpu: str = Field("h100_sxm", description="bundled GPU name, or a path to a GPU YAML file")
+    engine: EngineOptions = Field(default_factory=SGLangOptions)
+    tp: int = Field(1, ge=1, description="tensor-parallel GPUs per worker")
+    ep: int = Field(1, ge=1, description="expert-parallel GPUs per worker (MoE models); must divide tp")
+    workers: int = Field(1, ge=1, description="identical workers, requests placed by `router`")
+    router: Literal["round_robin", "random"] = "round_robin"
+    weight_dtype: Literal["bf16", "fp8", "fp4", "int4"] | None = Field(
+        None, description="weight precision; None: bf16 unless the model name says FP8/NVFP4")
+    kv_dtype: Literal["bf16", "fp8"] | None = Field(None, description="KV-cache precision; None: bf16")
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine_shorthand(cls, v: Any) -> Any:
+        """Accept ``engine: sglang`` as well as ``engine: {name: sglang, ...}``."""
+        if isinstance(v, str):
+            return {"name": v}
+        return v
+
+
+class OutputConfig(_Strict):
+    dir: str | None = Field("servesim-out", description="output folder; null writes no files")
+    requests: bool = Field(True, description="write requests.parquet")
+    timeseries: bool = Field(True, description="write timeseries.parquet")
+    timeseries_interval_s: float = Field(1.0, gt=0, description="minimum seconds between samples per worker")
+
+
+class SimulationConfig(_Strict):
+    mode: Literal["fast", "step"] = Field(
+        "fast", description="fast: decode-only stretches advance in one step; step: pass by pass")
+    max_sim_time_s: float | None = Field(None, gt=0, description="stop the virtual clock here; the rest is unfinished")
+
+
+class Config(_Strict):
+    seed: int = Field(0, ge=0)
+    workload: WorkloadConfig
+    deployment: DeploymentConfig = Field(default_factory=DeploymentConfig)
+    perf: PerfConfig = Field(default_factory=AnalyticPerf)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    simulation: SimulationConfig = Field(default_factory=SimulationConfig)
+    #: Folder that relative paths (traces) are resolved against: the config file's.
+    _base_dir: Path | None = PrivateAttr(None)

@@ -1,0 +1,96 @@
+"""What every engine model offers the simulation loop.
+
+An engine owns one worker's scheduler and KV cache.  The loop asks it for the next pass
+(:meth:`Engine.schedule`), prices the pass with the step-time model, and when the pass
+ends calls :meth:`Engine.complete`, which emits tokens and finishes requests.  Decision
+(schedule) and commit (complete) are separate, as in vLLM's engine core: a pass's effects
+become visible only when it ends.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from servesim.metrics.recorder import RequestRecorder, Status
+from servesim.perf.plan import PassPlan
+from servesim.workload.request import Request
+
+
+@dataclass(slots=True)
+class EngineLimits:
+    """Deployment facts an engine needs besides its own options."""
+
+    kv_capacity_tokens: int
+    context_length: int
+
+
+@dataclass(slots=True)
+class EngineSnapshot:
+    """Published state of a worker, for time series and routers."""
+
+    running: int
+    waiting: int
+    kv_used_tokens: int
+    kv_capacity_tokens: int
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    outstanding_tokens: int
+
+
+class Engine(ABC):
+    """One worker's scheduler and KV cache."""
+
+    name: str = "engine"
+
+    def __init__(self, worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> None:
+        self.worker_id = worker_id
+        self.rec = recorder
+        self.limits = limits
+        #: Requests that reached a terminal state in the last :meth:`complete` or
+        #: :meth:`add_request` call, drained by the loop (sessions, closed loops).
+        self.terminated: list[Request] = []
+        self.prompt_tokens = 0
+        self.cached_prompt_tokens = 0
+
+    # -- the loop's verbs --------------------------------------------------------------
+    @abstractmethod
+    def add_request(self, req: Request, now: float) -> None:
+        """A request arrives at this worker (it may be rejected at once)."""
+
+    @abstractmethod
+    def has_work(self) -> bool:
+        """Whether any request is waiting or running."""
+
+    @abstractmethod
+    def schedule(self, now: float) -> PassPlan | None:
+        """Decide the next pass, or ``None`` when nothing can run until something changes."""
+
+    @abstractmethod
+    def complete(self, plan: PassPlan, end: float) -> None:
+        """Commit the effects of ``plan``, which ended at ``end``."""
+
+    @abstractmethod
+    def snapshot(self) -> EngineSnapshot:
+        """Current queue and cache state."""
+
+    def abort_all(self, now: float, reason: str) -> None:
+        """End of simulation: requests still here become unfinished (the recorder does it)."""
+
+    # -- fast-forward of decode-only stretches ---------------------------------------
+    def decode_stretch_limit(self) -> int:
+        """How many decode-only passes from now are guaranteed identical in composition.
+
+        The default, 1, disables fast-forward; engines override it where they can prove
+        that nothing is admitted, finishes, is retracted or changes pages within the stretch.
+        """
+        return 1
+
+    # -- helpers for subclasses --------------------------------------------------------
+    def _reject(self, req: Request, now: float, reason: str) -> None:
+        self.rec.finished(req.index, now, Status.REJECTED, reason)
+        self.terminated.append(req)
+
+    def _finish(self, req: Request, now: float) -> None:
+        self.rec.finished(req.index, now, Status.COMPLETED)
+        self.terminated.append(req)

@@ -1,0 +1,529 @@
+"""SGLang's scheduler and radix cache, as a model.
+
+Follows SGLang 0.5.6 (``managers/scheduler.py``, ``managers/schedule_policy.py``,
+``managers/schedule_batch.py``, ``mem_cache/radix_cache.py``); docs/engines.md lists what
+is modelled and what is left out.  In short:
+
+* The waiting queue is FCFS, or longest-prefix-match when it holds at most 128 requests.
+* Admission (SGLang's ``PrefillAdder``) takes requests in order while the token budget
+  allows: free plus evictable KV, minus a reserve for the running requests' remaining
+  output (capped at 4096 each) scaled by ``new_token_ratio``, minus what this pass
+  already admitted (new requests are charged their full remaining output).  The first
+  request that does not fit stops admission (head-of-line).  ``max_prefill_tokens`` caps a
+  pass's new tokens except for its first request; a prompt above the chunk budget is
+  split, at most one request is chunked at a time, and its next chunk goes first.
+* A pass that admits any prefill runs prefill only (``enable_mixed_chunk`` off, the
+  default); otherwise every running request decodes one token.
+* ``new_token_ratio`` starts at ``0.7 x schedule_conservativeness``, falls by
+  ``(init - 0.14 init) / 600`` each decode pass, resets when the worker idles and is
+  recomputed after a retraction.
+* When a decode pass cannot get KV even after evicting cache, the request with the
+  fewest generated tokens (ties: the longest prompt) is retracted: its KV is freed, it
+  goes to the back of the queue and later recomputes prompt and output.
+* A finished request's prompt and output stay in the radix tree as evictable cache; a
+  prompt is inserted as soon as its prefill ends so later requests can share it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
+from servesim.engines.sglang_options import SGLangOptions
+from servesim.kvcache.radix_cache import RadixCache
+from servesim.metrics.recorder import RequestRecorder, Status
+from servesim.perf.plan import PassPlan
+from servesim.workload.request import Request, sequence_units
+
+CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+NEW_TOKEN_RATIO_DECAY_STEPS = 600
+RETRACT_DECODE_STEPS = 20
+LPM_FALLBACK_QUEUE_LEN = 128
+
+
+@dataclass(slots=True, eq=False)
+class SGReq:
+    """Engine-side state of one request."""
+
+    req: Request
+    max_new: int
+    generated: int = 0
+    #: Tokens whose KV exists (prompt, then all generated tokens but the last sampled one).
+    computed: int = 0
+    #: Page-aligned tokens held in the radix tree and locked by this request.
+    prefix: int = 0
+    node: object = None
+    #: KV tokens allocated privately (outside the tree), page rounded.
+    alloc: int = 0
+    #: Tokens to compute before the next token can be sampled (prompt + generated).
+    fill: int = 0
+    #: Tokens being computed in the pass in flight.
+    extend: int = 0
+    admitted_once: bool = False
+
+    @property
+    def remaining_new(self) -> int:
+        return max(self.max_new - self.generated, 0)
+
+
+@dataclass(slots=True)
+class _PrefillBatch:
+    reqs: list[SGReq]
+    chunked: SGReq | None
+
+
+@dataclass(slots=True)
+class _DecodeBatch:
+    reqs: list[SGReq] = field(default_factory=list)
+
+
+def default_chunked_prefill_size(gpu_memory_gib: float) -> int:
+    """SGLang's choice of ``chunked_prefill_size`` from the GPU's memory (server_args.py)."""
+    mib = gpu_memory_gib * 1024
+    if mib < 35 * 1024:
+        return 2048
+    if mib < 60 * 1024:
+        return 4096
+    if mib < 160 * 1024:
+        return 8192
+    return 16384
+
+
+def default_mem_fraction_static(gpu_memory_gib: float, chunked_prefill_size: int, tp: int,
+                                cuda_graph_max_bs: int | None = None) -> float:
+    """SGLang's default ``mem_fraction_static``: leave a reserve for activations and graphs."""
+    mib = gpu_memory_gib * 1024
+    if cuda_graph_max_bs is None:
+        cuda_graph_max_bs = 512 if mib >= 160 * 1024 else (256 if tp < 4 else 512)
+    reserved = 512 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2 + tp / 8 * 1024
+    if mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mib - reserved) / mib, 3)
+
+
+class SGLangEngine(Engine):
+    """One SGLang worker (one tensor-parallel group)."""
+
+    name = "sglang"
+
+    def __init__(self, worker_id: int, recorder: RequestRecorder, limits: EngineLimits,
+                 options: SGLangOptions, chunked_prefill_size: int | None,
+                 oracle=None) -> None:
+        super().__init__(worker_id, recorder, limits)
+        self.opt = options
+        self.page = options.page_size
+        cap = (limits.kv_capacity_tokens // self.page) * self.page
+        self.capacity = cap
+        self.tree = RadixCache(cap, page_size=self.page, disable=options.disable_radix_cache,
+                               policy=options.eviction_policy, oracle=oracle)
+        self.pool = self.tree.pool
+        self.chunk_size = chunked_prefill_size  # None: chunking disabled
+        ctx = options.context_length or limits.context_length
+        self.max_req_len = min(ctx - 1, cap - 1)
+        self.max_req_input_len = self.max_req_len - 5
+        if options.max_running_requests is not None:
+            self.max_running = options.max_running_requests
+        else:
+            pool = min(max(int(cap / ctx * 512), 2048), 4096)
+            self.max_running = max(1, min(cap // 2, pool))
+        self.init_ratio = min(INIT_NEW_TOKEN_RATIO * options.schedule_conservativeness, 1.0)
+        self.min_ratio = min(self.init_ratio * MIN_NEW_TOKEN_RATIO_FACTOR, self.init_ratio)
+        self.ratio_decay = (self.init_ratio - self.min_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self.new_token_ratio = self.init_ratio
+        self.waiting: list[SGReq] = []
+        self.running: list[SGReq] = []
+        self.chunked: SGReq | None = None
+        self.batch_is_full = False
+        self.retractions = 0
+
+    # -- pool ---------------------------------------------------------------------------
+    def _ceil_page(self, n: int) -> int:
+        p = self.page
+        return -(-n // p) * p
+
+    def _floor_page(self, n: int) -> int:
+        return (n // self.page) * self.page
+
+    @property
+    def free(self) -> int:
+        return self.pool.free_tokens
+
+    def _evict_to(self, n: int) -> None:
+        """Evict unlocked cache until ``n`` tokens are free (or nothing is left to evict)."""
+        if self.pool.free_tokens < n:
+            self.tree.evict(n - self.pool.free_tokens)
+
+    def _grow(self, sr: SGReq, new_computed: int) -> bool:
+        """Allocate private KV so that ``new_computed`` tokens fit."""
+        need = self._ceil_page(new_computed) - sr.prefix - sr.alloc
+        if need > 0:
+            if not self.tree.alloc(need):
+                return False
+            sr.alloc += need
+        return True
+
+    @property
+    def evictable(self) -> int:
+        return self.tree.evictable_size
+
+    # -- arrivals -------------------------------------------------------------------------
+    def add_request(self, req: Request, now: float) -> None:
+        if req.input_length >= self.max_req_input_len:
+            self._reject(req, now, f"prompt of {req.input_length} tokens exceeds the maximum input "
+                                   f"length {self.max_req_input_len}")
+            return
+        max_new = min(req.output_length, self.max_req_len - req.input_length - 1)
+        sr = SGReq(req=req, max_new=max(1, max_new), fill=req.input_length)
+        self.waiting.append(sr)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.chunked is not None)
+
+    # -- scheduling -----------------------------------------------------------------------
+    def schedule(self, now: float) -> PassPlan | None:
+        self.tree.now = now
+        if self.chunked is not None:
+            self._cache_unfinished(self.chunked)
+        batch = self._new_prefill_batch()
+        if batch is not None:
+            return self._prefill_plan(batch, now)
+        if self.running:
+            return self._decode_plan()
+        self.new_token_ratio = self.init_ratio  # idle: SGLang resets the estimate
+        return None
+
+    def _sorted_queue(self) -> None:
+        if (self.opt.schedule_policy != "lpm" or self.opt.disable_radix_cache
+                or len(self.waiting) > LPM_FALLBACK_QUEUE_LEN):
+            return
+        keyed = []
+        for sr in self.waiting:
+            matched, _node = self._match(sr)
+            keyed.append((-matched, sr))
+        keyed.sort(key=lambda kv: kv[0])  # stable: ties keep queue order
+        self.waiting = [sr for _, sr in keyed]
+
+    def _match(self, sr: SGReq) -> tuple[int, object]:
+        """Cached tokens for the request's next round (at least one token is recomputed)."""
+        res = self.tree.match_prefix(sequence_units(sr.req, sr.fill - 1))
+        return res.tokens, res.node
+
+    def _new_prefill_batch(self) -> _PrefillBatch | None:
+        if (self.batch_is_full or not self.waiting) and self.chunked is None:
+            return None
+        allocatable = self.max_running - len(self.running)
+        if allocatable <= 0 and self.chunked is None:
+            self.batch_is_full = True
+            return None
+        self._sorted_queue()
+        ratio = self.new_token_ratio
+        total_offset = sum(min(sr.remaining_new, CLIP_MAX_NEW_TOKENS) for sr in self.running) * ratio
+        cur_offset = 0
+        rem_input = self.opt.max_prefill_tokens
+        rem_chunk = self.chunk_size if self.chunk_size is not None else math.inf
+        can_run: list[SGReq] = []
+        new_chunked: SGReq | None = None
+
+        def rem_total() -> float:
+            return self.free + self.evictable - total_offset
+
+        if self.chunked is not None:
+            sr = self.chunked
+            left = sr.fill - sr.computed
+            take = int(min(rem_chunk, rem_total(), left))
+            if take <= 0:
+                return None
+            sr.extend = take
+            if take >= left:
+                total_offset += left + min(sr.remaining_new, CLIP_MAX_NEW_TOKENS)
+            else:
+                total_offset += take
+                new_chunked = sr
+            cur_offset += sr.extend
+            rem_input -= sr.extend
+            rem_chunk -= sr.extend
+            can_run.append(sr)
+
+        stop = rem_total() <= 0 or self.free + self.evictable - cur_offset <= 0 or rem_input <= 0 or rem_chunk <= 0
+        consumed = 0
+        if not stop:
+            for sr in self.waiting:
+                if len(can_run) >= allocatable:
+                    self.batch_is_full = True
+                    break
+                matched, node = self._match(sr)
+                matched = min(self._floor_page(matched), sr.fill - 1)
+                extend = sr.fill - matched
+                total_tokens = extend + min(sr.remaining_new, CLIP_MAX_NEW_TOKENS)
+                if total_tokens >= rem_total():
+                    self.batch_is_full = True
+                    break
+                input_tokens = self._ceil_page(extend)
+                if input_tokens >= rem_input and can_run:
+                    break
+                # Locking the matched prefix takes it out of the evictable pool.
+                self.tree.inc_lock_ref(node)
+                if total_tokens >= rem_total():
+                    self.tree.dec_lock_ref(node)
+                    self.batch_is_full = True
+                    break
+                if self.chunk_size is None or input_tokens <= rem_chunk:
+                    sr.extend = extend
+                    total_offset += input_tokens + min(sr.remaining_new, CLIP_MAX_NEW_TOKENS)
+                    cur_offset += input_tokens
+                    rem_input -= input_tokens
+                    rem_chunk -= input_tokens
+                else:
+                    trunc = self._floor_page(int(rem_chunk))
+                    if trunc <= 0:
+                        self.tree.dec_lock_ref(node)
+                        break
+                    sr.extend = trunc
+                    total_offset += trunc
+                    cur_offset += trunc
+                    rem_input -= trunc
+                    rem_chunk -= trunc
+                    new_chunked = sr
+                self._take_prefix(sr, matched, node)
+                can_run.append(sr)
+                consumed += 1
+                if rem_total() <= 0 or self.free + self.evictable - cur_offset <= 0:
+                    self.batch_is_full = True
+                    break
+                if rem_input <= 0 or rem_chunk <= 0 or new_chunked is sr:
+                    break
+        if consumed:
+            del self.waiting[:consumed]
+        if not can_run:
+            return None
+        self.chunked = new_chunked
+        return _PrefillBatch(reqs=can_run, chunked=new_chunked)
+
+    def _take_prefix(self, sr: SGReq, matched: int, node: object) -> None:
+        """The request starts this round from a cached prefix it has locked."""
+        sr.prefix = matched
+        sr.node = node
+        sr.computed = matched
+        sr.alloc = 0
+        if not sr.admitted_once:
+            sr.admitted_once = True
+            self.prompt_tokens += sr.req.input_length
+            self.cached_prompt_tokens += matched
+
+    def _prefill_plan(self, batch: _PrefillBatch, now: float) -> PassPlan:
+        new = np.empty(len(batch.reqs), dtype=np.int64)
+        cached = np.empty(len(batch.reqs), dtype=np.int64)
+        for i, sr in enumerate(batch.reqs):
+            ok = self._grow(sr, sr.computed + sr.extend)
+            if not ok:  # the budget check guarantees room; a failure is a model bug
+                raise AssertionError("SGLang model: prefill admitted without KV room")
+            new[i] = sr.extend
+            cached[i] = sr.computed
+            self.rec.scheduled(sr.req.index, now, sr.prefix)
+        return PassPlan(prefill_new=new, prefill_cached=cached, requests=batch)
+
+    def _decode_plan(self) -> PassPlan:
+        running = self.running
+        need = self._decode_need(running)
+        if self.free < need:
+            self.tree.evict(need)
+        if self.free < need:
+            self._retract(need)
+            running = self.running
+        else:
+            self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay, self.min_ratio)
+        ctx = np.fromiter((sr.computed + 1 for sr in running), dtype=np.int64, count=len(running))
+        for sr in running:
+            grown = self._grow(sr, sr.computed + 1)
+            assert grown, "SGLang model: decode without KV room after retraction"
+        return PassPlan(decode_ctx=ctx, requests=_DecodeBatch(list(running)))
+
+    def _decode_need(self, reqs: list[SGReq]) -> int:
+        if self.page == 1:
+            return len(reqs)
+        p = self.page
+        return sum(p for sr in reqs if sr.computed % p == 0)
+
+    def _retract(self, need: int) -> None:
+        """Free KV by retracting the requests with the least progress (SGLang retract_decode)."""
+        order = sorted(self.running, key=lambda sr: (sr.generated, -sr.req.input_length), reverse=True)
+        retracted: list[SGReq] = []
+        while True:
+            victim = order.pop()
+            retracted.append(victim)
+            self._release(victim, insert=False)
+            victim.prefix = victim.computed = 0
+            victim.fill = victim.req.input_length + victim.generated
+            self.rec.retracted(victim.req.index)
+            self.retractions += 1
+            need = self._decode_need(order)
+            self._evict_to(need)
+            if self.free >= need or len(order) <= 1:
+                break
+        keep = set(id(sr) for sr in order)
+        self.running = [sr for sr in self.running if id(sr) in keep]
+        self.waiting.extend(retracted)
+        self.batch_is_full = False
+        self._evict_to(len(self.running) * RETRACT_DECODE_STEPS)
+        gen = sum(sr.generated for sr in self.running)
+        max_new = sum(sr.max_new for sr in self.running)
+        self.new_token_ratio = min(1.0, (gen + RETRACT_DECODE_STEPS * len(self.running)) / (max_new + 1))
+
+    # -- commit -----------------------------------------------------------------------------
+    def complete(self, plan: PassPlan, end: float) -> None:
+        self.tree.now = end
+        batch = plan.requests
+        if isinstance(batch, _PrefillBatch):
+            self._complete_prefill(batch, end)
+        else:
+            self._complete_decode(batch.reqs, end)
+
+    def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
+        reqs = plan.requests.reqs
+        k = int(ends.size)
+        self.tree.now = float(ends[-1])
+        # Passes 2..k of the stretch: same requests, one more token each; the first pass's
+        # allocation was made at schedule time, the others' here.
+        for sr in reqs:
+            grown = self._grow(sr, sr.computed + k)
+            assert grown, "SGLang model: decode stretch beyond the free KV"
+        self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay * (k - 1), self.min_ratio)
+        idx = np.fromiter((sr.req.index for sr in reqs), dtype=np.int64, count=len(reqs))
+        self.rec.emit_stretch(idx, ends)
+        for sr in reqs:
+            sr.computed += k
+            sr.generated += k
+        self._finish_done(reqs, float(ends[-1]))
+
+    def _complete_prefill(self, batch: _PrefillBatch, end: float) -> None:
+        emitted: list[SGReq] = []
+        for sr in batch.reqs:
+            sr.computed += sr.extend
+            sr.extend = 0
+            if sr is batch.chunked:
+                continue
+            sr.generated += 1
+            emitted.append(sr)
+        if emitted:
+            idx = np.fromiter((sr.req.index for sr in emitted), dtype=np.int64, count=len(emitted))
+            self.rec.emit(idx, end)
+        for sr in emitted:
+            if sr.generated >= sr.max_new:
+                self._release(sr, insert=True)
+                self._end(sr, end)
+            else:
+                self._cache_unfinished(sr)
+                self.running.append(sr)
+
+    def _complete_decode(self, reqs: list[SGReq], end: float) -> None:
+        idx = np.fromiter((sr.req.index for sr in reqs), dtype=np.int64, count=len(reqs))
+        self.rec.emit(idx, end)
+        for sr in reqs:
+            sr.computed += 1
+            sr.generated += 1
+        self._finish_done(reqs, end)
+
+    def _finish_done(self, reqs: list[SGReq], end: float) -> None:
+        done = [sr for sr in reqs if sr.generated >= sr.max_new]
+        if not done:
+            return
+        gone = set(id(sr) for sr in done)
+        self.running = [sr for sr in self.running if id(sr) not in gone]
+        self.batch_is_full = False
+        for sr in done:
+            self._release(sr, insert=True)
+            self._end(sr, end)
+
+    def _end(self, sr: SGReq, end: float) -> None:
+        if sr.max_new < sr.req.output_length:
+            self.rec.finished(sr.req.index, end, Status.COMPLETED, "output cut at the context length")
+            self.terminated.append(sr.req)
+        else:
+            self._finish(sr.req, end)
+
+    # -- radix-tree bookkeeping ---------------------------------------------------------------
+    def _insert_computed(self, sr: SGReq) -> int:
+        """Move the request's page-aligned computed tokens into the tree; returns the aligned length."""
+        aligned = self._floor_page(sr.computed)
+        if aligned <= sr.prefix:
+            return sr.prefix
+        units = sequence_units(sr.req, aligned)
+        present = self.tree.insert(units)
+        # Tokens [prefix, present) were computed privately but already cached by another
+        # request meanwhile: free our copies.  Tokens [present, aligned) now belong to the tree.
+        dup = max(present - sr.prefix, 0)
+        if dup:
+            self.tree.free(dup)
+        sr.alloc -= aligned - sr.prefix
+        return aligned
+
+    def _cache_unfinished(self, sr: SGReq) -> None:
+        """Insert what the request computed so far and move its lock to the new end."""
+        if self.opt.disable_radix_cache:
+            return
+        aligned = self._insert_computed(sr)
+        if aligned == sr.prefix:
+            return
+        res = self.tree.match_prefix(sequence_units(sr.req, aligned))
+        self.tree.inc_lock_ref(res.node)
+        self.tree.dec_lock_ref(sr.node)
+        sr.node = res.node
+        sr.prefix = aligned
+
+    def _release(self, sr: SGReq, insert: bool) -> None:
+        """A request leaves: keep its tokens as cache (finish) or drop them (retraction)."""
+        if insert and not self.opt.disable_radix_cache:
+            self._insert_computed(sr)
+        if sr.alloc:
+            self.tree.free(sr.alloc)
+        sr.alloc = 0
+        self.tree.dec_lock_ref(sr.node)
+        sr.node = None
+
+    # -- fast-forward -------------------------------------------------------------------------
+    def decode_stretch_limit(self) -> int:
+        """Decode passes that will repeat unchanged: nothing can be admitted, finish or evict."""
+        if self.chunked is not None or not self.running:
+            return 1
+        if self.waiting and not self.batch_is_full:
+            return 1
+        # The pass just scheduled already holds its token; further passes need one each.
+        k = min(sr.max_new - sr.generated for sr in self.running)
+        n = len(self.running)
+        if self.page == 1:
+            room = self.free // n + 1 if n else k
+        else:
+            room = self.free // (n * self.page) + 1
+        return max(1, min(k, room))
+
+    # -- state ---------------------------------------------------------------------------------
+    def snapshot(self) -> EngineSnapshot:
+        waiting = len(self.waiting) + (1 if self.chunked is not None else 0)
+        outstanding = sum(sr.fill - sr.computed + sr.remaining_new for sr in self.waiting)
+        outstanding += sum(sr.remaining_new for sr in self.running)
+        return EngineSnapshot(
+            running=len(self.running),
+            waiting=waiting,
+            kv_used_tokens=self.capacity - self.free - self.evictable,
+            kv_capacity_tokens=self.capacity,
+            prompt_tokens=self.prompt_tokens,
+            cached_prompt_tokens=self.cached_prompt_tokens,
+            outstanding_tokens=outstanding,
+        )
+
+    def check_invariants(self) -> None:
+        """KV conservation: the private tokens the pool counts are exactly what requests hold."""
+        holders = list(self.running)
+        if self.chunked is not None:
+            holders.append(self.chunked)
+        assert all(sr.alloc >= 0 for sr in holders)
+        assert not any(sr.alloc or sr.node is not None for sr in self.waiting if sr is not self.chunked)
+        assert self.pool.private_tokens == sum(sr.alloc for sr in holders), (
+            self.pool.private_tokens, sum(sr.alloc for sr in holders))
+        assert self.pool.capacity == self.capacity
+        self.tree.check_invariants()

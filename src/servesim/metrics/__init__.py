@@ -1,0 +1,1 @@
+"""Per-request columns, latency statistics and per-worker time series."""

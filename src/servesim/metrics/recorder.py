@@ -1,0 +1,188 @@
+"""Records what happens to each request, as columns, while the simulation runs.
+
+Engines report events for arrays of request indices (tokens emitted by a pass, first
+scheduling, finishing); the recorder updates numpy columns in bulk.  Inter-token gaps
+are accumulated as (value, count) pairs, so memory grows with passes, not tokens.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+from servesim.metrics.columns import Column
+from servesim.metrics.stats import WeightedSamples
+
+NAN = float("nan")
+
+
+class Status(IntEnum):
+    """Terminal state of a request (``PENDING`` only while the simulation runs)."""
+
+    PENDING = 0
+    COMPLETED = 1
+    REJECTED = 2
+    UNFINISHED = 3
+
+
+class RequestRecorder:
+    """Column store of per-request milestones and counters."""
+
+    FLOAT_COLUMNS = ("arrival", "first_scheduled", "first_token", "second_token", "last_token", "finish")
+    INT_COLUMNS = (
+        "input_length", "output_length", "cached_tokens", "host_cached_tokens", "generated",
+        "emissions", "retractions", "worker", "status", "turn",
+    )
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.cols: dict[str, Column] = {}
+        for name in self.FLOAT_COLUMNS:
+            self.cols[name] = Column(np.float64, NAN)
+        for name in self.INT_COLUMNS:
+            self.cols[name] = Column(np.int64, -1 if name == "worker" else 0)
+        self.request_id: list[str] = []
+        self.session_id: list[str | None] = []
+        self.reason: list[str] = []
+        self.warmup: list[bool] = []
+        self.extra_columns: dict[str, Column] = {}
+        self.itl = WeightedSamples()
+        # Inter-token gaps of warm-up requests are kept apart so they can be excluded.
+        self.itl_warmup = WeightedSamples()
+        self._warm = Column(np.bool_, False)
+
+    # -- registration -------------------------------------------------------------
+    def register(self, index: int, request_id: str, session_id: str | None, turn: int,
+                 input_length: int, output_length: int, warmup: bool) -> None:
+        """Add a request as it enters the simulation (indices arrive densely in order)."""
+        if index != self.size:
+            raise AssertionError(f"request index {index} registered out of order (expected {self.size})")
+        self.size += 1
+        for col in self.cols.values():
+            col.ensure(self.size)
+        self._warm.ensure(self.size)
+        for col in self.extra_columns.values():
+            col.ensure(self.size)
+        c = self.cols
+        c["input_length"].data[index] = input_length
+        c["output_length"].data[index] = output_length
+        c["turn"].data[index] = turn
+        self._warm.data[index] = warmup
+        self.request_id.append(request_id)
+        self.session_id.append(session_id)
+        self.reason.append("")
+        self.warmup.append(warmup)
+
+    def extra(self, name: str, dtype=np.float64, fill=NAN) -> np.ndarray:
+        """A named extra column (e.g. disaggregation milestones), created on first use."""
+        col = self.extra_columns.get(name)
+        if col is None:
+            col = Column(dtype, fill, max(self.size, 1024))
+            self.extra_columns[name] = col
+        col.ensure(self.size)
+        return col.data
+
+    # -- events ---------------------------------------------------------------------
+    def arrived(self, index: int, t: float) -> None:
+        self.cols["arrival"].data[index] = t
+
+    def assigned(self, index: int, worker: int) -> None:
+        self.cols["worker"].data[index] = worker
+
+    def scheduled(self, index: int, t: float, cached_tokens: int, host_cached_tokens: int = 0) -> None:
+        """First time a request is put in a pass (later re-admissions after retraction keep it)."""
+        fs = self.cols["first_scheduled"].data
+        if fs[index] != fs[index]:  # NaN: first scheduling
+            fs[index] = t
+            self.cols["cached_tokens"].data[index] = cached_tokens
+            self.cols["host_cached_tokens"].data[index] = host_cached_tokens
+
+    def retracted(self, index: int) -> None:
+        self.cols["retractions"].data[index] += 1
+
+    def emit(self, idx: np.ndarray, t: float, tokens_each: np.ndarray | int = 1) -> None:
+        """Requests ``idx`` each received ``tokens_each`` output tokens at time ``t``."""
+        c = self.cols
+        em = c["emissions"].data
+        last = c["last_token"].data
+        prev_em = em[idx]
+        first = prev_em == 0
+        if first.any():
+            c["first_token"].data[idx[first]] = t
+        second = prev_em == 1
+        if second.any():
+            c["second_token"].data[idx[second]] = t
+        later = ~first
+        if later.any():
+            gaps = t - last[idx[later]]
+            warm = self._warm.data[idx[later]]
+            self._add_gaps(gaps[~warm], self.itl)
+            if warm.any():
+                self._add_gaps(gaps[warm], self.itl_warmup)
+        last[idx] = t
+        em[idx] = prev_em + 1
+        c["generated"].data[idx] += tokens_each
+
+    @staticmethod
+    def _add_gaps(gaps: np.ndarray, store: WeightedSamples) -> None:
+        if gaps.size == 0:
+            return
+        if gaps.size > 1 and np.all(gaps == gaps[0]):
+            store.add_one(float(gaps[0]), int(gaps.size))
+        else:
+            vals, counts = np.unique(gaps, return_counts=True)
+            store.add(vals, counts)
+
+    def emit_stretch(self, idx: np.ndarray, pass_ends: np.ndarray) -> None:
+        """Requests ``idx`` each received one token at every time in ``pass_ends``.
+
+        Equivalent to calling :meth:`emit` once per pass end, used by the fast-forward of
+        decode-only stretches.
+        """
+        if pass_ends.size == 0:
+            return
+        self.emit(idx, float(pass_ends[0]))
+        if pass_ends.size == 1:
+            return
+        c = self.cols
+        gaps = np.diff(pass_ends)
+        n_warm = int(self._warm.data[idx].sum())
+        n_cold = idx.size - n_warm
+        if n_cold:
+            self.itl.add(gaps, np.full(gaps.size, n_cold, dtype=np.int64))
+        if n_warm:
+            self.itl_warmup.add(gaps, np.full(gaps.size, n_warm, dtype=np.int64))
+        em = c["emissions"].data
+        second = em[idx] == 1
+        if second.any():
+            c["second_token"].data[idx[second]] = pass_ends[1]
+        k = pass_ends.size - 1
+        em[idx] += k
+        c["generated"].data[idx] += k
+        c["last_token"].data[idx] = pass_ends[-1]
+
+    def finished(self, index: int, t: float, status: Status, reason: str = "") -> None:
+        c = self.cols
+        if c["status"].data[index] != Status.PENDING:
+            raise AssertionError(f"request {self.request_id[index]} reached a second terminal state")
+        c["status"].data[index] = int(status)
+        c["finish"].data[index] = t
+        self.reason[index] = reason
+
+    def close_unfinished(self, t: float, reason: str) -> int:
+        """Mark every request still pending as unfinished; returns how many."""
+        st = self.cols["status"].data[: self.size]
+        pending = np.flatnonzero(st == Status.PENDING)
+        for i in pending:
+            self.finished(int(i), t, Status.UNFINISHED, reason)
+        return int(pending.size)
+
+    # -- results ----------------------------------------------------------------------
+    def column(self, name: str) -> np.ndarray:
+        col = self.cols.get(name) or self.extra_columns[name]
+        return col.data[: self.size]
+
+    @property
+    def is_warmup(self) -> np.ndarray:
+        return self._warm.data[: self.size]

@@ -1,0 +1,47 @@
+"""Per-worker time series, sampled at pass ends no more often than a set interval."""
+
+from __future__ import annotations
+
+import numpy as np
+
+TIMESERIES_FIELDS = (
+    "time_s", "worker", "running", "waiting", "kv_used_tokens", "kv_usage",
+    "cache_hit_ratio", "tokens_per_pass", "passes",
+)
+
+
+class TimeSeries:
+    """Rows of worker state; one row per worker per ``interval`` seconds at most."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.rows: dict[str, list] = {k: [] for k in TIMESERIES_FIELDS}
+        self._last_t: dict[int, float] = {}
+        self._last_passes: dict[int, int] = {}
+        self._last_tokens: dict[int, int] = {}
+
+    def sample(self, worker, now: float) -> None:
+        wid = worker.worker_id
+        last = self._last_t.get(wid)
+        if last is not None and now - last < self.interval:
+            return
+        snap = worker.engine.snapshot()
+        passes = worker.passes - self._last_passes.get(wid, 0)
+        tokens = worker.tokens - self._last_tokens.get(wid, 0)
+        self._last_t[wid] = now
+        self._last_passes[wid] = worker.passes
+        self._last_tokens[wid] = worker.tokens
+        r = self.rows
+        r["time_s"].append(now)
+        r["worker"].append(wid)
+        r["running"].append(snap.running)
+        r["waiting"].append(snap.waiting)
+        r["kv_used_tokens"].append(snap.kv_used_tokens)
+        r["kv_usage"].append(snap.kv_used_tokens / snap.kv_capacity_tokens if snap.kv_capacity_tokens else 0.0)
+        r["cache_hit_ratio"].append(
+            snap.cached_prompt_tokens / snap.prompt_tokens if snap.prompt_tokens else 0.0)
+        r["tokens_per_pass"].append(tokens / passes if passes else 0.0)
+        r["passes"].append(passes)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {k: np.asarray(v) for k, v in self.rows.items()}

@@ -1,0 +1,1 @@
+"""Presenting a prediction: console summary, JSON and Parquet files."""

@@ -1,0 +1,71 @@
+"""A console summary in the style of a serving benchmark report."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+LATENCY_ROWS = (
+    ("ttft_ms", "TTFT"),
+    ("ttst_ms", "Time to 2nd token"),
+    ("itl_ms", "ITL"),
+    ("tpot_ms", "TPOT"),
+    ("e2e_ms", "End-to-end"),
+    ("queue_ms", "Queue time"),
+)
+STAT_COLS = ("mean", "std", "min", "p50", "p90", "p95", "p99", "max")
+
+
+def _fmt(v, digits: int = 2) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return f"{v:,.{digits}f}"
+
+
+def render_summary(summary: dict, header: dict, console: Console) -> None:
+    """Print the summary tables."""
+    title = " | ".join(f"{k}: {v}" for k, v in header.items())
+    console.rule("[bold]servesim prediction")
+    console.print(title)
+    req = summary["requests"]
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    t.add_row("Requests (input)", _fmt(req["total"]))
+    if req["warmup"]:
+        t.add_row("  warm-up (excluded)", _fmt(req["warmup"]))
+    t.add_row("Completed", _fmt(req["completed"]))
+    t.add_row("Rejected", _fmt(req["rejected"]))
+    for reason, n in req["rejected_by_reason"].items():
+        t.add_row(f"  {reason}", _fmt(n))
+    t.add_row("Unfinished", _fmt(req["unfinished"]))
+    for reason, n in req["unfinished_by_reason"].items():
+        t.add_row(f"  {reason}", _fmt(n))
+    thr = summary["throughput"]
+    t.add_row("Measured duration (s)", _fmt(thr["duration_s"]))
+    for key, label in (("request_per_s", "Request throughput (req/s)"),
+                       ("input_tokens_per_s", "Input token throughput (tok/s)"),
+                       ("output_tokens_per_s", "Output token throughput (tok/s)"),
+                       ("total_tokens_per_s", "Total token throughput (tok/s)")):
+        t.add_row(label, f"{_fmt(thr[key])}   ({_fmt(thr[key + '_per_gpu'])} per GPU)")
+    cache = summary["cache"]
+    t.add_row("Prefix-cache reuse", f"{cache['prefix_reuse_ratio'] * 100:.1f}% "
+              f"({_fmt(cache['cached_tokens'])} of {_fmt(cache['prompt_tokens'])} prompt tokens)")
+    r = summary["retractions"]
+    t.add_row("Retractions / preemptions", f"{_fmt(r['total'])} ({_fmt(r['requests_retracted'])} requests)")
+    console.print(t)
+    lat = Table(title="Latency (ms)", title_justify="left")
+    lat.add_column("metric", style="bold")
+    lat.add_column("count", justify="right")
+    for col in STAT_COLS:
+        lat.add_column(col, justify="right")
+    for key, label in LATENCY_ROWS:
+        s = summary["latency"][key]
+        lat.add_row(label, _fmt(s["count"]), *(_fmt(s[c]) for c in STAT_COLS))
+    console.print(lat)
+    run = summary.get("run", {})
+    if run:
+        console.print(f"Simulated {_fmt(run.get('sim_end_s'))} s of virtual time in "
+                      f"{_fmt(run.get('wall_s'), 3)} s wall ({_fmt(run.get('events'))} events).")

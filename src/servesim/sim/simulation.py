@@ -1,0 +1,247 @@
+"""The simulation loop: arrivals, routing, passes and terminal states on one virtual clock.
+
+Event kinds, in the order they are handled when they share a time stamp:
+
+1. ``PASS_END``: a worker's pass (or decode stretch) ends; its tokens and finished
+   requests become visible.
+2. ``ARRIVAL``: a request reaches the deployment and is routed to a worker.
+
+After all events of one time stamp are handled, idle workers with work start a pass.
+Requests are pulled from the workload source lazily (one open-loop arrival ahead, or as
+closed-loop slots free up), so traces stream.
+"""
+
+from __future__ import annotations
+
+import math
+import time as wallclock
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+from servesim.cluster.routers import Router
+from servesim.cluster.worker import Worker
+from servesim.metrics.recorder import RequestRecorder, Status
+from servesim.metrics.timeseries import TimeSeries
+from servesim.sim.events import EventQueue
+from servesim.workload.request import Request
+
+PASS_END = 0
+ARRIVAL = 1
+
+
+@dataclass
+class RunStats:
+    """What the loop itself observed (not per request)."""
+
+    sim_end: float = 0.0
+    wall_seconds: float = 0.0
+    events: int = 0
+    late_session_turns: int = 0
+    stopped_early: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+class Simulation:
+    """Replays one workload through a fleet of workers."""
+
+    def __init__(
+        self,
+        requests: Iterator[Request],
+        mode: str,
+        concurrency: int | None,
+        workers: Sequence[Worker],
+        router: Router,
+        recorder: RequestRecorder,
+        timeseries: TimeSeries | None = None,
+        max_sim_time: float | None = None,
+        progress: Callable[[int, float], None] | None = None,
+    ) -> None:
+        self.source = requests
+        self.mode = mode
+        self.concurrency = concurrency
+        self.workers = list(workers)
+        self.router = router
+        self.rec = recorder
+        self.ts = timeseries
+        self.max_sim_time = max_sim_time if max_sim_time is not None else math.inf
+        self.progress = progress
+        self.events = EventQueue()
+        self.stats = RunStats()
+        self._exhausted = False
+        self._lookahead: Request | None = None
+        # Sessions: later turns wait for their previous turn to end.
+        self._waiting_turns: dict[int, Request] = {}
+        self._ended: dict[int, float] = {}
+        # Closed loop.
+        self._in_flight = 0
+        self._warmups_left = 0
+        self._held: Request | None = None
+        self._dirty: set[int] = set()
+        self._terminated = 0
+
+    # -- workload intake --------------------------------------------------------------
+    def _pull(self) -> Request | None:
+        """Next request from the source, registered with the recorder."""
+        if self._exhausted:
+            return None
+        try:
+            req = next(self.source)
+        except StopIteration:
+            self._exhausted = True
+            return None
+        self.rec.register(req.index, req.request_id, req.session_id, req.turn,
+                          req.input_length, req.output_length, req.warmup)
+        return req
+
+    def _feed_open(self, now: float) -> None:
+        """Read ahead until the next independent arrival is known (posted as an event)."""
+        while self._lookahead is None:
+            req = self._pull()
+            if req is None:
+                return
+            if req.after is not None:
+                self._hold_turn(req, now)
+                continue
+            self._lookahead = req
+            self.events.push(req.arrival, 1, ARRIVAL, req)
+
+    def _hold_turn(self, req: Request, now: float) -> None:
+        """A later session turn: release it ``delay`` after its previous turn ends."""
+        prev_end = self._ended.pop(req.after, None)
+        if prev_end is None:
+            self._waiting_turns[req.after] = req
+            return
+        # The previous turn ended before this row was read (the trace placed it late).
+        at = prev_end + req.delay
+        if at < now:
+            self.stats.late_session_turns += 1
+            at = now
+        req.arrival = at
+        self.events.push(at, 1, ARRIVAL, req)
+
+    def _feed_closed(self, now: float) -> None:
+        """Keep ``concurrency`` requests in flight; warm-ups run (and end) before the rest."""
+        assert self.concurrency is not None
+        while self._in_flight < self.concurrency:
+            if self._held is not None:
+                if self._warmups_left > 0:
+                    return
+                req, self._held = self._held, None
+            else:
+                req = self._pull()
+                if req is None:
+                    return
+                if req.warmup:
+                    self._warmups_left += 1
+                elif self._warmups_left > 0:
+                    # Measured requests start once every warm-up request has ended.
+                    self._held = req
+                    return
+            req.arrival = now
+            self._in_flight += 1
+            self.events.push(now, 1, ARRIVAL, req)
+
+    # -- terminal states -----------------------------------------------------------------
+    def _on_terminated(self, req: Request, t: float) -> None:
+        self._terminated += 1
+        if self.mode == "closed":
+            self._in_flight -= 1
+            if req.warmup:
+                self._warmups_left -= 1
+        follow = self._waiting_turns.pop(req.index, None)
+        if follow is not None:
+            follow.arrival = t + follow.delay
+            self.events.push(follow.arrival, 1, ARRIVAL, follow)
+        elif req.session_id is not None:
+            self._ended[req.index] = t
+
+    def _drain_terminated(self, worker: Worker, t: float) -> None:
+        eng = worker.engine
+        if eng.terminated:
+            done, eng.terminated = eng.terminated, []
+            for req in done:
+                self._on_terminated(req, t)
+
+    # -- main loop ---------------------------------------------------------------------
+    def run(self) -> RunStats:
+        t0 = wallclock.perf_counter()
+        now = 0.0
+        self._advance_intake(now)
+        ev = self.events
+        while len(ev):
+            now = ev.peek_time()
+            if now > self.max_sim_time:
+                self.stats.stopped_early = True
+                break
+            # Handle every event of this instant, including arrivals that terminations
+            # release at the same instant, before any worker decides its next pass.
+            while len(ev) and ev.peek_time() == now:
+                while len(ev) and ev.peek_time() == now:
+                    _t, kind, payload = ev.pop()
+                    self.stats.events += 1
+                    if kind == PASS_END:
+                        self._handle_pass_end(payload, now)
+                    else:
+                        self._handle_arrival(payload, now)
+                self._advance_intake(now)
+            self._start_idle_workers(now)
+            if self.progress is not None:
+                self.progress(self._terminated, now)
+        self.stats.sim_end = now
+        self._close(now)
+        self.stats.wall_seconds = wallclock.perf_counter() - t0
+        return self.stats
+
+    def _advance_intake(self, now: float) -> None:
+        if self.mode == "closed":
+            self._feed_closed(now)
+        else:
+            self._feed_open(now)
+
+    def _handle_arrival(self, req: Request, now: float) -> None:
+        if self._lookahead is req:
+            self._lookahead = None
+        self.rec.arrived(req.index, now)
+        wid = self.router.choose(req, self.workers, now)
+        worker = self.workers[wid]
+        self.rec.assigned(req.index, wid)
+        new_end = worker.truncate(now)
+        if new_end is not None:
+            ev_epoch = worker.epoch
+            self.events.push(new_end, 0, PASS_END, (worker, ev_epoch))
+        worker.engine.add_request(req, now)
+        self._drain_terminated(worker, now)
+        self._dirty.add(wid)
+
+    def _handle_pass_end(self, payload: tuple[Worker, int], now: float) -> None:
+        worker, epoch = payload
+        if epoch != worker.epoch:
+            return  # superseded by a truncation
+        worker.finish_pass()
+        if self.ts is not None:
+            self.ts.sample(worker, now)
+        self._drain_terminated(worker, now)
+        self._dirty.add(worker.worker_id)
+
+    def _start_idle_workers(self, now: float) -> None:
+        if not self._dirty:
+            return
+        for wid in sorted(self._dirty):
+            worker = self.workers[wid]
+            if worker.busy or not worker.engine.has_work():
+                continue
+            end = worker.start_pass(now)
+            if end is not None:
+                self.events.push(end, 0, PASS_END, (worker, worker.epoch))
+        self._dirty.clear()
+
+    def _close(self, now: float) -> None:
+        """Everything not terminal when the loop stops becomes unfinished, counted."""
+        if self.stats.stopped_early:
+            reason = "simulation time limit reached"
+        else:
+            reason = "never schedulable (stuck in queue at end of run)"
+        # Drain the source so every input request is counted.
+        while self._pull() is not None:
+            pass
+        self.rec.close_unfinished(now, reason)
