@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from servesim.engines.sglang_options import SGLangOptions
-from servesim.perf.config import AnalyticPerf, PerfConfig
+from servesim.perf.config import AnalyticPerfConfig, PerfConfig
 from servesim.workload.config import WorkloadConfig
 
 
@@ -66,7 +66,7 @@ class Config(_Strict):
     seed: int = Field(0, ge=0)
     workload: WorkloadConfig
     deployment: DeploymentConfig = Field(default_factory=DeploymentConfig)
-    perf: PerfConfig = Field(default_factory=AnalyticPerf)
+    perf: PerfConfig = Field(default_factory=AnalyticPerfConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
     #: Folder that relative paths (traces) are resolved against: the config file's.

@@ -140,6 +140,8 @@ class SGLangEngine(Engine):
         self.chunked: SGReq | None = None
         self.batch_is_full = False
         self.retractions = 0
+        #: Requests of the prefill pass in flight (not yet running, not waiting).
+        self.prefilling: list[SGReq] = []
 
     # -- pool ---------------------------------------------------------------------------
     def _ceil_page(self, n: int) -> int:
@@ -325,6 +327,7 @@ class SGLangEngine(Engine):
             new[i] = sr.extend
             cached[i] = sr.computed
             self.rec.scheduled(sr.req.index, now, sr.prefix)
+        self.prefilling = batch.reqs
         return PassPlan(prefill_new=new, prefill_cached=cached, requests=batch)
 
     def _decode_plan(self) -> PassPlan:
@@ -401,6 +404,7 @@ class SGLangEngine(Engine):
         self._finish_done(reqs, float(ends[-1]))
 
     def _complete_prefill(self, batch: _PrefillBatch, end: float) -> None:
+        self.prefilling = []
         emitted: list[SGReq] = []
         for sr in batch.reqs:
             sr.computed += sr.extend
@@ -518,8 +522,8 @@ class SGLangEngine(Engine):
 
     def check_invariants(self) -> None:
         """KV conservation: the private tokens the pool counts are exactly what requests hold."""
-        holders = list(self.running)
-        if self.chunked is not None:
+        holders = list(self.running) + [sr for sr in self.prefilling if sr not in self.running]
+        if self.chunked is not None and self.chunked not in holders:
             holders.append(self.chunked)
         assert all(sr.alloc >= 0 for sr in holders)
         assert not any(sr.alloc or sr.node is not None for sr in self.waiting if sr is not self.chunked)

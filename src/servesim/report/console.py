@@ -7,11 +7,11 @@ from rich.table import Table
 
 LATENCY_ROWS = (
     ("ttft_ms", "TTFT"),
-    ("ttst_ms", "Time to 2nd token"),
+    ("ttst_ms", "TTST"),
     ("itl_ms", "ITL"),
     ("tpot_ms", "TPOT"),
-    ("e2e_ms", "End-to-end"),
-    ("queue_ms", "Queue time"),
+    ("e2e_ms", "E2E"),
+    ("queue_ms", "Queue"),
 )
 STAT_COLS = ("mean", "std", "min", "p50", "p90", "p95", "p99", "max")
 
@@ -56,14 +56,14 @@ def render_summary(summary: dict, header: dict, console: Console) -> None:
     r = summary["retractions"]
     t.add_row("Retractions / preemptions", f"{_fmt(r['total'])} ({_fmt(r['requests_retracted'])} requests)")
     console.print(t)
-    lat = Table(title="Latency (ms)", title_justify="left")
-    lat.add_column("metric", style="bold")
+    lat = Table(title="Latency (ms): TTST = time to 2nd token, E2E = end-to-end", title_justify="left")
+    lat.add_column("metric", style="bold", no_wrap=True)
     lat.add_column("count", justify="right")
     for col in STAT_COLS:
         lat.add_column(col, justify="right")
     for key, label in LATENCY_ROWS:
         s = summary["latency"][key]
-        lat.add_row(label, _fmt(s["count"]), *(_fmt(s[c]) for c in STAT_COLS))
+        lat.add_row(label, _fmt(s["count"]), *(_fmt(s[c], 1) for c in STAT_COLS))
     console.print(lat)
     run = summary.get("run", {})
     if run:

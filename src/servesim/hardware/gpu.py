@@ -1,0 +1,145 @@
+"""GPU and interconnect specs: bundled YAML files (one per GPU) or a user's YAML file.
+
+All throughput numbers are *dense* (no structured sparsity) vendor peaks; efficiency
+factors live in the step-time model's parameters, not here.  Units: memory in GB
+(10^9 bytes) as marketed, bandwidths in GB/s (10^9 bytes/s) per GPU and per direction,
+latencies in microseconds, compute in TFLOPS (10^12 op/s).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from servesim.errors import ModelError
+
+GPU_DIR = Path(__file__).parent / "gpus"
+
+#: precisions a spec may list peaks for.
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8", "int4")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LinkSpec(_Strict):
+    """A scale-up link (NVLink, AMD xGMI/Infinity Fabric, PCIe)."""
+
+    kind: Literal["nvlink", "xgmi", "pcie"]
+    #: per-GPU unidirectional bandwidth to the rest of the domain, GB/s.
+    bandwidth_gbs: float = Field(gt=0)
+    #: one-hop latency, microseconds.
+    latency_us: float = Field(ge=0)
+    #: GPUs reachable over this link (8 in an HGX board, 72 in an NVL72 rack).
+    domain_size: int = Field(default=8, ge=1)
+
+
+class NetworkSpec(_Strict):
+    """Scale-out network (InfiniBand / RoCE / Ethernet) per GPU."""
+
+    bandwidth_gbs: float = Field(gt=0)
+    latency_us: float = Field(ge=0)
+
+
+class GPUSpec(_Strict):
+    """One accelerator's capacity, bandwidth, dense peaks and links."""
+
+    name: str
+    aliases: list[str] = []
+    vendor: Literal["nvidia", "amd", "other"] = "other"
+    #: HBM capacity as marketed, GB.
+    memory_gb: float = Field(gt=0)
+    #: total memory the driver reports (what engines see as "total"), GiB; None: memory_gb.
+    visible_memory_gib: float | None = Field(default=None, gt=0)
+    memory_bandwidth_gbs: float = Field(gt=0)
+    #: dense peak TFLOPS by precision (keys from PRECISIONS); bf16 required.
+    tflops: dict[str, float]
+    scale_up: LinkSpec
+    scale_out: NetworkSpec
+    #: field path (e.g. "tflops.fp8", "scale_up.bandwidth_gbs") → where the number comes from.
+    sources: dict[str, list[str]] = {}
+    notes: str = ""
+
+    @field_validator("tflops")
+    @classmethod
+    def _check_tflops(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = [k for k in v if k not in PRECISIONS]
+        if bad:
+            raise ValueError(f"unknown precision(s) {bad}; expected some of {list(PRECISIONS)}")
+        if "bf16" not in v:
+            raise ValueError("tflops.bf16 is required")
+        if any(x <= 0 for x in v.values()):
+            raise ValueError("tflops values must be > 0")
+        return v
+
+    @property
+    def memory_bytes(self) -> float:
+        """Total device memory in bytes, as engines see it."""
+        if self.visible_memory_gib is not None:
+            return self.visible_memory_gib * 2**30
+        return self.memory_gb * 1e9
+
+    def supports(self, precision: str) -> bool:
+        return precision in self.tflops
+
+    def peak_flops(self, precision: str) -> float:
+        """Dense peak FLOP/s for a compute precision; falls back to bf16 when unsupported."""
+        return self.tflops.get(precision, self.tflops["bf16"]) * 1e12
+
+
+def _load_yaml(path: Path) -> GPUSpec:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise ModelError(f"{path}:{line} not valid YAML ({getattr(e, 'problem', e)})") from None
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read ({e.strerror})") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{path}: expected a mapping of GPU spec keys")
+    try:
+        return GPUSpec.model_validate(data)
+    except ValidationError as e:
+        errs = "; ".join(
+            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']} (found {err.get('input')!r})"
+            for err in e.errors()
+        )
+        raise ModelError(f"{path}: invalid GPU spec: {errs}") from None
+
+
+def known_gpus() -> list[str]:
+    return sorted(p.stem for p in GPU_DIR.glob("*.yaml"))
+
+
+def _alias_table() -> dict[str, Path]:
+    table: dict[str, Path] = {}
+    for p in sorted(GPU_DIR.glob("*.yaml")):
+        table[p.stem.lower()] = p
+        data = yaml.safe_load(p.read_text()) or {}
+        for a in data.get("aliases", []) or []:
+            table.setdefault(str(a).lower(), p)
+    return table
+
+
+def load_gpu(name_or_yaml_path: str | Path) -> GPUSpec:
+    """A bundled GPU by name or alias (``h100_sxm``, ``b200``), or a user's YAML file."""
+    s = str(name_or_yaml_path)
+    p = Path(s).expanduser()
+    if p.suffix in (".yaml", ".yml") or p.is_file():
+        if not p.is_file():
+            raise ModelError(f"GPU spec file {s!r}: no such file")
+        return _load_yaml(p)
+    hit = _alias_table().get(s.strip().lower().replace("-", "_"))
+    if hit is None:
+        hit = _alias_table().get(s.strip().lower())
+    if hit is None:
+        raise ModelError(
+            f"unknown GPU {s!r}; known GPUs: {', '.join(known_gpus())} "
+            "(or give the path of a GPU spec YAML file with the same schema)"
+        )
+    return _load_yaml(hit)

@@ -1,0 +1,303 @@
+"""vLLM / TensorRT-LLM-style pool of fixed-size KV blocks with hash-based prefix caching.
+
+Models vLLM v1's ``BlockPool`` (vllm/v1/core/block_pool.py): ``num_blocks`` blocks of
+``block_size`` tokens, reference counted; a full block can be *cached* under the chained
+hash of its prefix (:mod:`servesim.kvcache.hashing`) so later requests with the same
+prefix reuse it.  A block whose ref count drops to zero keeps its hash and waits in the
+free queue; it is reused by a prefix hit (leaving the queue) or recycled by an allocation
+(losing its hash — that is the eviction).
+
+Eviction order with the default ``lru`` policy is vLLM's exactly: one queue of free blocks
+(initially 0..N-1), freed blocks appended at the tail, allocations popped from the head.
+Engines free a request's blocks in reverse (:meth:`free_request`) so its tail blocks,
+least likely to be shared, are recycled first.  Other policies (``lfu``, ``fifo``,
+``belady``) recycle never-cached free blocks first (FIFO), then pick among free cached
+blocks by the policy's key (one O(free cached) scan per allocation that needs it).
+
+Simplification: one block per hash.  If a block is cached under a hash that another block
+already holds (two requests computed the same prefix concurrently), it stays uncached.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+from servesim.kvcache.events import EventSink, KVEvent
+from servesim.kvcache.hashing import block_content_ids, block_hashes, unit_chain
+from servesim.kvcache.policies import EvictionPolicy, LRUPolicy, NextUseOracle, make_policy
+
+__all__ = ["Block", "BlockPool", "block_hashes", "block_content_ids", "unit_chain"]
+
+
+class Block:
+    """One KV block: reference count, cached hash (or None) and policy statistics.
+
+    The statistics are maintained only under non-LRU policies: LRU is the free queue's
+    order itself, and skipping them keeps vLLM's default path cheap.
+    """
+
+    __slots__ = (
+        "idx",
+        "ref",
+        "hash",
+        "last_access",
+        "last_seq",
+        "access_count",
+        "insert_time",
+        "insert_seq",
+        "block_id",
+    )
+
+    def __init__(self, idx: int) -> None:
+        self.idx = idx
+        self.ref = 0
+        self.hash: int | None = None
+        self.last_access = 0.0
+        self.last_seq = 0
+        self.access_count = 0
+        self.insert_time = 0.0
+        self.insert_seq = 0
+        self.block_id = 0
+
+    def __repr__(self) -> str:
+        return f"Block({self.idx}, ref={self.ref}, hash={self.hash})"
+
+
+class BlockPool:
+    """Fixed pool of ``num_blocks`` blocks with a prefix cache keyed by block hash.
+
+    Set :attr:`now` to the virtual time before operating (policies and events use it).
+    """
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int = 16,
+        policy: str | EvictionPolicy = "lru",
+        oracle: NextUseOracle | None = None,
+        on_event: EventSink | None = None,
+        enable_caching: bool = True,
+    ) -> None:
+        if num_blocks < 0 or block_size < 1:
+            raise ValueError(f"need num_blocks >= 0 and block_size >= 1, got {num_blocks}, {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.policy = policy if isinstance(policy, EvictionPolicy) else make_policy(policy, oracle)
+        self._lru = type(self.policy) is LRUPolicy
+        self.on_event = on_event
+        self.enable_caching = enable_caching
+        self.now = 0.0
+        self._seq = 0
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        #: Free blocks in recycle order (head first).  Under non-LRU policies only the
+        #: never-cached ones; free cached blocks then live in ``_free_cached``.
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self._free_cached: set[int] = set()
+        self._hash_to_block: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ counters
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks with ref count 0 (cached or not): what an allocation can obtain."""
+        return len(self._free) + len(self._free_cached)
+
+    @property
+    def num_used_blocks(self) -> int:
+        """Blocks referenced by at least one request."""
+        return self.num_blocks - self.num_free_blocks
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks currently holding a hash (in use or free)."""
+        return len(self._hash_to_block)
+
+    @property
+    def usage(self) -> float:
+        """Fraction of blocks in use (vLLM's ``kv_cache_usage``)."""
+        return self.num_used_blocks / self.num_blocks if self.num_blocks else 0.0
+
+    # ------------------------------------------------------------------ prefix lookup
+
+    def find_cached_prefix(self, hashes: Sequence[int]) -> int:
+        """Number of leading ``hashes`` present in the cache (no side effects)."""
+        table = self._hash_to_block
+        n = 0
+        for h in hashes:
+            if h not in table:
+                break
+            n += 1
+        return n
+
+    def get_cached_block(self, h: int) -> int | None:
+        """The block cached under hash ``h``, if any."""
+        return self._hash_to_block.get(h)
+
+    def take_cached(self, hashes: Iterable[int]) -> list[int]:
+        """Reference the cached blocks of ``hashes`` (all must be cached) for a request.
+
+        A hit on a free block takes it out of the free queue; every hit counts as an
+        access for the policy.  Returns the block indices in order.
+        """
+        self._seq += 1
+        seq, now = self._seq, self.now
+        out: list[int] = []
+        for h in hashes:
+            b = self._hash_to_block[h]
+            blk = self.blocks[b]
+            if blk.ref == 0:
+                if self._lru:
+                    del self._free[b]
+                else:
+                    self._free_cached.discard(b)
+            blk.ref += 1
+            blk.last_access = now
+            blk.last_seq = seq
+            blk.access_count += 1
+            out.append(b)
+        return out
+
+    # ------------------------------------------------------------------ allocate / free
+
+    def allocate(self, n: int) -> list[int] | None:
+        """``n`` fresh blocks (ref count 1), recycling free cached blocks if needed; None if short."""
+        if n > self.num_free_blocks:
+            return None
+        if n <= 0:
+            return []
+        free = self._free
+        if self._lru:
+            out = [free.popitem(last=False)[0] for _ in range(n)]
+        else:
+            k = min(n, len(free))
+            out = [free.popitem(last=False)[0] for _ in range(k)]
+            if k < n:
+                key, now, blocks = self.policy.key, self.now, self.blocks
+                victims = heapq.nsmallest(n - k, self._free_cached, key=lambda b: (key(blocks[b], now), b))
+                self._free_cached.difference_update(victims)
+                out.extend(victims)
+        removed: list[int] = []
+        table = self._hash_to_block
+        for b in out:
+            blk = self.blocks[b]
+            if blk.hash is not None:
+                del table[blk.hash]
+                removed.append(blk.hash)
+                blk.hash = None
+            blk.ref = 1
+        if removed and self.on_event is not None:
+            self.on_event(KVEvent("removed", tuple(removed), len(removed) * self.block_size))
+        return out
+
+    def free(self, blocks: Iterable[int]) -> None:
+        """Drop one reference to each block, in the given order; unreferenced ones join the free queue."""
+        all_blocks = self.blocks
+        if self._lru:  # hot path: the queue order is the whole policy, no statistics
+            free = self._free
+            for b in blocks:
+                blk = all_blocks[b]
+                ref = blk.ref - 1
+                if ref < 0:
+                    raise RuntimeError(f"freeing {blk!r}, which is not in use")
+                blk.ref = ref
+                if ref == 0:
+                    free[b] = None
+            return
+        self._seq += 1
+        seq, now = self._seq, self.now
+        for b in blocks:
+            blk = all_blocks[b]
+            if blk.ref <= 0:
+                raise RuntimeError(f"freeing {blk!r}, which is not in use")
+            blk.ref -= 1
+            if blk.ref == 0:
+                blk.last_access = now
+                blk.last_seq = seq
+                if self._lru or blk.hash is None:
+                    self._free[b] = None
+                else:
+                    self._free_cached.add(b)
+
+    def free_request(self, blocks: Sequence[int]) -> None:
+        """Free a request's blocks tail first, so its last blocks are recycled first (vLLM)."""
+        self.free(reversed(blocks))
+
+    def cache_full_blocks(
+        self, blocks: Sequence[int], hashes: Sequence[int], content_ids: Sequence[int] | None = None
+    ) -> int:
+        """Register full blocks under their hashes (pairwise); returns how many were newly cached.
+
+        Blocks already cached are skipped, and so are hashes another block already holds.
+        ``content_ids``: the trace block id of each block (for ``belady``); defaults to the hash.
+        """
+        if not self.enable_caching:
+            return 0
+        self._seq += 1
+        seq, now = self._seq, self.now
+        table = self._hash_to_block
+        stored: list[int] = []
+        all_blocks = self.blocks
+        if self._lru:  # hot path: LRU needs no per-block statistics
+            for b, h in zip(blocks, hashes):
+                blk = all_blocks[b]
+                if blk.hash is not None or h in table:
+                    continue
+                if blk.ref <= 0:
+                    raise RuntimeError(f"caching {blk!r}, which is not in use")
+                blk.hash = h
+                table[h] = b
+                stored.append(h)
+            if stored and self.on_event is not None:
+                self.on_event(KVEvent("stored", tuple(stored), len(stored) * self.block_size))
+            return len(stored)
+        for i, (b, h) in enumerate(zip(blocks, hashes)):
+            blk = self.blocks[b]
+            if blk.hash is not None or h in table:
+                continue
+            if blk.ref <= 0:
+                raise RuntimeError(f"caching {blk!r}, which is not in use")
+            blk.hash = h
+            table[h] = b
+            blk.insert_time = now
+            blk.insert_seq = seq
+            blk.last_access = now
+            blk.last_seq = seq
+            blk.access_count = 1
+            blk.block_id = content_ids[i] if content_ids is not None else h
+            stored.append(h)
+        if stored and self.on_event is not None:
+            self.on_event(KVEvent("stored", tuple(stored), len(stored) * self.block_size))
+        return len(stored)
+
+    # ------------------------------------------------------------------ checks
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError unless refs, free structures and the hash map agree.
+
+        Every block is free (ref 0, in exactly one free structure) or in use (ref > 0);
+        free + used == num_blocks; each hash entry points at a block holding that hash and
+        each hashed block is in the map.
+        """
+        n_free = 0
+        for blk in self.blocks:
+            assert blk.ref >= 0, blk
+            in_q = blk.idx in self._free
+            in_c = blk.idx in self._free_cached
+            assert not (in_q and in_c), blk
+            if blk.ref == 0:
+                assert in_q or in_c, f"{blk!r} unreferenced but not free"
+                n_free += 1
+            else:
+                assert not (in_q or in_c), f"{blk!r} referenced but free"
+            if blk.hash is not None:
+                assert self._hash_to_block.get(blk.hash) == blk.idx, blk
+            if in_c:
+                assert blk.hash is not None and not self._lru, blk
+            if in_q and not self._lru:
+                assert blk.hash is None, blk
+        for h, b in self._hash_to_block.items():
+            assert self.blocks[b].hash == h, (h, b)
+        assert n_free == self.num_free_blocks
+        assert n_free + sum(1 for blk in self.blocks if blk.ref > 0) == self.num_blocks

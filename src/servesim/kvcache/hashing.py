@@ -1,0 +1,85 @@
+"""Chained hashes of full KV blocks (vLLM / TensorRT-LLM prefix caching), without per-token work.
+
+vLLM hashes each full block of ``block_size`` tokens as ``hash(parent_hash, tokens)``, so a
+hash names the whole prefix up to the block's end.  The simulator has no token ids, only
+trace units ``(block_id, n)`` on a coarser grid (``unit_size``, 512 for Mooncake).  The
+prefix ending at token ``t`` is fully identified by the chain of unit ids up to the unit
+that contains token ``t - 1`` plus the offset of ``t`` inside that unit.  So:
+
+* per unit ``j`` a chain value ``P_j = hash((P_{j-1}, block_id_j))`` (one tuple hash per
+  unit, ~24 per Mooncake prompt);
+* the hash of the pool block ending at ``t`` is ``P_j + (t - j * unit_size)``.
+
+Within a unit the hashes are an arithmetic ``range`` — produced in C, no Python loop per
+block.  Same content under a different parent gives a different ``P``, hence a different
+hash, exactly like vLLM's chaining.  Two different prefixes collide only if their ``P``
+values lie within ``unit_size`` of each other (probability ~ units² · unit_size / 2⁶⁴).
+Python's hashing of ints and tuples is not salted, so hashes are the same in every run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+#: Seed of every chain (vLLM's NONE_HASH plays this role).
+ROOT_HASH = 0x5E12E51A
+
+
+def unit_chain(units: Sequence[tuple[int, int]], parent: int = ROOT_HASH) -> list[int]:
+    """``P_j`` for every unit: a hash naming the prefix through unit ``j``'s block id."""
+    out: list[int] = []
+    p = parent
+    for bid, _ in units:
+        p = hash((p, bid))
+        out.append(p)
+    return out
+
+
+def block_hashes(
+    units: Sequence[tuple[int, int]],
+    block_size: int,
+    n_tokens: int | None = None,
+    *,
+    unit_size: int = 512,
+    start_block: int = 0,
+    chain: Sequence[int] | None = None,
+) -> list[int]:
+    """Hashes of the full ``block_size`` blocks among the first ``n_tokens`` of ``units``.
+
+    ``start_block`` skips blocks already hashed (engines extend the list as decoding
+    fills blocks); ``chain`` passes a cached :func:`unit_chain` of ``units`` to avoid
+    recomputing it.  Units are all ``unit_size`` tokens but the last.
+    """
+    total = 0
+    for _, n in units:
+        total += n
+    if n_tokens is None or n_tokens > total:
+        n_tokens = total
+    n_full = n_tokens // block_size
+    if start_block >= n_full:
+        return []
+    if chain is None:
+        chain = unit_chain(units)
+    out: list[int] = []
+    first_end = (start_block + 1) * block_size  # end token of the first block wanted
+    last_end = n_full * block_size
+    j = (first_end - 1) // unit_size
+    while True:
+        u0 = j * unit_size
+        u1 = u0 + unit_size
+        # block ends t with u0 < t <= u1, t in [first_end, last_end], t % block_size == 0
+        lo = first_end if first_end > u0 else ((u0 // block_size) + 1) * block_size
+        hi = last_end if last_end < u1 else u1
+        if lo <= hi:
+            p = chain[j] - u0
+            out.extend(range(p + lo, p + hi + 1, block_size))
+        if hi >= last_end:
+            return out
+        j += 1
+
+
+def block_content_ids(
+    units: Sequence[tuple[int, int]], block_size: int, n_blocks: int, *, unit_size: int = 512, start_block: int = 0
+) -> list[int]:
+    """Trace block id holding the first token of each pool block (what a Belady oracle knows)."""
+    return [units[(k * block_size) // unit_size][0] for k in range(start_block, n_blocks)]

@@ -1,0 +1,146 @@
+"""Eviction policies shared by the radix cache and the hashed block pool.
+
+A policy only *orders* evictable entries (radix leaves, or free cached blocks): the entry
+with the smallest ``key(entry, now)`` is evicted first.  Entries are the caches' own
+node/block objects; they expose the attributes of :class:`EntryStats`, so ranking needs no
+per-call record building.  Keeping the interface this small lets both caches share every
+policy and lets studies add one without touching the data structures.
+
+``belady`` needs to see the future: a :class:`NextUseOracle` built from the workload's
+requests answers "when is block id *b* next used after time *now*".
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from servesim.workload.request import Request
+
+
+class EntryStats(Protocol):
+    """What a policy may read from an evictable entry."""
+
+    #: Virtual time of the last access (match, insert, hit, release).
+    last_access: float
+    #: Logical clock of the last access: strictly increasing, so recency ties never occur.
+    last_seq: int
+    #: Number of accesses (insert counts as one).
+    access_count: int
+    #: Virtual time and logical clock at which the entry entered the cache.
+    insert_time: float
+    insert_seq: int
+    #: The trace block id the entry's first token belongs to (what the oracle knows).
+    block_id: int
+
+
+class EvictionPolicy:
+    """Orders entries for eviction: smallest ``key`` goes first."""
+
+    name: str = "base"
+
+    def key(self, entry: EntryStats, now: float) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class LRUPolicy(EvictionPolicy):
+    """Least recently used first (SGLang's and vLLM's default)."""
+
+    name = "lru"
+
+    def key(self, entry: EntryStats, now: float) -> Any:
+        return entry.last_seq
+
+
+class LFUPolicy(EvictionPolicy):
+    """Least frequently used first; ties broken by recency."""
+
+    name = "lfu"
+
+    def key(self, entry: EntryStats, now: float) -> Any:
+        return (entry.access_count, entry.last_seq)
+
+
+class FIFOPolicy(EvictionPolicy):
+    """Oldest insertion first, regardless of use."""
+
+    name = "fifo"
+
+    def key(self, entry: EntryStats, now: float) -> Any:
+        return entry.insert_seq
+
+
+class BeladyPolicy(EvictionPolicy):
+    """Farthest next use first (Belady's MIN); entries never used again go first.
+
+    An upper bound for studies, not an engine behaviour: it reads the workload's future.
+    """
+
+    name = "belady"
+
+    def __init__(self, oracle: NextUseOracle) -> None:
+        self.oracle = oracle
+
+    def key(self, entry: EntryStats, now: float) -> Any:
+        return (-self.oracle.next_use(entry.block_id, now), entry.last_seq)
+
+
+class NextUseOracle:
+    """For each trace block id, the sorted arrival times of the requests whose prompt uses it.
+
+    Built from the workload's requests (``Request`` objects, whose ``hash_ids`` are the
+    prompt's blocks) or from ``(arrival_time, units)`` pairs.  "Use" is keyed on arrival
+    time: a request that arrived but still waits in a queue counts as already used, which
+    is the usual offline approximation.
+    """
+
+    __slots__ = ("_times",)
+
+    def __init__(self, items: Iterable[Request | tuple[float, Iterable[tuple[int, int]]]]) -> None:
+        acc: dict[int, list[float]] = {}
+        for item in items:
+            if isinstance(item, Request):
+                t, ids = item.arrival, item.hash_ids
+            else:
+                t, units = item
+                ids = [u[0] for u in units]
+            for bid in set(ids):
+                lst = acc.get(bid)
+                if lst is None:
+                    acc[bid] = [t]
+                else:
+                    lst.append(t)
+        for lst in acc.values():
+            lst.sort()
+        self._times = acc
+
+    def next_use(self, block_id: int, now: float) -> float:
+        """Earliest arrival strictly after ``now`` of a request using ``block_id``; ``inf`` if none."""
+        times = self._times.get(block_id)
+        if times is None:
+            return math.inf
+        i = bisect_right(times, now)
+        return times[i] if i < len(times) else math.inf
+
+
+POLICY_NAMES: tuple[str, ...] = ("lru", "lfu", "fifo", "belady")
+
+
+def make_policy(name: str = "lru", oracle: NextUseOracle | None = None) -> EvictionPolicy:
+    """The policy called ``name``; ``belady`` requires an ``oracle``."""
+    if name == "lru":
+        return LRUPolicy()
+    if name == "lfu":
+        return LFUPolicy()
+    if name == "fifo":
+        return FIFOPolicy()
+    if name == "belady":
+        if oracle is None:
+            raise ValueError("eviction policy 'belady' needs a NextUseOracle built from the workload")
+        return BeladyPolicy(oracle)
+    raise ValueError(f"unknown eviction policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")

@@ -1,0 +1,398 @@
+"""SGLang-style radix cache over trace-block segments, with token-pool accounting.
+
+Models SGLang's ``RadixCache`` (python/sglang/srt/mem_cache/radix_cache.py): a radix tree
+whose edges hold runs of tokens; four verbs — match, insert, evict, lock/unlock.  Here a
+node's key is a list of :data:`Segment` ``(block_id, start, end)`` instead of token ids,
+so every operation costs per segment/node, never per token.  Children are indexed by the
+block id of their first segment: all children of a node start at the same position of
+the block grid, so two children with the same first id would share a token and must be
+one node.
+
+Request life cycle (how an engine drives it, as SGLang's scheduler does)::
+
+    m = cache.match_prefix(units, n_tokens=prompt_len - 1)   # page aligned
+    cache.inc_lock_ref(m.node)                               # protect the prefix
+    if not cache.alloc(prompt_len - m.tokens): ...           # evicts if short
+    ... prefill chunks: m = cache.cache_unfinished(units, done, m.tokens, m.node)
+    ... decode: cache.alloc(1) per token (or per page)
+    cache.cache_finished(units, seq_len, m.tokens, m.node)   # insert, free dups, unlock
+
+With ``page_size > 1`` matches and inserted keys are truncated to page multiples and the
+unaligned tail of a finished request is freed, as in SGLang's paged radix cache.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from servesim.kvcache.events import EventSink, KVEvent, Segment
+from servesim.kvcache.policies import EvictionPolicy, NextUseOracle, make_policy
+from servesim.kvcache.segments import (
+    advance,
+    common_prefix,
+    segments_tokens,
+    split_segments,
+    units_to_segments,
+)
+from servesim.kvcache.token_pool import TokenPool
+
+Units = Sequence[tuple[int, int]]
+
+
+class RadixNode:
+    """One edge of the tree: a run of tokens (``key``) and the subtree below it."""
+
+    __slots__ = (
+        "uid",
+        "key",
+        "ntok",
+        "children",
+        "parent",
+        "lock_ref",
+        "last_access",
+        "last_seq",
+        "access_count",
+        "insert_time",
+        "insert_seq",
+        "block_id",
+    )
+
+    def __init__(self, uid: int, key: list[Segment], parent: RadixNode | None, now: float, seq: int) -> None:
+        self.uid = uid
+        self.key = key
+        self.ntok = segments_tokens(key)
+        self.children: dict[int, RadixNode] = {}
+        self.parent = parent
+        self.lock_ref = 0
+        self.last_access = now
+        self.last_seq = seq
+        self.access_count = 1
+        self.insert_time = now
+        self.insert_seq = seq
+        self.block_id = key[0][0] if key else 0
+
+    def __repr__(self) -> str:
+        return f"RadixNode(uid={self.uid}, key={self.key}, lock_ref={self.lock_ref}, children={len(self.children)})"
+
+
+@dataclass(slots=True)
+class MatchResult:
+    """A cached prefix: ``tokens`` leading tokens, ending exactly at ``node`` (root if none)."""
+
+    tokens: int
+    node: RadixNode
+
+
+class RadixCache:
+    """Radix tree of cached prefixes plus the token pool it shares with running requests.
+
+    ``capacity``: KV tokens (or a :class:`TokenPool` to share).  ``policy``: eviction
+    order of unlocked leaves, a name from :mod:`servesim.kvcache.policies` or a policy
+    object (``oracle`` needed for ``belady``).  ``disable``: SGLang's
+    ``--disable-radix-cache`` — nothing matches, nothing is kept.  ``on_event``: called
+    with a :class:`KVEvent` for each node stored or removed.  Set :attr:`now` to the
+    virtual time before operating so access statistics carry it.
+    """
+
+    def __init__(
+        self,
+        capacity: int | TokenPool,
+        page_size: int = 1,
+        policy: str | EvictionPolicy = "lru",
+        oracle: NextUseOracle | None = None,
+        disable: bool = False,
+        on_event: EventSink | None = None,
+    ) -> None:
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        self.pool = capacity if isinstance(capacity, TokenPool) else TokenPool(capacity)
+        self.page_size = page_size
+        self.policy = policy if isinstance(policy, EvictionPolicy) else make_policy(policy, oracle)
+        self.disable = disable
+        self.on_event = on_event
+        self.now = 0.0
+        self._seq = 0
+        self._uids = itertools.count(1)
+        self.root = RadixNode(0, [], None, 0.0, 0)
+        self.root.lock_ref = 1  # the root is never evictable
+        self.evictable_size = 0
+        self.protected_size = 0
+        self._evictable_leaves: set[RadixNode] = set()
+
+    # ------------------------------------------------------------------ counters
+
+    @property
+    def total_size(self) -> int:
+        """Tokens held by the tree (evictable + protected)."""
+        return self.evictable_size + self.protected_size
+
+    @property
+    def free_tokens(self) -> int:
+        """Unallocated tokens in the pool."""
+        return self.pool.free_tokens
+
+    @property
+    def available_tokens(self) -> int:
+        """Tokens an allocation could obtain: free plus evictable (SGLang's admission budget)."""
+        return self.pool.free_tokens + self.evictable_size
+
+    # ------------------------------------------------------------------ match / insert
+
+    def _aligned_segments(self, units: Units, n_tokens: int | None) -> tuple[list[Segment], int]:
+        segs = units_to_segments(units, n_tokens)
+        total = segments_tokens(segs)
+        aligned = total - total % self.page_size
+        if aligned != total:
+            segs = units_to_segments(units, aligned)
+        return segs, aligned
+
+    def _walk(self, segs: list[Segment]) -> tuple[int, RadixNode, int, int]:
+        """Follow ``segs`` down the tree, touching and splitting; return (tokens, node, i, s)."""
+        self._seq += 1
+        seq, now, page = self._seq, self.now, self.page_size
+        node = self.root
+        i = s = 0
+        total = 0
+        n = len(segs)
+        while i < n:
+            child = node.children.get(segs[i][0])
+            if child is None:
+                break
+            m, i2, s2 = common_prefix(child.key, segs, i, s)
+            if page > 1 and m % page:
+                m -= m % page
+                i2, s2 = advance(segs, i, s, m)
+            if m == 0:
+                break
+            child.last_access = now
+            child.last_seq = seq
+            child.access_count += 1
+            total += m
+            i, s = i2, s2
+            if m < child.ntok:
+                node = self._split(child, m)
+                break
+            node = child
+        return total, node, i, s
+
+    def _split(self, child: RadixNode, m: int) -> RadixNode:
+        """Cut ``child``'s key after ``m`` tokens; the new upper node is returned."""
+        head, tail = split_segments(child.key, m)
+        parent = child.parent
+        assert parent is not None
+        new = RadixNode(next(self._uids), head, parent, child.insert_time, child.insert_seq)
+        new.lock_ref = child.lock_ref
+        new.last_access = child.last_access
+        new.last_seq = child.last_seq
+        new.access_count = child.access_count
+        parent.children[new.block_id] = new
+        child.key = tail
+        child.ntok -= m
+        child.block_id = tail[0][0]
+        child.parent = new
+        new.children[child.block_id] = child
+        return new
+
+    def match_prefix(self, units: Units, n_tokens: int | None = None) -> MatchResult:
+        """Longest cached, page-aligned prefix of the first ``n_tokens`` of ``units``.
+
+        Updates access statistics along the path and splits the last node so that the
+        returned node ends exactly at the match (as SGLang does), ready to be locked.
+        """
+        if self.disable:
+            return MatchResult(0, self.root)
+        segs, _ = self._aligned_segments(units, n_tokens)
+        tokens, node, _, _ = self._walk(segs)
+        return MatchResult(tokens, node)
+
+    def insert(self, units: Units, n_tokens: int | None = None) -> int:
+        """Put the page-aligned first ``n_tokens`` of ``units`` in the tree.
+
+        Returns how many leading tokens were already present: the caller holds duplicate
+        KV for those beyond its own locked prefix and must :meth:`free` them.  The new
+        tokens move from request-private to tree ownership in the pool.
+        """
+        if self.disable:
+            return 0
+        segs, aligned = self._aligned_segments(units, n_tokens)
+        prefix, node, i, s = self._walk(segs)
+        if i < len(segs):
+            rest = [(segs[i][0], s, segs[i][2]), *segs[i + 1 :]]
+            leaf = RadixNode(next(self._uids), rest, node, self.now, self._seq)
+            if not node.children and node.lock_ref == 0:
+                self._evictable_leaves.discard(node)
+            node.children[leaf.block_id] = leaf
+            self._evictable_leaves.add(leaf)
+            self.evictable_size += leaf.ntok
+            self.pool.adopt(leaf.ntok)
+            if self.on_event is not None:
+                self.on_event(self._event("stored", leaf))
+        return prefix
+
+    def _event(self, kind: str, node: RadixNode) -> KVEvent:
+        ids = tuple(dict.fromkeys(seg[0] for seg in node.key))
+        return KVEvent(kind, ids, node.ntok, "gpu", None, None, tuple(node.key))  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ locks
+
+    def inc_lock_ref(self, node: RadixNode) -> int:
+        """Protect the path root→``node`` from eviction; returns tokens newly protected."""
+        self._check_attached(node)
+        delta = 0
+        root = self.root
+        while node is not root:
+            if node.lock_ref == 0:
+                self.evictable_size -= node.ntok
+                self.protected_size += node.ntok
+                delta += node.ntok
+                if not node.children:
+                    self._evictable_leaves.discard(node)
+            node.lock_ref += 1
+            node = node.parent  # type: ignore[assignment]
+        return delta
+
+    def dec_lock_ref(self, node: RadixNode) -> int:
+        """Undo one :meth:`inc_lock_ref`; returns tokens that became evictable."""
+        self._check_attached(node)
+        delta = 0
+        root = self.root
+        while node is not root:
+            if node.lock_ref <= 0:
+                raise RuntimeError(f"dec_lock_ref below zero on {node!r}")
+            if node.lock_ref == 1:
+                self.evictable_size += node.ntok
+                self.protected_size -= node.ntok
+                delta += node.ntok
+                if not node.children:
+                    self._evictable_leaves.add(node)
+            node.lock_ref -= 1
+            node = node.parent  # type: ignore[assignment]
+        return delta
+
+    def _check_attached(self, node: RadixNode) -> None:
+        if node is not self.root and (node.parent is None or node.parent.children.get(node.block_id) is not node):
+            raise RuntimeError(f"{node!r} is no longer in the tree (evicted while unlocked?)")
+
+    # ------------------------------------------------------------------ eviction
+
+    def evict(self, num_tokens: int) -> int:
+        """Evict unlocked leaves in policy order until ``num_tokens`` are freed.
+
+        Whole nodes are evicted (the last one may overshoot); a parent whose last child
+        went becomes a candidate itself.  Returns the tokens freed (less than asked only
+        when nothing evictable is left).
+        """
+        if num_tokens <= 0 or not self._evictable_leaves:
+            return 0
+        key, now = self.policy.key, self.now
+        heap = [(key(n, now), n.uid, n) for n in self._evictable_leaves]
+        heapq.heapify(heap)
+        freed = 0
+        root = self.root
+        while freed < num_tokens and heap:
+            _, _, node = heapq.heappop(heap)
+            parent = node.parent
+            assert parent is not None and node.lock_ref == 0 and not node.children
+            del parent.children[node.block_id]
+            node.parent = None
+            self._evictable_leaves.discard(node)
+            self.evictable_size -= node.ntok
+            self.pool.release_cached(node.ntok)
+            freed += node.ntok
+            if self.on_event is not None:
+                self.on_event(self._event("removed", node))
+            if parent is not root and not parent.children and parent.lock_ref == 0:
+                self._evictable_leaves.add(parent)
+                heapq.heappush(heap, (key(parent, now), parent.uid, parent))
+        return freed
+
+    # ------------------------------------------------------------------ pool front-end
+
+    def alloc(self, n: int, evict: bool = True) -> bool:
+        """Allocate ``n`` private tokens for a request, evicting cache first if short."""
+        short = n - self.pool.free_tokens
+        if short > 0 and evict:
+            self.evict(short)
+        return self.pool.alloc(n)
+
+    def free(self, n: int) -> None:
+        """Return ``n`` request-private tokens (e.g. a retracted request's KV)."""
+        self.pool.free(n)
+
+    def cache_finished(self, units: Units, n_tokens: int, prefix_tokens: int, node: RadixNode) -> None:
+        """A request holding KV for its first ``n_tokens`` finished.
+
+        ``prefix_tokens``/``node``: the match it locked.  Inserts its sequence, frees the
+        KV it duplicated (inserted meanwhile by others) and the unaligned tail, unlocks.
+        Afterwards the request holds no private tokens.
+        """
+        private = n_tokens - prefix_tokens
+        if self.disable:
+            self.pool.free(private)
+            return
+        aligned = n_tokens - n_tokens % self.page_size
+        present = self.insert(units, aligned)
+        adopted = aligned - present
+        self.pool.free(private - adopted)
+        self.dec_lock_ref(node)
+
+    def cache_unfinished(self, units: Units, n_tokens: int, prefix_tokens: int, node: RadixNode) -> MatchResult:
+        """A running request computed KV for its first ``n_tokens``: share it now.
+
+        Used after each chunked-prefill pass.  Inserts, frees duplicates, moves the lock
+        from ``node`` to the new end of the cached prefix, and returns that new match;
+        the request's private tokens are then ``n_tokens - result.tokens``.
+        """
+        if self.disable:
+            return MatchResult(prefix_tokens, node)
+        aligned = n_tokens - n_tokens % self.page_size
+        present = self.insert(units, aligned)
+        if present > prefix_tokens:
+            self.pool.free(present - prefix_tokens)
+        m = self.match_prefix(units, aligned)
+        self.inc_lock_ref(m.node)
+        self.dec_lock_ref(node)
+        return m
+
+    # ------------------------------------------------------------------ checks
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if any structural or accounting invariant is broken.
+
+        free + tree + private == capacity; lock refs >= 0 and never larger below than
+        above; evictable + protected == tree tokens; children of a node start at one grid
+        position with distinct block ids; no empty non-root node; page-aligned nodes.
+        """
+        self.pool.check()
+        tree = evictable = protected = 0
+        leaves: set[RadixNode] = set()
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            starts = set()
+            for bid, child in node.children.items():
+                assert child.parent is node, child
+                assert child.key and child.ntok > 0, f"empty node {child!r}"
+                assert child.key[0][0] == bid == child.block_id, child
+                assert child.ntok == segments_tokens(child.key), child
+                assert all(s < e for _, s, e in child.key), child
+                assert child.ntok % self.page_size == 0, f"unaligned node {child!r}"
+                assert 0 <= child.lock_ref <= node.lock_ref or node is self.root, child
+                assert child.lock_ref >= 0
+                starts.add(child.key[0][1])
+                tree += child.ntok
+                if child.lock_ref == 0:
+                    evictable += child.ntok
+                    if not child.children:
+                        leaves.add(child)
+                else:
+                    protected += child.ntok
+                stack.append(child)
+            assert len(starts) <= 1, f"children of {node!r} start at different offsets {starts}"
+        assert evictable == self.evictable_size, (evictable, self.evictable_size)
+        assert protected == self.protected_size, (protected, self.protected_size)
+        assert tree == self.pool.cached_tokens, (tree, self.pool.cached_tokens)
+        assert leaves == self._evictable_leaves, "evictable-leaf index out of date"

@@ -1,0 +1,408 @@
+"""Analytic op-level step-time model (the built-in default).
+
+A pass is priced layer group by layer group from its real composition (every prefill chunk,
+every decoding request's own context).  Each op costs the larger of its compute time and
+its memory time (roofline)::
+
+    t_op = max(flops / (peak × eff_compute(size)), bytes / (bandwidth × eff_mem))
+
+with explicit efficiency curves ``eff(size) = eff_max × size / (size + half_size)``; every
+constant is a field of :class:`AnalyticParams` so calibration can fit it.
+
+Ops per decoder layer (per GPU of the worker):
+
+- attention projections (GQA q/k/v/o; MLA q_a/q_b/kv_a/kv_b/o; DSA indexer), as GEMMs over
+  the pass's tokens; linear-attention in/out projections;
+- prefill attention per chunk: causal pairs ``new × (cached + (new + 1)/2)`` (window- or
+  top-k-capped where the layer is sliding / sparse), reading the chunk's prefix KV;
+- decode attention: each request reads its own context's KV (window- or top-k-capped), plus
+  ``attn_decode_ctx_overhead_tokens`` per request (kernel fixed cost); MLA decode is absorbed
+  (reads the latent, computes over ``2·kv_lora_rank + rope`` per head);
+- linear attention: per-token recurrent update FLOPs; state read+write per request;
+- MLP, or MoE: router; routed experts as grouped GEMMs whose weights are read only for the
+  experts the pass touches — expected distinct experts ``E × (1 − (1 − k/E)^tokens)``;
+  shared experts; dense layers;
+- elementwise (norms, residuals, activation, rope) as memory traffic;
+- tensor-parallel all-reduce (2 per layer) from bytes, link bandwidth and latency; with
+  attention data parallelism, expert-parallel all-to-all (dispatch + combine) instead of the
+  MLP all-reduce.
+
+Per pass: LM head for one token per prefill chunk plus each decode token; a fixed overhead
+(scheduling + launch), smaller for decode-only batches that replay a CUDA graph; optional
+per-request CPU overhead; host-tier KV loads over PCIe.
+
+Attention data parallelism (``attention_dp > 1``) assumes the pass's requests are spread
+evenly over the dp ranks: attention work and all attention GEMMs are priced at 1/dp of the
+pass, MoE at the whole pass.
+
+Precisions: see :mod:`servesim.perf.precision`.  Attention math runs at the bf16 peak.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from servesim.errors import ModelError
+from servesim.hardware.gpu import GPUSpec
+from servesim.models.arch import ModelArch
+from servesim.perf.memory import Layout, attention_params_per_gpu
+from servesim.perf.plan import PassPlan
+from servesim.perf.precision import compute_precision, kv_bytes, layer_dtypes, weight_bytes
+
+
+class AnalyticParams(BaseModel):
+    """Named, calibratable constants of the analytic model (defaults: typical H100/B200 serving)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # GEMMs
+    gemm_eff_max: float = Field(0.80, gt=0, le=1, description="peak fraction large GEMMs reach")
+    gemm_half_tokens: float = Field(48.0, ge=0, description="tokens at which GEMM compute efficiency is half of max")
+    moe_eff_scale: float = Field(0.80, gt=0, le=1, description="grouped-GEMM efficiency relative to dense GEMMs")
+    mem_eff: float = Field(0.85, gt=0, le=1, description="HBM bandwidth fraction reached streaming weights/activations")
+    # attention
+    attn_prefill_eff_max: float = Field(0.55, gt=0, le=1, description="peak fraction of prefill (flash) attention")
+    attn_prefill_half_tokens: float = Field(256.0, ge=0, description="chunk tokens at half prefill-attention efficiency")
+    attn_decode_mem_eff: float = Field(0.75, gt=0, le=1, description="HBM fraction decode attention reaches reading KV")
+    attn_decode_compute_eff: float = Field(0.40, gt=0, le=1, description="peak fraction of decode attention math")
+    attn_decode_ctx_overhead_tokens: float = Field(
+        32.0, ge=0, description="per-request decode-attention fixed cost, as extra context tokens read")
+    elementwise_bytes_per_token: float = Field(
+        12.0, ge=0, description="hidden-size multiples of bf16 traffic per token per layer (norms, residual, rope)")
+    linear_attn_flops_factor: float = Field(6.0, ge=0, description="FLOPs per state element per token (DeltaNet)")
+    state_dtype_bytes: float = Field(2.0, gt=0, description="bytes per recurrent-state element")
+    # communication
+    comm_eff: float = Field(0.70, gt=0, le=1, description="link bandwidth fraction collectives reach")
+    allreduce_fixed_s: float = Field(5e-6, ge=0, description="fixed cost of one all-reduce")
+    alltoall_fixed_s: float = Field(12e-6, ge=0, description="fixed cost of one all-to-all (dispatch or combine)")
+    link_latency_factor: float = Field(1.0, ge=0, description="multiplies the GPU spec's link latency per log2(ranks)")
+    # overheads
+    pass_overhead_s: float = Field(1.5e-3, ge=0, description="per-pass scheduling + launch (eager/piecewise passes)")
+    layer_overhead_s: float = Field(15e-6, ge=0, description="per-layer launch overhead of eager passes")
+    graph_pass_overhead_s: float = Field(0.5e-3, ge=0, description="per-pass overhead of CUDA-graph decode passes")
+    graph_layer_overhead_s: float = Field(2e-6, ge=0, description="per-layer overhead inside a CUDA graph")
+    cuda_graph_max_batch: int = Field(512, ge=0, description="largest decode batch replayed from a CUDA graph")
+    overhead_per_request_s: float = Field(0.0, ge=0, description="per-request CPU cost per pass (batch bookkeeping)")
+    host_link_gbs: float = Field(50.0, gt=0, description="host-to-GPU bandwidth for host-tier KV loads, GB/s")
+
+
+class AnalyticStepTime:
+    """Roofline model of one worker's forward pass; see module docstring."""
+
+    def __init__(
+        self,
+        model: ModelArch,
+        gpu: GPUSpec,
+        tp: int = 1,
+        ep: int = 1,
+        weight_dtype: str = "bf16",
+        kv_dtype: str = "bf16",
+        params: AnalyticParams | None = None,
+        attention_dp: int = 1,
+    ) -> None:
+        self.model, self.gpu = model, gpu
+        self.layout = Layout(tp=tp, ep=ep, attention_dp=attention_dp)
+        self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
+        self.p = p = params or AnalyticParams()
+        if model.sliding_window and model.index_topk:
+            raise ModelError(f"{model.name}: both a sliding window and sparse top-k attention; unsupported")
+        self._precompute()
+        self._cache: dict[tuple, float] = {}
+
+    # ------------------------------------------------------------ precompute
+    def _precompute(self) -> None:
+        m, g, p, lay = self.model, self.gpu, self.p, self.layout
+        tp, gpus, dp = lay.tp, lay.gpus, lay.attention_dp
+        dt = layer_dtypes(self.weight_dtype, m.family, m.is_moe)
+        bw = g.memory_bandwidth_gbs * 1e9
+        self._bw_eff = bw * p.mem_eff
+        peak_attn = g.peak_flops("bf16")
+        h = m.hidden_size
+        L = m.num_layers
+        n_soft = m.num_full_layers + m.num_sliding_layers
+
+        def peak(cat: str) -> float:
+            return g.peak_flops(compute_precision(dt[cat], g))
+
+        # GEMMs: (flop-seconds per token at eff 1, weight-read seconds, act-seconds per token)
+        attn_g: list[tuple[float, float, float]] = []
+        mlp_g: list[tuple[float, float, float]] = []
+
+        def add(lst, layers: int, params_per_gpu: float, io_per_token: float, cat: str) -> None:
+            if layers <= 0 or params_per_gpu <= 0:
+                return
+            wb = weight_bytes(dt[cat])
+            lst.append((layers * 2.0 * params_per_gpu / peak(cat),
+                        layers * params_per_gpu * wb / self._bw_eff,
+                        layers * io_per_token * 2.0 / self._bw_eff))
+
+        if n_soft:
+            add(attn_g, n_soft, attention_params_per_gpu(m, tp), 3 * h, "attention")
+        if m.num_linear_layers:
+            add(attn_g, m.num_linear_layers, m.linear_attention_params_per_layer() / tp, 3 * h, "linear_attention")
+        mlp_split = gpus if m.is_moe else tp
+        if m.num_dense_layers and m.intermediate_size:
+            add(mlp_g if m.is_moe else attn_g, m.num_dense_layers,
+                3 * h * m.intermediate_size / mlp_split, 2 * h + 3 * m.intermediate_size / mlp_split, "dense_mlp")
+        nm = m.num_moe_layers
+        if nm:
+            add(mlp_g, nm, h * m.num_experts, h + m.num_experts, "router")
+            if m.shared_expert_intermediate_size:
+                si = m.shared_expert_intermediate_size
+                add(mlp_g, nm, 3 * h * si / gpus, 2 * h + 3 * si / gpus, "shared_experts")
+        self._attn_gemms = attn_g
+        self._mlp_gemms = mlp_g
+        # routed experts
+        if nm:
+            E, k = m.num_experts, m.experts_per_token
+            self._moe_log_miss = math.log1p(-k / E) if k < E else -math.inf
+            per_expert = 3 * h * m.moe_intermediate_size / lay.moe_tp
+            wb = weight_bytes(dt["routed_experts"])
+            self._moe = dict(
+                E=E, k=k, local=E / lay.ep,
+                flop_s=nm * 2.0 * per_expert / peak("routed_experts"),  # per assignment on this GPU
+                w_s=nm * per_expert * wb / self._bw_eff,  # per touched local expert
+                io_s=nm * (2 * h + 3 * m.moe_intermediate_size / lay.moe_tp) * 2.0 / self._bw_eff,
+            )
+        else:
+            self._moe = None
+        # elementwise
+        self._elem_s = L * p.elementwise_bytes_per_token * h * 2.0 / self._bw_eff
+        # LM head (bf16, vocab-parallel over tp)
+        lm_params = m.vocab_size * h / tp
+        self._lm = (2.0 * lm_params / g.peak_flops("bf16"), lm_params * 2.0 / self._bw_eff,
+                    (h + m.vocab_size / tp) * 2.0 / self._bw_eff)
+
+        # attention per context token, summed over layers: compute-seconds and byte-seconds
+        kvb = kv_bytes(self.kv_dtype)
+        kv_layer = m.kv_bytes_per_token_layer(kvb, tp)
+        nq = max(1, m.num_attention_heads // tp)
+        if m.is_mla:
+            pre_flops_pair = 2.0 * nq * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+            dec_flops_tok = 2.0 * nq * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+        else:
+            pre_flops_pair = 4.0 * nq * m.head_dim
+            dec_flops_tok = pre_flops_pair
+        idx_flops = 2.0 * m.index_n_heads * m.index_head_dim if m.index_topk else 0.0
+        idx_bytes = (m.index_head_dim + 4) if m.index_topk else 0.0
+        main_kv = kv_layer - idx_bytes
+        # "full" terms scale with the whole context, "cap" terms with min(context, W)
+        if m.index_topk:
+            self._cap = m.index_topk
+            n_full_l, n_cap_l = m.num_full_layers, m.num_full_layers
+            full_pair, cap_pair = idx_flops, pre_flops_pair
+            full_kv, cap_kv = idx_bytes, main_kv
+            full_dec, cap_dec = idx_flops, dec_flops_tok
+        else:
+            self._cap = m.sliding_window
+            n_full_l, n_cap_l = m.num_full_layers, m.num_sliding_layers
+            full_pair = cap_pair = pre_flops_pair
+            full_kv = cap_kv = kv_layer
+            full_dec = cap_dec = dec_flops_tok
+        pa = peak_attn
+        dme = bw * p.attn_decode_mem_eff
+        self._pre_full = (n_full_l * full_pair / pa, n_full_l * full_kv / self._bw_eff)
+        self._pre_cap = (n_cap_l * cap_pair / pa, n_cap_l * cap_kv / self._bw_eff)
+        # decode: (compute s per ctx token, memory s per ctx token) for full and capped parts
+        self._dec_full = (n_full_l * full_dec / (pa * p.attn_decode_compute_eff), n_full_l * full_kv / dme)
+        self._dec_cap = (n_cap_l * cap_dec / (pa * p.attn_decode_compute_eff), n_cap_l * cap_kv / dme)
+        self._dec_oh = p.attn_decode_ctx_overhead_tokens
+        self._dp = dp
+        # linear attention
+        if m.num_linear_layers:
+            nv = max(1, math.ceil(m.linear_num_value_heads / tp))
+            self._lin_flop_s = (m.num_linear_layers * p.linear_attn_flops_factor * nv * m.linear_key_head_dim
+                                * m.linear_value_head_dim / pa)
+            self._lin_state_s = 2.0 * m.state_bytes_per_request(p.state_dtype_bytes, tp) / self._bw_eff
+        else:
+            self._lin_flop_s = self._lin_state_s = 0.0
+        # communication
+        up = g.scale_up
+        if gpus <= up.domain_size:
+            link_bw, lat = up.bandwidth_gbs * 1e9, up.latency_us * 1e-6
+        else:
+            link_bw, lat = g.scale_out.bandwidth_gbs * 1e9, g.scale_out.latency_us * 1e-6
+        link = link_bw * p.comm_eff
+
+        def ar(ranks: int, count: int) -> tuple[float, float]:
+            """(fixed s, s per token) of ``count`` all-reduces of one hidden vector per token."""
+            if ranks <= 1 or count <= 0:
+                return 0.0, 0.0
+            fixed = p.allreduce_fixed_s + p.link_latency_factor * lat * math.log2(ranks)
+            return count * fixed, count * 2.0 * (ranks - 1) / ranks * h * 2.0 / link
+
+        if dp == 1:
+            self._ar_attn = ar(tp, 2 * L)  # after attention and after MLP/MoE
+            self._a2a = (0.0, 0.0)
+        else:
+            self._ar_attn = ar(tp, L)
+            dense = ar(gpus, m.num_dense_layers)
+            if nm and lay.ep > 1:
+                k = m.experts_per_token
+                fixed = 2 * nm * (p.alltoall_fixed_s + p.link_latency_factor * lat * math.log2(gpus))
+                per_tok = 2 * nm * k * (lay.ep - 1) / lay.ep * h * 2.0 / link / gpus
+                self._a2a = (fixed + dense[0], per_tok + dense[1])
+            else:
+                moe_ar = ar(gpus, nm)
+                self._a2a = (moe_ar[0] + dense[0], moe_ar[1] + dense[1])
+        self._L = L
+        self._host_bw = p.host_link_gbs * 1e9
+
+    # --------------------------------------------------------------- pricing
+    def _gemm_eff(self, tokens: float) -> float:
+        p = self.p
+        return p.gemm_eff_max * tokens / (tokens + p.gemm_half_tokens)
+
+    def _token_part(self, t_total: int, n_chunks: int, n_dec: int, dtok: int, decode_only: bool) -> float:
+        """Everything that depends only on token counts (not on context lengths); memoised."""
+        key = (t_total, n_chunks, n_dec, dtok, decode_only)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        p = self.p
+        dp = self._dp
+        t_a = t_total / dp  # tokens per attention rank
+        t = 0.0
+        if t_a > 0:
+            eff = self._gemm_eff(t_a)
+            for c, w, a in self._attn_gemms:
+                t += max(t_a * c / eff, w + t_a * a)
+        if t_total > 0:
+            eff = self._gemm_eff(t_total)
+            for c, w, a in self._mlp_gemms:
+                t += max(t_total * c / eff, w + t_total * a)
+            moe = self._moe
+            if moe is not None:
+                frac = -math.expm1(t_total * self._moe_log_miss)  # P(an expert is touched)
+                touched = moe["local"] * frac
+                assign = t_total * moe["k"] / (moe["E"] / moe["local"])  # assignments on this GPU
+                per_expert = t_total * moe["k"] / (moe["E"] * frac)
+                eff_m = p.moe_eff_scale * self._gemm_eff(per_expert)
+                t += max(assign * moe["flop_s"] / eff_m, touched * moe["w_s"] + assign * moe["io_s"])
+            t += self._elem_s * t_a
+            # linear-attention recurrent update FLOPs and state traffic
+            if self._lin_flop_s:
+                t += max(t_a * self._lin_flop_s / p.gemm_eff_max,
+                         (n_dec + n_chunks) / dp * self._lin_state_s)
+            # communication
+            t += self._ar_attn[0] + self._ar_attn[1] * t_a + self._a2a[0] + self._a2a[1] * t_total
+        # LM head: one row per prefill chunk (approximation) plus each decode token
+        n_logits = (n_chunks + n_dec * dtok) / dp
+        if n_logits > 0:
+            c, w, a = self._lm
+            t += max(n_logits * c / self._gemm_eff(n_logits), w + n_logits * a)
+        # fixed overheads
+        if decode_only and n_dec <= p.cuda_graph_max_batch:
+            t += p.graph_pass_overhead_s + self._L * p.graph_layer_overhead_s
+        else:
+            t += p.pass_overhead_s + self._L * p.layer_overhead_s
+        t += p.overhead_per_request_s * (n_dec + n_chunks)
+        if len(self._cache) > 200_000:
+            self._cache.clear()
+        self._cache[key] = t
+        return t
+
+    def _decode_attn(self, n: int, s_full, s_cap, dtok: int = 1):
+        """Decode attention seconds from Σctx and Σmin(ctx, W); works on floats or arrays.
+
+        ``dtok`` query tokens per request (speculative verification) multiply the math, not
+        the KV bytes read.
+        """
+        dp = self._dp
+        oh = self._dec_oh * n
+        cf, mf = self._dec_full
+        cf = cf * dtok
+        t = np.maximum(cf * (s_full + oh), mf * (s_full + oh)) if isinstance(s_full, np.ndarray) \
+            else max(cf * (s_full + oh), mf * (s_full + oh))
+        if self._cap:
+            cc, mc = self._dec_cap
+            cc = cc * dtok
+            t = t + (np.maximum(cc * (s_cap + oh), mc * (s_cap + oh)) if isinstance(s_cap, np.ndarray)
+                     else max(cc * (s_cap + oh), mc * (s_cap + oh)))
+        return t / dp
+
+    def _prefill_attn(self, new: list, cached: list) -> float:
+        """Prefill attention seconds for chunks given as Python lists of ints."""
+        p = self.p
+        tot_new = sum(new)
+        if tot_new <= 0:
+            return 0.0
+        pairs = 0.0
+        read = 0
+        W = self._cap
+        pairs_cap = 0.0
+        read_cap = 0
+        for n, c in zip(new, cached):
+            pairs += n * c + 0.5 * n * (n + 1)
+            read += n + c
+            if W:
+                a, b = c + 1, c + n  # attended counts of the chunk's first and last token
+                m = b if b < W else W
+                inside = 0.5 * (a + m) * (m - a + 1) if a <= W else 0.0
+                pairs_cap += inside + (b - (m if m > a - 1 else a - 1)) * W
+                read_cap += m
+        x = tot_new / len(new)
+        eff = p.attn_prefill_eff_max * x / (x + p.attn_prefill_half_tokens)
+        c_full, m_full = self._pre_full
+        t = max(pairs * c_full / eff, read * m_full)
+        if W:
+            c_cap, m_cap = self._pre_cap
+            t += max(pairs_cap * c_cap / eff, read_cap * m_cap)
+        return t / self._dp
+
+    def pass_time(self, plan: PassPlan) -> float:
+        ctx = plan.decode_ctx
+        n_dec = ctx.size
+        n_chunks = plan.prefill_new.size
+        dtok = plan.decode_tokens
+        if n_chunks:
+            new = plan.prefill_new.tolist()
+            t_pre = sum(new)
+        else:
+            t_pre = 0
+        t = self._token_part(t_pre + n_dec * dtok, n_chunks, n_dec, dtok, n_chunks == 0)
+        if n_dec:
+            s_full = float(ctx.sum())
+            s_cap = float(np.minimum(ctx, self._cap).sum()) if self._cap else 0.0
+            t = t + self._decode_attn(n_dec, s_full, s_cap, dtok)
+        if n_chunks:
+            t += self._prefill_attn(new, plan.prefill_cached.tolist())
+        if plan.host_load_bytes:
+            t += plan.host_load_bytes / self._host_bw
+        return t
+
+    def decode_stretch_times(self, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
+        """``steps`` decode-only passes in closed form; equals :meth:`pass_time` pass by pass."""
+        n = decode_ctx.size
+        if steps <= 0:
+            return np.zeros(0)
+        base = self._token_part(n, 0, n, 1, True)
+        if n == 0:
+            return np.full(steps, base)
+        s = np.arange(steps, dtype=np.int64)
+        s_full = (int(decode_ctx.sum()) + n * s).astype(np.float64)
+        if self._cap:
+            W = self._cap
+            srt = np.sort(decode_ctx.astype(np.int64))
+            prefix = np.concatenate(([0], np.cumsum(srt)))
+            below = np.searchsorted(srt, W - s, side="left")  # requests with ctx + s < W
+            s_cap = (prefix[below] + below * s + (n - below) * W).astype(np.float64)
+        else:
+            s_cap = np.zeros(steps)
+        return base + self._decode_attn(n, s_full, s_cap)
+
+    # ------------------------------------------------------------ diagnostics
+    def gemm_roofline_terms(self, tokens: int) -> tuple[float, float]:
+        """(compute seconds, memory seconds) summed over the layers' dense GEMMs at ``tokens``."""
+        eff = self._gemm_eff(tokens)
+        comp = sum(tokens * c / eff for c, _, _ in self._attn_gemms + self._mlp_gemms)
+        mem = sum(w + tokens * a for _, w, a in self._attn_gemms + self._mlp_gemms)
+        return comp, mem
+
+    @staticmethod
+    def expected_distinct_experts(num_experts: int, k: int, tokens: int) -> float:
+        """Expected number of distinct experts ``tokens`` tokens with top-``k`` routing touch."""
+        return num_experts * (1.0 - (1.0 - k / num_experts) ** tokens)

@@ -1,0 +1,90 @@
+"""Numeric formats: bytes per weight / KV element, and which compute peak a format runs at.
+
+Weight formats (bytes per parameter include block-scale overhead):
+
+- ``bf16``/``fp16``: 2;  ``fp8``: 1 (128×128 block scales negligible);  ``int8``: 1;
+- ``nvfp4`` (alias ``fp4`` on NVIDIA): 4-bit values + one fp8 scale per 16 → 0.5625;
+- ``mxfp4``: 4-bit values + one 8-bit scale per 32 → 0.53125;
+- ``int4``: weight-only 4-bit, bf16 scale per group of 32 (Kimi-K2.5 / Marlin style) → 0.5625.
+
+Which layers a checkpoint quantizes (:func:`layer_dtypes`):
+
+- ``fp8``, ``int8``: every linear layer;
+- ``fp4``/``nvfp4`` on a dense model: every linear layer; on a MoE model: routed experts in
+  fp4, attention / dense / shared MLP in fp8 (NVIDIA ModelOpt MoE checkpoints);
+- ``mxfp4`` (gpt-oss) and ``int4`` (Kimi): routed experts only (dense models: the MLP),
+  the rest bf16; gpt-oss given ``fp4`` is read as ``mxfp4``.
+
+Embeddings and LM head stay bf16.  Compute runs at the format's peak where the GPU has
+one (fp8/fp4 tensor cores); weight-only formats (``int4``, and 4-bit formats on GPUs
+without fp4 units) run at the bf16 peak (``compute_precision``).
+"""
+
+from __future__ import annotations
+
+from servesim.errors import ModelError
+
+WEIGHT_BYTES: dict[str, float] = {
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "fp4": 0.5625,
+    "nvfp4": 0.5625,
+    "mxfp4": 0.53125,
+    "int4": 0.5625,
+}
+
+KV_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "auto": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+
+_COMPUTE = {
+    "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "int8",
+    "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4", "int4": None,
+}
+
+
+def weight_bytes(dtype: str) -> float:
+    try:
+        return WEIGHT_BYTES[dtype.lower()]
+    except KeyError:
+        raise ModelError(f"unknown weight precision {dtype!r}; expected one of {sorted(WEIGHT_BYTES)}") from None
+
+
+def kv_bytes(dtype: str) -> float:
+    try:
+        return KV_BYTES[dtype.lower()]
+    except KeyError:
+        raise ModelError(f"unknown KV cache dtype {dtype!r}; expected one of {sorted(KV_BYTES)}") from None
+
+
+def compute_precision(dtype: str, gpu) -> str:
+    """Tensor-core precision a GEMM with ``dtype`` weights runs at on ``gpu``."""
+    c = _COMPUTE.get(dtype.lower())
+    if c is None or not gpu.supports(c):
+        return "bf16"  # weight-only quantization: dequantize, multiply in bf16
+    return c
+
+
+def layer_dtypes(weight_dtype: str, family: str = "", is_moe: bool = False) -> dict[str, str]:
+    """Precision per weight category: attention, dense_mlp, shared_experts, routed_experts, embed."""
+    w = weight_dtype.lower()
+    weight_bytes(w)  # validates
+    if family == "gpt_oss" and w in ("fp4", "nvfp4"):
+        w = "mxfp4"
+    rest = w
+    if w in ("mxfp4", "int4"):
+        rest = "bf16"
+    elif w in ("fp4", "nvfp4") and is_moe:
+        rest = "fp8"
+    dense_mlp = rest if is_moe else w
+    return {
+        "attention": rest,
+        "linear_attention": rest,
+        "dense_mlp": dense_mlp,
+        "shared_experts": rest,
+        "routed_experts": w,
+        "router": "bf16",
+        "embed": "bf16",
+        "lm_head": "bf16",
+        "norms": "bf16",
+    }

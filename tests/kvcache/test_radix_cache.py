@@ -1,0 +1,220 @@
+"""Unit tests of the SGLang-style radix cache: match, insert, split, locks, eviction, pages."""
+
+from __future__ import annotations
+
+import pytest
+
+from servesim.kvcache import KVEvent, RadixCache
+
+U = 8  # trace block size used by these tests' units
+
+
+def seq(*ids: int, last: int = U) -> list[tuple[int, int]]:
+    """Units for consecutive blocks ``ids``, the last one holding ``last`` tokens."""
+    return [(b, U) for b in ids[:-1]] + [(ids[-1], last)]
+
+
+def admit(cache: RadixCache, units, n=None):
+    """Drive a request the way an engine does: match, lock, allocate the rest."""
+    total = sum(k for _, k in units) if n is None else n
+    m = cache.match_prefix(units, total)
+    cache.inc_lock_ref(m.node)
+    assert cache.alloc(total - m.tokens)
+    return m, total
+
+
+def finish(cache: RadixCache, units, m, total):
+    cache.cache_finished(units, total, m.tokens, m.node)
+    cache.check_invariants()
+
+
+def test_empty_match_and_insert():
+    c = RadixCache(100)
+    assert c.match_prefix(seq(1, 2)).tokens == 0
+    m, t = admit(c, seq(1, 2))
+    finish(c, seq(1, 2), m, t)
+    assert c.total_size == 16 and c.evictable_size == 16 and c.protected_size == 0
+    assert c.match_prefix(seq(1, 2)).tokens == 16
+    assert c.match_prefix(seq(1, 3)).tokens == 8
+    assert c.match_prefix(seq(2, 1)).tokens == 0
+    assert c.pool.free_tokens == 84
+
+
+def test_insert_returns_present_prefix_and_frees_duplicates():
+    c = RadixCache(100)
+    a, ta = admit(c, seq(1, 2))
+    b, tb = admit(c, seq(1, 2, 3))  # both miss: both compute block 1, 2
+    finish(c, seq(1, 2), a, ta)
+    assert c.pool.private_tokens == 24
+    assert c.insert(seq(1, 2, 3)) == 16  # 16 already present -> duplicates
+    c.free(16)  # what cache_finished would do
+    c.dec_lock_ref(b.node)
+    c.check_invariants()
+    assert c.total_size == 24 and c.pool.private_tokens == 0
+
+
+def test_split_mid_key_and_mid_block():
+    c = RadixCache(100)
+    m, t = admit(c, seq(1, 2, 3))
+    finish(c, seq(1, 2, 3), m, t)
+    # diverge after 1.5 blocks: same block 2 but only 4 tokens of it, then nothing
+    m2 = c.match_prefix(seq(1, 2, last=4))
+    assert m2.tokens == 12
+    assert m2.node.key == [(1, 0, 8), (2, 0, 4)]
+    child = next(iter(m2.node.children.values()))
+    assert child.key == [(2, 4, 8), (3, 0, 8)]
+    c.check_invariants()
+    # a sequence that shares block 1 then diverges: split at block boundary
+    m3, t3 = admit(c, seq(1, 9))
+    assert m3.tokens == 8 and m3.node.key == [(1, 0, 8)]
+    finish(c, seq(1, 9), m3, t3)
+    assert sorted(m3.node.children) == [2, 9]
+    # a partial last block that later gets extended by a longer sequence
+    m4, t4 = admit(c, seq(5, last=3))
+    finish(c, seq(5, last=3), m4, t4)
+    m5, t5 = admit(c, seq(5, 6))
+    assert m5.tokens == 3
+    finish(c, seq(5, 6), m5, t5)
+    node = c.root.children[5]
+    assert node.key == [(5, 0, 3)]
+    assert node.children[5].key == [(5, 3, 8), (6, 0, 8)]
+    assert c.match_prefix(seq(5, 6)).tokens == 16
+
+
+def test_lock_protects_from_eviction():
+    c = RadixCache(32)
+    m, t = admit(c, seq(1, 2))
+    finish(c, seq(1, 2), m, t)
+    held = c.match_prefix(seq(1, 2))
+    c.inc_lock_ref(held.node)
+    assert c.protected_size == 16 and c.evictable_size == 0
+    assert c.evict(100) == 0
+    assert c.match_prefix(seq(1, 2)).tokens == 16
+    c.dec_lock_ref(held.node)
+    assert c.evictable_size == 16
+    assert c.evict(1) == 16  # whole leaf node goes
+    assert c.total_size == 0 and c.pool.free_tokens == 32
+    c.check_invariants()
+    with pytest.raises(RuntimeError):
+        c.dec_lock_ref(held.node)  # node no longer in the tree
+
+
+def test_evict_lru_order_and_parent_cascade():
+    c = RadixCache(100)
+    for i, ids in enumerate([(1, 2), (1, 3), (4,)]):
+        c.now = float(i)
+        m, t = admit(c, seq(*ids))
+        finish(c, seq(*ids), m, t)
+    c.now = 10.0
+    c.match_prefix(seq(1, 2))  # refresh (1,2): leaf LRU order now (3), (4), (2)
+    assert c.evict(1) == 8
+    assert 3 not in c.root.children[1].children
+    assert c.evict(1) == 8
+    assert 4 not in c.root.children
+    assert c.match_prefix(seq(1, 2)).tokens == 16
+    c2 = RadixCache(100)
+    for i, ids in enumerate([(1, 2), (4,)]):
+        m, t = admit(c2, seq(*ids))
+        finish(c2, seq(*ids), m, t)
+    # evicting everything cascades: leaf (2) then its parent (1) once childless
+    assert c2.evict(1000) == 24
+    assert c2.total_size == 0 and not c2.root.children
+    c2.check_invariants()
+
+
+def test_lru_evicts_least_recent_leaf_first():
+    c = RadixCache(100)
+    for ids in [(1,), (2,), (3,)]:
+        m, t = admit(c, seq(*ids))
+        finish(c, seq(*ids), m, t)
+    c.match_prefix(seq(1))
+    c.evict(8)
+    assert 2 not in c.root.children and 1 in c.root.children and 3 in c.root.children
+
+
+def test_page_alignment_page16():
+    c = RadixCache(1000, page_size=16)
+    units = [(1, 512), (2, 40)]  # 552 tokens: 34 full pages + 8 tokens
+    m = c.match_prefix(units)
+    c.inc_lock_ref(m.node)
+    assert c.alloc(552)
+    c.cache_finished(units, 552, m.tokens, m.node)
+    assert c.total_size == 544  # unaligned tail freed
+    assert c.pool.free_tokens == 1000 - 544 and c.pool.private_tokens == 0
+    # a match is page aligned: 530 shared tokens -> 528
+    assert c.match_prefix([(1, 512), (2, 18)]).tokens == 528
+    assert c.match_prefix([(1, 512), (9, 18)]).tokens == 512
+    c.check_invariants()
+    # both splits happened at page boundaries: 512 | 16 | 16
+    node = c.root.children[1]
+    assert node.ntok == 512
+    assert node.children[2].key == [(2, 0, 16)]
+    assert node.children[2].children[2].key == [(2, 16, 32)]
+
+
+def test_page_conservation_through_many_requests():
+    c = RadixCache(2000, page_size=16)
+    active = []
+    for i in range(30):
+        units = [(i % 3, 512), (100 + i % 5, 17 + 13 * i % 400)]
+        total = sum(n for _, n in units)
+        m = c.match_prefix(units, total - 1)
+        c.inc_lock_ref(m.node)
+        if not c.alloc(total - m.tokens):
+            c.dec_lock_ref(m.node)
+            continue
+        active.append((units, total, m))
+        c.check_invariants()
+        if len(active) > 2:
+            u, t, mm = active.pop(0)
+            c.cache_finished(u, t, mm.tokens, mm.node)
+            c.check_invariants()
+    for u, t, mm in active:
+        c.cache_finished(u, t, mm.tokens, mm.node)
+    c.check_invariants()
+    assert c.pool.private_tokens == 0
+    assert c.pool.free_tokens + c.total_size == 2000
+
+
+def test_cache_unfinished_moves_lock():
+    c = RadixCache(100)
+    units = seq(1, 2, 3)
+    m, t = admit(c, units)
+    m = c.cache_unfinished(units, 12, m.tokens, m.node)  # first chunk of 12 computed
+    assert m.tokens == 12 and c.protected_size == 12
+    assert c.pool.private_tokens == 12
+    c.check_invariants()
+    finish(c, units, m, t)
+    assert c.total_size == 24 and c.protected_size == 0
+
+
+def test_disable_mode():
+    c = RadixCache(50, disable=True)
+    m, t = admit(c, seq(1, 2))
+    c.cache_finished(seq(1, 2), t, m.tokens, m.node)
+    assert c.total_size == 0 and c.pool.free_tokens == 50
+    assert c.match_prefix(seq(1, 2)).tokens == 0
+    c.check_invariants()
+
+
+def test_alloc_evicts_when_short():
+    c = RadixCache(24)
+    m, t = admit(c, seq(1, 2))
+    finish(c, seq(1, 2), m, t)
+    assert c.available_tokens == 24
+    assert c.alloc(20)
+    assert c.total_size == 0
+    assert not c.alloc(10)
+    c.check_invariants()
+
+
+def test_events():
+    events: list[KVEvent] = []
+    c = RadixCache(100, on_event=events.append)
+    m, t = admit(c, seq(1, 2, last=3))
+    finish(c, seq(1, 2, last=3), m, t)
+    assert events[-1].kind == "stored" and events[-1].block_hashes == (1, 2) and events[-1].tokens == 11
+    assert events[-1].segments == ((1, 0, 8), (2, 0, 3))
+    c.evict(100)
+    assert events[-1].kind == "removed" and events[-1].tokens == 11
+    assert events[-1].stamped(1.5, 3).worker == 3
