@@ -35,7 +35,9 @@ class Prediction:
     stats: RunStats
     deployment: Deployment
     workload: str
-    extras: dict = field(default_factory=dict)
+    #: The simulator's own cost (wall seconds); kept out of prediction.json so that
+    #: identical runs write identical files.
+    host: dict = field(default_factory=dict)
 
     def header(self) -> dict:
         d = self.config.deployment
@@ -115,11 +117,10 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
     summary = summarize(recorder, deployment.total_gpus)
     summary["run"] = {
         "sim_end_s": stats.sim_end,
-        "wall_s": time.perf_counter() - t0,
-        "loop_wall_s": stats.wall_seconds,
         "events": stats.events,
         "late_session_turns": stats.late_session_turns,
         "mode": cfg.simulation.mode,
     }
+    host = {"wall_s": time.perf_counter() - t0, "loop_wall_s": stats.wall_seconds}
     return Prediction(config=cfg, summary=summary, recorder=recorder, timeseries=ts, stats=stats,
-                      deployment=deployment, workload=source.description)
+                      deployment=deployment, workload=source.description, host=host)

@@ -79,6 +79,15 @@ def _stderr_console():
     return Console(stderr=True)
 
 
+OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet")
+
+
+def _remove_stale_outputs(out_dir: Path) -> None:
+    """A failed run must not leave an earlier run's files looking like its result."""
+    for name in OUTPUT_FILES:
+        (out_dir / name).unlink(missing_ok=True)
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -90,6 +99,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.mode:
         overrides.append(f"simulation.mode={args.mode}")
     cfg = load_config(args.config, overrides)
+    if not args.no_files and (args.out or cfg.output.dir):
+        _remove_stale_outputs(Path(args.out or cfg.output.dir))
     show_progress = not args.quiet and args.format == "table" and sys.stderr.isatty()
     total = None
     with _Progress(total, show_progress) as progress:
@@ -100,12 +111,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.quiet:
         return 0
     if args.format == "json":
-        doc = {"summary": pred.summary, "deployment": pred.deployment.describe(), "workload": pred.workload,
-               "output_dir": str(out_dir) if out_dir else None}
+        doc = {"summary": pred.summary, "host": pred.host, "deployment": pred.deployment.describe(),
+               "workload": pred.workload, "output_dir": str(out_dir) if out_dir else None}
         print(json.dumps(doc, indent=2))
         return 0
     console = Console()
-    render_summary(pred.summary, pred.header(), console)
+    if not console.is_terminal:
+        console = Console(width=130)  # pipes and files: room for every column
+    render_summary(pred.summary, pred.header(), console, pred.host)
     if out_dir is not None:
         console.print(f"Wrote {Path(out_dir) / 'prediction.json'}, requests.parquet, timeseries.parquet")
     return 0

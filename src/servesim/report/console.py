@@ -24,7 +24,7 @@ def _fmt(v, digits: int = 2) -> str:
     return f"{v:,.{digits}f}"
 
 
-def render_summary(summary: dict, header: dict, console: Console) -> None:
+def render_summary(summary: dict, header: dict, console: Console, host: dict | None = None) -> None:
     """Print the summary tables."""
     title = " | ".join(f"{k}: {v}" for k, v in header.items())
     console.rule("[bold]servesim prediction")
@@ -66,6 +66,6 @@ def render_summary(summary: dict, header: dict, console: Console) -> None:
         lat.add_row(label, _fmt(s["count"]), *(_fmt(s[c], 1) for c in STAT_COLS))
     console.print(lat)
     run = summary.get("run", {})
-    if run:
-        console.print(f"Simulated {_fmt(run.get('sim_end_s'))} s of virtual time in "
-                      f"{_fmt(run.get('wall_s'), 3)} s wall ({_fmt(run.get('events'))} events).")
+    wall = (host or {}).get("wall_s")
+    console.print(f"Simulated {_fmt(run.get('sim_end_s'))} s of virtual time in "
+                  f"{_fmt(wall, 3)} s of wall time ({_fmt(run.get('events'))} events, {run.get('mode')} mode).")

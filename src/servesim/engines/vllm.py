@@ -1,0 +1,432 @@
+"""vLLM v1's scheduler and hashed block pool, as a model.
+
+Follows vLLM 0.11.0 (``v1/core/sched/scheduler.py``, ``v1/core/kv_cache_manager.py``,
+``v1/core/block_pool.py``); docs/engines.md lists what is modelled and what is left out.
+In short:
+
+* There are no prefill and decode phases: each request has tokens (prompt plus sampled
+  output) and computed tokens, and a pass lets requests catch up.  Prefill chunks and
+  decodes share one pass under one token budget (``max_num_batched_tokens``).
+* Running requests go first, in admission order: each gets
+  ``min(remaining, long_prefill_token_threshold if set, budget left)`` tokens and the
+  blocks they need.  When blocks run out, the *last* running request is preempted
+  (recompute: its blocks are freed, it goes to the front of the waiting queue and later
+  recomputes prompt and output, minus prefix-cache hits) and the allocation is retried;
+  if the request preempted itself, the running loop stops.
+* Then, only if nothing was preempted, waiting requests are admitted FCFS while seats
+  (``max_num_seqs``), budget and blocks allow; the first that does not fit stops
+  admission.  A new request's chunk fills the budget left (with chunked prefill off, a
+  prompt that does not fit the budget waits).
+* Prefix cache: only full blocks match, walking the chained block hashes from the start;
+  the hit is capped at ``num_tokens - 1`` so the last token is recomputed (a fully cached
+  prompt of whole blocks recomputes its last block).  Full blocks are registered at
+  allocation time, generated blocks included.
+* Blocks of a finished or preempted request are freed tail first and stay cached in the
+  free queue (LRU) until an allocation recycles them.
+* A request whose tokens are all computed by a pass samples its next token at the pass
+  end (a prompt's first token at the end of its last chunk).
+* Block 0 is vLLM's reserved null block: the pool has ``kv_tokens // block_size - 1``
+  usable blocks.
+
+Simulator rules (not vLLM's): a prompt with no room for one output token within
+``max_model_len`` is rejected, and output is cut at ``max_model_len``; the effective
+length is also capped at the KV pool (vLLM refuses to start when ``max_model_len`` does
+not fit its KV cache), so every admitted request can run alone.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
+from servesim.engines.vllm_options import VLLMOptions, resolve_vllm_options
+from servesim.errors import ConfigError
+from servesim.kvcache.block_pool import BlockPool
+from servesim.kvcache.hashing import ROOT_HASH, block_content_ids, block_hashes, unit_chain
+from servesim.metrics.recorder import RequestRecorder, Status
+from servesim.perf.plan import PassPlan
+from servesim.workload.request import Request, sequence_units
+
+
+@dataclass(slots=True, eq=False)
+class VReq:
+    """Engine-side state of one request."""
+
+    req: Request
+    max_new: int
+    generated: int = 0
+    #: Tokens whose KV exists (vLLM's num_computed_tokens), committed at pass end.
+    computed: int = 0
+    #: Tokens being computed in the pass in flight.
+    sched: int = 0
+    blocks: list[int] = field(default_factory=list)
+    #: Hashes of the sequence's full blocks known so far, and the unit chain behind them.
+    hashes: list[int] = field(default_factory=list)
+    chain: list[int] = field(default_factory=list)
+    #: Leading blocks already registered in the prefix cache (or taken from it).
+    n_cached: int = 0
+    admitted_once: bool = False
+
+    @property
+    def num_tokens(self) -> int:
+        return self.req.input_length + self.generated
+
+
+@dataclass(slots=True)
+class _VBatch:
+    reqs: list[VReq]
+    decode_only: bool
+    preempted: bool
+
+
+class VLLMEngine(Engine):
+    """One vLLM worker (one tensor-parallel group)."""
+
+    name = "vllm"
+
+    def __init__(self, worker_id: int, recorder: RequestRecorder, limits: EngineLimits,
+                 options: VLLMOptions, oracle=None) -> None:
+        super().__init__(worker_id, recorder, limits)
+        opt = resolve_vllm_options(options, None, None, limits.context_length)
+        self.opt = opt
+        self.bs = bs = opt.block_size
+        self.num_blocks = max(limits.kv_capacity_tokens // bs - 1, 0)
+        self.capacity = self.num_blocks * bs
+        self.pool = BlockPool(self.num_blocks, bs, policy=opt.eviction_policy, oracle=oracle,
+                              enable_caching=opt.enable_prefix_caching)
+        self._belady = opt.eviction_policy == "belady"
+        self.budget = int(opt.max_num_batched_tokens)
+        self.max_seqs = int(opt.max_num_seqs)
+        self.max_model_len = int(opt.max_model_len)
+        self.max_len = min(self.max_model_len, self.capacity)
+        self.chunked_prefill = opt.enable_chunked_prefill
+        self.threshold = opt.long_prefill_token_threshold
+        self.caching = opt.enable_prefix_caching
+        if not self.chunked_prefill and self.budget < self.max_model_len:
+            raise ConfigError(
+                f"engine.max_num_batched_tokens: {self.budget} is smaller than max_model_len "
+                f"{self.max_model_len}; with enable_chunked_prefill false vLLM requires it to be at least that")
+        self.waiting: deque[VReq] = deque()
+        self.running: list[VReq] = []
+        self.retractions = 0
+        self._last: _VBatch | None = None
+
+    # -- arrivals -------------------------------------------------------------------------
+    def add_request(self, req: Request, now: float) -> None:
+        n = req.input_length
+        if n + 1 > self.max_model_len:
+            self._reject(req, now, f"prompt of {n} tokens leaves no room for output within "
+                                   f"max_model_len {self.max_model_len}")
+            return
+        if n + 1 > self.capacity:
+            self._reject(req, now, f"prompt of {n} tokens exceeds the KV cache of {self.capacity} tokens")
+            return
+        max_new = min(req.output_length, self.max_len - n)
+        self.waiting.append(VReq(req=req, max_new=max(1, max_new)))
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # -- block hashes -----------------------------------------------------------------------
+    def _hashes(self, vr: VReq, n_blocks: int) -> list[int]:
+        """The request's block hash list, extended to cover ``n_blocks`` full blocks."""
+        have = len(vr.hashes)
+        if n_blocks > have:
+            units = sequence_units(vr.req, n_blocks * self.bs)
+            if len(units) > len(vr.chain):
+                parent = vr.chain[-1] if vr.chain else ROOT_HASH
+                vr.chain.extend(unit_chain(units[len(vr.chain):], parent))
+            vr.hashes.extend(block_hashes(units, self.bs, n_blocks * self.bs, unit_size=vr.req.block_size,
+                                          start_block=have, chain=vr.chain))
+        return vr.hashes
+
+    def _cache_blocks(self, vr: VReq, upto: int) -> None:
+        """Register the request's full blocks among its first ``upto`` tokens (allocate_slots)."""
+        if not self.caching:
+            return
+        n_full = min(upto, vr.num_tokens) // self.bs
+        if n_full <= vr.n_cached:
+            return
+        hashes = self._hashes(vr, n_full)
+        start = vr.n_cached
+        ids = None
+        if self._belady:
+            ids = block_content_ids(sequence_units(vr.req, n_full * self.bs), self.bs, n_full,
+                                    unit_size=vr.req.block_size, start_block=start)
+        self.pool.cache_full_blocks(vr.blocks[start:n_full], hashes[start:n_full], ids)
+        vr.n_cached = n_full
+
+    def _lookup(self, vr: VReq) -> int:
+        """Blocks of the request's sequence found in the prefix cache (capped at num_tokens - 1)."""
+        if not self.caching:
+            return 0
+        cap = (vr.num_tokens - 1) // self.bs
+        if cap <= 0:
+            return 0
+        hashes = self._hashes(vr, cap)
+        return self.pool.find_cached_prefix(hashes[:cap])
+
+    # -- allocation ---------------------------------------------------------------------------
+    def _allocate(self, vr: VReq, n: int) -> bool:
+        """Blocks for ``n`` more tokens of a running request; False when the pool is short."""
+        need = -(-(vr.computed + n) // self.bs) - len(vr.blocks)
+        if need > 0:
+            got = self.pool.allocate(need)
+            if got is None:
+                return False
+            vr.blocks.extend(got)
+        self._cache_blocks(vr, vr.computed + n)
+        return True
+
+    def _allocate_new(self, vr: VReq, hit: int, n: int) -> bool:
+        """Blocks for a waiting request: its cached prefix of ``hit`` blocks plus ``n`` new tokens."""
+        pool = self.pool
+        hashes = vr.hashes[:hit]
+        free_hits = 0
+        for h in hashes:
+            if pool.blocks[pool.get_cached_block(h)].ref == 0:
+                free_hits += 1
+        need = -(-(hit * self.bs + n) // self.bs) - hit
+        if need + free_hits > pool.num_free_blocks:
+            return False
+        vr.blocks = pool.take_cached(hashes) if hit else []
+        got = pool.allocate(need)
+        assert got is not None
+        vr.blocks.extend(got)
+        vr.n_cached = hit
+        vr.computed = hit * self.bs
+        self._cache_blocks(vr, vr.computed + n)
+        return True
+
+    def _preempt(self, vr: VReq) -> None:
+        self.pool.free_request(vr.blocks)
+        vr.blocks = []
+        vr.computed = 0
+        vr.sched = 0
+        vr.n_cached = 0
+        self.waiting.appendleft(vr)
+        self.rec.retracted(vr.req.index)
+        self.retractions += 1
+
+    # -- scheduling -------------------------------------------------------------------------
+    def schedule(self, now: float) -> PassPlan | None:
+        self.pool.now = now
+        budget = self.budget
+        thr = self.threshold
+        running = self.running
+        scheduled: list[VReq] = []
+        preempted = False
+        i = 0
+        while i < len(running) and budget > 0:
+            vr = running[i]
+            n = vr.num_tokens - vr.computed
+            if 0 < thr < n:
+                n = thr
+            n = min(n, budget)
+            if n <= 0:
+                i += 1
+                continue
+            ok = True
+            while not self._allocate(vr, n):
+                victim = running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is vr:
+                    ok = False
+                    break
+            if not ok:
+                break
+            vr.sched = n
+            budget -= n
+            scheduled.append(vr)
+            i += 1
+        n_running_sched = len(scheduled)
+        if not preempted or not scheduled:
+            budget = self._admit(now, budget, scheduled)
+        if not scheduled:
+            self._last = None
+            return None
+        prefill: list[VReq] = []
+        decode: list[VReq] = []
+        for j, vr in enumerate(scheduled):
+            if j < n_running_sched and vr.sched == 1 and vr.computed == vr.num_tokens - 1 and vr.generated > 0:
+                decode.append(vr)
+            else:
+                prefill.append(vr)
+        batch = _VBatch(reqs=scheduled, decode_only=not prefill, preempted=preempted)
+        self._last = batch
+        kw = {}
+        if prefill:
+            kw["prefill_new"] = np.fromiter((vr.sched for vr in prefill), dtype=np.int64, count=len(prefill))
+            kw["prefill_cached"] = np.fromiter((vr.computed for vr in prefill), dtype=np.int64, count=len(prefill))
+        if decode:
+            kw["decode_ctx"] = np.fromiter((vr.computed + 1 for vr in decode), dtype=np.int64, count=len(decode))
+        return PassPlan(requests=batch, **kw)
+
+    def _admit(self, now: float, budget: int, scheduled: list[VReq]) -> int:
+        """The waiting loop: FCFS admission while seats, budget and blocks allow."""
+        thr = self.threshold
+        waiting = self.waiting
+        while waiting and budget > 0 and len(self.running) < self.max_seqs:
+            vr = waiting[0]
+            hit = self._lookup(vr)
+            n = vr.num_tokens - hit * self.bs
+            if 0 < thr < n:
+                n = thr
+            if not self.chunked_prefill and n > budget:
+                break
+            n = min(n, budget)
+            if not self._allocate_new(vr, hit, n):
+                break
+            waiting.popleft()
+            self.running.append(vr)
+            cached = hit * self.bs
+            if not vr.admitted_once:
+                vr.admitted_once = True
+                self.prompt_tokens += vr.req.input_length
+                self.cached_prompt_tokens += cached
+            self.rec.scheduled(vr.req.index, now, cached)
+            vr.sched = n
+            budget -= n
+            scheduled.append(vr)
+        return budget
+
+    # -- commit -----------------------------------------------------------------------------
+    def complete(self, plan: PassPlan, end: float) -> None:
+        self.pool.now = end
+        batch: _VBatch = plan.requests
+        emitted: list[VReq] = []
+        for vr in batch.reqs:
+            vr.computed += vr.sched
+            vr.sched = 0
+            if vr.computed == vr.num_tokens:
+                emitted.append(vr)
+        if emitted:
+            idx = np.fromiter((vr.req.index for vr in emitted), dtype=np.int64, count=len(emitted))
+            self.rec.emit(idx, end)
+            for vr in emitted:
+                vr.generated += 1
+            self._finish_done(emitted, end)
+
+    def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
+        """Commit ``ends.size`` identical decode passes, replaying their block events in order."""
+        batch: _VBatch = plan.requests
+        reqs = batch.reqs
+        k = int(ends.size)
+        bs = self.bs
+        c0 = [vr.computed for vr in reqs]
+        g0 = [vr.generated for vr in reqs]
+        # Pass s (1..k-1) computes position c0 + s of each request; at its start (the end of
+        # pass s-1) it allocates a block when that position opens one, and registers a
+        # block when the position fills one.
+        events: list[tuple[int, int]] = []
+        for j, c in enumerate(c0):
+            s_alloc = (-c) % bs or bs
+            steps = set(range(s_alloc, k, bs))
+            if self.caching:
+                steps.update(range((-(c + 1)) % bs or bs, k, bs))
+            events.extend((s, j) for s in steps)
+        events.sort()
+        for s, j in events:
+            vr = reqs[j]
+            vr.computed = c0[j] + s
+            vr.generated = g0[j] + s
+            self.pool.now = float(ends[s - 1])
+            ok = self._allocate(vr, 1)
+            assert ok, "vLLM model: decode stretch beyond the free blocks"
+        self.pool.now = float(ends[-1])
+        for j, vr in enumerate(reqs):
+            vr.computed = c0[j] + k
+            vr.generated = g0[j] + k
+            vr.sched = 0
+        idx = np.fromiter((vr.req.index for vr in reqs), dtype=np.int64, count=len(reqs))
+        self.rec.emit_stretch(idx, ends)
+        self._finish_done(reqs, float(ends[-1]))
+
+    def _finish_done(self, reqs: list[VReq], end: float) -> None:
+        done = [vr for vr in reqs if vr.generated >= vr.max_new]
+        if not done:
+            return
+        gone = set(id(vr) for vr in done)
+        self.running = [vr for vr in self.running if id(vr) not in gone]
+        for vr in done:
+            self.pool.free_request(vr.blocks)
+            vr.blocks = []
+            if vr.max_new < vr.req.output_length:
+                self.rec.finished(vr.req.index, end, Status.COMPLETED, "output cut at max_model_len")
+                self.terminated.append(vr.req)
+            else:
+                self._finish(vr.req, end)
+
+    # -- fast-forward -------------------------------------------------------------------------
+    def decode_stretch_limit(self) -> int:
+        """Decode passes that will repeat unchanged: no admission, finish, preemption or failed allocation."""
+        batch = self._last
+        if batch is None or not batch.decode_only or batch.preempted:
+            return 1
+        reqs = batch.reqs
+        n = len(reqs)
+        if n != len(self.running) or n == 0:
+            return 1
+        bs = self.bs
+        c = np.fromiter((vr.computed for vr in reqs), dtype=np.int64, count=n)
+        left = np.fromiter((vr.max_new - vr.generated for vr in reqs), dtype=np.int64, count=n)
+        limit = int(left.min())
+        if self.waiting and n < self.max_seqs and n < self.budget:
+            # The waiting head failed on blocks; it keeps failing while the pool is unchanged.
+            first_alloc = (-(c + 1)) % bs + 1
+            m = first_alloc
+            if self.caching:
+                m = np.minimum(m, (-(c + 2)) % bs + 1)
+            limit = min(limit, int(m.min()))
+        if limit <= 1:
+            return 1
+        # Passes 1..k-1 open floor((c+k-1)/bs) - floor(c/bs) blocks per request: all must fit.
+        free = self.pool.num_free_blocks
+        base = c // bs
+
+        def fits(k: int) -> bool:
+            return int(((c + k - 1) // bs - base).sum()) <= free
+
+        lo, hi = 1, limit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    # -- state ---------------------------------------------------------------------------------
+    def snapshot(self) -> EngineSnapshot:
+        outstanding = sum(vr.num_tokens - vr.computed + vr.max_new - vr.generated for vr in self.waiting)
+        outstanding += sum(vr.max_new - vr.generated for vr in self.running)
+        return EngineSnapshot(
+            running=len(self.running),
+            waiting=len(self.waiting),
+            kv_used_tokens=self.pool.num_used_blocks * self.bs,
+            kv_capacity_tokens=self.capacity,
+            prompt_tokens=self.prompt_tokens,
+            cached_prompt_tokens=self.cached_prompt_tokens,
+            outstanding_tokens=outstanding,
+        )
+
+    def check_invariants(self) -> None:
+        """Block conservation: every reference the pool counts is held by a running request."""
+        pool = self.pool
+        pool.check_invariants()
+        assert len(self.running) <= self.max_seqs
+        held = 0
+        for vr in self.running:
+            assert len(vr.blocks) == -(-(vr.computed + vr.sched) // self.bs), (vr.req.index, len(vr.blocks))
+            assert vr.computed + vr.sched <= vr.num_tokens
+            assert vr.generated <= vr.max_new
+            assert all(pool.blocks[b].ref >= 1 for b in vr.blocks)
+            held += len(vr.blocks)
+        for vr in self.waiting:
+            assert not vr.blocks and vr.computed == 0 and vr.sched == 0
+        assert sum(b.ref for b in pool.blocks) == held, (sum(b.ref for b in pool.blocks), held)
+        assert pool.num_free_blocks + pool.num_used_blocks == self.num_blocks

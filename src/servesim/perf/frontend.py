@@ -1,0 +1,130 @@
+"""The non-GPU stages a benchmark client measures (DESIGN.md, "What a measured number contains").
+
+A measured TTFT is not just the prefill passes.  Before a request reaches the engine's
+scheduler it crosses the HTTP server and is tokenized, usually serially in one API-server
+process; after the engine emits a token, it is detokenized and streamed back.  A measured
+TPOT also carries the scheduler's CPU work per pass unless the engine overlaps it with the
+GPU (async scheduling).  This module models those stages with named parameters that
+calibration fits, instead of folding them into GPU efficiency:
+
+- :meth:`Frontend.admit_time`: a serial FIFO tokenizer queue (one server).  A request sent at
+  ``t`` waits for the tokenizer to be free, takes
+  ``tokenize_base_s + tokenize_per_token_s × input_length`` and reaches the engine
+  ``request_overhead_s`` later.  When a closed-loop client releases ``concurrency``
+  requests at once, the last one waits behind all the others: TTFT grows with concurrency.
+- :meth:`Frontend.apply_stream_latency`: the client sees every token
+  ``first_token_overhead_s`` after the engine emitted it (detokenization, HTTP streaming);
+  TTFT and end-to-end latency grow by that constant, TPOT does not change.
+- :class:`SchedulerOverheadStepTime`: wraps a step-time model and adds
+  ``scheduler_pass_s + scheduler_per_request_s × requests`` of CPU time to each pass,
+  unless ``async_scheduling`` hides it behind the GPU.
+
+All times are seconds.  ``Frontend()`` with the defaults is a no-op-free, realistic
+frontend; ``Frontend.disabled()`` is exactly zero (the engine-only view).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from servesim.perf.plan import PassPlan, StepTimeModel
+
+
+class FrontendParams(BaseModel):
+    """Named, calibratable constants of the frontend (API server, tokenizer, streaming)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_overhead_s: float = Field(2e-3, ge=0, description="HTTP request parse + hand-off to the engine, per request")
+    tokenize_base_s: float = Field(1e-3, ge=0, description="serial tokenizer cost per request (fixed part)")
+    tokenize_per_token_s: float = Field(1.5e-6, ge=0, description="serial tokenizer cost per prompt token")
+    first_token_overhead_s: float = Field(
+        20e-3, ge=0, description="detokenize + stream latency the client sees on every token (so on TTFT and e2e)")
+    scheduler_pass_s: float = Field(0.0, ge=0, description="scheduler CPU time per pass not overlapped with the GPU")
+    scheduler_per_request_s: float = Field(0.0, ge=0, description="scheduler CPU time per request in the pass")
+    async_scheduling: bool = Field(False, description="the engine overlaps scheduling with the GPU pass")
+
+    @classmethod
+    def zero(cls) -> "FrontendParams":
+        return cls(request_overhead_s=0.0, tokenize_base_s=0.0, tokenize_per_token_s=0.0,
+                   first_token_overhead_s=0.0, scheduler_pass_s=0.0, scheduler_per_request_s=0.0)
+
+
+#: Parameters calibration may fit (the rest are switches).
+FRONTEND_FIT_FIELDS = ("request_overhead_s", "tokenize_base_s", "tokenize_per_token_s", "first_token_overhead_s",
+                       "scheduler_pass_s", "scheduler_per_request_s")
+
+
+class Frontend:
+    """The API server in front of one deployment: a serial tokenizer queue and stream latency.
+
+    Stateful (the tokenizer's busy-until time): make one per simulation run.
+    """
+
+    def __init__(self, params: FrontendParams | dict | None = None) -> None:
+        if params is None:
+            params = FrontendParams()
+        elif isinstance(params, dict):
+            params = FrontendParams.model_validate(params)
+        self.p = params
+        self._free_at = 0.0  # when the (single) tokenizer is next idle
+
+    @classmethod
+    def disabled(cls) -> "Frontend":
+        return cls(FrontendParams.zero())
+
+    @property
+    def is_zero(self) -> bool:
+        p = self.p
+        return not (p.request_overhead_s or p.tokenize_base_s or p.tokenize_per_token_s or p.first_token_overhead_s)
+
+    def tokenize_seconds(self, input_length: int) -> float:
+        return self.p.tokenize_base_s + self.p.tokenize_per_token_s * input_length
+
+    def admit_time(self, req, now: float) -> float:
+        """When a request the client sent at ``now`` reaches the engine.
+
+        Calls must come in send order (the simulation's event order); ties are FIFO.
+        """
+        start = now if now > self._free_at else self._free_at
+        self._free_at = start + self.tokenize_seconds(req.input_length)
+        return self._free_at + self.p.request_overhead_s
+
+    def apply_stream_latency(self, recorder) -> None:
+        """Shift every client-observed token time by ``first_token_overhead_s`` (once, after the run)."""
+        d = self.p.first_token_overhead_s
+        if not d:
+            return
+        for name in ("first_token", "second_token", "last_token"):
+            recorder.column(name)[:] += d  # NaN stays NaN
+        fin = recorder.column("finish")
+        has_tok = ~np.isnan(recorder.column("first_token"))
+        fin[has_tok] += d
+
+    def wrap_step_time(self, model: StepTimeModel) -> StepTimeModel:
+        """The step-time model plus the scheduler's per-pass CPU time (unless async)."""
+        p = self.p
+        if p.async_scheduling or (p.scheduler_pass_s == 0 and p.scheduler_per_request_s == 0):
+            return model
+        return SchedulerOverheadStepTime(model, p.scheduler_pass_s, p.scheduler_per_request_s)
+
+
+class SchedulerOverheadStepTime:
+    """A step-time model plus serial scheduler CPU time per pass."""
+
+    def __init__(self, inner: StepTimeModel, pass_s: float, per_request_s: float) -> None:
+        self.inner = inner
+        self.pass_s = pass_s
+        self.per_request_s = per_request_s
+
+    def pass_time(self, plan: PassPlan) -> float:
+        n = plan.prefill_new.size + plan.decode_ctx.size
+        return self.inner.pass_time(plan) + self.pass_s + self.per_request_s * n
+
+    def decode_stretch_times(self, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
+        extra = self.pass_s + self.per_request_s * decode_ctx.size
+        return self.inner.decode_stretch_times(decode_ctx, steps) + extra
+
+    def __getattr__(self, name: str):  # diagnostics of the wrapped model stay reachable
+        return getattr(self.inner, name)

@@ -1,0 +1,149 @@
+"""The `servesim predict` command end to end: outputs, determinism and error handling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from servesim.cli import main
+from conftest import shared_file
+
+SMALL = {
+    "seed": 7,
+    "workload": {
+        "kind": "synthetic",
+        "num_requests": 150,
+        "arrival": {"process": "poisson", "rate": 20.0},
+        "input": {"dist": "uniform", "low": 200, "high": 3000},
+        "output": {"dist": "uniform", "low": 5, "high": 200},
+        "prefix": {"num_groups": 4, "length": 1024, "share": 0.5},
+    },
+    "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm", "workers": 2},
+}
+
+REQUEST_FIELDS = {
+    "request_id", "session_id", "turn", "worker", "warmup", "arrival_s", "first_scheduled_s", "first_token_s",
+    "second_token_s", "last_token_s", "finish_s", "input_length", "output_length", "generated_tokens",
+    "cached_tokens", "host_cached_tokens", "ttft_s", "ttst_s", "tpot_s", "mean_itl_s", "e2e_s", "queue_s",
+    "retractions", "status", "reason",
+}
+TIMESERIES_FIELDS = {"time_s", "worker", "running", "waiting", "kv_used_tokens", "kv_usage", "cache_hit_ratio",
+                     "tokens_per_pass", "passes"}
+
+
+def write_config(tmp_path: Path, cfg: dict, name: str = "cfg.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_two_identical_runs_write_identical_files(tmp_path):
+    cfg = write_config(tmp_path, SMALL)
+    assert main(["predict", str(cfg), "--out", str(tmp_path / "a"), "--quiet"]) == 0
+    assert main(["predict", str(cfg), "--out", str(tmp_path / "b"), "--quiet"]) == 0
+    for name in ("requests.parquet", "timeseries.parquet", "prediction.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    # A different seed changes the workload, hence the file.
+    assert main(["predict", str(cfg), "--out", str(tmp_path / "c"), "--quiet", "--set", "seed=8"]) == 0
+    assert (tmp_path / "a" / "requests.parquet").read_bytes() != (tmp_path / "c" / "requests.parquet").read_bytes()
+
+
+def test_outputs_have_every_documented_field(tmp_path):
+    cfg = write_config(tmp_path, SMALL)
+    assert main(["predict", str(cfg), "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    req = pq.read_table(tmp_path / "o" / "requests.parquet")
+    assert set(req.column_names) >= REQUEST_FIELDS
+    assert req.num_rows == 150
+    ts = pq.read_table(tmp_path / "o" / "timeseries.parquet")
+    assert set(ts.column_names) == TIMESERIES_FIELDS
+    doc = json.loads((tmp_path / "o" / "prediction.json").read_text())
+    assert set(doc) >= {"summary", "config", "versions", "deployment_resolved"}
+    lat = doc["summary"]["latency"]
+    for metric in ("ttft_ms", "ttst_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        assert set(lat[metric]) >= {"mean", "min", "max", "p50", "p90", "p95", "p99", "std"}
+    assert doc["summary"]["requests"]["completed"] == 150
+    assert doc["summary"]["cache"]["prefix_reuse_ratio"] > 0.1
+
+
+def test_json_format_prints_the_summary(tmp_path, capsys):
+    cfg = write_config(tmp_path, SMALL)
+    assert main(["predict", str(cfg), "--no-files", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["requests"]["total"] == 150
+    assert doc["host"]["wall_s"] > 0
+
+
+def test_table_summary_mentions_key_metrics(tmp_path, capsys):
+    cfg = write_config(tmp_path, SMALL)
+    assert main(["predict", str(cfg), "--no-files"]) == 0
+    out = capsys.readouterr().out
+    for word in ("TTFT", "TPOT", "ITL", "Prefix-cache reuse", "per GPU", "Completed", "Retractions"):
+        assert word in out
+
+
+BAD_ROWS = [
+    ('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n'
+     '{"timestamp": 5, "input_length": 10, "output_l', 2, "invalid JSON"),
+    ('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n'
+     '{"timestamp": 5, "input_length": 10, "output_length": -4, "hash_ids": [2]}\n', 2, "output_length"),
+    ('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n'
+     '{"timestamp": 5, "output_length": 4, "hash_ids": [2]}\n', 2, "input_length"),
+]
+
+
+@pytest.mark.parametrize("text,line,field", BAD_ROWS)
+def test_malformed_trace_stops_with_line_and_field(tmp_path, capsys, text, line, field):
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text(text)
+    cfg = write_config(tmp_path, {"workload": {"kind": "trace", "path": "bad.jsonl"}})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "prediction.json").write_text("{}")  # a stale result must not survive
+    assert main(["predict", str(cfg), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"bad.jsonl:{line}" in err and field in err
+    assert not (out / "prediction.json").exists()
+    assert not (out / "requests.parquet").exists()
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("deployment.workerz=2", "deployment.workerz: unknown key"),
+    ("workload.arrival.rate=-1", "rate"),
+    ("deployment.tp=3", "deployment.tp: 3 does not divide the 32 attention heads"),
+    ("deployment.model=meta-llama/Llama-3.1-405B", "does not fit"),
+    ("deployment.gpu=tpu_v9", "deployment.gpu"),
+    ("deployment.engine.page_size=0", "deployment.engine"),
+])
+def test_bad_config_values_name_the_key(tmp_path, capsys, override, needle):
+    cfg = write_config(tmp_path, SMALL)
+    assert main(["predict", str(cfg), "--no-files", "--set", override]) == 2
+    err = capsys.readouterr().err
+    assert needle in err
+
+
+def test_default_example_runs(tmp_path, capsys):
+    assert main(["predict", "--out", str(tmp_path / "d"), "--quiet"]) == 0
+    doc = json.loads((tmp_path / "d" / "prediction.json").read_text())
+    assert doc["summary"]["requests"]["unfinished"] == 0
+
+
+def test_mooncake_conversation_on_eight_sglang_workers(tmp_path):
+    trace = shared_file("traces", "mooncake_conversation.jsonl")
+    cfg = write_config(tmp_path, {
+        "workload": {"kind": "trace", "path": str(trace)},
+        "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm", "workers": 8,
+                       "router": "round_robin", "engine": {"name": "sglang"}},
+    })
+    assert main(["predict", str(cfg), "--out", str(tmp_path / "m"), "--quiet"]) == 0
+    doc = json.loads((tmp_path / "m" / "prediction.json").read_text())
+    counts = doc["summary"]["requests"]
+    assert counts["total"] == 12031
+    assert counts["completed"] + counts["rejected"] + counts["unfinished"] == 12031
+    assert doc["summary"]["cache"]["prefix_reuse_ratio"] > 0
+    req = pq.read_table(tmp_path / "m" / "requests.parquet")
+    assert req.num_rows == 12031 and set(req.column_names) >= REQUEST_FIELDS
+    assert set(req.column("worker").to_pylist()) == set(range(8))

@@ -1,0 +1,146 @@
+import json
+import math
+
+import numpy as np
+import pytest
+
+from servesim.hardware import load_gpu
+from servesim.models import load_model, parse_config
+from servesim.perf.analytic import AnalyticParams, AnalyticStepTime
+from servesim.perf.plan import PassPlan, StepTimeModel, stretch_by_steps
+
+TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
+        "intermediate_size": 4096, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+        "vocab_size": 32000}
+
+# a params set with no overheads and perfect efficiencies, so hand computations are exact
+IDEAL = AnalyticParams(gemm_eff_max=1.0, gemm_half_tokens=0.0, moe_eff_scale=1.0, mem_eff=1.0,
+                       attn_prefill_eff_max=1.0, attn_prefill_half_tokens=0.0, attn_decode_mem_eff=1.0,
+                       attn_decode_compute_eff=1.0, attn_decode_ctx_overhead_tokens=0.0,
+                       elementwise_bytes_per_token=0.0, pass_overhead_s=0.0, layer_overhead_s=0.0,
+                       graph_pass_overhead_s=0.0, graph_layer_overhead_s=0.0)
+
+
+def plan(new=(), cached=(), ctx=()):
+    return PassPlan(prefill_new=np.array(new, dtype=np.int64), prefill_cached=np.array(cached, dtype=np.int64),
+                    decode_ctx=np.array(ctx, dtype=np.int64))
+
+
+def tiny_model(tmp_path=None):
+    return parse_config(TINY, name="tiny")
+
+
+def test_protocol():
+    st = AnalyticStepTime(load_model("qwen3-32b"), load_gpu("h100"))
+    assert isinstance(st, StepTimeModel)
+
+
+def test_tiny_decode_by_hand():
+    m, g = tiny_model(), load_gpu("h100_sxm")
+    st = AnalyticStepTime(m, g, params=IDEAL)
+    bw, peak = 3350e9, 989.4e12
+    h, i, L, V = 1024, 4096, 4, 32000
+    attn_p = h * 1024 + 2 * h * 256 + 1024 * h
+    mlp_p = 3 * h * i
+    # one decode request, ctx 1000: every GEMM is memory bound
+    T = 1
+    gemm = max(2 * T * attn_p * L / peak, (attn_p * 2 + T * 3 * h * 2) * L / bw)
+    gemm += max(2 * T * mlp_p * L / peak, (mlp_p * 2 + T * (2 * h + 3 * i) * 2) * L / bw)
+    lm = max(2 * V * h / peak, V * h * 2 / bw + (h + V) * 2 / bw)
+    kv = 1000 * L * 2 * 2 * 128 * 2  # ctx × layers × (k,v) × kv heads × head_dim × bf16
+    attn = max(1000 * L * 4 * 8 * 128 / peak, kv / bw)
+    assert st.pass_time(plan(ctx=[1000])) == pytest.approx(gemm + lm + attn, rel=1e-12)
+
+
+def test_tiny_prefill_attention_flops_by_hand():
+    m, g = tiny_model(), load_gpu("h100_sxm")
+    st = AnalyticStepTime(m, g, params=IDEAL)
+    n, c = 512, 1024
+    pairs = n * c + n * (n + 1) / 2
+    flops = pairs * 4 * 8 * 128 * 4  # 4 FLOPs × heads × head_dim per pair, 4 layers
+    read = (n + c) * 4 * 2 * 2 * 128 * 2
+    assert st._prefill_attn([n], [c]) == pytest.approx(max(flops / 989.4e12, read / 3350e9), rel=1e-12)
+    # two chunks are each their own causal triangle over their own prefix
+    pairs2 = pairs + n * (n + 1) / 2
+    read2 = read + n * 4 * 2 * 2 * 128 * 2
+    two = st._prefill_attn([n, n], [c, 0])
+    assert two == pytest.approx(max(pairs2 * 4 * 8 * 128 * 4 / 989.4e12, read2 / 3350e9), rel=1e-12)
+
+
+def test_distinct_experts_formula():
+    E, k = 256, 8
+    assert AnalyticStepTime.expected_distinct_experts(E, k, 1) == pytest.approx(8)
+    assert AnalyticStepTime.expected_distinct_experts(E, k, 10) == pytest.approx(E * (1 - (1 - k / E) ** 10))
+    assert AnalyticStepTime.expected_distinct_experts(E, k, 10_000) == pytest.approx(E)
+    # decode of a MoE: weight bytes grow with batch until all experts are touched
+    st = AnalyticStepTime(load_model("deepseek-v3"), load_gpu("h200"), tp=8, ep=8, weight_dtype="fp8",
+                          kv_dtype="fp8")
+    t1 = st.pass_time(plan(ctx=[1000]))
+    t32 = st.pass_time(plan(ctx=[1000] * 32))
+    assert t32 > 3 * t1 * 0.5 and t32 < 32 * t1
+
+
+def test_decode_memory_bound_prefill_compute_bound():
+    st = AnalyticStepTime(load_model("llama-3.1-70b"), load_gpu("h100"), tp=4)
+    comp, mem = st.gemm_roofline_terms(4)
+    assert mem > 5 * comp
+    comp, mem = st.gemm_roofline_terms(8192)
+    assert comp > 2 * mem
+
+
+@pytest.mark.parametrize("name,gpu,tp,ep,wd,kd", [
+    ("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", 1, 1, "bf16", "bf16"),
+    ("Qwen/Qwen3-235B-A22B-FP8", "h200_sxm", 4, 4, "fp8", "fp8"),
+    ("deepseek-ai/DeepSeek-R1", "b200_sxm", 8, 8, "fp4", "fp8"),
+    ("openai/gpt-oss-120b", "h100_sxm", 2, 1, "mxfp4", "fp8"),
+    ("zhipuai/GLM-5", "h200_sxm", 8, 8, "fp8", "fp8"),
+    ("Qwen/Qwen3.5-397B-A17B", "b200_sxm", 4, 4, "fp8", "bf16"),
+])
+def test_monotonic(name, gpu, tp, ep, wd, kd):
+    st = AnalyticStepTime(load_model(name), load_gpu(gpu), tp=tp, ep=ep, weight_dtype=wd, kv_dtype=kd)
+    rng = np.random.default_rng(1)
+    ctx = rng.integers(10, 20000, size=64)
+    base = st.pass_time(plan(ctx=ctx))
+    assert st.pass_time(plan(ctx=np.append(ctx, 100))) >= base  # more requests
+    assert st.pass_time(plan(ctx=ctx + 500)) >= base  # longer contexts
+    prev = 0.0
+    for n in [1, 16, 256, 2048, 8192]:
+        t = st.pass_time(plan(new=[n], cached=[3000], ctx=ctx))
+        assert t >= prev  # more prefill tokens
+        prev = t
+    assert st.pass_time(plan(new=[1000], cached=[5000])) >= st.pass_time(plan(new=[1000], cached=[0]))
+
+
+def test_more_tp_not_slower_for_memory_bound_decode():
+    m, g = load_model("llama-3.1-70b"), load_gpu("h100")
+    times = [AnalyticStepTime(m, g, tp=tp).pass_time(plan(ctx=[4000] * 8)) for tp in (1, 2, 4, 8)]
+    assert all(b <= a for a, b in zip(times, times[1:]))
+
+
+@pytest.mark.parametrize("name,tp,ep", [("llama-3.1-8b-instruct", 1, 1), ("gpt-oss-120b", 2, 1),
+                                        ("GLM-5", 8, 8), ("Qwen3-Next-80B-A3B-Instruct", 2, 2),
+                                        ("deepseek-r1", 8, 8)])
+def test_stretch_equals_pass_by_pass(name, tp, ep):
+    st = AnalyticStepTime(load_model(name), load_gpu("b200"), tp=tp, ep=ep, weight_dtype="fp8", kv_dtype="fp8")
+    rng = np.random.default_rng(7)
+    for n in (1, 5, 70):
+        ctx = rng.integers(1, 3000, size=n)
+        ctx[0] = 126  # crosses a 128 window during the stretch
+        fast = st.decode_stretch_times(ctx, 300)
+        ref = stretch_by_steps(st, ctx, 300)
+        np.testing.assert_allclose(fast, ref, rtol=1e-12, atol=0)
+    assert st.decode_stretch_times(np.zeros(0, dtype=np.int64), 3).shape == (3,)
+
+
+def test_attention_dp_runs():
+    st = AnalyticStepTime(load_model("deepseek-r1"), load_gpu("h200"), tp=1, ep=8, attention_dp=8,
+                          weight_dtype="fp8", kv_dtype="fp8")
+    t = st.pass_time(plan(new=[2000], cached=[0], ctx=[1000] * 64))
+    assert math.isfinite(t) and t > 0
+
+
+def test_cuda_graph_decode_cheaper_overhead():
+    p = AnalyticParams()
+    assert p.graph_pass_overhead_s < p.pass_overhead_s
+    with pytest.raises(Exception):
+        AnalyticParams(not_a_param=1)
