@@ -25,6 +25,5 @@ class SGLangOptions(BaseModel):
         None, gt=0, le=1, description="share of GPU memory for weights + KV pool; None: SGLang's formula")
     schedule_conservativeness: float = Field(1.0, gt=0)
     disable_radix_cache: bool = False
-    enable_mixed_chunk: bool = False
     context_length: int | None = Field(None, gt=0, description="None: the model's max_position_embeddings")
     eviction_policy: Literal["lru", "lfu", "fifo", "belady"] = "lru"

@@ -51,6 +51,23 @@ from servesim.perf.plan import PassPlan
 from servesim.workload.request import Request, sequence_units
 
 
+def extend_block_hashes(req: Request, hashes: list[int], chain: list[int], n_blocks: int,
+                        block_size: int) -> list[int]:
+    """Extend ``hashes`` (the request's full-block hashes so far) to ``n_blocks`` blocks.
+
+    ``chain`` caches the request's unit chain; both lists are extended in place.
+    """
+    have = len(hashes)
+    if n_blocks > have:
+        units = sequence_units(req, n_blocks * block_size)
+        if len(units) > len(chain):
+            parent = chain[-1] if chain else ROOT_HASH
+            chain.extend(unit_chain(units[len(chain):], parent))
+        hashes.extend(block_hashes(units, block_size, n_blocks * block_size, unit_size=req.block_size,
+                                   start_block=have, chain=chain))
+    return hashes
+
+
 @dataclass(slots=True, eq=False)
 class VReq:
     """Engine-side state of one request."""
@@ -133,15 +150,7 @@ class VLLMEngine(Engine):
     # -- block hashes -----------------------------------------------------------------------
     def _hashes(self, vr: VReq, n_blocks: int) -> list[int]:
         """The request's block hash list, extended to cover ``n_blocks`` full blocks."""
-        have = len(vr.hashes)
-        if n_blocks > have:
-            units = sequence_units(vr.req, n_blocks * self.bs)
-            if len(units) > len(vr.chain):
-                parent = vr.chain[-1] if vr.chain else ROOT_HASH
-                vr.chain.extend(unit_chain(units[len(vr.chain):], parent))
-            vr.hashes.extend(block_hashes(units, self.bs, n_blocks * self.bs, unit_size=vr.req.block_size,
-                                          start_block=have, chain=vr.chain))
-        return vr.hashes
+        return extend_block_hashes(vr.req, vr.hashes, vr.chain, n_blocks, self.bs)
 
     def _cache_blocks(self, vr: VReq, upto: int) -> None:
         """Register the request's full blocks among its first ``upto`` tokens (allocate_slots)."""

@@ -1,0 +1,457 @@
+"""TensorRT-LLM's in-flight batching scheduler and KV block manager, as a model.
+
+Follows TensorRT-LLM's batch manager as read in its 2025 main branch
+(``capacityScheduler.cpp``, ``microBatchScheduler.cpp``, ``kvCacheManager.cpp``; the
+PyTorch backend wraps the same schedulers); docs/engines.md lists what is modelled and
+what is left out.  In short, every iteration:
+
+* The capacity scheduler picks the requests that may run, walking the active requests in
+  arrival order, at most ``max_batch_size``:
+
+  - GUARANTEED_NO_EVICT: requests already generating always run and keep a reservation
+    of the blocks they still need to reach their maximum length; a request still in its
+    context phase is admitted only if its own remaining blocks to completion
+    (``ceil((prompt + max output) / tokens_per_block)`` minus the blocks it holds; prefix
+    reuse is not subtracted) fit in what is left; the first that does not fit stops
+    admission.  Nothing is ever evicted.
+  - MAX_UTILIZATION: a request is admitted if the blocks its next step needs fit (its
+    whole prompt for a context not started yet, one block when a generation step opens
+    one).  When one does not fit, the most recently arrived *started* request behind it
+    is paused (its KV is freed; it later recomputes prompt and output so far from its
+    place in the arrival order) and the check is retried.
+
+* The micro-batch scheduler walks the admitted requests in order under ``max_num_tokens``:
+  a generation step costs one token, a context costs its remaining prompt.  With chunked
+  context on, contexts are chunked afterwards from the tokens the generation steps left,
+  first come first served, a truncated chunk rounded down to whole blocks.  Context and
+  generation requests share an iteration.
+* A context request gets blocks for its whole prompt when it is first scheduled, reusing
+  cached full blocks of its prefix (at least the last prompt token is recomputed).  Its
+  prompt blocks are registered for reuse when its context completes, generated blocks
+  when it finishes; freed blocks stay reusable until an allocation recycles them.
+* The iteration that completes a context samples the request's first token.
+
+Simulator rules (not TensorRT-LLM's): a prompt with no room for one output token within
+``max_seq_len`` (capped at the KV pool) is rejected, and output is cut there; with chunked
+context off a prompt above ``max_num_tokens`` is rejected, and a paused request whose
+recomputation exceeds ``max_num_tokens`` runs when it is first in an otherwise empty
+iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
+from servesim.engines.trtllm_options import TRTLLMOptions
+from servesim.engines.vllm import extend_block_hashes
+from servesim.kvcache.block_pool import BlockPool
+from servesim.kvcache.hashing import block_content_ids
+from servesim.metrics.recorder import RequestRecorder, Status
+from servesim.perf.plan import PassPlan
+from servesim.workload.request import Request, sequence_units
+
+
+@dataclass(slots=True, eq=False)
+class TReq:
+    """Engine-side state of one request."""
+
+    req: Request
+    max_new: int
+    #: Tokens the context phase computes: the prompt, plus output so far after a pause.
+    ctx_len: int
+    generated: int = 0
+    computed: int = 0
+    #: Tokens computed in the iteration in flight.
+    sched: int = 0
+    context: bool = True
+    blocks: list[int] = field(default_factory=list)
+    hashes: list[int] = field(default_factory=list)
+    chain: list[int] = field(default_factory=list)
+    n_cached: int = 0
+    #: Reusable prefix blocks found for the next first chunk (set while scheduling).
+    hit: int = 0
+    admitted_once: bool = False
+
+
+@dataclass(slots=True)
+class _TBatch:
+    contexts: list[TReq]
+    gens: list[TReq]
+    #: Whether the capacity scheduler let any context request through, and paused any.
+    context_fit: bool
+    paused: bool
+
+
+class TRTLLMEngine(Engine):
+    """One TensorRT-LLM executor (one tensor-parallel group)."""
+
+    name = "trtllm"
+
+    def __init__(self, worker_id: int, recorder: RequestRecorder, limits: EngineLimits,
+                 options: TRTLLMOptions, oracle=None) -> None:
+        super().__init__(worker_id, recorder, limits)
+        self.opt = options
+        self.bs = bs = options.tokens_per_block
+        self.num_blocks = max(limits.kv_capacity_tokens // bs, 0)
+        self.capacity = self.num_blocks * bs
+        self.reuse = options.enable_block_reuse
+        self.pool = BlockPool(self.num_blocks, bs, policy=options.eviction_policy, oracle=oracle,
+                              enable_caching=self.reuse)
+        self._belady = options.eviction_policy == "belady"
+        self.max_batch = options.max_batch_size
+        self.max_tokens = options.max_num_tokens
+        self.chunking = options.enable_chunked_context
+        self.no_evict = options.capacity_scheduler_policy == "GUARANTEED_NO_EVICT"
+        self.max_seq_len = options.max_seq_len or limits.context_length
+        self.max_len = min(self.max_seq_len, self.capacity)
+        #: Requests not finished, in arrival order (TensorRT-LLM's active request list).
+        self.active: list[TReq] = []
+        self.retractions = 0
+        self._last: _TBatch | None = None
+
+    # -- arrivals -------------------------------------------------------------------------
+    def add_request(self, req: Request, now: float) -> None:
+        n = req.input_length
+        if n + 1 > self.max_seq_len:
+            self._reject(req, now, f"prompt of {n} tokens leaves no room for output within "
+                                   f"max_seq_len {self.max_seq_len}")
+            return
+        if n + 1 > self.capacity:
+            self._reject(req, now, f"prompt of {n} tokens exceeds the KV cache of {self.capacity} tokens")
+            return
+        if not self.chunking and n > self.max_tokens:
+            self._reject(req, now, f"prompt of {n} tokens exceeds max_num_tokens {self.max_tokens} "
+                                   "with chunked context off")
+            return
+        max_new = max(1, min(req.output_length, self.max_len - n))
+        self.active.append(TReq(req=req, max_new=max_new, ctx_len=n))
+
+    def has_work(self) -> bool:
+        return bool(self.active)
+
+    # -- blocks ---------------------------------------------------------------------------
+    def _blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.bs)
+
+    def _remaining_to_completion(self, tr: TReq) -> int:
+        return self._blocks_for(tr.req.input_length + tr.max_new) - len(tr.blocks)
+
+    def _one_step(self, tr: TReq) -> int:
+        if tr.context:
+            return self._blocks_for(tr.ctx_len) - len(tr.blocks) if not tr.blocks else 0
+        return 1 if tr.computed % self.bs == 0 else 0
+
+    def _lookup(self, tr: TReq) -> int:
+        if not self.reuse:
+            return 0
+        cap = (tr.ctx_len - 1) // self.bs
+        if cap <= 0:
+            return 0
+        hashes = extend_block_hashes(tr.req, tr.hashes, tr.chain, cap, self.bs)
+        return self.pool.find_cached_prefix(hashes[:cap])
+
+    def _cache_blocks(self, tr: TReq, upto: int) -> None:
+        if not self.reuse:
+            return
+        n_full = upto // self.bs
+        if n_full <= tr.n_cached:
+            return
+        hashes = extend_block_hashes(tr.req, tr.hashes, tr.chain, n_full, self.bs)
+        start = tr.n_cached
+        ids = None
+        if self._belady:
+            ids = block_content_ids(sequence_units(tr.req, n_full * self.bs), self.bs, n_full,
+                                    unit_size=tr.req.block_size, start_block=start)
+        self.pool.cache_full_blocks(tr.blocks[start:n_full], hashes[start:n_full], ids)
+        tr.n_cached = n_full
+
+    def _alloc_gen(self, tr: TReq) -> None:
+        if tr.computed % self.bs == 0:
+            got = self.pool.allocate(1)
+            assert got is not None, "TensorRT-LLM model: generation step without a free block"
+            tr.blocks.extend(got)
+
+    def _release(self, tr: TReq) -> None:
+        self.pool.free_request(tr.blocks)
+        tr.blocks = []
+        tr.n_cached = 0
+
+    def _pause(self, tr: TReq) -> None:
+        """MAX_UTILIZATION: free the request's KV; it restarts with its output as prompt."""
+        self._release(tr)
+        tr.computed = 0
+        tr.sched = 0
+        tr.context = True
+        tr.ctx_len = tr.req.input_length + tr.generated
+        self.rec.retracted(tr.req.index)
+        self.retractions += 1
+
+    # -- scheduling -------------------------------------------------------------------------
+    def _capacity(self) -> tuple[list[TReq], bool]:
+        """The capacity scheduler: requests allowed to run this iteration, and whether any was paused."""
+        fitting: list[TReq] = []
+        if self.no_evict:
+            available = self.pool.num_free_blocks
+            for tr in self.active:
+                if not tr.context:
+                    if len(fitting) >= self.max_batch:
+                        break
+                    fitting.append(tr)
+                    available -= self._remaining_to_completion(tr)
+            for tr in self.active:
+                if not tr.context:
+                    continue
+                if len(fitting) >= self.max_batch:
+                    break
+                need = self._remaining_to_completion(tr)
+                if need > available:
+                    break
+                fitting.append(tr)
+                available -= need
+            return fitting, False
+        free = self.pool.num_free_blocks
+        reqs = list(self.active)
+        paused = False
+        i = 0
+        while i < len(reqs) and len(fitting) < self.max_batch:
+            tr = reqs[i]
+            need = self._one_step(tr)
+            if need <= free:
+                fitting.append(tr)
+                free -= need
+                i += 1
+                continue
+            victim = None
+            for j in range(len(reqs) - 1, i, -1):
+                if reqs[j].blocks:
+                    victim = j
+                    break
+            if victim is None:
+                break
+            v = reqs.pop(victim)
+            before = self.pool.num_free_blocks
+            self._pause(v)
+            free += self.pool.num_free_blocks - before
+            paused = True
+        return fitting, paused
+
+    def schedule(self, now: float) -> PassPlan | None:
+        self.pool.now = now
+        fitting, paused = self._capacity()
+        budget = self.max_tokens
+        tokens = 0
+        gens: list[TReq] = []
+        tentative: list[TReq] = []
+        contexts: list[TReq] = []
+        count = 0
+        context_fit = False
+        for tr in fitting:
+            if tr.context:
+                context_fit = True
+                if not tr.blocks:
+                    tr.hit = self._lookup(tr)
+                    start = tr.hit * self.bs
+                else:
+                    start = tr.computed
+                rem = tr.ctx_len - start
+                if self.chunking:
+                    tentative.append(tr)
+                else:
+                    if tokens + rem > budget and (tokens > 0 or rem <= budget):
+                        break
+                    tr.sched = rem
+                    tokens += rem
+                    contexts.append(tr)
+            else:
+                if tokens + 1 > budget:
+                    break
+                tr.sched = 1
+                tokens += 1
+                gens.append(tr)
+            count += 1
+            if count >= self.max_batch:
+                break
+        if tentative:
+            cap = budget - tokens
+            for tr in tentative:
+                start = tr.hit * self.bs if not tr.blocks else tr.computed
+                rem = tr.ctx_len - start
+                chunk = min(rem, cap)
+                if chunk < rem:
+                    chunk = (chunk // self.bs) * self.bs
+                if chunk <= 0:
+                    continue
+                tr.sched = chunk
+                cap -= chunk
+                contexts.append(tr)
+        if not contexts and not gens:
+            self._last = None
+            return None
+        # Prefix hits are taken first so that allocations cannot recycle them.
+        new_ctx = [tr for tr in contexts if not tr.blocks]
+        for tr in new_ctx:
+            tr.blocks = self.pool.take_cached(tr.hashes[:tr.hit]) if tr.hit else []
+            tr.n_cached = tr.hit
+            tr.computed = tr.hit * self.bs
+        for tr in new_ctx:
+            got = self.pool.allocate(self._blocks_for(tr.ctx_len) - len(tr.blocks))
+            assert got is not None, "TensorRT-LLM model: context admitted without free blocks"
+            tr.blocks.extend(got)
+            if not tr.admitted_once:
+                tr.admitted_once = True
+                self.prompt_tokens += tr.req.input_length
+                self.cached_prompt_tokens += tr.computed
+            self.rec.scheduled(tr.req.index, now, tr.computed)
+            tr.hit = 0
+        for tr in gens:
+            self._alloc_gen(tr)
+        batch = _TBatch(contexts=contexts, gens=gens, context_fit=context_fit, paused=paused)
+        self._last = batch
+        kw = {}
+        if contexts:
+            kw["prefill_new"] = np.fromiter((tr.sched for tr in contexts), dtype=np.int64, count=len(contexts))
+            kw["prefill_cached"] = np.fromiter((tr.computed for tr in contexts), dtype=np.int64, count=len(contexts))
+        if gens:
+            kw["decode_ctx"] = np.fromiter((tr.computed + 1 for tr in gens), dtype=np.int64, count=len(gens))
+        return PassPlan(requests=batch, **kw)
+
+    # -- commit -----------------------------------------------------------------------------
+    def complete(self, plan: PassPlan, end: float) -> None:
+        self.pool.now = end
+        batch: _TBatch = plan.requests
+        emitted: list[TReq] = []
+        for tr in batch.contexts:
+            tr.computed += tr.sched
+            tr.sched = 0
+            if tr.computed >= tr.ctx_len:
+                tr.context = False
+                self._cache_blocks(tr, tr.computed)
+                emitted.append(tr)
+        for tr in batch.gens:
+            tr.computed += 1
+            tr.sched = 0
+            emitted.append(tr)
+        if emitted:
+            idx = np.fromiter((tr.req.index for tr in emitted), dtype=np.int64, count=len(emitted))
+            self.rec.emit(idx, end)
+            for tr in emitted:
+                tr.generated += 1
+            self._finish_done(emitted, end)
+
+    def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
+        """Commit ``ends.size`` identical generation iterations, replaying block allocations in order."""
+        batch: _TBatch = plan.requests
+        reqs = batch.gens
+        k = int(ends.size)
+        bs = self.bs
+        c0 = [tr.computed for tr in reqs]
+        events: list[tuple[int, int]] = []
+        for j, c in enumerate(c0):
+            events.extend((s, j) for s in range((-c) % bs or bs, k, bs))
+        events.sort()
+        for s, j in events:
+            tr = reqs[j]
+            tr.computed = c0[j] + s
+            self.pool.now = float(ends[s - 1])
+            self._alloc_gen(tr)
+        self.pool.now = float(ends[-1])
+        for j, tr in enumerate(reqs):
+            tr.computed = c0[j] + k
+            tr.generated += k
+            tr.sched = 0
+        idx = np.fromiter((tr.req.index for tr in reqs), dtype=np.int64, count=len(reqs))
+        self.rec.emit_stretch(idx, ends)
+        self._finish_done(reqs, float(ends[-1]))
+
+    def _finish_done(self, reqs: list[TReq], end: float) -> None:
+        done = [tr for tr in reqs if tr.generated >= tr.max_new]
+        if not done:
+            return
+        gone = set(id(tr) for tr in done)
+        self.active = [tr for tr in self.active if id(tr) not in gone]
+        for tr in done:
+            self._cache_blocks(tr, tr.computed)
+            self._release(tr)
+            if tr.max_new < tr.req.output_length:
+                self.rec.finished(tr.req.index, end, Status.COMPLETED, "output cut at max_seq_len")
+                self.terminated.append(tr.req)
+            else:
+                self._finish(tr.req, end)
+
+    # -- fast-forward -------------------------------------------------------------------------
+    def decode_stretch_limit(self) -> int:
+        """Generation iterations that will repeat unchanged: no admission, pause, finish or failed allocation."""
+        batch = self._last
+        if batch is None or batch.contexts or batch.context_fit or batch.paused:
+            return 1
+        gens = batch.gens
+        n = len(gens)
+        n_gen_active = sum(1 for tr in self.active if not tr.context)
+        if n == 0 or n != n_gen_active:
+            return 1
+        if n != len(self.active) and not self.no_evict:
+            return 1
+        # Under GUARANTEED_NO_EVICT a context request that failed its reservation keeps
+        # failing: each generation block moves one block from "free" to "held", so the
+        # blocks left after the generating requests' reservations do not change.
+        bs = self.bs
+        c = np.fromiter((tr.computed for tr in gens), dtype=np.int64, count=n)
+        left = np.fromiter((tr.max_new - tr.generated for tr in gens), dtype=np.int64, count=n)
+        limit = int(left.min())
+        if limit <= 1:
+            return 1
+        free = self.pool.num_free_blocks
+        base = c // bs
+
+        def fits(k: int) -> bool:
+            return int(((c + k - 1) // bs - base).sum()) <= free
+
+        lo, hi = 1, limit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    # -- state ---------------------------------------------------------------------------------
+    def snapshot(self) -> EngineSnapshot:
+        running = sum(1 for tr in self.active if tr.blocks)
+        outstanding = sum((tr.ctx_len - tr.computed if tr.context else 0) + tr.max_new - tr.generated
+                          for tr in self.active)
+        return EngineSnapshot(
+            running=running,
+            waiting=len(self.active) - running,
+            kv_used_tokens=self.pool.num_used_blocks * self.bs,
+            kv_capacity_tokens=self.capacity,
+            prompt_tokens=self.prompt_tokens,
+            cached_prompt_tokens=self.cached_prompt_tokens,
+            outstanding_tokens=outstanding,
+        )
+
+    def check_invariants(self) -> None:
+        """Block conservation, and the no-evict guarantee: reservations never exceed the pool."""
+        pool = self.pool
+        pool.check_invariants()
+        held = 0
+        reserved = 0
+        for tr in self.active:
+            assert tr.generated <= tr.max_new
+            if tr.blocks:
+                if tr.context:
+                    assert len(tr.blocks) == self._blocks_for(tr.ctx_len)
+                    assert tr.computed < tr.ctx_len
+                else:
+                    assert len(tr.blocks) == self._blocks_for(tr.computed), (tr.req.index, len(tr.blocks))
+                assert all(pool.blocks[b].ref >= 1 for b in tr.blocks)
+                held += len(tr.blocks)
+                reserved += self._remaining_to_completion(tr)
+            else:
+                assert tr.context and tr.computed == 0
+        assert sum(b.ref for b in pool.blocks) == held
+        if self.no_evict:
+            assert reserved <= pool.num_free_blocks, (reserved, pool.num_free_blocks)

@@ -1,0 +1,30 @@
+"""TensorRT-LLM options that the engine model honours, with TensorRT-LLM's defaults.
+
+Defaults follow TensorRT-LLM's LLM API (``tensorrt_llm/llmapi/llm_args.py``: BaseLlmArgs,
+SchedulerConfig, KvCacheConfig) as read in its main branch in 2025 (see
+notes/vllm_trtllm.md): ``max_batch_size`` 2048, ``max_num_tokens`` 8192, capacity policy
+GUARANTEED_NO_EVICT, ``enable_chunked_prefill`` False (named ``enable_chunked_context``
+here, as in the C++ executor), ``tokens_per_block`` 32, ``enable_block_reuse`` True,
+``free_gpu_memory_fraction`` 0.9.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TRTLLMOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["trtllm"] = "trtllm"
+    max_batch_size: int = Field(2048, gt=0, description="max requests in one iteration")
+    max_num_tokens: int = Field(8192, gt=0, description="token budget of one iteration")
+    capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] = "GUARANTEED_NO_EVICT"
+    enable_chunked_context: bool = Field(False, description="split long prompts into chunks (LLM API: enable_chunked_prefill)")
+    tokens_per_block: int = Field(32, ge=1, description="tokens per KV block")
+    enable_block_reuse: bool = True
+    free_gpu_memory_fraction: float = Field(0.9, gt=0, le=1, description="share of the memory free after loading")
+    max_seq_len: int | None = Field(None, gt=1, description="None: the model's context length")
+    eviction_policy: Literal["lru", "lfu", "fifo", "belady"] = "lru"

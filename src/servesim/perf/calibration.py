@@ -1,0 +1,131 @@
+"""Calibration files: fitted analytic-model and frontend parameters, shared and per group.
+
+Format (YAML)::
+
+    version: 1
+    fitted_on: calibration.csv (N points)        # free-form provenance
+    shared:                                      # applies to every deployment
+      analytic: {gemm_eff_max: 0.7, ...}         # AnalyticParams overrides
+      frontend: {first_token_overhead_s: 0.03, ...}   # FrontendParams overrides
+    groups:                                      # "<gpu>/<engine>" → overrides of shared
+      h200_sxm/sglang: {analytic: {...}, frontend: {...}}
+
+A group key may also be ``<gpu>/*`` or ``*/<engine>``; the most specific match wins, applied
+on top of ``shared`` (``shared`` < ``*/engine`` < ``gpu/*`` < ``gpu/engine``).
+
+:func:`resolve` gives the ``(analytic, frontend)`` override dicts for one gpu and engine.
+The package ships a default fitted on ``shared/data/measured/calibration.csv``:
+:data:`DEFAULT_CALIBRATION`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from servesim.errors import ConfigError
+
+DEFAULT_CALIBRATION = Path(__file__).parent / "calibrations" / "default.yaml"
+
+
+@dataclass
+class Calibration:
+    shared: dict[str, dict[str, Any]] = field(default_factory=lambda: {"analytic": {}, "frontend": {}})
+    groups: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def resolve(self, gpu: str, engine: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(AnalyticParams overrides, FrontendParams overrides) for ``gpu`` and ``engine``."""
+        analytic = dict(self.shared.get("analytic", {}))
+        frontend = dict(self.shared.get("frontend", {}))
+        for key in (f"*/{engine}", f"{gpu}/*", f"{gpu}/{engine}"):
+            g = self.groups.get(key)
+            if g:
+                analytic.update(g.get("analytic", {}))
+                frontend.update(g.get("frontend", {}))
+        return analytic, frontend
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"version": 1}
+        out.update(self.meta)
+        out["shared"] = {k: dict(v) for k, v in self.shared.items()}
+        out["groups"] = {k: {kk: dict(vv) for kk, vv in v.items()} for k, v in sorted(self.groups.items())}
+        return out
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(_plain(self.to_dict()), sort_keys=False))
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if hasattr(x, "item"):  # numpy scalar
+        return x.item()
+    if isinstance(x, float):
+        return float(f"{x:.6g}")
+    return x
+
+
+def _section(data: Any, where: str) -> dict[str, dict[str, Any]]:
+    if data is None:
+        return {"analytic": {}, "frontend": {}}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping with 'analytic' and/or 'frontend'")
+    unknown = set(data) - {"analytic", "frontend"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; expected 'analytic' and/or 'frontend'")
+    return {"analytic": dict(data.get("analytic") or {}), "frontend": dict(data.get("frontend") or {})}
+
+
+def parse_calibration(data: Any, label: str = "<calibration>") -> Calibration:
+    """A Calibration from a loaded YAML mapping; a flat mapping is taken as shared analytic params."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{label}: a calibration file must hold a mapping")
+    if "shared" not in data and "groups" not in data:  # legacy flat form: {params: {...}} or {...}
+        return Calibration(shared={"analytic": dict(data.get("params", data)), "frontend": {}})
+    groups_raw = data.get("groups") or {}
+    if not isinstance(groups_raw, dict):
+        raise ConfigError(f"{label}: 'groups' must map '<gpu>/<engine>' to parameters")
+    groups = {}
+    for k, v in groups_raw.items():
+        if "/" not in str(k):
+            raise ConfigError(f"{label}: group key {k!r} must look like '<gpu>/<engine>'")
+        groups[str(k)] = _section(v, f"{label}: groups.{k}")
+    meta = {k: v for k, v in data.items() if k not in ("shared", "groups", "version")}
+    cal = Calibration(shared=_section(data.get("shared"), f"{label}: shared"), groups=groups, meta=meta)
+    _check_fields(cal, label)
+    return cal
+
+
+def _check_fields(cal: Calibration, label: str) -> None:
+    from servesim.perf.analytic import AnalyticParams
+    from servesim.perf.frontend import FrontendParams
+
+    sections = [("shared", cal.shared)] + [(f"groups.{k}", v) for k, v in cal.groups.items()]
+    for where, sec in sections:
+        for kind, klass in (("analytic", AnalyticParams), ("frontend", FrontendParams)):
+            bad = set(sec.get(kind, {})) - set(klass.model_fields)
+            if bad:
+                raise ConfigError(f"{label}: {where}.{kind}: unknown parameter(s) {sorted(bad)}")
+
+
+def load_calibration(path: str | Path | None = None) -> Calibration:
+    """Read a calibration file; ``None`` is the bundled default (empty if it is missing)."""
+    p = Path(path) if path is not None else DEFAULT_CALIBRATION
+    if path is None and not p.exists():
+        return Calibration()
+    try:
+        data = yaml.safe_load(p.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"calibration: cannot read {str(p)!r} ({e})") from None
+    return parse_calibration(data or {}, str(p))
+
+
+def resolve(path: str | Path | None, gpu: str, engine: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Shortcut: ``load_calibration(path).resolve(gpu, engine)``."""
+    return load_calibration(path).resolve(gpu, engine)

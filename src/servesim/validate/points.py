@@ -1,0 +1,246 @@
+"""Measured benchmark points (the ``calibration.csv`` schema) and the servesim config of each.
+
+One CSV row is one serving benchmark on real GPUs (see ``shared/data/measured/README.md``).
+:func:`point_config` turns a row into a servesim config dict, or says why servesim cannot
+simulate it (``unsupported: <reason>``).  The mapping:
+
+- ``model``: the Hugging Face id as written (servesim bundles every id in calibration.csv);
+- ``system`` → ``deployment.gpu`` (bundled GPU names are the same strings);
+- ``backend`` → ``deployment.engine.name`` (vllm, sglang, trtllm); ``atom`` (AMD's engine) is
+  unsupported;
+- ``precision`` → ``weight_dtype`` (empty: bf16); ``kv_dtype`` is fp8 where the point's server
+  flags set fp8 KV: vLLM runs used ``--kv-cache-dtype fp8`` (README) and TRT-LLM quantized
+  checkpoints carry an fp8 KV cache; SGLang (``auto``) keeps bf16 KV;
+- layout: ``tp`` = the worker's GPUs (attention_tp × attention_dp), ``ep`` = moe_ep (1 for
+  dense models); attention data parallelism (attention_dp > 1) needs a
+  ``deployment.attention_dp`` field, else the row is unsupported;
+- workload: ``closed_loop`` with recipe ``inferencex_random`` (num_prompts, concurrency,
+  isl, osl, range_ratio, warm-up 2 × concurrency) or ``fixed`` for
+  ``fixed_lengths_unverified``;
+- engine flags as the README documents them (vLLM max_num_seqs = concurrency,
+  max_num_batched_tokens 8192, no prefix caching, gpu_memory_utilization 0.9; SGLang radix
+  cache off, chunked prefill and max prefill tokens 32768, mem_fraction_static 0.82,
+  max_running_requests for DeepSeek; TRT-LLM max_batch_size = concurrency).
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servesim.errors import ConfigError
+
+#: The columns a points file must have.
+REQUIRED_COLUMNS = ("id", "model", "system", "backend", "precision", "gpus", "attention_tp", "attention_dp",
+                    "moe_tp", "moe_ep", "concurrency", "isl", "osl", "workload", "measured_mean_ttft_ms",
+                    "measured_mean_tpot_ms")
+
+SYSTEM_TO_GPU = {
+    "h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200_sxm", "b300_sxm": "b300_sxm",
+    "gb200": "gb200", "gb300": "gb300", "mi300x": "mi300x", "mi325x": "mi325x", "mi355x": "mi355x",
+}
+ENGINES = ("sglang", "vllm", "trtllm")
+UNSUPPORTED_BACKENDS = {"atom": "backend atom (AMD's engine; not modelled)"}
+
+
+@dataclass
+class Point:
+    """One measured point: the CSV row, and its servesim config or why there is none."""
+
+    row: dict[str, str]
+    config: dict[str, Any] | None
+    status: str  # "ok" (simulable) or "unsupported: <reason>"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return self.row["id"]
+
+    @property
+    def engine(self) -> str:
+        return self.row["backend"]
+
+    @property
+    def gpu(self) -> str:
+        return self.row["system"]
+
+    @property
+    def group(self) -> str:
+        """Calibration group key ``<gpu>/<engine>``."""
+        return f"{self.gpu}/{self.engine}"
+
+    @property
+    def measured_ttft_ms(self) -> float:
+        return float(self.row["measured_mean_ttft_ms"])
+
+    @property
+    def measured_tpot_ms(self) -> float:
+        return float(self.row["measured_mean_tpot_ms"])
+
+    @property
+    def concurrency(self) -> int:
+        return int(self.row["concurrency"])
+
+    @property
+    def layout(self) -> tuple[int, int]:
+        if self.config is None:
+            return int(self.row.get("gpus") or 0), int(self.row.get("moe_ep") or 1)
+        d = self.config["deployment"]
+        return d["tp"], d["ep"]
+
+
+def read_points(path: str | Path) -> list[dict[str, str]]:
+    """The rows of a measured-points CSV; a missing file or column is a ConfigError."""
+    p = Path(path)
+    try:
+        with p.open(newline="") as f:
+            reader = csv.DictReader(f)
+            cols = reader.fieldnames or []
+            missing = [c for c in REQUIRED_COLUMNS if c not in cols]
+            if missing:
+                raise ConfigError(f"{p}: missing column(s) {', '.join(missing)}; expected the calibration.csv schema")
+            rows = list(reader)
+    except OSError as e:
+        raise ConfigError(f"--points: cannot read {str(p)!r} ({e.strerror or e})") from None
+    for i, r in enumerate(rows, start=2):
+        for c in ("measured_mean_ttft_ms", "measured_mean_tpot_ms", "concurrency", "isl", "osl"):
+            try:
+                float(r[c])
+            except (TypeError, ValueError):
+                raise ConfigError(f"{p}, line {i}: column {c} must be a number (found {r[c]!r})") from None
+    return rows
+
+
+def sample_rows(rows: list, n: int | None, seed: int = 0) -> list:
+    """``n`` rows picked deterministically (seeded), kept in file order; all rows if n is None."""
+    if n is None or n >= len(rows):
+        return list(rows)
+    if n <= 0:
+        raise ConfigError(f"--sample: expected a positive number of points (found {n})")
+    keep = sorted(random.Random(seed).sample(range(len(rows)), n))
+    return [rows[i] for i in keep]
+
+
+def _int(row: dict, key: str, default: int = 1) -> int:
+    v = row.get(key, "")
+    return int(float(v)) if v not in ("", None) else default
+
+
+def _is_moe(model: str) -> bool | None:
+    try:
+        from servesim.models.arch import load_model
+
+        return bool(load_model(model).is_moe)
+    except Exception:  # unknown model: found when the config is built
+        return None
+
+
+def _engine_fields(name: str) -> set[str] | None:
+    """The option names an engine's options class accepts (None: engine not in this build)."""
+    import importlib
+
+    mod, cls = {"sglang": ("servesim.engines.sglang_options", "SGLangOptions"),
+                "vllm": ("servesim.engines.vllm_options", "VLLMOptions"),
+                "trtllm": ("servesim.engines.trtllm_options", "TRTLLMOptions")}[name]
+    try:
+        klass = getattr(importlib.import_module(mod), cls)
+    except (ImportError, AttributeError):
+        return None
+    return set(klass.model_fields)
+
+
+def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
+    """The engine section for a point, from the README's documented server flags."""
+    conc = _int(row, "concurrency")
+    model = row["model"].lower()
+    if backend == "vllm":
+        opts = {"max_num_seqs": conc, "max_num_batched_tokens": 8192, "enable_prefix_caching": False,
+                "gpu_memory_utilization": 0.9}
+    elif backend == "sglang":
+        opts = {"disable_radix_cache": True, "chunked_prefill_size": 32768, "max_prefill_tokens": 32768,
+                "mem_fraction_static": 0.82}
+        if "deepseek" in model:
+            opts["max_running_requests"] = min(512, max(256, conc))
+    elif backend == "trtllm":
+        opts = {"max_batch_size": conc, "enable_block_reuse": False}
+    else:
+        opts = {}
+    known = _engine_fields(backend)
+    if known is not None:  # keep only the options this build's engine model knows
+        opts = {k: v for k, v in opts.items() if k in known}
+    return {"name": backend, **opts}
+
+
+def kv_dtype_for(backend: str, precision: str) -> str:
+    if backend == "vllm":
+        return "fp8"  # --kv-cache-dtype fp8 (README's typical flags)
+    if backend == "trtllm" and precision in ("fp8", "fp4"):
+        return "fp8"
+    return "bf16"
+
+
+def point_config(row: dict[str, str], mode: str = "fast") -> Point:
+    """The servesim config of one measured point (output off), or why it is unsupported."""
+    notes: list[str] = []
+    backend = (row.get("backend") or "").strip().lower()
+    system = (row.get("system") or "").strip().lower()
+    if backend in UNSUPPORTED_BACKENDS:
+        return Point(row, None, f"unsupported: {UNSUPPORTED_BACKENDS[backend]}")
+    if backend not in ENGINES:
+        return Point(row, None, f"unsupported: backend {backend or '(empty)'}")
+    if system not in SYSTEM_TO_GPU:
+        return Point(row, None, f"unsupported: system {system or '(empty)'}")
+    if (row.get("mode") or "agg") != "agg" or _int(row, "pp") != 1:
+        return Point(row, None, "unsupported: only aggregated pp=1 points")
+    precision = (row.get("precision") or "").strip().lower() or "bf16"
+    if precision not in ("bf16", "fp8", "fp4", "int4"):
+        return Point(row, None, f"unsupported: precision {precision}")
+    atp, adp = _int(row, "attention_tp"), _int(row, "attention_dp")
+    gpus = _int(row, "gpus", atp * adp)
+    ep = _int(row, "moe_ep")
+    moe = _is_moe(row["model"])
+    if moe is False and ep > 1:
+        notes.append(f"dense model: moe_ep={ep} ignored (ep=1)")
+        ep = 1
+    deployment: dict[str, Any] = {
+        "model": row["model"],
+        "gpu": SYSTEM_TO_GPU[system],
+        "engine": engine_options(backend, row),
+        "tp": gpus,
+        "ep": ep,
+        "weight_dtype": precision,
+        "kv_dtype": kv_dtype_for(backend, precision),
+    }
+    if adp > 1:
+        from servesim.config.schema import DeploymentConfig
+
+        if "attention_dp" not in DeploymentConfig.model_fields:
+            return Point(row, None, "unsupported: attention dp (attention_dp > 1 needs deployment.attention_dp)")
+        deployment["tp"] = atp
+        deployment["attention_dp"] = adp
+    conc = _int(row, "concurrency")
+    workload: dict[str, Any] = {"kind": "closed_loop", "concurrency": conc, "isl": _int(row, "isl"),
+                                "osl": _int(row, "osl")}
+    if row.get("workload") == "inferencex_random":
+        workload.update(recipe="inferencex_random", range_ratio=float(row.get("range_ratio") or 0.8),
+                        num_prompts=_int(row, "num_prompts", 10 * conc), warmup=2 * conc)
+    elif row.get("workload") == "fixed_lengths_unverified":
+        workload.update(recipe="fixed", num_prompts=_int(row, "num_prompts", 10 * conc), warmup=conc)
+        notes.append("fixed lengths; client settings undocumented (warm-up assumed = concurrency)")
+    else:
+        return Point(row, None, f"unsupported: workload {row.get('workload')!r}")
+    config = {
+        "seed": 0,
+        "workload": workload,
+        "deployment": deployment,
+        "output": {"dir": None, "requests": False, "timeseries": False},
+        "simulation": {"mode": mode},
+    }
+    return Point(row, config, "ok", notes)
+
+
+def load_points(path: str | Path, sample: int | None = None, seed: int = 0) -> list[Point]:
+    return [point_config(r) for r in sample_rows(read_points(path), sample, seed)]
