@@ -260,7 +260,7 @@ class TRTLLMEngine(Engine):
                 if self.chunking:
                     tentative.append(tr)
                 else:
-                    if tokens + rem > budget and (tokens > 0 or rem <= budget):
+                    if tokens + rem > budget and tokens > 0:
                         break
                     tr.sched = rem
                     tokens += rem

@@ -1,0 +1,76 @@
+"""``servesim validate`` and ``servesim calibrate`` subcommands (wired by servesim.cli)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def add_subcommands(sub) -> None:
+    v = sub.add_parser("validate", help="simulate measured benchmark points and score the predictions")
+    v.add_argument("--points", required=True, help="measured points CSV (calibration.csv schema)")
+    v.add_argument("--sample", type=int, help="simulate N points picked deterministically (seeded)")
+    v.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
+    v.add_argument("--out", help="write one row per point to this CSV")
+    v.add_argument("--calibration", help="calibration YAML (default: the bundled default)")
+    v.add_argument("--markdown", action="store_true", help="print the score table as Markdown")
+    v.add_argument("--quiet", "-q", action="store_true", help="no per-point progress")
+    v.set_defaults(handler=cmd_validate)
+
+    c = sub.add_parser("calibrate", help="fit step-time efficiencies and frontend parameters to measured points")
+    c.add_argument("--points", required=True, help="measured points CSV (calibration.csv schema)")
+    c.add_argument("--out", default="calibration.yaml", help="calibration YAML to write (default calibration.yaml)")
+    c.add_argument("--sample", type=int, default=24, help="points per fit (per group and shared; default 24)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--fit-prompts", type=int, default=4,
+                   help="simulate this many x concurrency prompts per point while fitting (default 4)")
+    c.add_argument("--min-group-points", type=int, default=8,
+                   help="groups with fewer supported points use the shared fit (default 8)")
+    c.add_argument("--max-evals", type=int, default=40, help="simulation sweeps per fit (default 40)")
+    c.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
+    c.add_argument("--quiet", "-q", action="store_true")
+    c.set_defaults(handler=cmd_calibrate)
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from servesim.perf.calibration import load_calibration
+    from servesim.validate.points import load_points
+    from servesim.validate.run import format_report, validate_points, write_rows
+
+    cal = load_calibration(args.calibration)
+    points = load_points(args.points, args.sample, args.seed)
+    t0 = time.perf_counter()
+
+    def progress(i: int, n: int, row) -> None:
+        if not args.quiet:
+            _err(f"[{i}/{n}] {row.point.id}: {row.status} ({row.host_seconds:.1f} s)")
+
+    rows = validate_points(points, cal, progress)
+    if args.out:
+        write_rows(rows, args.out)
+    print(format_report(rows, markdown=args.markdown))
+    print(f"\n{len(rows)} points in {time.perf_counter() - t0:.0f} s" + (f"; rows in {args.out}" if args.out else ""))
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from servesim.validate.calibrate import calibrate
+    from servesim.validate.points import load_points
+    from servesim.validate.run import check_point
+
+    points = [check_point(p) for p in load_points(args.points)]
+    log = None if args.quiet else _err
+    cal = calibrate(points, sample=args.sample, seed=args.seed, fit_prompts=args.fit_prompts,
+                    min_group_points=args.min_group_points, processes=args.processes, max_nfev=args.max_evals,
+                    log=log, source=f"{Path(args.points).name} ({sum(p.status == 'ok' for p in points)} "
+                                    f"supported points)")
+    cal.save(args.out)
+    print(f"wrote {args.out}")
+    return 0
