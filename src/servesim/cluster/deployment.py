@@ -111,7 +111,86 @@ def _check_layout(cfg: DeploymentConfig, arch: ModelArch) -> None:
         raise ConfigError(f"deployment.ep: {arch.name} is a dense model; expert parallelism needs an MoE model")
 
 
+@dataclass
+class _EnginePlan:
+    """What one engine kind contributes: its memory rule, settings and engine factory."""
+
+    memory: MemoryBudget
+    settings: dict
+    context: int
+    make: Callable[[int, RequestRecorder, EngineLimits], Engine]
+
+
+def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
+                 weight_dtype: str, kv_dtype: str) -> _EnginePlan:
+    from servesim.engines.sglang import SGLangEngine, default_chunked_prefill_size, default_mem_fraction_static
+
+    opt = dep.engine
+    gpu_gib = gpu.memory_bytes / 2**30
+    if opt.chunked_prefill_size is None:
+        chunk: int | None = default_chunked_prefill_size(gpu_gib)
+    elif opt.chunked_prefill_size <= 0:
+        chunk = None
+    else:
+        chunk = opt.chunked_prefill_size
+    mem_fraction = opt.mem_fraction_static or default_mem_fraction_static(
+        gpu_gib, chunk or opt.max_prefill_tokens, dep.tp)
+    memory = memory_budget(arch, gpu, layout, kv_dtype, mem_fraction, engine="sglang",
+                           weight_dtype=weight_dtype, max_running_requests=opt.max_running_requests or 256,
+                           max_num_batched_tokens=chunk or opt.max_prefill_tokens)
+    context = opt.context_length or arch.max_position_embeddings
+    settings = {"name": "sglang", "chunked_prefill_size": chunk, "mem_fraction_static": mem_fraction,
+                "max_prefill_tokens": opt.max_prefill_tokens, "page_size": opt.page_size,
+                "schedule_policy": opt.schedule_policy, "context_length": context,
+                "disable_radix_cache": opt.disable_radix_cache}
+
+    def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
+        eng = SGLangEngine(worker_id, recorder, limits, opt, chunk)
+        settings["max_running_requests"] = eng.max_running
+        return eng
+
+    return _EnginePlan(memory, settings, context, make)
+
+
+def _plan_vllm(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
+               weight_dtype: str, kv_dtype: str) -> _EnginePlan:
+    from servesim.engines.vllm import VLLMEngine
+    from servesim.engines.vllm_options import resolve_vllm_options
+
+    opt = resolve_vllm_options(dep.engine, gpu.memory_bytes / 2**30, gpu.name, arch.max_position_embeddings)
+    memory = memory_budget(arch, gpu, layout, kv_dtype, opt.gpu_memory_utilization, engine="vllm",
+                           weight_dtype=weight_dtype, max_running_requests=opt.max_num_seqs,
+                           max_num_batched_tokens=opt.max_num_batched_tokens)
+    settings = opt.model_dump()
+
+    def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
+        return VLLMEngine(worker_id, recorder, limits, opt)
+
+    return _EnginePlan(memory, settings, opt.max_model_len, make)
+
+
+def _plan_trtllm(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
+                 weight_dtype: str, kv_dtype: str) -> _EnginePlan:
+    from servesim.engines.trtllm import TRTLLMEngine
+
+    opt = dep.engine
+    memory = memory_budget(arch, gpu, layout, kv_dtype, opt.free_gpu_memory_fraction, engine="trtllm",
+                           weight_dtype=weight_dtype, max_running_requests=min(opt.max_batch_size, 2048),
+                           max_num_batched_tokens=opt.max_num_tokens)
+    context = opt.max_seq_len or arch.max_position_embeddings
+    settings = opt.model_dump() | {"max_seq_len": context}
+
+    def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
+        return TRTLLMEngine(worker_id, recorder, limits, opt)
+
+    return _EnginePlan(memory, settings, context, make)
+
+
+ENGINE_PLANNERS = {"sglang": _plan_sglang, "vllm": _plan_vllm, "trtllm": _plan_trtllm}
+
+
 def build_deployment(cfg: Config) -> Deployment:
+    """Resolve the deployment section: every error names the config key to change."""
     dep = cfg.deployment
     arch = _resolve_model(dep)
     gpu = _resolve_gpu(dep)
@@ -119,37 +198,19 @@ def build_deployment(cfg: Config) -> Deployment:
     weight_dtype = dep.weight_dtype or infer_weight_dtype(dep.model, arch)
     kv_dtype = dep.kv_dtype or "bf16"
     layout = Layout(tp=dep.tp, ep=dep.ep)
-    gpu_gib = gpu.memory_bytes / 2**30
-    opt = dep.engine
-    from servesim.engines.sglang import SGLangEngine, default_chunked_prefill_size, default_mem_fraction_static
-
-    if opt.chunked_prefill_size is None:
-        chunk: int | None = default_chunked_prefill_size(gpu_gib)
-    elif opt.chunked_prefill_size <= 0:
-        chunk = None
-    else:
-        chunk = opt.chunked_prefill_size
-    mem_fraction = opt.mem_fraction_static or default_mem_fraction_static(gpu_gib, chunk or opt.max_prefill_tokens, dep.tp)
     try:
-        memory = memory_budget(arch, gpu, layout, kv_dtype, mem_fraction, engine="sglang",
-                               weight_dtype=weight_dtype, max_running_requests=opt.max_running_requests or 256,
-                               max_num_batched_tokens=chunk or opt.max_prefill_tokens)
+        plan = ENGINE_PLANNERS[dep.engine.name](dep, arch, gpu, layout, weight_dtype, kv_dtype)
     except ModelError as exc:
         raise ConfigError(f"deployment: {exc}") from None
-    context = opt.context_length or arch.max_position_embeddings
-    limits = EngineLimits(kv_capacity_tokens=memory.kv_tokens, context_length=context)
+    limits = EngineLimits(kv_capacity_tokens=plan.memory.kv_tokens, context_length=plan.context)
     try:
         step_time = build_step_time(cfg.perf, arch, gpu, dep.tp, dep.ep, weight_dtype, kv_dtype)
     except ModelError as exc:
         raise ConfigError(f"perf: {exc}") from None
-    settings = {"name": "sglang", "chunked_prefill_size": chunk, "mem_fraction_static": mem_fraction,
-                "max_prefill_tokens": opt.max_prefill_tokens, "page_size": opt.page_size,
-                "schedule_policy": opt.schedule_policy, "context_length": context}
 
     def factory(worker_id: int, recorder: RequestRecorder) -> Engine:
-        eng = SGLangEngine(worker_id, recorder, limits, opt, chunk)
-        settings["max_running_requests"] = eng.max_running
-        return eng
+        return plan.make(worker_id, recorder, limits)
 
     return Deployment(cfg=dep, arch=arch, gpu=gpu, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                      memory=memory, step_time=step_time, engine_factory=factory, engine_settings=settings)
+                      memory=plan.memory, step_time=step_time, engine_factory=factory,
+                      engine_settings=plan.settings)

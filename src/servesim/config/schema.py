@@ -14,6 +14,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from servesim.engines.sglang_options import SGLangOptions
+from servesim.engines.trtllm_options import TRTLLMOptions
+from servesim.engines.vllm_options import VLLMOptions
 from servesim.perf.config import AnalyticPerfConfig, PerfConfig
 from servesim.workload.config import WorkloadConfig
 
@@ -22,7 +24,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-EngineOptions = Annotated[Union[SGLangOptions], Field(discriminator="name")]
+EngineOptions = Annotated[Union[SGLangOptions, VLLMOptions, TRTLLMOptions], Field(discriminator="name")]
 
 
 class DeploymentConfig(_Strict):

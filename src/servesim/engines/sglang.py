@@ -176,8 +176,8 @@ class SGLangEngine(Engine):
     # -- arrivals -------------------------------------------------------------------------
     def add_request(self, req: Request, now: float) -> None:
         if req.input_length >= self.max_req_input_len:
-            self._reject(req, now, f"prompt of {req.input_length} tokens exceeds the maximum input "
-                                   f"length {self.max_req_input_len}")
+            # One reason per cause (not per length), so the summary can count them.
+            self._reject(req, now, f"prompt exceeds the maximum input length ({self.max_req_input_len} tokens)")
             return
         max_new = min(req.output_length, self.max_req_len - req.input_length - 1)
         sr = SGReq(req=req, max_new=max(1, max_new), fill=req.input_length)
