@@ -100,8 +100,6 @@ def test_mixed_pass_decode_and_prefill_chunks():
     assert ft[1] == pytest.approx(0.04) and lt[1] == pytest.approx(0.05)
     assert ft[1] - col(rec, "arrival")[1] == pytest.approx(0.025)  # TTFT
     assert col(rec, "second_token")[1] == pytest.approx(0.05)
-    # Every gap is one pass.
-    assert rec.itl.values.tolist() == pytest.approx([0.01]) if hasattr(rec.itl, "values") else True
 
 
 def test_chunk_count_with_budget():

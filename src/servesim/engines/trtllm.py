@@ -47,6 +47,7 @@ import numpy as np
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
 from servesim.engines.trtllm_options import TRTLLMOptions
 from servesim.engines.vllm import extend_block_hashes
+from servesim.errors import ConfigError
 from servesim.kvcache.block_pool import BlockPool
 from servesim.kvcache.hashing import block_content_ids
 from servesim.metrics.recorder import RequestRecorder, Status
@@ -107,6 +108,10 @@ class TRTLLMEngine(Engine):
         self.no_evict = options.capacity_scheduler_policy == "GUARANTEED_NO_EVICT"
         self.max_seq_len = options.max_seq_len or limits.context_length
         self.max_len = min(self.max_seq_len, self.capacity)
+        if self.chunking and self.max_tokens < bs:
+            raise ConfigError(
+                f"engine.max_num_tokens: {self.max_tokens} is smaller than tokens_per_block {bs}; chunked "
+                "context cuts chunks in whole blocks, so no truncated chunk could ever be scheduled")
         #: Requests not finished, in arrival order (TensorRT-LLM's active request list).
         self.active: list[TReq] = []
         self.retractions = 0

@@ -86,10 +86,8 @@ class VReq:
     #: Leading blocks already registered in the prefix cache (or taken from it).
     n_cached: int = 0
     admitted_once: bool = False
-
-    @property
-    def num_tokens(self) -> int:
-        return self.req.input_length + self.generated
+    #: Prompt plus sampled tokens (vLLM's num_tokens), kept equal to input + generated.
+    num_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -142,7 +140,7 @@ class VLLMEngine(Engine):
             self._reject(req, now, f"prompt of {n} tokens exceeds the KV cache of {self.capacity} tokens")
             return
         max_new = min(req.output_length, self.max_len - n)
-        self.waiting.append(VReq(req=req, max_new=max(1, max_new)))
+        self.waiting.append(VReq(req=req, max_new=max(1, max_new), num_tokens=n))
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -181,13 +179,15 @@ class VLLMEngine(Engine):
     # -- allocation ---------------------------------------------------------------------------
     def _allocate(self, vr: VReq, n: int) -> bool:
         """Blocks for ``n`` more tokens of a running request; False when the pool is short."""
-        need = -(-(vr.computed + n) // self.bs) - len(vr.blocks)
-        if need > 0:
-            got = self.pool.allocate(need)
+        bs = self.bs
+        end = vr.computed + n
+        if end > len(vr.blocks) * bs:
+            got = self.pool.allocate(-(-end // bs) - len(vr.blocks))
             if got is None:
                 return False
             vr.blocks.extend(got)
-        self._cache_blocks(vr, vr.computed + n)
+        if self.caching and end // bs > vr.n_cached:
+            self._cache_blocks(vr, end)
         return True
 
     def _allocate_new(self, vr: VReq, hit: int, n: int) -> bool:
@@ -318,6 +318,7 @@ class VLLMEngine(Engine):
             self.rec.emit(idx, end)
             for vr in emitted:
                 vr.generated += 1
+                vr.num_tokens += 1
             self._finish_done(emitted, end)
 
     def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
@@ -343,6 +344,7 @@ class VLLMEngine(Engine):
             vr = reqs[j]
             vr.computed = c0[j] + s
             vr.generated = g0[j] + s
+            vr.num_tokens = vr.req.input_length + vr.generated
             self.pool.now = float(ends[s - 1])
             ok = self._allocate(vr, 1)
             assert ok, "vLLM model: decode stretch beyond the free blocks"
@@ -350,6 +352,7 @@ class VLLMEngine(Engine):
         for j, vr in enumerate(reqs):
             vr.computed = c0[j] + k
             vr.generated = g0[j] + k
+            vr.num_tokens = vr.req.input_length + vr.generated
             vr.sched = 0
         idx = np.fromiter((vr.req.index for vr in reqs), dtype=np.int64, count=len(reqs))
         self.rec.emit_stretch(idx, ends)
@@ -433,6 +436,7 @@ class VLLMEngine(Engine):
             assert len(vr.blocks) == -(-(vr.computed + vr.sched) // self.bs), (vr.req.index, len(vr.blocks))
             assert vr.computed + vr.sched <= vr.num_tokens
             assert vr.generated <= vr.max_new
+            assert vr.num_tokens == vr.req.input_length + vr.generated
             assert all(pool.blocks[b].ref >= 1 for b in vr.blocks)
             held += len(vr.blocks)
         for vr in self.waiting:
