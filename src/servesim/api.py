@@ -17,6 +17,7 @@ import servesim
 from servesim.cluster.deployment import Deployment, build_deployment
 from servesim.config import Config, load_config
 from servesim.config.load import config_base_dir
+from servesim.kvcache.policies import NextUseOracle
 from servesim.metrics.recorder import RequestRecorder
 from servesim.metrics.summary import summarize
 from servesim.metrics.timeseries import TimeSeries
@@ -81,6 +82,23 @@ class Prediction:
         return out
 
 
+def next_use_oracle(source: WorkloadSource) -> NextUseOracle:
+    """Future block uses for the offline ``belady`` eviction policy, from a second pass over the workload.
+
+    Later session turns have no arrival time until the run decides it; they are placed at
+    their previous turn's arrival plus the think time (an early estimate).
+    """
+    estimated: dict[int, float] = {}
+    items = []
+    for req in source.requests():
+        t = req.arrival
+        if req.after is not None:
+            t = estimated.get(req.after, 0.0) + req.delay
+        estimated[req.index] = t
+        items.append((t, [(bid, 0) for bid in req.hash_ids]))
+    return NextUseOracle(items)
+
+
 def run_simulation(cfg: Config, source: WorkloadSource, deployment: Deployment,
                    progress: Callable[[int, float], None] | None = None) -> tuple[RequestRecorder, TimeSeries | None, RunStats]:
     """Drive ``source`` through ``deployment``; the building block of predict and validate."""
@@ -112,7 +130,8 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
     t0 = time.perf_counter()
     cfg = load_config(config, overrides)
     source = build_source(cfg.workload, cfg.seed, config_base_dir(cfg))
-    deployment = build_deployment(cfg)
+    oracle = next_use_oracle(source) if cfg.deployment.engine.eviction_policy == "belady" else None
+    deployment = build_deployment(cfg, oracle)
     recorder, ts, stats = run_simulation(cfg, source, deployment, progress)
     summary = summarize(recorder, deployment.total_gpus)
     summary["run"] = {

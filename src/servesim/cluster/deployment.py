@@ -16,6 +16,7 @@ from servesim.config.schema import Config, DeploymentConfig
 from servesim.engines.base import Engine, EngineLimits
 from servesim.errors import ConfigError, ModelError
 from servesim.hardware.gpu import GPUSpec, load_gpu
+from servesim.kvcache.policies import NextUseOracle
 from servesim.metrics.recorder import RequestRecorder
 from servesim.models.arch import ModelArch, load_model
 from servesim.perf.config import build_step_time
@@ -122,7 +123,7 @@ class _EnginePlan:
 
 
 def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
-                 weight_dtype: str, kv_dtype: str) -> _EnginePlan:
+                 weight_dtype: str, kv_dtype: str, oracle=None) -> _EnginePlan:
     from servesim.engines.sglang import SGLangEngine, default_chunked_prefill_size, default_mem_fraction_static
 
     opt = dep.engine
@@ -145,7 +146,7 @@ def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: L
                 "disable_radix_cache": opt.disable_radix_cache}
 
     def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
-        eng = SGLangEngine(worker_id, recorder, limits, opt, chunk)
+        eng = SGLangEngine(worker_id, recorder, limits, opt, chunk, oracle=oracle)
         settings["max_running_requests"] = eng.max_running
         return eng
 
@@ -153,7 +154,7 @@ def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: L
 
 
 def _plan_vllm(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
-               weight_dtype: str, kv_dtype: str) -> _EnginePlan:
+               weight_dtype: str, kv_dtype: str, oracle=None) -> _EnginePlan:
     from servesim.engines.vllm import VLLMEngine
     from servesim.engines.vllm_options import resolve_vllm_options
 
@@ -164,13 +165,13 @@ def _plan_vllm(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Lay
     settings = opt.model_dump()
 
     def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
-        return VLLMEngine(worker_id, recorder, limits, opt)
+        return VLLMEngine(worker_id, recorder, limits, opt, oracle)
 
     return _EnginePlan(memory, settings, opt.max_model_len, make)
 
 
 def _plan_trtllm(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
-                 weight_dtype: str, kv_dtype: str) -> _EnginePlan:
+                 weight_dtype: str, kv_dtype: str, oracle=None) -> _EnginePlan:
     from servesim.engines.trtllm import TRTLLMEngine
 
     opt = dep.engine
@@ -181,7 +182,7 @@ def _plan_trtllm(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: L
     settings = opt.model_dump() | {"max_seq_len": context}
 
     def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
-        return TRTLLMEngine(worker_id, recorder, limits, opt)
+        return TRTLLMEngine(worker_id, recorder, limits, opt, oracle)
 
     return _EnginePlan(memory, settings, context, make)
 
@@ -189,8 +190,11 @@ def _plan_trtllm(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: L
 ENGINE_PLANNERS = {"sglang": _plan_sglang, "vllm": _plan_vllm, "trtllm": _plan_trtllm}
 
 
-def build_deployment(cfg: Config) -> Deployment:
-    """Resolve the deployment section: every error names the config key to change."""
+def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deployment:
+    """Resolve the deployment section: every error names the config key to change.
+
+    ``oracle`` (future block uses of the workload) is required by the ``belady`` policy.
+    """
     dep = cfg.deployment
     arch = _resolve_model(dep)
     gpu = _resolve_gpu(dep)
@@ -199,7 +203,7 @@ def build_deployment(cfg: Config) -> Deployment:
     kv_dtype = dep.kv_dtype or "bf16"
     layout = Layout(tp=dep.tp, ep=dep.ep)
     try:
-        plan = ENGINE_PLANNERS[dep.engine.name](dep, arch, gpu, layout, weight_dtype, kv_dtype)
+        plan = ENGINE_PLANNERS[dep.engine.name](dep, arch, gpu, layout, weight_dtype, kv_dtype, oracle)
     except ModelError as exc:
         raise ConfigError(f"deployment: {exc}") from None
     limits = EngineLimits(kv_capacity_tokens=plan.memory.kv_tokens, context_length=plan.context)
