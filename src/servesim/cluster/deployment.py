@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from servesim.cluster.kv_index import KVIndex
 from servesim.cluster.routers import Router, build_router
 from servesim.cluster.worker import Worker
 from servesim.config.schema import Config, DeploymentConfig
@@ -50,6 +51,7 @@ class Deployment:
     step_time: StepTimeModel
     engine_factory: Callable[[int, RequestRecorder], Engine]
     engine_settings: dict
+    kv_index: KVIndex | None = None
 
     @property
     def gpus_per_worker(self) -> int:
@@ -64,11 +66,31 @@ class Deployment:
         return self.memory.kv_tokens
 
     def make_workers(self, recorder: RequestRecorder, fast_forward: bool = True) -> list[Worker]:
-        return [Worker(i, self.engine_factory(i, recorder), self.step_time, self.gpus_per_worker, fast_forward)
-                for i in range(self.cfg.workers)]
+        """Build the workers; a KV-aware router gets each cache's stored/removed events."""
+        c = self.cfg
+        needs_index = c.router == "kv_aware" or c.router_options.get("fallback") == "kv_aware"
+        self.kv_index = KVIndex(c.kv_event_delay_s) if needs_index else None
+        workers = []
+        for i in range(c.workers):
+            engine = self.engine_factory(i, recorder)
+            if self.kv_index is not None:
+                self._attach_kv_events(engine, i)
+            workers.append(Worker(i, engine, self.step_time, self.gpus_per_worker, fast_forward))
+        return workers
+
+    def _attach_kv_events(self, engine: Engine, worker_id: int) -> None:
+        # SGLang keeps a radix tree; vLLM and TensorRT-LLM a hashed block pool.
+        cache = engine.tree if hasattr(engine, "tree") else engine.pool
+        self.kv_index.hash_block_size = getattr(engine, "bs", self.kv_index.hash_block_size)
+        sink = self.kv_index.sink(worker_id)
+        cache.on_event = lambda ev: sink(ev.stamped(cache.now, worker_id))
 
     def make_router(self, seed: int) -> Router:
-        return build_router(self.cfg.router, seed)
+        """The router; call after :meth:`make_workers`, which builds the KV index it may read."""
+        try:
+            return build_router(self.cfg.router, seed, self.cfg.router_options, self.kv_index)
+        except ValueError as exc:
+            raise ConfigError(f"deployment.router_options: {exc}") from None
 
     def describe(self) -> dict:
         """Derived facts shown in prediction.json (what the engine settings resolved to)."""

@@ -37,7 +37,9 @@ class DeploymentConfig(_Strict):
     tp: int = Field(1, ge=1, description="tensor-parallel GPUs per worker")
     ep: int = Field(1, ge=1, description="expert-parallel GPUs per worker (MoE models); must divide tp")
     workers: int = Field(1, ge=1, description="identical workers, requests placed by `router`")
-    router: Literal["round_robin", "random"] = "round_robin"
+    router: Literal["round_robin", "random", "least_loaded", "power_of_two", "kv_aware", "session_affinity"] = "round_robin"
+    router_options: dict[str, Any] = Field(default_factory=dict, description="options of `router`, see docs/routing.md")
+    kv_event_delay_s: float = Field(0.0, ge=0, description="seconds before a worker's KV events reach the router (kv_aware)")
     weight_dtype: Literal["bf16", "fp8", "fp4", "int4"] | None = Field(
         None, description="weight precision; None: bf16 unless the model name says FP8/NVFP4")
     kv_dtype: Literal["bf16", "fp8"] | None = Field(None, description="KV-cache precision; None: bf16")
