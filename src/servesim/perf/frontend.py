@@ -19,8 +19,8 @@ calibration fits, instead of folding them into GPU efficiency:
   ``scheduler_pass_s + scheduler_per_request_s × requests`` of CPU time to each pass,
   unless ``async_scheduling`` hides it behind the GPU.
 
-All times are seconds.  ``Frontend()`` with the defaults is a no-op-free, realistic
-frontend; ``Frontend.disabled()`` is exactly zero (the engine-only view).
+All times are seconds.  ``Frontend()`` uses typical defaults; ``Frontend.disabled()`` is
+exactly zero (the engine-only view, identical to a run without a frontend).
 """
 
 from __future__ import annotations

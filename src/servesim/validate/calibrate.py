@@ -19,7 +19,7 @@ import random
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -199,7 +199,3 @@ def calibrate(points: Sequence[Point], sample: int | None = 24, seed: int = 0, f
         cal.groups[key] = {"analytic": ga, "frontend": gf}
         cal.meta["fit"].setdefault("group_rms_log_error", {})[key] = round(grms, 4)
     return cal
-
-
-def _unused(_: Any) -> None:  # pragma: no cover
-    pass

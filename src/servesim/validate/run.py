@@ -37,13 +37,17 @@ def check_point(point: Point) -> Point:
     try:
         build_deployment(load_config(point.config))
     except ServesimError as e:
-        msg = str(e).splitlines()[0]
+        msg = _one_line(e)
         if "deployment.engine" in msg and point.engine != "sglang":
             point.status = f"unsupported: engine {point.engine} not available in this build"
         else:
             point.status = f"error: {msg}"
         point.config = point.config if point.status.startswith("error") else None
     return point
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(part.strip() for part in str(e).splitlines() if part.strip())
 
 
 @dataclass
@@ -88,7 +92,7 @@ def validate_points(points: Sequence[Point], calibration: Calibration | None = N
             try:
                 res = simulate_point(p.config, analytic, frontend)
             except ServesimError as e:
-                row.status = f"error: {str(e).splitlines()[0]}"
+                row.status = f"error: {_one_line(e)}"
             except Exception as e:  # a servesim bug: recorded, the run goes on
                 row.status = f"error: {type(e).__name__}: {e}"
             else:

@@ -1,0 +1,67 @@
+"""Calibration files: parse, resolve shared < */engine < gpu/* < gpu/engine, save, errors."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from servesim.errors import ConfigError
+from servesim.perf.analytic import AnalyticParams
+from servesim.perf.calibration import DEFAULT_CALIBRATION, Calibration, load_calibration, parse_calibration
+from servesim.perf.frontend import FrontendParams
+
+DOC = {
+    "shared": {"analytic": {"mem_eff": 0.7, "gemm_eff_max": 0.6}, "frontend": {"first_token_overhead_s": 0.05}},
+    "groups": {
+        "*/sglang": {"analytic": {"mem_eff": 0.65}},
+        "h200_sxm/*": {"frontend": {"first_token_overhead_s": 0.04}},
+        "h200_sxm/sglang": {"analytic": {"gemm_eff_max": 0.5}},
+    },
+}
+
+
+def test_resolve_precedence():
+    cal = parse_calibration(DOC)
+    a, f = cal.resolve("h200_sxm", "sglang")
+    assert a == {"mem_eff": 0.65, "gemm_eff_max": 0.5}
+    assert f == {"first_token_overhead_s": 0.04}
+    a, f = cal.resolve("b200_sxm", "vllm")
+    assert a == {"mem_eff": 0.7, "gemm_eff_max": 0.6} and f == {"first_token_overhead_s": 0.05}
+
+
+def test_roundtrip(tmp_path):
+    path = tmp_path / "c.yaml"
+    parse_calibration(DOC).save(path)
+    again = load_calibration(path)
+    assert again.resolve("h200_sxm", "sglang") == parse_calibration(DOC).resolve("h200_sxm", "sglang")
+
+
+def test_flat_legacy_file_is_shared_analytic():
+    cal = parse_calibration({"params": {"mem_eff": 0.5}})
+    assert cal.resolve("x", "y") == ({"mem_eff": 0.5}, {})
+
+
+@pytest.mark.parametrize("doc, match", [
+    ({"shared": {"analytic": {"no_such": 1}}}, "no_such"),
+    ({"groups": {"h100": {}}}, "<gpu>/<engine>"),
+    ({"shared": {"gpu": {}}}, "unknown key"),
+])
+def test_bad_files_name_the_problem(doc, match):
+    with pytest.raises(ConfigError, match=match):
+        parse_calibration(doc, "c.yaml")
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_calibration(tmp_path / "nope.yaml")
+
+
+def test_bundled_default_is_valid():
+    cal = load_calibration(None)
+    assert isinstance(cal, Calibration)
+    if DEFAULT_CALIBRATION.exists():
+        assert yaml.safe_load(DEFAULT_CALIBRATION.read_text())["shared"]
+    for gpu, engine in [("h100_sxm", "sglang"), ("b200_sxm", "vllm"), ("mi355x", "trtllm")]:
+        a, f = cal.resolve(gpu, engine)
+        AnalyticParams.model_validate(a)
+        FrontendParams.model_validate(f)

@@ -1,0 +1,120 @@
+"""Measured CSV rows → servesim configs."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from servesim.config import load_config
+from servesim.errors import ConfigError
+from servesim.validate.points import load_points, point_config, read_points, sample_rows
+
+BASE = {"id": "p1", "source": "x/inferencex", "quality": "", "model": "deepseek-ai/DeepSeek-V3",
+        "system": "h200_sxm", "backend": "sglang", "backend_version": "", "image": "", "precision": "fp8",
+        "mode": "agg", "gpus": "8", "pp": "1", "attention_tp": "8", "attention_dp": "1", "moe_tp": "1",
+        "moe_ep": "8", "parallel_note": "", "concurrency": "16", "isl": "1024", "osl": "1024",
+        "workload": "inferencex_random", "range_ratio": "0.8", "num_prompts": "160",
+        "measured_mean_ttft_ms": "285.9", "measured_mean_tpot_ms": "16.6"}
+
+
+def row(**kw) -> dict:
+    r = dict(BASE)
+    r.update({k: str(v) for k, v in kw.items()})
+    return r
+
+
+def test_sglang_deepseek_point():
+    p = point_config(row())
+    assert p.status == "ok"
+    d = p.config["deployment"]
+    assert d["model"] == "deepseek-ai/DeepSeek-V3" and d["gpu"] == "h200_sxm"
+    assert (d["tp"], d["ep"], d["weight_dtype"], d["kv_dtype"]) == (8, 8, "fp8", "bf16")
+    eng = d["engine"]
+    assert eng["name"] == "sglang" and eng["disable_radix_cache"] is True
+    assert eng["chunked_prefill_size"] == 32768 and eng["max_prefill_tokens"] == 32768
+    assert eng["mem_fraction_static"] == 0.82 and eng["max_running_requests"] == 256
+    wl = p.config["workload"]
+    assert wl == {"kind": "closed_loop", "recipe": "inferencex_random", "concurrency": 16, "isl": 1024,
+                  "osl": 1024, "range_ratio": 0.8, "num_prompts": 160, "warmup": 32}
+    assert p.config["output"]["dir"] is None
+    load_config(p.config)  # a valid servesim config
+
+
+def test_vllm_and_trtllm_flags():
+    v = point_config(row(backend="vllm", concurrency=64)).config["deployment"]
+    assert v["kv_dtype"] == "fp8"
+    assert v["engine"]["name"] == "vllm"
+    assert v["engine"].get("max_num_seqs", 64) == 64
+    assert v["engine"].get("enable_prefix_caching", False) is False
+    t = point_config(row(backend="trtllm", precision="fp4", concurrency=32)).config["deployment"]
+    assert t["engine"]["name"] == "trtllm" and t["kv_dtype"] == "fp8" and t["weight_dtype"] == "fp4"
+
+
+def test_empty_precision_is_bf16_and_dense_ep_dropped():
+    p = point_config(row(model="Qwen/Qwen3-32B", precision="", gpus=4, attention_tp=4, moe_ep=4))
+    d = p.config["deployment"]
+    assert d["weight_dtype"] == "bf16" and d["ep"] == 1 and d["tp"] == 4
+    assert any("dense" in n for n in p.notes)
+    assert "max_running_requests" not in d["engine"]
+
+
+def test_fixed_lengths_workload():
+    p = point_config(row(workload="fixed_lengths_unverified", range_ratio="1.0", num_prompts=""))
+    wl = p.config["workload"]
+    assert wl["recipe"] == "fixed" and wl["num_prompts"] == 160
+
+
+@pytest.mark.parametrize("kw, reason", [
+    ({"backend": "atom"}, "unsupported: backend atom"),
+    ({"system": "tpu_v5"}, "unsupported: system tpu_v5"),
+    ({"workload": "sharegpt"}, "unsupported: workload"),
+])
+def test_unsupported_rows_say_why(kw, reason):
+    p = point_config(row(**kw))
+    assert p.config is None and p.status.startswith(reason)
+
+
+def test_attention_dp():
+    from servesim.config.schema import DeploymentConfig
+
+    p = point_config(row(attention_tp=1, attention_dp=8))
+    if "attention_dp" in DeploymentConfig.model_fields:
+        assert p.status == "ok" and p.config["deployment"]["attention_dp"] == 8
+    else:
+        assert p.status == "unsupported: attention dp (attention_dp > 1 needs deployment.attention_dp)"
+
+
+def test_sample_is_deterministic_and_ordered():
+    rows = list(range(100))
+    a, b = sample_rows(rows, 10, 3), sample_rows(rows, 10, 3)
+    assert a == b == sorted(a) and len(a) == 10
+    assert sample_rows(rows, None) == rows and sample_rows(rows, 500) == rows
+    with pytest.raises(ConfigError):
+        sample_rows(rows, 0)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_points(tmp_path / "missing.csv")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,model\nx,y\n")
+    with pytest.raises(ConfigError, match="missing column"):
+        read_points(bad)
+    f = tmp_path / "nan.csv"
+    with f.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(BASE))
+        w.writeheader()
+        w.writerow(row(concurrency="lots"))
+    with pytest.raises(ConfigError, match="line 2: column concurrency"):
+        load_points(f)
+
+
+def test_every_calibration_row_maps():
+    from tests.conftest import shared_file  # noqa: F401  (skips without ../shared)
+    path = shared_file("measured", "calibration.csv")
+    points = load_points(path)
+    assert len(points) == len(read_points(path))
+    for p in points:
+        assert p.status == "ok" or p.status.startswith("unsupported: "), p.status
+    assert sum(p.status == "ok" for p in points) > 1000
