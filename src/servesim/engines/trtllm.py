@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
+from servesim.engines.blocks import stretch_within_free_blocks
 from servesim.engines.trtllm_options import TRTLLMOptions
 from servesim.engines.vllm import extend_block_hashes
 from servesim.errors import ConfigError
@@ -406,22 +407,7 @@ class TRTLLMEngine(Engine):
         c = np.fromiter((tr.computed for tr in gens), dtype=np.int64, count=n)
         left = np.fromiter((tr.max_new - tr.generated for tr in gens), dtype=np.int64, count=n)
         limit = int(left.min())
-        if limit <= 1:
-            return 1
-        free = self.pool.num_free_blocks
-        base = c // bs
-
-        def fits(k: int) -> bool:
-            return int(((c + k - 1) // bs - base).sum()) <= free
-
-        lo, hi = 1, limit
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if fits(mid):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return stretch_within_free_blocks(c, bs, self.pool.num_free_blocks, limit)
 
     # -- state ---------------------------------------------------------------------------------
     def snapshot(self) -> EngineSnapshot:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
+from servesim.engines.blocks import stretch_within_free_blocks
 from servesim.engines.vllm_options import VLLMOptions, resolve_vllm_options
 from servesim.errors import ConfigError
 from servesim.kvcache.block_pool import BlockPool
@@ -394,23 +395,7 @@ class VLLMEngine(Engine):
             if self.caching:
                 m = np.minimum(m, (-(c + 2)) % bs + 1)
             limit = min(limit, int(m.min()))
-        if limit <= 1:
-            return 1
-        # Passes 1..k-1 open floor((c+k-1)/bs) - floor(c/bs) blocks per request: all must fit.
-        free = self.pool.num_free_blocks
-        base = c // bs
-
-        def fits(k: int) -> bool:
-            return int(((c + k - 1) // bs - base).sum()) <= free
-
-        lo, hi = 1, limit
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if fits(mid):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return stretch_within_free_blocks(c, bs, self.pool.num_free_blocks, limit)
 
     # -- state ---------------------------------------------------------------------------------
     def snapshot(self) -> EngineSnapshot:
