@@ -19,7 +19,7 @@ from servesim.config import Config, load_config
 from servesim.config.load import config_base_dir
 from servesim.kvcache.policies import NextUseOracle
 from servesim.metrics.recorder import RequestRecorder
-from servesim.metrics.summary import summarize
+from servesim.metrics.summary import fleet_summary, summarize, worker_breakdown
 from servesim.metrics.timeseries import TimeSeries
 from servesim.sim.simulation import RunStats, Simulation
 from servesim.workload.source import WorkloadSource, build_source
@@ -117,6 +117,7 @@ def run_simulation(cfg: Config, source: WorkloadSource, deployment: Deployment,
         progress=progress,
     )
     stats = sim.run()
+    stats.workers = workers
     return recorder, ts, stats
 
 
@@ -134,6 +135,8 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
     deployment = build_deployment(cfg, oracle)
     recorder, ts, stats = run_simulation(cfg, source, deployment, progress)
     summary = summarize(recorder, deployment.total_gpus)
+    summary["workers"] = worker_breakdown(recorder, stats.workers, stats.sim_end)
+    summary["fleet"] = fleet_summary(stats.workers, stats.sim_end)
     summary["run"] = {
         "sim_end_s": stats.sim_end,
         "events": stats.events,

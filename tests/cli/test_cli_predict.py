@@ -67,6 +67,13 @@ def test_outputs_have_every_documented_field(tmp_path):
         assert set(lat[metric]) >= {"mean", "min", "max", "p50", "p90", "p95", "p99", "std"}
     assert doc["summary"]["requests"]["completed"] == 150
     assert doc["summary"]["cache"]["prefix_reuse_ratio"] > 0.1
+    workers = doc["summary"]["workers"]
+    assert [w["worker"] for w in workers] == [0, 1]
+    assert sum(w["requests"] for w in workers) == 150
+    assert all(0 < w["utilization"] <= 1 and w["passes"] > 0 and w["tokens"] > 0 for w in workers)
+    fleet = doc["summary"]["fleet"]
+    assert fleet["gpus"] == 2
+    assert fleet["gpu_hours"] == pytest.approx(2 * doc["summary"]["run"]["sim_end_s"] / 3600)
 
 
 def test_json_format_prints_the_summary(tmp_path, capsys):

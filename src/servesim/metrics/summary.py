@@ -41,6 +41,41 @@ def request_latencies(rec: RequestRecorder) -> dict[str, np.ndarray]:
     }
 
 
+def worker_breakdown(rec: RequestRecorder, workers, sim_end: float) -> list[dict]:
+    """Per worker: requests, busy time and utilisation, passes, tokens and prefix-cache reuse.
+
+    Utilisation is the share of the run's virtual time the worker spent in passes.
+    """
+    assigned = rec.column("worker")
+    scheduled = ~np.isnan(rec.column("first_scheduled"))
+    inp = rec.column("input_length")
+    cached = rec.column("cached_tokens")
+    out = []
+    for w in workers:
+        mine = assigned == w.worker_id
+        sched = mine & scheduled
+        prompt = int(inp[sched].sum())
+        out.append({
+            "worker": w.worker_id,
+            "gpus": w.gpus,
+            "requests": int(mine.sum()),
+            "busy_s": w.busy_time,
+            "utilization": w.busy_time / sim_end if sim_end > 0 else 0.0,
+            "passes": w.passes,
+            "tokens": w.tokens,
+            "prefix_reuse_ratio": int(cached[sched].sum()) / prompt if prompt else 0.0,
+        })
+    return out
+
+
+def fleet_summary(workers, sim_end: float) -> dict:
+    """GPUs of every worker and the GPU-hours the run's virtual time costs them."""
+    gpus = sum(w.gpus for w in workers)
+    return {"workers": len(workers), "gpus": gpus, "gpu_hours": gpus * sim_end / 3600.0,
+            "mean_utilization": (sum(w.busy_time for w in workers) / (len(workers) * sim_end)
+                                 if workers and sim_end > 0 else 0.0)}
+
+
 def summarize(rec: RequestRecorder, total_gpus: int) -> dict:
     """The summary dict shown on the console and written to prediction.json."""
     status = rec.column("status")

@@ -65,6 +65,21 @@ def render_summary(summary: dict, header: dict, console: Console, host: dict | N
         s = summary["latency"][key]
         lat.add_row(label, _fmt(s["count"]), *(_fmt(s[c], 1) for c in STAT_COLS))
     console.print(lat)
+    workers = summary.get("workers") or []
+    if len(workers) > 1 or workers and workers[0]["gpus"] > 1:
+        wt = Table(title="Workers", title_justify="left")
+        for col in ("worker", "GPUs", "requests", "busy %", "passes", "tokens", "prefix reuse %"):
+            wt.add_column(col, justify="right")
+        for w in workers[:32]:
+            wt.add_row(str(w["worker"]), str(w["gpus"]), _fmt(w["requests"]), f"{w['utilization'] * 100:.1f}",
+                       _fmt(w["passes"]), _fmt(w["tokens"]), f"{w['prefix_reuse_ratio'] * 100:.1f}")
+        if len(workers) > 32:
+            wt.add_row("...", "", "", "", "", "", "")
+        console.print(wt)
+    fleet = summary.get("fleet")
+    if fleet:
+        console.print(f"Fleet: {fleet['workers']} workers, {fleet['gpus']} GPUs, "
+                      f"{fleet['gpu_hours']:.2f} GPU-hours, mean utilisation {fleet['mean_utilization'] * 100:.1f}%")
     run = summary.get("run", {})
     wall = (host or {}).get("wall_s")
     console.print(f"Simulated {_fmt(run.get('sim_end_s'))} s of virtual time in "

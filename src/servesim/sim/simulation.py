@@ -39,6 +39,8 @@ class RunStats:
     late_session_turns: int = 0
     stopped_early: bool = False
     notes: list[str] = field(default_factory=list)
+    #: The workers as they ended the run (filled in by the caller that built them).
+    workers: list = field(default_factory=list)
 
 
 class Simulation:
