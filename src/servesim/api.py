@@ -21,6 +21,7 @@ from servesim.kvcache.policies import NextUseOracle
 from servesim.metrics.recorder import RequestRecorder
 from servesim.metrics.summary import fleet_summary, summarize, worker_breakdown
 from servesim.metrics.timeseries import TimeSeries
+from servesim.report.kv_events import KVEventLog
 from servesim.sim.simulation import RunStats, Simulation
 from servesim.workload.source import WorkloadSource, build_source
 
@@ -79,6 +80,8 @@ class Prediction:
             import pyarrow as pa
 
             write_parquet(pa.table(self.timeseries.columns()), out / "timeseries.parquet")
+        if self.stats.kv_events is not None:
+            self.stats.kv_events.write(out / "kv_events.jsonl")
         return out
 
 
@@ -104,7 +107,8 @@ def run_simulation(cfg: Config, source: WorkloadSource, deployment: Deployment,
     """Drive ``source`` through ``deployment``; the building block of predict and validate."""
     recorder = RequestRecorder()
     ts = TimeSeries(cfg.output.timeseries_interval_s) if cfg.output.timeseries else None
-    workers = deployment.make_workers(recorder, fast_forward=cfg.simulation.mode == "fast")
+    kv_log = KVEventLog() if cfg.output.kv_events else None
+    workers = deployment.make_workers(recorder, fast_forward=cfg.simulation.mode == "fast", kv_event_log=kv_log)
     sim = Simulation(
         requests=source.requests(),
         mode=source.mode,
@@ -118,6 +122,7 @@ def run_simulation(cfg: Config, source: WorkloadSource, deployment: Deployment,
     )
     stats = sim.run()
     stats.workers = workers
+    stats.kv_events = kv_log
     return recorder, ts, stats
 
 

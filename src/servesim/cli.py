@@ -79,7 +79,7 @@ def _stderr_console():
     return Console(stderr=True)
 
 
-OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet")
+OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet", "kv_events.jsonl")
 
 
 def _remove_stale_outputs(out_dir: Path) -> None:

@@ -17,6 +17,7 @@ from servesim.config.schema import Config, DeploymentConfig
 from servesim.engines.base import Engine, EngineLimits
 from servesim.errors import ConfigError, ModelError
 from servesim.hardware.gpu import GPUSpec, load_gpu
+from servesim.kvcache.events import KVEvent
 from servesim.kvcache.policies import NextUseOracle
 from servesim.metrics.recorder import RequestRecorder
 from servesim.models.arch import ModelArch, load_model
@@ -65,25 +66,28 @@ class Deployment:
     def kv_capacity_tokens(self) -> int:
         return self.memory.kv_tokens
 
-    def make_workers(self, recorder: RequestRecorder, fast_forward: bool = True) -> list[Worker]:
-        """Build the workers; a KV-aware router gets each cache's stored/removed events."""
+    def make_workers(self, recorder: RequestRecorder, fast_forward: bool = True,
+                     kv_event_log: Callable[[KVEvent], None] | None = None) -> list[Worker]:
+        """Build the workers, publishing each cache's KV events to whoever consumes them.
+
+        Consumers: the KV index of a KV-aware router, and ``kv_event_log`` (kv_events.jsonl).
+        """
         c = self.cfg
         needs_index = c.router == "kv_aware" or c.router_options.get("fallback") == "kv_aware"
         self.kv_index = KVIndex(c.kv_event_delay_s) if needs_index else None
         workers = []
         for i in range(c.workers):
             engine = self.engine_factory(i, recorder)
+            sinks = []
             if self.kv_index is not None:
-                self._attach_kv_events(engine, i)
+                self.kv_index.hash_block_size = getattr(engine, "bs", self.kv_index.hash_block_size)
+                sinks.append(self.kv_index.sink(i))
+            if kv_event_log is not None:
+                sinks.append(kv_event_log)
+            if sinks:
+                _publish_kv_events(engine, i, sinks)
             workers.append(Worker(i, engine, self.step_time, self.gpus_per_worker, fast_forward))
         return workers
-
-    def _attach_kv_events(self, engine: Engine, worker_id: int) -> None:
-        # SGLang keeps a radix tree; vLLM and TensorRT-LLM a hashed block pool.
-        cache = engine.tree if hasattr(engine, "tree") else engine.pool
-        self.kv_index.hash_block_size = getattr(engine, "bs", self.kv_index.hash_block_size)
-        sink = self.kv_index.sink(worker_id)
-        cache.on_event = lambda ev: sink(ev.stamped(cache.now, worker_id))
 
     def make_router(self, seed: int) -> Router:
         """The router; call after :meth:`make_workers`, which builds the KV index it may read."""
@@ -107,6 +111,19 @@ class Deployment:
             "kv_capacity_tokens_per_worker": m.kv_tokens,
             "engine_settings": self.engine_settings,
         }
+
+
+def _publish_kv_events(engine: Engine, worker_id: int, sinks: list[Callable[[KVEvent], None]]) -> None:
+    """Stamp each event of the engine's cache with the worker and virtual time, and fan it out."""
+    # SGLang keeps a radix tree; vLLM and TensorRT-LLM a hashed block pool.
+    cache = engine.tree if hasattr(engine, "tree") else engine.pool
+
+    def publish(ev: KVEvent) -> None:
+        stamped = ev.stamped(cache.now, worker_id)
+        for sink in sinks:
+            sink(stamped)
+
+    cache.on_event = publish
 
 
 def _resolve_model(cfg: DeploymentConfig) -> ModelArch:

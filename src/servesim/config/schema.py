@@ -58,6 +58,7 @@ class OutputConfig(_Strict):
     requests: bool = Field(True, description="write requests.parquet")
     timeseries: bool = Field(True, description="write timeseries.parquet")
     timeseries_interval_s: float = Field(1.0, gt=0, description="minimum seconds between samples per worker")
+    kv_events: bool = Field(False, description="write kv_events.jsonl: every block stored in / removed from a cache")
 
 
 class SimulationConfig(_Strict):

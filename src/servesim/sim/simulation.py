@@ -41,6 +41,8 @@ class RunStats:
     notes: list[str] = field(default_factory=list)
     #: The workers as they ended the run (filled in by the caller that built them).
     workers: list = field(default_factory=list)
+    #: KV events collected for kv_events.jsonl (when output.kv_events is on).
+    kv_events: object = None
 
 
 class Simulation:
