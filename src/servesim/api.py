@@ -104,8 +104,15 @@ def next_use_oracle(source: WorkloadSource) -> NextUseOracle:
 
 def run_simulation(cfg: Config, source: WorkloadSource, deployment: Deployment,
                    progress: Callable[[int, float], None] | None = None) -> tuple[RequestRecorder, TimeSeries | None, RunStats]:
-    """Drive ``source`` through ``deployment``; the building block of predict and validate."""
+    """Drive ``source`` through ``deployment``; the building block of predict and validate.
+
+    The deployment's frontend (API server, tokenizer queue, stream latency; from
+    ``perf.calibration`` and ``perf.frontend``) sits between the client and the router; its
+    scheduler CPU time is already in ``deployment.step_time``.  The stream latency is applied
+    to the recorded token times before this returns.
+    """
     recorder = RequestRecorder()
+    frontend = deployment.make_frontend()
     ts = TimeSeries(cfg.output.timeseries_interval_s) if cfg.output.timeseries else None
     kv_log = KVEventLog() if cfg.output.kv_events else None
     workers = deployment.make_workers(recorder, fast_forward=cfg.simulation.mode == "fast", kv_event_log=kv_log)
@@ -119,8 +126,12 @@ def run_simulation(cfg: Config, source: WorkloadSource, deployment: Deployment,
         timeseries=ts,
         max_sim_time=cfg.simulation.max_sim_time_s,
         progress=progress,
+        frontend=frontend,
+        disagg=getattr(deployment, "coordinator", None),  # set by a disaggregated deployment
     )
     stats = sim.run()
+    if frontend is not None:
+        frontend.apply_stream_latency(recorder)
     stats.workers = workers
     stats.kv_events = kv_log
     return recorder, ts, stats

@@ -66,7 +66,7 @@ def test_fixed_lengths_workload():
 
 
 @pytest.mark.parametrize("kw, reason", [
-    ({"backend": "atom"}, "unsupported: backend atom"),
+    ({"backend": "tgi"}, "unsupported: backend tgi"),
     ({"system": "tpu_v5"}, "unsupported: system tpu_v5"),
     ({"workload": "sharegpt"}, "unsupported: workload"),
 ])
@@ -76,13 +76,24 @@ def test_unsupported_rows_say_why(kw, reason):
 
 
 def test_attention_dp():
-    from servesim.config.schema import DeploymentConfig
+    from servesim.cluster.deployment import build_deployment
 
     p = point_config(row(attention_tp=1, attention_dp=8))
-    if "attention_dp" in DeploymentConfig.model_fields:
-        assert p.status == "ok" and p.config["deployment"]["attention_dp"] == 8
-    else:
-        assert p.status == "unsupported: attention dp (attention_dp > 1 needs deployment.attention_dp)"
+    assert p.status == "ok" and p.config["deployment"]["attention_dp"] == 8
+    d = p.config["deployment"]
+    assert (d["tp"], d["ep"]) == (1, 8)
+    dep = build_deployment(load_config(p.config))
+    assert dep.gpus_per_worker == 8 and dep.total_gpus == 8
+    assert dep.kv_capacity_tokens == 8 * dep.memory.kv_tokens  # every rank's pool
+
+
+def test_atom_is_simulated_by_the_sglang_model():
+    p = point_config(row(backend="atom", system="mi355x"))
+    assert p.status == "ok" and p.backend == "atom" and p.engine == "sglang" and p.group == "mi355x/sglang"
+    eng = p.config["deployment"]["engine"]
+    assert eng["name"] == "sglang" and eng["disable_radix_cache"] is True
+    assert p.config["deployment"]["kv_dtype"] == "fp8"
+    load_config(p.config)
 
 
 def test_sample_is_deterministic_and_ordered():

@@ -26,9 +26,25 @@ def _config():
 def test_zero_frontend_equals_predict():
     cfg = _config()
     r = simulate_point(cfg, {}, FrontendParams.zero())
-    s = predict(cfg).summary["latency"]
+    s = predict(cfg | {"perf": {"calibration": None}}).summary["latency"]
     assert r.ttft_ms == pytest.approx(s["ttft_ms"]["mean"], rel=1e-9)
     assert r.tpot_ms == pytest.approx(s["tpot_ms"]["mean"], rel=1e-9)
+
+
+def test_validate_and_predict_share_one_path():
+    """predict with the default calibration = simulate_point with the group's resolved values."""
+    from servesim.perf.calibration import load_calibration
+
+    cfg = _config()
+    analytic, frontend = load_calibration(None).resolve("h100_sxm", "sglang")
+    r = simulate_point(cfg, analytic, FrontendParams.model_validate(frontend))
+    pred = predict(cfg)
+    s = pred.summary["latency"]
+    assert r.ttft_ms == pytest.approx(s["ttft_ms"]["mean"], rel=1e-9)
+    assert r.tpot_ms == pytest.approx(s["tpot_ms"]["mean"], rel=1e-9)
+    perf = pred.to_json()["deployment_resolved"]["perf"]
+    assert perf["calibration"] == "default.yaml" and perf["calibration_group"] == "h100_sxm/sglang"
+    assert perf["frontend"] == FrontendParams.model_validate(frontend).model_dump()
 
 
 def test_frontend_queue_and_stream_latency_raise_ttft_not_tpot():
@@ -77,14 +93,14 @@ def test_cli_validate_writes_every_point(tmp_path, capsys):
     assert [g["id"] for g in got] == ["ok1", "ok2", "atom1", "dp1", "bad1"]
     st = {g["id"]: g["status"] for g in got}
     assert st["ok1"] == st["ok2"] == "ok"
-    assert st["atom1"].startswith("unsupported: backend atom")
-    assert st["dp1"].startswith("unsupported: attention dp") or st["dp1"] == "ok"
+    assert st["atom1"] == "ok" and st["dp1"] == "ok"  # atom → sglang model; attention DP modelled
     assert st["bad1"].startswith("error: ") and "tp" in st["bad1"]
     ok = got[0]
     assert float(ok["predicted_mean_ttft_ms"]) > 0 and float(ok["predicted_mean_tpot_ms"]) > 0
     assert float(ok["predicted_tput_per_gpu"]) > 0
     text = capsys.readouterr().out
-    assert "Coverage: 2 of 5" in text and "overall" in text and "MAPE" in text
+    assert "Coverage: 4 of 5" in text and "overall" in text and "MAPE" in text
+    assert "/ atom" in text  # atom rows are scored as their own group
 
 
 def test_cli_sample_and_bad_points_file(tmp_path, capsys):

@@ -21,7 +21,8 @@ from servesim.kvcache.events import KVEvent
 from servesim.kvcache.policies import NextUseOracle
 from servesim.metrics.recorder import RequestRecorder
 from servesim.models.arch import ModelArch, load_model
-from servesim.perf.config import build_step_time
+from servesim.perf.config import ResolvedPerf, build_step_time, resolve_perf
+from servesim.perf.frontend import Frontend, FrontendParams
 from servesim.perf.memory import Layout, MemoryBudget, memory_budget
 from servesim.perf.plan import StepTimeModel
 
@@ -53,18 +54,30 @@ class Deployment:
     engine_factory: Callable[[int, RequestRecorder], Engine]
     engine_settings: dict
     kv_index: KVIndex | None = None
+    #: the perf section resolved for this deployment (calibration group, frontend)
+    perf: ResolvedPerf | None = None
 
     @property
     def gpus_per_worker(self) -> int:
-        return self.cfg.tp
+        return self.cfg.tp * self.cfg.attention_dp
 
     @property
     def total_gpus(self) -> int:
-        return self.cfg.tp * self.cfg.workers
+        return self.gpus_per_worker * self.cfg.workers
 
     @property
     def kv_capacity_tokens(self) -> int:
-        return self.memory.kv_tokens
+        """KV tokens of one worker (all its attention-DP ranks together)."""
+        return self.memory.kv_tokens * self.cfg.attention_dp
+
+    @property
+    def frontend_params(self) -> FrontendParams:
+        return self.perf.frontend if self.perf is not None else FrontendParams.zero()
+
+    def make_frontend(self) -> Frontend | None:
+        """A fresh (stateful) frontend for one run; None when every stage is zero."""
+        fe = Frontend(self.frontend_params)
+        return None if fe.is_zero else fe
 
     def make_workers(self, recorder: RequestRecorder, fast_forward: bool = True,
                      kv_event_log: Callable[[KVEvent], None] | None = None) -> list[Worker]:
@@ -105,11 +118,13 @@ class Deployment:
             "weight_dtype": self.weight_dtype,
             "kv_dtype": self.kv_dtype,
             "gpus_per_worker": self.gpus_per_worker,
+            "attention_dp": self.cfg.attention_dp,
             "total_gpus": self.total_gpus,
             "weights_gb_per_gpu": m.weights_bytes / 1e9,
             "kv_bytes_per_token": m.kv_bytes_per_token,
-            "kv_capacity_tokens_per_worker": m.kv_tokens,
+            "kv_capacity_tokens_per_worker": self.kv_capacity_tokens,
             "engine_settings": self.engine_settings,
+            "perf": self.perf.describe() if self.perf is not None else None,
         }
 
 
@@ -145,8 +160,10 @@ def _check_layout(cfg: DeploymentConfig, arch: ModelArch) -> None:
     if heads % cfg.tp:
         raise ConfigError(f"deployment.tp: {cfg.tp} does not divide the {heads} attention heads of "
                           f"{arch.name}; expected a divisor of {heads}")
-    if cfg.tp % cfg.ep:
-        raise ConfigError(f"deployment.ep: {cfg.ep} must divide tp={cfg.tp} (the worker's GPUs)")
+    gpus = cfg.tp * cfg.attention_dp
+    if gpus % cfg.ep:
+        raise ConfigError(f"deployment.ep: {cfg.ep} must divide the worker's GPUs "
+                          f"tp × attention_dp = {cfg.tp} × {cfg.attention_dp} = {gpus}")
     if cfg.ep > 1 and not arch.is_moe:
         raise ConfigError(f"deployment.ep: {arch.name} is a dense model; expert parallelism needs an MoE model")
 
@@ -166,6 +183,7 @@ def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: L
     from servesim.engines.sglang import SGLangEngine, default_chunked_prefill_size, default_mem_fraction_static
 
     opt = dep.engine
+    dp = layout.attention_dp
     gpu_gib = gpu.memory_bytes / 2**30
     if opt.chunked_prefill_size is None:
         chunk: int | None = default_chunked_prefill_size(gpu_gib)
@@ -175,10 +193,14 @@ def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: L
         chunk = opt.chunked_prefill_size
     mem_fraction = opt.mem_fraction_static or default_mem_fraction_static(
         gpu_gib, chunk or opt.max_prefill_tokens, dep.tp)
+    per_rank_running = max(1, (opt.max_running_requests or 256 * dp) // dp)
     memory = memory_budget(arch, gpu, layout, kv_dtype, mem_fraction, engine="sglang",
-                           weight_dtype=weight_dtype, max_running_requests=opt.max_running_requests or 256,
+                           weight_dtype=weight_dtype, max_running_requests=per_rank_running,
                            max_num_batched_tokens=chunk or opt.max_prefill_tokens)
     context = opt.context_length or arch.max_position_embeddings
+    if dp > 1:  # one engine for all DP ranks: per-pass budgets of every rank together
+        chunk = chunk * dp if chunk else chunk
+        opt = opt.model_copy(update={"max_prefill_tokens": opt.max_prefill_tokens * dp})
     settings = {"name": "sglang", "chunked_prefill_size": chunk, "mem_fraction_static": mem_fraction,
                 "max_prefill_tokens": opt.max_prefill_tokens, "page_size": opt.page_size,
                 "schedule_policy": opt.schedule_policy, "context_length": context,
@@ -201,6 +223,10 @@ def _plan_vllm(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Lay
     memory = memory_budget(arch, gpu, layout, kv_dtype, opt.gpu_memory_utilization, engine="vllm",
                            weight_dtype=weight_dtype, max_running_requests=opt.max_num_seqs,
                            max_num_batched_tokens=opt.max_num_batched_tokens)
+    dp = layout.attention_dp
+    if dp > 1:  # one engine for all DP ranks (each rank has its own seats and token budget)
+        opt = opt.model_copy(update={"max_num_seqs": opt.max_num_seqs * dp,
+                                     "max_num_batched_tokens": opt.max_num_batched_tokens * dp})
     settings = opt.model_dump()
 
     def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
@@ -218,6 +244,10 @@ def _plan_trtllm(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: L
                            weight_dtype=weight_dtype, max_running_requests=min(opt.max_batch_size, 2048),
                            max_num_batched_tokens=opt.max_num_tokens)
     context = opt.max_seq_len or arch.max_position_embeddings
+    dp = layout.attention_dp
+    if dp > 1:  # one engine for all DP ranks (each rank has its own batch and token budget)
+        opt = opt.model_copy(update={"max_batch_size": opt.max_batch_size * dp,
+                                     "max_num_tokens": opt.max_num_tokens * dp})
     settings = opt.model_dump() | {"max_seq_len": context}
 
     def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
@@ -235,25 +265,43 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
     ``oracle`` (future block uses of the workload) is required by the ``belady`` policy.
     """
     dep = cfg.deployment
+    if dep.disaggregation is not None:  # prefill and decode pools joined by a KV link
+        from servesim.cluster.disagg import build_disaggregated
+
+        return build_disaggregated(cfg, oracle)
     arch = _resolve_model(dep)
     gpu = _resolve_gpu(dep)
     _check_layout(dep, arch)
     weight_dtype = dep.weight_dtype or infer_weight_dtype(dep.model, arch)
     kv_dtype = dep.kv_dtype or "bf16"
-    layout = Layout(tp=dep.tp, ep=dep.ep)
+    dp = dep.attention_dp
+    layout = Layout(tp=dep.tp, ep=dep.ep, attention_dp=dp)
     try:
         plan = ENGINE_PLANNERS[dep.engine.name](dep, arch, gpu, layout, weight_dtype, kv_dtype, oracle)
     except ModelError as exc:
         raise ConfigError(f"deployment: {exc}") from None
-    limits = EngineLimits(kv_capacity_tokens=plan.memory.kv_tokens, context_length=plan.context)
+    # Attention DP: one engine models the worker; its KV pool is every rank's pool together.
+    limits = EngineLimits(kv_capacity_tokens=plan.memory.kv_tokens * dp, context_length=plan.context)
+    from servesim.config.load import config_base_dir
+
+    perf = resolve_perf(cfg.perf, gpu.name, dep.engine.name, config_base_dir(cfg))
     try:
-        step_time = build_step_time(cfg.perf, arch, gpu, dep.tp, dep.ep, weight_dtype, kv_dtype)
+        step_time = build_step_time(cfg.perf, arch, gpu, dep.tp, dep.ep, weight_dtype, kv_dtype,
+                                    attention_dp=dp, engine=dep.engine.name, resolved=perf)
     except ModelError as exc:
         raise ConfigError(f"perf: {exc}") from None
+    from servesim.engines.speculative import attach_speculative, wrap_step_time as wrap_speculative
+
+    step_time = wrap_speculative(step_time, dep.speculative)  # draft cost of speculative passes
+    # the scheduler's CPU time per pass (frontend), unless the engine overlaps it
+    step_time = Frontend(perf.frontend).wrap_step_time(step_time)
 
     def factory(worker_id: int, recorder: RequestRecorder) -> Engine:
-        return plan.make(worker_id, recorder, limits)
+        eng = plan.make(worker_id, recorder, limits)
+        if dep.speculative is not None:  # acceptance drawn from the run's seed and the worker id
+            attach_speculative(eng, dep.speculative, cfg.seed, worker_id)
+        return eng
 
     return Deployment(cfg=dep, arch=arch, gpu=gpu, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                       memory=plan.memory, step_time=step_time, engine_factory=factory,
-                      engine_settings=plan.settings)
+                      engine_settings=plan.settings, perf=perf)

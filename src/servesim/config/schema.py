@@ -13,7 +13,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from servesim.cluster.disagg import DisaggregationConfig
 from servesim.engines.sglang_options import SGLangOptions
+from servesim.engines.speculative import SpeculativeConfig
 from servesim.engines.trtllm_options import TRTLLMOptions
 from servesim.engines.vllm_options import VLLMOptions
 from servesim.perf.config import AnalyticPerfConfig, PerfConfig
@@ -35,7 +37,9 @@ class DeploymentConfig(_Strict):
     gpu: str = Field("h100_sxm", description="bundled GPU name, or a path to a GPU YAML file")
     engine: EngineOptions = Field(default_factory=SGLangOptions)
     tp: int = Field(1, ge=1, description="tensor-parallel GPUs per worker")
-    ep: int = Field(1, ge=1, description="expert-parallel GPUs per worker (MoE models); must divide tp")
+    ep: int = Field(1, ge=1, description="expert-parallel GPUs per worker (MoE models); must divide tp × attention_dp")
+    attention_dp: int = Field(
+        1, ge=1, description="attention data-parallel ranks per worker (each tp GPUs); the worker has tp × attention_dp GPUs")
     workers: int = Field(1, ge=1, description="identical workers, requests placed by `router`")
     router: Literal["round_robin", "random", "least_loaded", "power_of_two", "kv_aware", "session_affinity"] = "round_robin"
     router_options: dict[str, Any] = Field(default_factory=dict, description="options of `router`, see docs/routing.md")
@@ -43,6 +47,10 @@ class DeploymentConfig(_Strict):
     weight_dtype: Literal["bf16", "fp8", "fp4", "int4"] | None = Field(
         None, description="weight precision; None: bf16 unless the model name says FP8/NVFP4")
     kv_dtype: Literal["bf16", "fp8"] | None = Field(None, description="KV-cache precision; None: bf16")
+    disaggregation: DisaggregationConfig | None = Field(
+        None, description="separate prefill and decode pools joined by a KV link (docs/disaggregation.md)")
+    speculative: SpeculativeConfig | None = Field(
+        None, description="speculative decoding: drafts and acceptance (docs/speculative.md)")
 
     @field_validator("engine", mode="before")
     @classmethod
@@ -76,3 +84,11 @@ class Config(_Strict):
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
     #: Folder that relative paths (traces) are resolved against: the config file's.
     _base_dir: Path | None = PrivateAttr(None)
+
+    @field_validator("perf", mode="before")
+    @classmethod
+    def _perf_model_default(cls, v: Any) -> Any:
+        """``perf: {calibration: null}`` means the analytic model (the default)."""
+        if isinstance(v, dict) and "model" not in v:
+            return {"model": "analytic", **v}
+        return v

@@ -42,6 +42,10 @@ class Engine(ABC):
     """One worker's scheduler and KV cache."""
 
     name: str = "engine"
+    #: Speculative decoding (engines/speculative.py): engines that model it set
+    #: ``supports_speculative``; ``spec`` (a SpecDecoder) is attached when configured.
+    supports_speculative: bool = False
+    spec = None
 
     def __init__(self, worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> None:
         self.worker_id = worker_id
@@ -55,8 +59,13 @@ class Engine(ABC):
 
     # -- the loop's verbs --------------------------------------------------------------
     @abstractmethod
-    def add_request(self, req: Request, now: float) -> None:
-        """A request arrives at this worker (it may be rejected at once)."""
+    def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
+        """A request arrives at this worker (it may be rejected at once).
+
+        ``kv_ready`` > 0 (disaggregated decode): the prompt's KV arrives computed and its
+        first token exists; the engine reserves the KV as for an admission, runs no
+        prefill, and emits the first token when it admits the request.
+        """
 
     @abstractmethod
     def has_work(self) -> bool:

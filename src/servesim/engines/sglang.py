@@ -27,7 +27,7 @@ is modelled and what is left out.  In short:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -79,7 +79,9 @@ class _PrefillBatch:
 
 @dataclass(slots=True)
 class _DecodeBatch:
-    reqs: list[SGReq] = field(default_factory=list)
+    """A decode pass: the first ``n`` running requests (the whole running batch)."""
+
+    n: int
 
 
 def default_chunked_prefill_size(gpu_memory_gib: float) -> int:
@@ -110,6 +112,7 @@ class SGLangEngine(Engine):
     """One SGLang worker (one tensor-parallel group)."""
 
     name = "sglang"
+    supports_speculative = True
 
     def __init__(self, worker_id: int, recorder: RequestRecorder, limits: EngineLimits,
                  options: SGLangOptions, chunked_prefill_size: int | None,
@@ -136,12 +139,29 @@ class SGLangEngine(Engine):
         self.ratio_decay = (self.init_ratio - self.min_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
         self.new_token_ratio = self.init_ratio
         self.waiting: list[SGReq] = []
+        #: The running batch, in admission order.  While a request runs, its progress lives
+        #: in the parallel arrays below (position ``i`` is ``running[i]``), not in its
+        #: ``SGReq``, so a decode pass touches no Python object per request; the object's
+        #: ``computed``/``generated``/``alloc`` are written back when it leaves the batch.
+        #: Between passes a running request holds ``alloc == ceil_page(computed) - prefix``
+        #: private tokens (``ceil_page(computed + 1) - prefix`` while a decode pass is in flight).
         self.running: list[SGReq] = []
+        self._n = 0
+        self._r_idx = np.zeros(64, dtype=np.int64)
+        self._r_comp = np.zeros(64, dtype=np.int64)
+        self._r_gen = np.zeros(64, dtype=np.int64)
+        self._r_max = np.zeros(64, dtype=np.int64)
+        self._r_pref = np.zeros(64, dtype=np.int64)
+        #: min(max_new - generated) over the running batch (a large number when it is empty).
+        self._left_min = 1 << 62
+        self._decode_in_flight = False
         self.chunked: SGReq | None = None
         self.batch_is_full = False
         self.retractions = 0
         #: Requests of the prefill pass in flight (not yet running, not waiting).
         self.prefilling: list[SGReq] = []
+        #: Disaggregated decode: requests whose prompt KV arrived, awaiting admission.
+        self.ready: list[SGReq] = []
 
     # -- pool ---------------------------------------------------------------------------
     def _ceil_page(self, n: int) -> int:
@@ -173,22 +193,115 @@ class SGLangEngine(Engine):
     def evictable(self) -> int:
         return self.tree.evictable_size
 
+    # -- the running batch as arrays -------------------------------------------------------
+    _RUN_ARRAYS = ("_r_idx", "_r_comp", "_r_gen", "_r_max", "_r_pref")
+
+    def _run_append(self, sr: SGReq) -> None:
+        n = self._n
+        if n == self._r_idx.size:
+            for name in self._RUN_ARRAYS:
+                old = getattr(self, name)
+                new = np.zeros(2 * old.size, dtype=np.int64)
+                new[:n] = old[:n]
+                setattr(self, name, new)
+        self._r_idx[n] = sr.req.index
+        self._r_comp[n] = sr.computed
+        self._r_gen[n] = sr.generated
+        self._r_max[n] = sr.max_new
+        self._r_pref[n] = sr.prefix
+        self._n = n + 1
+        self.running.append(sr)
+        left = sr.max_new - sr.generated
+        if left < self._left_min:
+            self._left_min = left
+
+    def _run_sync(self, positions) -> None:
+        """Write the arrays' progress back into the requests at ``positions``."""
+        comp, gen, p = self._r_comp, self._r_gen, self.page
+        running = self.running
+        for i in positions:
+            sr = running[i]
+            c = int(comp[i])
+            sr.computed = c
+            sr.generated = int(gen[i])
+            sr.alloc = -(-c // p) * p - sr.prefix
+
+    def _run_rebuild(self, reqs: list[SGReq]) -> None:
+        """Replace the running batch by ``reqs`` (objects up to date)."""
+        self.running = []
+        self._n = 0
+        self._left_min = 1 << 62
+        for sr in reqs:
+            self._run_append(sr)
+
+    def _run_left_min(self) -> None:
+        n = self._n
+        self._left_min = int((self._r_max[:n] - self._r_gen[:n]).min()) if n else 1 << 62
+
     # -- arrivals -------------------------------------------------------------------------
-    def add_request(self, req: Request, now: float) -> None:
+    def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
         if req.input_length >= self.max_req_input_len:
             # One reason per cause (not per length), so the summary can count them.
             self._reject(req, now, f"prompt exceeds the maximum input length ({self.max_req_input_len} tokens)")
             return
         max_new = min(req.output_length, self.max_req_len - req.input_length - 1)
         sr = SGReq(req=req, max_new=max(1, max_new), fill=req.input_length)
+        if kv_ready:  # disaggregated decode: admitted by _admit_ready, no prefill pass
+            self.ready.append(sr)
+            return
         self.waiting.append(sr)
 
+    def _admit_ready(self, now: float) -> None:
+        """Disaggregated decode: requests whose prompt KV arrived join the running batch.
+
+        In arrival order, while the batch has a seat and PrefillAdder's budget (free plus
+        evictable KV, minus the running requests' reserve) covers the prompt's KV beyond
+        the prefix this worker holds plus the remaining output; the first that does not
+        fit waits.  No pass runs: the first token (sampled by the prefill worker) is
+        emitted at admission.
+        """
+        n = self._n
+        reserve = int(np.clip(self._r_max[:n] - self._r_gen[:n], 0, CLIP_MAX_NEW_TOKENS).sum()) * self.new_token_ratio
+        taken: list[SGReq] = []
+        for sr in self.ready:
+            if len(self.running) + len(taken) >= self.max_running:
+                break
+            matched, node = self._match(sr)
+            matched = min(self._floor_page(matched), sr.fill - 1)
+            total = self._ceil_page(sr.fill) - matched + min(sr.remaining_new - 1, CLIP_MAX_NEW_TOKENS)
+            if total >= self.free + self.evictable - reserve:
+                break
+            self.tree.inc_lock_ref(node)
+            if total >= self.free + self.evictable - reserve:
+                self.tree.dec_lock_ref(node)
+                break
+            self._take_prefix(sr, matched, node)
+            if not self._grow(sr, sr.fill):
+                raise AssertionError("SGLang model: transferred KV admitted without room")
+            sr.computed = sr.fill
+            sr.generated = 1
+            reserve += total
+            self._cache_unfinished(sr)
+            taken.append(sr)
+        if not taken:
+            return
+        del self.ready[:len(taken)]
+        self.rec.emit(np.fromiter((sr.req.index for sr in taken), dtype=np.int64, count=len(taken)), now)
+        for sr in taken:
+            if sr.generated >= sr.max_new:
+                self._release(sr, insert=True)
+                self._end(sr, now)
+            else:
+                self._run_append(sr)
+
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self.chunked is not None)
+        return bool(self.waiting or self.running or self.chunked is not None or self.ready)
 
     # -- scheduling -----------------------------------------------------------------------
     def schedule(self, now: float) -> PassPlan | None:
         self.tree.now = now
+        if self.ready:
+            self._admit_ready(now)
         if self.chunked is not None:
             self._cache_unfinished(self.chunked)
         batch = self._new_prefill_batch()
@@ -224,7 +337,8 @@ class SGLangEngine(Engine):
             return None
         self._sorted_queue()
         ratio = self.new_token_ratio
-        total_offset = sum(min(sr.remaining_new, CLIP_MAX_NEW_TOKENS) for sr in self.running) * ratio
+        n = self._n
+        total_offset = int(np.clip(self._r_max[:n] - self._r_gen[:n], 0, CLIP_MAX_NEW_TOKENS).sum()) * ratio
         cur_offset = 0
         rem_input = self.opt.max_prefill_tokens
         rem_chunk = self.chunk_size if self.chunk_size is not None else math.inf
@@ -331,22 +445,43 @@ class SGLangEngine(Engine):
         return PassPlan(prefill_new=new, prefill_cached=cached, requests=batch)
 
     def _decode_plan(self) -> PassPlan:
-        running = self.running
-        need = self._decode_need(running)
+        need = self._decode_need_run()
         if self.free < need:
             self.tree.evict(need)
         if self.free < need:
             self._retract(need)
-            running = self.running
+            need = self._decode_need_run()
         else:
             self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay, self.min_ratio)
-        ctx = np.fromiter((sr.computed + 1 for sr in running), dtype=np.int64, count=len(running))
-        for sr in running:
-            grown = self._grow(sr, sr.computed + 1)
-            assert grown, "SGLang model: decode without KV room after retraction"
-        return PassPlan(decode_ctx=ctx, requests=_DecodeBatch(list(running)))
+        n = self._n
+        ctx = self._r_comp[:n] + 1
+        # Each request's private KV grows to ceil_page(computed + 1): ``need`` tokens in all.
+        grown = self.tree.alloc(need)
+        assert grown, "SGLang model: decode without KV room after retraction"
+        if self.spec is not None:  # verify k drafts + 1: KV for k + 1 tokens per request
+            self._decode_in_flight = self.spec.tokens
+            return PassPlan(decode_ctx=ctx, decode_tokens=self.spec.tokens, requests=_DecodeBatch(n))
+        self._decode_in_flight = True
+        return PassPlan(decode_ctx=ctx, requests=_DecodeBatch(n))
+
+    def _decode_need_run(self) -> int:
+        """Tokens the running batch's next decode pass allocates (a page per request at a page boundary)."""
+        n = self._n
+        if self.spec is not None:
+            return self._spec_need(self._r_comp[:n])
+        if self.page == 1:
+            return n
+        p = self.page
+        return p * int(np.count_nonzero(self._r_comp[:n] % p == 0))
+
+    def _spec_need(self, comp: np.ndarray) -> int:
+        """KV tokens a speculative pass allocates: each request grows to ceil_page(computed + k + 1)."""
+        p, t = self.page, self.spec.tokens
+        return p * int(((comp + t + p - 1) // p - (comp + p - 1) // p).sum())
 
     def _decode_need(self, reqs: list[SGReq]) -> int:
+        if self.spec is not None:
+            return self._spec_need(np.fromiter((sr.computed for sr in reqs), dtype=np.int64, count=len(reqs)))
         if self.page == 1:
             return len(reqs)
         p = self.page
@@ -354,6 +489,7 @@ class SGLangEngine(Engine):
 
     def _retract(self, need: int) -> None:
         """Free KV by retracting the requests with the least progress (SGLang retract_decode)."""
+        self._run_sync(range(self._n))
         order = sorted(self.running, key=lambda sr: (sr.generated, -sr.req.input_length), reverse=True)
         retracted: list[SGReq] = []
         while True:
@@ -369,7 +505,7 @@ class SGLangEngine(Engine):
             if self.free >= need or len(order) <= 1:
                 break
         keep = set(id(sr) for sr in order)
-        self.running = [sr for sr in self.running if id(sr) in keep]
+        self._run_rebuild([sr for sr in self.running if id(sr) in keep])
         self.waiting.extend(retracted)
         self.batch_is_full = False
         self._evict_to(len(self.running) * RETRACT_DECODE_STEPS)
@@ -384,24 +520,33 @@ class SGLangEngine(Engine):
         if isinstance(batch, _PrefillBatch):
             self._complete_prefill(batch, end)
         else:
-            self._complete_decode(batch.reqs, end)
+            self._complete_decode(batch.n, end)
 
     def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
-        reqs = plan.requests.reqs
+        n = plan.requests.n
+        assert n == self._n, "SGLang model: running batch changed under a decode stretch"
         k = int(ends.size)
-        self.tree.now = float(ends[-1])
+        end = float(ends[-1])
+        self.tree.now = end
         # Passes 2..k of the stretch: same requests, one more token each; the first pass's
-        # allocation was made at schedule time, the others' here.
-        for sr in reqs:
-            grown = self._grow(sr, sr.computed + k)
-            assert grown, "SGLang model: decode stretch beyond the free KV"
+        # allocation was made at schedule time, the others' here: each request grows from
+        # ceil_page(c + 1) to ceil_page(c + k).
+        comp = self._r_comp[:n]
+        if self.page == 1:
+            extra = n * (k - 1)
+        else:
+            p = self.page
+            extra = p * int(((comp + (k - 1)) // p - comp // p).sum())
+        grown = self.tree.alloc(extra)
+        assert grown, "SGLang model: decode stretch beyond the free KV"
         self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay * (k - 1), self.min_ratio)
-        idx = np.fromiter((sr.req.index for sr in reqs), dtype=np.int64, count=len(reqs))
-        self.rec.emit_stretch(idx, ends)
-        for sr in reqs:
-            sr.computed += k
-            sr.generated += k
-        self._finish_done(reqs, float(ends[-1]))
+        self.rec.emit_stretch(self._r_idx[:n], ends)
+        comp += k
+        self._r_gen[:n] += k
+        self._decode_in_flight = False
+        self._left_min -= k
+        if self._left_min <= 0:
+            self._finish_done(end)
 
     def _complete_prefill(self, batch: _PrefillBatch, end: float) -> None:
         self.prefilling = []
@@ -422,22 +567,60 @@ class SGLangEngine(Engine):
                 self._end(sr, end)
             else:
                 self._cache_unfinished(sr)
-                self.running.append(sr)
+                self._run_append(sr)
 
-    def _complete_decode(self, reqs: list[SGReq], end: float) -> None:
-        idx = np.fromiter((sr.req.index for sr in reqs), dtype=np.int64, count=len(reqs))
-        self.rec.emit(idx, end)
-        for sr in reqs:
-            sr.computed += 1
-            sr.generated += 1
-        self._finish_done(reqs, end)
-
-    def _finish_done(self, reqs: list[SGReq], end: float) -> None:
-        done = [sr for sr in reqs if sr.generated >= sr.max_new]
-        if not done:
+    def _complete_decode(self, n: int, end: float) -> None:
+        assert n == self._n, "SGLang model: running batch changed under a decode pass"
+        if self.spec is not None:
+            self._complete_spec_decode(n, end)
             return
-        gone = set(id(sr) for sr in done)
-        self.running = [sr for sr in self.running if id(sr) not in gone]
+        self.rec.emit(self._r_idx[:n], end)
+        self._r_comp[:n] += 1
+        self._r_gen[:n] += 1
+        self._decode_in_flight = False
+        self._left_min -= 1
+        if self._left_min <= 0:
+            self._finish_done(end)
+
+    def _complete_spec_decode(self, n: int, end: float) -> None:
+        """Speculative pass: each request keeps its accepted drafts plus one token (never past max_new).
+
+        KV was allocated for k + 1 tokens; the rejected drafts' slots are freed.
+        """
+        comp, gen = self._r_comp[:n], self._r_gen[:n]
+        acc = np.minimum(self.spec.draw(n), self._r_max[:n] - gen)
+        p, t = self.page, self.spec.tokens
+        surplus = p * int(((comp + t + p - 1) // p - (comp + acc + p - 1) // p).sum())
+        if surplus:
+            self.tree.free(surplus)
+        self.rec.emit(self._r_idx[:n], end, acc)
+        comp += acc
+        gen += acc
+        self._decode_in_flight = False
+        self._run_left_min()
+        if self._left_min <= 0:
+            self._finish_done(end)
+
+    def _finish_done(self, end: float) -> None:
+        """Requests of the running batch that reached ``max_new`` leave it and end."""
+        n = self._n
+        done_mask = self._r_gen[:n] >= self._r_max[:n]
+        positions = np.flatnonzero(done_mask).tolist()
+        if not positions:
+            self._run_left_min()
+            return
+        self._run_sync(positions)
+        running = self.running
+        done = [running[i] for i in positions]
+        keep = ~done_mask
+        m = n - len(positions)
+        for name in self._RUN_ARRAYS:
+            arr = getattr(self, name)
+            arr[:m] = arr[:n][keep]
+        self._n = m
+        gone = set(positions)
+        self.running = [sr for i, sr in enumerate(running) if i not in gone]
+        self._run_left_min()
         self.batch_is_full = False
         for sr in done:
             self._release(sr, insert=True)
@@ -494,11 +677,13 @@ class SGLangEngine(Engine):
         """Decode passes that will repeat unchanged: nothing can be admitted, finish or evict."""
         if self.chunked is not None or not self.running:
             return 1
+        if self.ready or self.spec is not None:  # transferred KV waiting; speculative passes vary
+            return 1
         if self.waiting and not self.batch_is_full:
             return 1
         # The pass just scheduled already holds its token; further passes need one each.
-        k = min(sr.max_new - sr.generated for sr in self.running)
-        n = len(self.running)
+        k = self._left_min
+        n = self._n
         if self.page == 1:
             room = self.free // n + 1 if n else k
         else:
@@ -509,7 +694,8 @@ class SGLangEngine(Engine):
     def snapshot(self) -> EngineSnapshot:
         waiting = len(self.waiting) + (1 if self.chunked is not None else 0)
         outstanding = sum(sr.fill - sr.computed + sr.remaining_new for sr in self.waiting)
-        outstanding += sum(sr.remaining_new for sr in self.running)
+        n = self._n
+        outstanding += int(np.maximum(self._r_max[:n] - self._r_gen[:n], 0).sum())
         return EngineSnapshot(
             running=len(self.running),
             waiting=waiting,
@@ -522,12 +708,23 @@ class SGLangEngine(Engine):
 
     def check_invariants(self) -> None:
         """KV conservation: the private tokens the pool counts are exactly what requests hold."""
-        holders = list(self.running) + [sr for sr in self.prefilling if sr not in self.running]
-        if self.chunked is not None and self.chunked not in holders:
-            holders.append(self.chunked)
-        assert all(sr.alloc >= 0 for sr in holders)
+        n = self._n
+        assert len(self.running) == n
+        assert all(int(self._r_idx[i]) == sr.req.index and int(self._r_pref[i]) == sr.prefix
+                   for i, sr in enumerate(self.running))
+        assert bool((self._r_gen[:n] < self._r_max[:n]).all())
+        if n:
+            assert self._left_min == int((self._r_max[:n] - self._r_gen[:n]).min())
+        p = self.page
+        held = self._r_comp[:n] + int(self._decode_in_flight)  # k + 1 while a speculative pass runs
+        run_alloc = -(-held // p) * p - self._r_pref[:n]
+        assert bool((run_alloc >= 0).all())
+        others = [sr for sr in self.prefilling if sr not in self.running]
+        if self.chunked is not None and self.chunked not in others and self.chunked not in self.running:
+            others.append(self.chunked)
+        assert all(sr.alloc >= 0 for sr in others)
         assert not any(sr.alloc or sr.node is not None for sr in self.waiting if sr is not self.chunked)
-        assert self.pool.private_tokens == sum(sr.alloc for sr in holders), (
-            self.pool.private_tokens, sum(sr.alloc for sr in holders))
+        private = int(run_alloc.sum()) + sum(sr.alloc for sr in others)
+        assert self.pool.private_tokens == private, (self.pool.private_tokens, private)
         assert self.pool.capacity == self.capacity
         self.tree.check_invariants()

@@ -117,9 +117,11 @@ class TRTLLMEngine(Engine):
         self.active: list[TReq] = []
         self.retractions = 0
         self._last: _TBatch | None = None
+        #: Disaggregated decode: requests whose prompt KV arrived, awaiting admission.
+        self.ready: list[TReq] = []
 
     # -- arrivals -------------------------------------------------------------------------
-    def add_request(self, req: Request, now: float) -> None:
+    def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
         n = req.input_length
         if n + 1 > self.max_seq_len:
             self._reject(req, now, f"prompt of {n} tokens leaves no room for output within "
@@ -128,15 +130,58 @@ class TRTLLMEngine(Engine):
         if n + 1 > self.capacity:
             self._reject(req, now, f"prompt of {n} tokens exceeds the KV cache of {self.capacity} tokens")
             return
-        if not self.chunking and n > self.max_tokens:
+        if not self.chunking and n > self.max_tokens and not kv_ready:  # (no context phase when transferred)
             self._reject(req, now, f"prompt of {n} tokens exceeds max_num_tokens {self.max_tokens} "
                                    "with chunked context off")
             return
         max_new = max(1, min(req.output_length, self.max_len - n))
+        if kv_ready:  # disaggregated decode: admitted by _admit_ready, no context phase
+            self.ready.append(TReq(req=req, max_new=max_new, ctx_len=n))
+            return
         self.active.append(TReq(req=req, max_new=max_new, ctx_len=n))
 
+    def _admit_ready(self, now: float) -> None:
+        """Disaggregated decode: requests whose prompt KV arrived start generating.
+
+        FCFS while the batch has room and the capacity policy allows: under
+        GUARANTEED_NO_EVICT the request's blocks to completion must fit beside the
+        reservations of the requests already holding KV; under MAX_UTILIZATION its prompt
+        blocks must be free.  Prompt blocks reuse cached prefix blocks.  No pass runs: the
+        first token (sampled by the prefill worker) is emitted at admission.
+        """
+        taken: list[TReq] = []
+        for tr in self.ready:
+            if len(self.active) >= self.max_batch:
+                break
+            free = self.pool.num_free_blocks
+            if self.no_evict:
+                reserved = sum(self._remaining_to_completion(a) for a in self.active if a.blocks)
+                if self._blocks_for(tr.req.input_length + tr.max_new) > free - reserved:
+                    break
+            elif self._blocks_for(tr.ctx_len) > free:
+                break
+            hit = self._lookup(tr)
+            tr.blocks = self.pool.take_cached(tr.hashes[:hit]) if hit else []
+            got = self.pool.allocate(self._blocks_for(tr.ctx_len) - len(tr.blocks))
+            assert got is not None, "TensorRT-LLM model: transferred KV admitted without free blocks"
+            tr.blocks.extend(got)
+            tr.n_cached = hit
+            tr.admitted_once = True
+            self.prompt_tokens += tr.req.input_length
+            self.cached_prompt_tokens += hit * self.bs
+            tr.computed = tr.ctx_len
+            tr.context = False
+            tr.generated = 1
+            self._cache_blocks(tr, tr.computed)
+            self.active.append(tr)
+            taken.append(tr)
+        if taken:
+            del self.ready[:len(taken)]
+            self.rec.emit(np.fromiter((tr.req.index for tr in taken), dtype=np.int64, count=len(taken)), now)
+            self._finish_done(taken, now)
+
     def has_work(self) -> bool:
-        return bool(self.active)
+        return bool(self.active or self.ready)
 
     # -- blocks ---------------------------------------------------------------------------
     def _blocks_for(self, tokens: int) -> int:
@@ -246,6 +291,8 @@ class TRTLLMEngine(Engine):
 
     def schedule(self, now: float) -> PassPlan | None:
         self.pool.now = now
+        if self.ready:
+            self._admit_ready(now)
         fitting, paused = self._capacity()
         budget = self.max_tokens
         tokens = 0
@@ -391,7 +438,7 @@ class TRTLLMEngine(Engine):
     def decode_stretch_limit(self) -> int:
         """Generation iterations that will repeat unchanged: no admission, pause, finish or failed allocation."""
         batch = self._last
-        if batch is None or batch.contexts or batch.context_fit or batch.paused:
+        if batch is None or batch.contexts or batch.context_fit or batch.paused or self.ready:
             return 1
         gens = batch.gens
         n = len(gens)

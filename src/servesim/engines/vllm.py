@@ -46,7 +46,7 @@ from servesim.engines.blocks import stretch_within_free_blocks
 from servesim.engines.vllm_options import VLLMOptions, resolve_vllm_options
 from servesim.errors import ConfigError
 from servesim.kvcache.block_pool import BlockPool
-from servesim.kvcache.hashing import ROOT_HASH, block_content_ids, block_hashes, unit_chain
+from servesim.kvcache.hashing import ROOT_HASH, block_content_ids, chain_block_hashes, unit_chain
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.plan import PassPlan
 from servesim.workload.request import Request, sequence_units
@@ -60,12 +60,12 @@ def extend_block_hashes(req: Request, hashes: list[int], chain: list[int], n_blo
     """
     have = len(hashes)
     if n_blocks > have:
-        units = sequence_units(req, n_blocks * block_size)
-        if len(units) > len(chain):
+        us = req.block_size
+        if (n_blocks * block_size - 1) // us >= len(chain):  # the chain must reach the last unit
+            units = sequence_units(req, n_blocks * block_size)
             parent = chain[-1] if chain else ROOT_HASH
             chain.extend(unit_chain(units[len(chain):], parent))
-        hashes.extend(block_hashes(units, block_size, n_blocks * block_size, unit_size=req.block_size,
-                                   start_block=have, chain=chain))
+        hashes.extend(chain_block_hashes(chain, block_size, n_blocks, unit_size=us, start_block=have))
     return hashes
 
 
@@ -102,6 +102,7 @@ class VLLMEngine(Engine):
     """One vLLM worker (one tensor-parallel group)."""
 
     name = "vllm"
+    supports_speculative = True
 
     def __init__(self, worker_id: int, recorder: RequestRecorder, limits: EngineLimits,
                  options: VLLMOptions, oracle=None) -> None:
@@ -129,9 +130,11 @@ class VLLMEngine(Engine):
         self.running: list[VReq] = []
         self.retractions = 0
         self._last: _VBatch | None = None
+        #: Disaggregated decode: requests whose prompt KV arrived, awaiting admission.
+        self.ready: deque[VReq] = deque()
 
     # -- arrivals -------------------------------------------------------------------------
-    def add_request(self, req: Request, now: float) -> None:
+    def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
         n = req.input_length
         if n + 1 > self.max_model_len:
             self._reject(req, now, f"prompt of {n} tokens leaves no room for output within "
@@ -141,10 +144,40 @@ class VLLMEngine(Engine):
             self._reject(req, now, f"prompt of {n} tokens exceeds the KV cache of {self.capacity} tokens")
             return
         max_new = min(req.output_length, self.max_len - n)
+        if kv_ready:  # disaggregated decode: admitted by _admit_ready, no prefill pass
+            self.ready.append(VReq(req=req, max_new=max(1, max_new), num_tokens=n))
+            return
         self.waiting.append(VReq(req=req, max_new=max(1, max_new), num_tokens=n))
 
+    def _admit_ready(self, now: float) -> None:
+        """Disaggregated decode: requests whose prompt KV arrived join the running requests.
+
+        FCFS while seats and blocks allow (blocks for the whole prompt, prefix-cache hits
+        reused, as vLLM's KV-connector path allocates them); the first that does not fit
+        waits.  No pass runs: the first token (sampled by the prefill worker) is emitted
+        at admission.
+        """
+        taken: list[VReq] = []
+        while self.ready and len(self.running) < self.max_seqs:
+            vr = self.ready[0]
+            hit = self._lookup(vr)
+            if not self._allocate_new(vr, hit, vr.num_tokens - hit * self.bs):
+                break
+            self.ready.popleft()
+            vr.admitted_once = True
+            self.prompt_tokens += vr.req.input_length
+            self.cached_prompt_tokens += hit * self.bs
+            vr.computed = vr.num_tokens
+            vr.generated = 1
+            vr.num_tokens += 1
+            self.running.append(vr)
+            taken.append(vr)
+        if taken:
+            self.rec.emit(np.fromiter((vr.req.index for vr in taken), dtype=np.int64, count=len(taken)), now)
+            self._finish_done(taken, now)
+
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.ready)
 
     # -- block hashes -----------------------------------------------------------------------
     def _hashes(self, vr: VReq, n_blocks: int) -> list[int]:
@@ -224,31 +257,40 @@ class VLLMEngine(Engine):
     # -- scheduling -------------------------------------------------------------------------
     def schedule(self, now: float) -> PassPlan | None:
         self.pool.now = now
+        if self.ready:
+            self._admit_ready(now)
         budget = self.budget
         thr = self.threshold
         running = self.running
         scheduled: list[VReq] = []
         preempted = False
+        dt = self.spec.tokens if self.spec is not None else 1  # tokens a decode verifies
+        bs = self.bs
+        caching = self.caching
         i = 0
         while i < len(running) and budget > 0:
             vr = running[i]
             n = vr.num_tokens - vr.computed
             if 0 < thr < n:
                 n = thr
+            if dt > 1 and n == 1 and vr.generated > 0 and budget >= dt:
+                n = dt  # speculative: the k draft tokens are scheduled (and budgeted) too
             n = min(n, budget)
             if n <= 0:
                 i += 1
                 continue
-            ok = True
-            while not self._allocate(vr, n):
-                victim = running.pop()
-                self._preempt(victim)
-                preempted = True
-                if victim is vr:
-                    ok = False
+            end = vr.computed + n
+            if end > len(vr.blocks) * bs or (caching and end // bs > vr.n_cached):  # else nothing to allocate
+                ok = True
+                while not self._allocate(vr, n):
+                    victim = running.pop()
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is vr:
+                        ok = False
+                        break
+                if not ok:
                     break
-            if not ok:
-                break
             vr.sched = n
             budget -= n
             scheduled.append(vr)
@@ -262,7 +304,7 @@ class VLLMEngine(Engine):
         prefill: list[VReq] = []
         decode: list[VReq] = []
         for j, vr in enumerate(scheduled):
-            if j < n_running_sched and vr.sched == 1 and vr.computed == vr.num_tokens - 1 and vr.generated > 0:
+            if j < n_running_sched and vr.sched == dt and vr.computed == vr.num_tokens - 1 and vr.generated > 0:
                 decode.append(vr)
             else:
                 prefill.append(vr)
@@ -274,6 +316,7 @@ class VLLMEngine(Engine):
             kw["prefill_cached"] = np.fromiter((vr.computed for vr in prefill), dtype=np.int64, count=len(prefill))
         if decode:
             kw["decode_ctx"] = np.fromiter((vr.computed + 1 for vr in decode), dtype=np.int64, count=len(decode))
+            kw["decode_tokens"] = dt
         return PassPlan(requests=batch, **kw)
 
     def _admit(self, now: float, budget: int, scheduled: list[VReq]) -> int:
@@ -309,7 +352,11 @@ class VLLMEngine(Engine):
         self.pool.now = end
         batch: _VBatch = plan.requests
         emitted: list[VReq] = []
+        spec: list[VReq] = []
         for vr in batch.reqs:
+            if vr.sched > 1 and vr.computed == vr.num_tokens - 1 and vr.generated > 0:
+                spec.append(vr)  # a speculative decode (k drafts + 1 verified)
+                continue
             vr.computed += vr.sched
             vr.sched = 0
             if vr.computed == vr.num_tokens:
@@ -321,6 +368,29 @@ class VLLMEngine(Engine):
                 vr.generated += 1
                 vr.num_tokens += 1
             self._finish_done(emitted, end)
+        if spec:
+            self._complete_spec(spec, end)
+
+    def _complete_spec(self, reqs: list[VReq], end: float) -> None:
+        """Speculative decodes: each keeps its accepted drafts plus one token (never past max_new).
+
+        Blocks were allocated for k + 1 tokens; those holding only rejected drafts are freed.
+        """
+        n = len(reqs)
+        left = np.fromiter((vr.max_new - vr.generated for vr in reqs), dtype=np.int64, count=n)
+        acc = np.minimum(self.spec.draw(n), left)
+        bs = self.bs
+        for vr, a in zip(reqs, acc.tolist()):
+            vr.sched = 0
+            vr.computed += a
+            vr.generated += a
+            vr.num_tokens += a
+            keep = -(-vr.computed // bs)
+            if len(vr.blocks) > keep:
+                self.pool.free_request(vr.blocks[keep:])
+                del vr.blocks[keep:]
+        self.rec.emit(np.fromiter((vr.req.index for vr in reqs), dtype=np.int64, count=n), end, acc)
+        self._finish_done(reqs, end)
 
     def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
         """Commit ``ends.size`` identical decode passes, replaying their block events in order."""
@@ -341,14 +411,18 @@ class VLLMEngine(Engine):
                 steps.update(range((-(c + 1)) % bs or bs, k, bs))
             events.extend((s, j) for s in steps)
         events.sort()
-        for s, j in events:
-            vr = reqs[j]
-            vr.computed = c0[j] + s
-            vr.generated = g0[j] + s
-            vr.num_tokens = vr.req.input_length + vr.generated
-            self.pool.now = float(ends[s - 1])
-            ok = self._allocate(vr, 1)
-            assert ok, "vLLM model: decode stretch beyond the free blocks"
+        pool = self.pool
+        if pool._lru and pool.on_event is None:
+            self._replay_stretch_lru(reqs, c0, k, events)
+        else:
+            for s, j in events:
+                vr = reqs[j]
+                vr.computed = c0[j] + s
+                vr.generated = g0[j] + s
+                vr.num_tokens = vr.req.input_length + vr.generated
+                pool.now = float(ends[s - 1])
+                ok = self._allocate(vr, 1)
+                assert ok, "vLLM model: decode stretch beyond the free blocks"
         self.pool.now = float(ends[-1])
         for j, vr in enumerate(reqs):
             vr.computed = c0[j] + k
@@ -358,6 +432,52 @@ class VLLMEngine(Engine):
         idx = np.fromiter((vr.req.index for vr in reqs), dtype=np.int64, count=len(reqs))
         self.rec.emit_stretch(idx, ends)
         self._finish_done(reqs, float(ends[-1]))
+
+    def _replay_stretch_lru(self, reqs: list[VReq], c0: list[int], k: int, events: list[tuple[int, int]]) -> None:
+        """The block events of a decode stretch under LRU without KV event sinks, in order.
+
+        Same effects as calling :meth:`_allocate` per event: pass ``s`` of request ``j``
+        needs its KV to cover ``c0[j] + s + 1`` tokens (a new block at a block boundary)
+        and registers every block that this fills.  The request's block hashes are
+        extended once for the whole stretch instead of once per block.
+        """
+        bs = self.bs
+        pool = self.pool
+        caching = self.caching
+        if caching:
+            for j, vr in enumerate(reqs):
+                n_full = (c0[j] + k) // bs
+                if n_full > vr.n_cached:
+                    self._hashes(vr, n_full)
+        table = pool._hash_to_block
+        blocks = pool.blocks
+        cache_calls = 0
+        for s, j in events:
+            vr = reqs[j]
+            end = c0[j] + s + 1
+            held = vr.blocks
+            if end > len(held) * bs:
+                got = pool.allocate(-(-end // bs) - len(held))
+                assert got is not None, "vLLM model: decode stretch beyond the free blocks"
+                held.extend(got)
+            if caching:
+                n_full = end // bs
+                start = vr.n_cached
+                if n_full > start:
+                    cache_calls += 1
+                    hashes = vr.hashes
+                    for i in range(start, n_full):
+                        b = held[i]
+                        blk = blocks[b]
+                        h = hashes[i]
+                        if blk.hash is not None or h in table:
+                            continue
+                        if blk.ref <= 0:
+                            raise RuntimeError(f"caching {blk!r}, which is not in use")
+                        blk.hash = h
+                        table[h] = b
+                    vr.n_cached = n_full
+        pool._seq += cache_calls  # as many logical-clock ticks as cache_full_blocks calls
 
     def _finish_done(self, reqs: list[VReq], end: float) -> None:
         done = [vr for vr in reqs if vr.generated >= vr.max_new]
@@ -379,6 +499,8 @@ class VLLMEngine(Engine):
         """Decode passes that will repeat unchanged: no admission, finish, preemption or failed allocation."""
         batch = self._last
         if batch is None or not batch.decode_only or batch.preempted:
+            return 1
+        if self.ready or self.spec is not None:  # transferred KV waiting; speculative passes vary
             return 1
         reqs = batch.reqs
         n = len(reqs)

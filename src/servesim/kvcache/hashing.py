@@ -60,9 +60,22 @@ def block_hashes(
         return []
     if chain is None:
         chain = unit_chain(units)
+    return chain_block_hashes(chain, block_size, n_full, unit_size=unit_size, start_block=start_block)
+
+
+def chain_block_hashes(
+    chain: Sequence[int], block_size: int, n_blocks: int, *, unit_size: int = 512, start_block: int = 0
+) -> list[int]:
+    """Hashes of pool blocks ``start_block .. n_blocks - 1`` from the unit chain alone.
+
+    ``chain`` must reach the unit holding the last block's last token.  The hash of the
+    block ending at token ``t`` is ``chain[j] - j * unit_size + t`` with ``j = (t - 1) // unit_size``.
+    """
     out: list[int] = []
+    if start_block >= n_blocks:
+        return out
     first_end = (start_block + 1) * block_size  # end token of the first block wanted
-    last_end = n_full * block_size
+    last_end = n_blocks * block_size
     j = (first_end - 1) // unit_size
     while True:
         u0 = j * unit_size

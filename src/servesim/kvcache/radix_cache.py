@@ -29,7 +29,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servesim.kvcache.events import EventSink, KVEvent, Segment
-from servesim.kvcache.policies import EvictionPolicy, NextUseOracle, make_policy
+from servesim.kvcache.policies import (
+    EvictionPolicy,
+    FIFOPolicy,
+    LFUPolicy,
+    LRUPolicy,
+    NextUseOracle,
+    make_policy,
+)
 from servesim.kvcache.segments import (
     advance,
     common_prefix,
@@ -121,6 +128,29 @@ class RadixCache:
         self.evictable_size = 0
         self.protected_size = 0
         self._evictable_leaves: set[RadixNode] = set()
+        # Time-independent policies whose keys only grow (lru, lfu, fifo) keep one lazy heap
+        # of (key, uid, n, node) across calls: an entry is pushed whenever a node becomes an
+        # evictable leaf; entries of nodes that are no longer evictable leaves are dropped
+        # when popped, and an entry whose key is out of date is pushed again with the
+        # current key.  Since keys never decrease, the first current entry popped is the
+        # true minimum, so eviction order equals a heap rebuilt from all leaves each call.
+        self._lazy = type(self.policy) in (LRUPolicy, LFUPolicy, FIFOPolicy)
+        self._heap: list = []
+        self._pushes = itertools.count()
+
+    def _add_leaf(self, node: RadixNode) -> None:
+        self._evictable_leaves.add(node)
+        if self._lazy:
+            heap = self._heap
+            if len(heap) > 2 * len(self._evictable_leaves) + 1024:
+                self._rebuild_heap()
+            else:
+                heapq.heappush(heap, (self.policy.key(node, 0.0), node.uid, next(self._pushes), node))
+
+    def _rebuild_heap(self) -> None:
+        key, count = self.policy.key, self._pushes
+        self._heap = [(key(n, 0.0), n.uid, next(count), n) for n in self._evictable_leaves]
+        heapq.heapify(self._heap)
 
     # ------------------------------------------------------------------ counters
 
@@ -225,7 +255,7 @@ class RadixCache:
             if not node.children and node.lock_ref == 0:
                 self._evictable_leaves.discard(node)
             node.children[leaf.block_id] = leaf
-            self._evictable_leaves.add(leaf)
+            self._add_leaf(leaf)
             self.evictable_size += leaf.ntok
             self.pool.adopt(leaf.ntok)
             if self.on_event is not None:
@@ -267,7 +297,7 @@ class RadixCache:
                 self.protected_size -= node.ntok
                 delta += node.ntok
                 if not node.children:
-                    self._evictable_leaves.add(node)
+                    self._add_leaf(node)
             node.lock_ref -= 1
             node = node.parent  # type: ignore[assignment]
         return delta
@@ -287,27 +317,54 @@ class RadixCache:
         """
         if num_tokens <= 0 or not self._evictable_leaves:
             return 0
+        if self._lazy:
+            return self._evict_lazy(num_tokens)
         key, now = self.policy.key, self.now
         heap = [(key(n, now), n.uid, n) for n in self._evictable_leaves]
         heapq.heapify(heap)
         freed = 0
-        root = self.root
         while freed < num_tokens and heap:
             _, _, node = heapq.heappop(heap)
-            parent = node.parent
-            assert parent is not None and node.lock_ref == 0 and not node.children
-            del parent.children[node.block_id]
-            node.parent = None
-            self._evictable_leaves.discard(node)
-            self.evictable_size -= node.ntok
-            self.pool.release_cached(node.ntok)
             freed += node.ntok
-            if self.on_event is not None:
-                self.on_event(self._event("removed", node))
-            if parent is not root and not parent.children and parent.lock_ref == 0:
-                self._evictable_leaves.add(parent)
+            parent = self._remove_leaf(node)
+            if parent is not None:
                 heapq.heappush(heap, (key(parent, now), parent.uid, parent))
         return freed
+
+    def _evict_lazy(self, num_tokens: int) -> int:
+        key, heap, leaves, count = self.policy.key, self._heap, self._evictable_leaves, self._pushes
+        pop, push = heapq.heappop, heapq.heappush
+        freed = 0
+        while freed < num_tokens and leaves:
+            k, uid, _, node = pop(heap)
+            if node not in leaves:
+                continue
+            cur = key(node, 0.0)
+            if cur != k:
+                push(heap, (cur, uid, next(count), node))
+                continue
+            freed += node.ntok
+            parent = self._remove_leaf(node)
+            if parent is not None:
+                push(heap, (key(parent, 0.0), parent.uid, next(count), parent))
+        return freed
+
+    def _remove_leaf(self, node: RadixNode) -> RadixNode | None:
+        """Evict one unlocked leaf; returns its parent if that became an evictable leaf."""
+        parent = node.parent
+        assert parent is not None and node.lock_ref == 0 and not node.children
+        del parent.children[node.block_id]
+        node.parent = None
+        leaves = self._evictable_leaves
+        leaves.discard(node)
+        self.evictable_size -= node.ntok
+        self.pool.release_cached(node.ntok)
+        if self.on_event is not None:
+            self.on_event(self._event("removed", node))
+        if parent is not self.root and not parent.children and parent.lock_ref == 0:
+            leaves.add(parent)
+            return parent
+        return None
 
     # ------------------------------------------------------------------ pool front-end
 

@@ -47,10 +47,23 @@ class RequestRecorder:
         self.reason: list[str] = []
         self.warmup: list[bool] = []
         self.extra_columns: dict[str, Column] = {}
-        self.itl = WeightedSamples()
+        self._itl = WeightedSamples()
         # Inter-token gaps of warm-up requests are kept apart so they can be excluded.
-        self.itl_warmup = WeightedSamples()
+        self._itl_warmup = WeightedSamples()
+        # Gaps not yet handed to the samples above: (value, count) pairs in plain lists,
+        # flushed as arrays in chunks (one small array per pass would cost more).
+        self._gv: list[float] = []
+        self._gw: list[int] = []
+        self._wv: list[float] = []
+        self._ww: list[int] = []
         self._warm = Column(np.bool_, False)
+        self._any_warm = False
+        # The hot columns, looked up once (their ``data`` arrays are replaced as they grow).
+        self._c_first = self.cols["first_token"]
+        self._c_second = self.cols["second_token"]
+        self._c_last = self.cols["last_token"]
+        self._c_em = self.cols["emissions"]
+        self._c_gen = self.cols["generated"]
 
     # -- registration -------------------------------------------------------------
     def register(self, index: int, request_id: str, session_id: str | None, turn: int,
@@ -69,6 +82,8 @@ class RequestRecorder:
         c["output_length"].data[index] = output_length
         c["turn"].data[index] = turn
         self._warm.data[index] = warmup
+        if warmup:
+            self._any_warm = True
         self.request_id.append(request_id)
         self.session_id.append(session_id)
         self.reason.append("")
@@ -101,38 +116,79 @@ class RequestRecorder:
     def retracted(self, index: int) -> None:
         self.cols["retractions"].data[index] += 1
 
+    _FLUSH = 1 << 15
+
+    @property
+    def itl(self) -> WeightedSamples:
+        """Inter-token gaps of measured requests, as (value, count) samples."""
+        self._flush()
+        return self._itl
+
+    @property
+    def itl_warmup(self) -> WeightedSamples:
+        """Inter-token gaps of warm-up requests."""
+        self._flush()
+        return self._itl_warmup
+
+    def _flush(self) -> None:
+        if self._gv:
+            self._itl.add(np.array(self._gv, dtype=np.float64), np.array(self._gw, dtype=np.int64))
+            self._gv, self._gw = [], []
+        if self._wv:
+            self._itl_warmup.add(np.array(self._wv, dtype=np.float64), np.array(self._ww, dtype=np.int64))
+            self._wv, self._ww = [], []
+
     def emit(self, idx: np.ndarray, t: float, tokens_each: np.ndarray | int = 1) -> None:
         """Requests ``idx`` each received ``tokens_each`` output tokens at time ``t``."""
-        c = self.cols
-        em = c["emissions"].data
-        last = c["last_token"].data
+        if idx.size == 0:
+            return
+        em = self._c_em.data
+        last = self._c_last.data
         prev_em = em[idx]
-        first = prev_em == 0
-        if first.any():
-            c["first_token"].data[idx[first]] = t
-        second = prev_em == 1
-        if second.any():
-            c["second_token"].data[idx[second]] = t
-        later = ~first
-        if later.any():
-            gaps = t - last[idx[later]]
-            warm = self._warm.data[idx[later]]
-            self._add_gaps(gaps[~warm], self.itl)
-            if warm.any():
-                self._add_gaps(gaps[warm], self.itl_warmup)
+        if prev_em.min() >= 2:  # the common decode case: no first or second token
+            later = idx
+        else:
+            first = prev_em == 0
+            if first.any():
+                self._c_first.data[idx[first]] = t
+            second = prev_em == 1
+            if second.any():
+                self._c_second.data[idx[second]] = t
+            later = idx[~first]
+        if later.size:
+            gaps = t - last[later]
+            if self._any_warm:
+                warm = self._warm.data[later]
+                if warm.any():
+                    self._add_gaps(gaps[warm], self._wv, self._ww)
+                    gaps = gaps[~warm]
+            self._add_gaps(gaps, self._gv, self._gw)
         last[idx] = t
         em[idx] = prev_em + 1
-        c["generated"].data[idx] += tokens_each
+        self._c_gen.data[idx] += tokens_each
 
-    @staticmethod
-    def _add_gaps(gaps: np.ndarray, store: WeightedSamples) -> None:
-        if gaps.size == 0:
+    def _add_gaps(self, gaps: np.ndarray, values: list[float], counts: list[int]) -> None:
+        """Append ``gaps`` as (value, count) pairs; a pass's gaps take one or two values."""
+        n = gaps.size
+        if n == 0:
             return
-        if gaps.size > 1 and np.all(gaps == gaps[0]):
-            store.add_one(float(gaps[0]), int(gaps.size))
-        else:
-            vals, counts = np.unique(gaps, return_counts=True)
-            store.add(vals, counts)
+        g0 = gaps[0]
+        same = gaps == g0
+        k = int(np.count_nonzero(same))
+        values.append(float(g0))
+        counts.append(k)
+        if k < n:
+            rest = gaps[~same]
+            g1 = rest[0]
+            if bool((rest == g1).all()):
+                values.append(float(g1))
+                counts.append(int(rest.size))
+            else:
+                vals, cnts = np.unique(rest, return_counts=True)
+                values.extend(vals.tolist())
+                counts.extend(cnts.tolist())
+        if len(values) > self._FLUSH:
+            self._flush()
 
     def emit_stretch(self, idx: np.ndarray, pass_ends: np.ndarray) -> None:
         """Requests ``idx`` each received one token at every time in ``pass_ends``.
@@ -143,24 +199,28 @@ class RequestRecorder:
         if pass_ends.size == 0:
             return
         self.emit(idx, float(pass_ends[0]))
-        if pass_ends.size == 1:
+        if pass_ends.size == 1 or idx.size == 0:
             return
-        c = self.cols
-        gaps = np.diff(pass_ends)
-        n_warm = int(self._warm.data[idx].sum())
+        gaps = np.diff(pass_ends).tolist()
+        k = len(gaps)
+        n_warm = int(self._warm.data[idx].sum()) if self._any_warm else 0
         n_cold = idx.size - n_warm
         if n_cold:
-            self.itl.add(gaps, np.full(gaps.size, n_cold, dtype=np.int64))
+            self._gv.extend(gaps)
+            self._gw.extend([n_cold] * k)
         if n_warm:
-            self.itl_warmup.add(gaps, np.full(gaps.size, n_warm, dtype=np.int64))
-        em = c["emissions"].data
-        second = em[idx] == 1
-        if second.any():
-            c["second_token"].data[idx[second]] = pass_ends[1]
-        k = pass_ends.size - 1
-        em[idx] += k
-        c["generated"].data[idx] += k
-        c["last_token"].data[idx] = pass_ends[-1]
+            self._wv.extend(gaps)
+            self._ww.extend([n_warm] * k)
+        if len(self._gv) > self._FLUSH or len(self._wv) > self._FLUSH:
+            self._flush()
+        em = self._c_em.data
+        prev = em[idx]
+        if prev.min() == 1:
+            second = prev == 1
+            self._c_second.data[idx[second]] = pass_ends[1]
+        em[idx] = prev + k
+        self._c_gen.data[idx] += k
+        self._c_last.data[idx] = pass_ends[-1]
 
     def finished(self, index: int, t: float, status: Status, reason: str = "") -> None:
         c = self.cols

@@ -1,24 +1,33 @@
 """Perf section of the config: which step-time model prices passes, and its parameters.
 
 ```yaml
-perf: {model: analytic, params: {gemm_eff_max: 0.75}, calibration: null}
+perf: {model: analytic, params: {gemm_eff_max: 0.75}, calibration: default, frontend: {}}
 perf: {model: fixed, seconds: 0.02}
 perf: {model: linear, base_s: 0.005, per_prefill_token_s: 2.0e-5, per_decode_request_s: 1.0e-5}
 ```
+
+``calibration`` (analytic only) names a calibration file (:mod:`servesim.perf.calibration`):
+``default`` is the one shipped with servesim, a path is a file of the same format (or a flat
+mapping of AnalyticParams overrides), ``null`` is none.  The file's values for the
+deployment's ``<gpu>/<engine>`` group (falling back to its shared values) are applied first,
+then ``params`` (analytic) and ``frontend`` (:class:`~servesim.perf.frontend.FrontendParams`
+overrides) on top.  Without a calibration (``null``, or the fixed and linear models) the
+frontend starts from zero — the engine-only view — and ``frontend`` overrides switch stages on.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servesim.errors import ConfigError
 from servesim.hardware.gpu import GPUSpec
 from servesim.models.arch import ModelArch
 from servesim.perf.analytic import AnalyticParams, AnalyticStepTime
+from servesim.perf.frontend import FrontendParams
 from servesim.perf.plan import StepTimeModel
 from servesim.perf.simple import FixedStepTime, LinearStepTime
 
@@ -31,13 +40,16 @@ class AnalyticPerfConfig(_Strict):
     model: Literal["analytic"] = "analytic"
     #: overrides of AnalyticParams fields.
     params: dict[str, Any] = {}
-    #: YAML/JSON file of AnalyticParams overrides (applied before ``params``).
-    calibration: Path | None = None
+    #: calibration file: "default" (shipped), a path, or null (none); applied before ``params``.
+    calibration: str | None = "default"
+    #: overrides of FrontendParams fields (API server, tokenizer, stream, scheduler CPU).
+    frontend: dict[str, Any] = {}
 
 
 class FixedPerfConfig(_Strict):
     model: Literal["fixed"]
     seconds: float = Field(gt=0)
+    frontend: dict[str, Any] = {}
 
 
 class LinearPerfConfig(_Strict):
@@ -47,6 +59,7 @@ class LinearPerfConfig(_Strict):
     per_decode_request_s: float = Field(0.0, ge=0)
     per_context_token_s: float = Field(0.0, ge=0)
     per_prefill_attention_pair_s: float = Field(0.0, ge=0)
+    frontend: dict[str, Any] = {}
 
 
 PerfConfig = Annotated[Union[AnalyticPerfConfig, FixedPerfConfig, LinearPerfConfig], Field(discriminator="model")]
@@ -59,24 +72,74 @@ class _Wrapper(_Strict):
 def parse_perf_config(data: dict | None) -> AnalyticPerfConfig | FixedPerfConfig | LinearPerfConfig:
     """Validate a ``perf:`` mapping; errors name the key path (``perf.<key>``)."""
     try:
-        return _Wrapper.model_validate({"perf": data if data is not None else {"model": "analytic"}}).perf
+        if data is None:
+            data = {}
+        if isinstance(data, dict) and "model" not in data:
+            data = {"model": "analytic", **data}
+        return _Wrapper.model_validate({"perf": data}).perf
     except ValidationError as e:
         msgs = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']} (found {err.get('input')!r})"
                          for err in e.errors())
         raise ConfigError(msgs) from None
 
 
-def _analytic_params(cfg: AnalyticPerfConfig) -> AnalyticParams:
-    values: dict[str, Any] = {}
-    if cfg.calibration is not None:
-        try:
-            loaded = yaml.safe_load(Path(cfg.calibration).read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ConfigError(f"perf.calibration: cannot read {str(cfg.calibration)!r} ({e})") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"perf.calibration: {str(cfg.calibration)!r} must hold a mapping of parameters")
-        values.update(loaded.get("params", loaded))
-    values.update(cfg.params)
+@dataclass
+class ResolvedPerf:
+    """The parameters a perf config resolves to for one deployment (shown in prediction.json)."""
+
+    calibration: str | None  # file used, or None
+    group: str  # "<gpu>/<engine>"
+    analytic: dict[str, Any]  # AnalyticParams overrides (calibration, then perf.params)
+    frontend: FrontendParams
+
+    def describe(self) -> dict[str, Any]:
+        return {"calibration": self.calibration, "calibration_group": self.group,
+                "analytic_overrides": dict(self.analytic), "frontend": self.frontend.model_dump()}
+
+
+def _load_calibration(name: str | None, base_dir: Path | None):
+    from servesim.perf.calibration import DEFAULT_CALIBRATION, load_calibration
+
+    if name is None:
+        return None, None
+    if name == "default":
+        return load_calibration(None), str(DEFAULT_CALIBRATION.name)
+    path = Path(name)
+    if not path.is_absolute() and base_dir is not None and not path.exists():
+        path = Path(base_dir) / path
+    try:
+        return load_calibration(path), str(path)
+    except ConfigError as e:
+        raise ConfigError(f"perf.calibration: {e}") from None
+
+
+def resolve_perf(perf_cfg: AnalyticPerfConfig | FixedPerfConfig | LinearPerfConfig | dict | None,
+                 gpu: str = "", engine: str = "", base_dir: Path | None = None) -> ResolvedPerf:
+    """Calibration values for ``<gpu>/<engine>``, then the config's own overrides."""
+    if perf_cfg is None or isinstance(perf_cfg, dict):
+        perf_cfg = parse_perf_config(perf_cfg)
+    analytic: dict[str, Any] = {}
+    cal_name = perf_cfg.calibration if isinstance(perf_cfg, AnalyticPerfConfig) else None
+    cal, used = _load_calibration(cal_name, base_dir)
+    if cal is not None:
+        a, fe = cal.resolve(gpu, engine)
+        analytic.update(a)
+        front: dict[str, Any] = FrontendParams().model_dump() | fe
+    else:
+        front = FrontendParams.zero().model_dump()
+    if isinstance(perf_cfg, AnalyticPerfConfig):
+        analytic.update(perf_cfg.params)
+    front.update(perf_cfg.frontend)
+    try:
+        fparams = FrontendParams.model_validate(front)
+    except ValidationError as e:
+        msgs = "; ".join(f"perf.frontend.{'.'.join(str(x) for x in err['loc'])}: {err['msg']} "
+                         f"(found {err.get('input')!r})" for err in e.errors())
+        raise ConfigError(msgs) from None
+    return ResolvedPerf(calibration=used, group=f"{gpu}/{engine}", analytic=analytic, frontend=fparams)
+
+
+def _analytic_params(values: dict[str, Any]) -> AnalyticParams:
     try:
         return AnalyticParams.model_validate(values)
     except ValidationError as e:
@@ -94,13 +157,22 @@ def build_step_time(
     weight_dtype: str = "bf16",
     kv_dtype: str = "bf16",
     attention_dp: int = 1,
+    engine: str = "",
+    resolved: ResolvedPerf | None = None,
 ) -> StepTimeModel:
-    """The step-time model a perf config describes, for one worker's layout."""
+    """The step-time model a perf config describes, for one worker's layout (GPU work only).
+
+    ``resolved`` (from :func:`resolve_perf`) carries the calibrated analytic overrides; when
+    absent they are resolved here for ``gpu.name``/``engine``.  The frontend's scheduler CPU
+    time is added by :meth:`servesim.perf.frontend.Frontend.wrap_step_time`, not here.
+    """
     if perf_cfg is None or isinstance(perf_cfg, dict):
         perf_cfg = parse_perf_config(perf_cfg)
     if isinstance(perf_cfg, FixedPerfConfig):
         return FixedStepTime(perf_cfg.seconds)
     if isinstance(perf_cfg, LinearPerfConfig):
-        return LinearStepTime(**perf_cfg.model_dump(exclude={"model"}))
+        return LinearStepTime(**perf_cfg.model_dump(exclude={"model", "frontend"}))
+    if resolved is None:
+        resolved = resolve_perf(perf_cfg, gpu.name, engine)
     return AnalyticStepTime(arch, gpu, tp=tp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                            params=_analytic_params(perf_cfg), attention_dp=attention_dp)
+                            params=_analytic_params(resolved.analytic), attention_dp=attention_dp)

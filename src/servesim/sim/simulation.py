@@ -6,6 +6,11 @@ Event kinds, in the order they are handled when they share a time stamp:
    requests become visible.
 2. ``ARRIVAL``: a request reaches the deployment and is routed to a worker.
 
+With a ``frontend`` (:class:`servesim.perf.frontend.Frontend`), a request the client sends
+at ``t`` first crosses the API server: it reaches the router at ``frontend.admit_time(req, t)``
+(a second ``ARRIVAL`` event), while its recorded arrival stays ``t``, so TTFT includes the
+tokenizer queue.
+
 After all events of one time stamp are handled, idle workers with work start a pass.
 Requests are pulled from the workload source lazily (one open-loop arrival ahead, or as
 closed-loop slots free up), so traces stream.
@@ -16,7 +21,7 @@ from __future__ import annotations
 import math
 import time as wallclock
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from servesim.cluster.routers import Router
 from servesim.cluster.worker import Worker
@@ -24,6 +29,9 @@ from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.metrics.timeseries import TimeSeries
 from servesim.sim.events import EventQueue
 from servesim.workload.request import Request
+
+if TYPE_CHECKING:
+    from servesim.perf.frontend import Frontend
 
 PASS_END = 0
 ARRIVAL = 1
@@ -59,7 +67,11 @@ class Simulation:
         timeseries: TimeSeries | None = None,
         max_sim_time: float | None = None,
         progress: Callable[[int, float], None] | None = None,
+        frontend: "Frontend | None" = None,
+        disagg=None,
     ) -> None:
+        #: Disaggregated prefill/decode (cluster/disagg.py DisaggCoordinator), or None.
+        self.disagg = disagg
         self.source = requests
         self.mode = mode
         self.concurrency = concurrency
@@ -82,6 +94,9 @@ class Simulation:
         self._held: Request | None = None
         self._dirty: set[int] = set()
         self._terminated = 0
+        # Frontend: requests sent by the client and not yet through the API server.
+        self.frontend = frontend
+        self._sent: dict[int, float] = {}
 
     # -- workload intake --------------------------------------------------------------
     def _pull(self) -> Request | None:
@@ -163,6 +178,8 @@ class Simulation:
         eng = worker.engine
         if eng.terminated:
             done, eng.terminated = eng.terminated, []
+            if self.disagg is not None:  # prefilled requests move to a decode worker instead
+                done = self.disagg.after_pass(self, worker, done, t)
             for req in done:
                 self._on_terminated(req, t)
 
@@ -185,8 +202,10 @@ class Simulation:
                     self.stats.events += 1
                     if kind == PASS_END:
                         self._handle_pass_end(payload, now)
-                    else:
+                    elif kind == ARRIVAL:
                         self._handle_arrival(payload, now)
+                    else:  # KV_READY: a prompt's KV reaches a decode worker (disaggregation)
+                        self.disagg.on_kv_ready(self, payload, now)
                 self._advance_intake(now)
             self._start_idle_workers(now)
             if self.progress is not None:
@@ -205,7 +224,15 @@ class Simulation:
     def _handle_arrival(self, req: Request, now: float) -> None:
         if self._lookahead is req:
             self._lookahead = None
-        self.rec.arrived(req.index, now)
+        if self.frontend is not None:
+            sent = self._sent.pop(req.index, None)
+            if sent is None:  # the client sent it now: it crosses the frontend first
+                self._sent[req.index] = now
+                self.events.push(self.frontend.admit_time(req, now), 1, ARRIVAL, req)
+                return
+            self.rec.arrived(req.index, sent)  # latencies count from the client's send
+        else:
+            self.rec.arrived(req.index, now)
         wid = self.router.choose(req, self.workers, now)
         worker = self.workers[wid]
         self.rec.assigned(req.index, wid)

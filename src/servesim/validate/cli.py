@@ -15,6 +15,7 @@ def add_subcommands(sub) -> None:
     v.add_argument("--out", help="write one row per point to this CSV")
     v.add_argument("--calibration", help="calibration YAML (default: the bundled default)")
     v.add_argument("--markdown", action="store_true", help="print the score table as Markdown")
+    v.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
     v.add_argument("--quiet", "-q", action="store_true", help="no per-point progress")
     v.set_defaults(handler=cmd_validate)
 
@@ -50,7 +51,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if not args.quiet:
             _err(f"[{i}/{n}] {row.point.id}: {row.status} ({row.host_seconds:.1f} s)")
 
-    rows = validate_points(points, cal, progress)
+    rows = validate_points(points, cal, progress, processes=args.processes)
     if args.out:
         write_rows(rows, args.out)
     print(format_report(rows, markdown=args.markdown))

@@ -6,14 +6,16 @@ simulate it (``unsupported: <reason>``).  The mapping:
 
 - ``model``: the Hugging Face id as written (servesim bundles every id in calibration.csv);
 - ``system`` → ``deployment.gpu`` (bundled GPU names are the same strings);
-- ``backend`` → ``deployment.engine.name`` (vllm, sglang, trtllm); ``atom`` (AMD's engine) is
-  unsupported;
+- ``backend`` → ``deployment.engine.name`` (vllm, sglang, trtllm); ``atom`` (AMD's ROCm engine,
+  built like nano-vLLM: prefill-first passes that do not mix with decode, preemption on
+  memory) is modelled by the closest scheduler, SGLang's, with ATOM's defaults
+  (:data:`BACKEND_AS_ENGINE`); its calibration group is ``<gpu>/sglang``;
 - ``precision`` → ``weight_dtype`` (empty: bf16); ``kv_dtype`` is fp8 where the point's server
   flags set fp8 KV: vLLM runs used ``--kv-cache-dtype fp8`` (README) and TRT-LLM quantized
   checkpoints carry an fp8 KV cache; SGLang (``auto``) keeps bf16 KV;
 - layout: ``tp`` = the worker's GPUs (attention_tp × attention_dp), ``ep`` = moe_ep (1 for
-  dense models); attention data parallelism (attention_dp > 1) needs a
-  ``deployment.attention_dp`` field, else the row is unsupported;
+  dense models); with attention data parallelism (attention_dp > 1), ``tp`` = attention_tp
+  and ``deployment.attention_dp`` = attention_dp (the worker still has ``gpus`` GPUs);
 - workload: ``closed_loop`` with recipe ``inferencex_random`` (num_prompts, concurrency,
   isl, osl, range_ratio, warm-up 2 × concurrency) or ``fixed`` for
   ``fixed_lengths_unverified``;
@@ -43,7 +45,9 @@ SYSTEM_TO_GPU = {
     "gb200": "gb200", "gb300": "gb300", "mi300x": "mi300x", "mi325x": "mi325x", "mi355x": "mi355x",
 }
 ENGINES = ("sglang", "vllm", "trtllm")
-UNSUPPORTED_BACKENDS = {"atom": "backend atom (AMD's engine; not modelled)"}
+UNSUPPORTED_BACKENDS: dict[str, str] = {}
+#: Backends simulated by another engine's scheduler model (see module docstring).
+BACKEND_AS_ENGINE = {"atom": "sglang"}
 
 
 @dataclass
@@ -60,8 +64,14 @@ class Point:
         return self.row["id"]
 
     @property
+    def backend(self) -> str:
+        """The measured server (``atom`` stays ``atom``)."""
+        return (self.row.get("backend") or "").strip().lower()
+
+    @property
     def engine(self) -> str:
-        return self.row["backend"]
+        """The servesim engine model that simulates it (``atom`` → ``sglang``)."""
+        return BACKEND_AS_ENGINE.get(self.backend, self.backend)
 
     @property
     def gpu(self) -> str:
@@ -166,17 +176,23 @@ def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
             opts["max_running_requests"] = min(512, max(256, conc))
     elif backend == "trtllm":
         opts = {"max_batch_size": conc, "enable_block_reuse": False}
+    elif backend == "atom":
+        # ATOM's defaults (nano-vLLM lineage): 16384 batched tokens, 512 sequences,
+        # gpu_memory_utilization 0.9; benchmarks ran without prefix caching
+        opts = {"disable_radix_cache": True, "chunked_prefill_size": 16384, "max_prefill_tokens": 16384,
+                "mem_fraction_static": 0.9, "max_running_requests": max(512, conc)}
     else:
         opts = {}
-    known = _engine_fields(backend)
+    engine = BACKEND_AS_ENGINE.get(backend, backend)
+    known = _engine_fields(engine)
     if known is not None:  # keep only the options this build's engine model knows
         opts = {k: v for k, v in opts.items() if k in known}
-    return {"name": backend, **opts}
+    return {"name": engine, **opts}
 
 
 def kv_dtype_for(backend: str, precision: str) -> str:
-    if backend == "vllm":
-        return "fp8"  # --kv-cache-dtype fp8 (README's typical flags)
+    if backend in ("vllm", "atom"):
+        return "fp8"  # --kv-cache-dtype fp8 (README's typical vLLM flags; ATOM's documented usage)
     if backend == "trtllm" and precision in ("fp8", "fp4"):
         return "fp8"
     return "bf16"
@@ -189,7 +205,7 @@ def point_config(row: dict[str, str], mode: str = "fast") -> Point:
     system = (row.get("system") or "").strip().lower()
     if backend in UNSUPPORTED_BACKENDS:
         return Point(row, None, f"unsupported: {UNSUPPORTED_BACKENDS[backend]}")
-    if backend not in ENGINES:
+    if backend not in ENGINES and backend not in BACKEND_AS_ENGINE:
         return Point(row, None, f"unsupported: backend {backend or '(empty)'}")
     if system not in SYSTEM_TO_GPU:
         return Point(row, None, f"unsupported: system {system or '(empty)'}")

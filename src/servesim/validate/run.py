@@ -76,32 +76,50 @@ class Row:
                 "host_seconds": f"{self.host_seconds:.3f}"}
 
 
-def validate_points(points: Sequence[Point], calibration: Calibration | None = None,
-                    progress: Callable[[int, int, Row], None] | None = None) -> list[Row]:
-    """Simulate every point (full prompt counts) with its group's calibrated parameters."""
-    cal = calibration if calibration is not None else load_calibration(None)
-    rows: list[Row] = []
-    for i, p in enumerate(points):
-        t0 = time.perf_counter()
-        row = Row(p)
-        check_point(p)
-        if p.status != "ok":
-            row.status = p.status
+def _validate_one(args: tuple[Point, Calibration]) -> Row:
+    p, cal = args
+    t0 = time.perf_counter()
+    row = Row(p)
+    check_point(p)
+    if p.status != "ok":
+        row.status = p.status
+    else:
+        analytic, frontend = cal.resolve(p.gpu, p.engine)
+        try:
+            res = simulate_point(p.config, analytic, frontend)
+        except ServesimError as e:
+            row.status = f"error: {_one_line(e)}"
+        except Exception as e:  # a servesim bug: recorded, the run goes on
+            row.status = f"error: {type(e).__name__}: {e}"
         else:
-            analytic, frontend = cal.resolve(p.gpu, p.engine)
-            try:
-                res = simulate_point(p.config, analytic, frontend)
-            except ServesimError as e:
-                row.status = f"error: {_one_line(e)}"
-            except Exception as e:  # a servesim bug: recorded, the run goes on
-                row.status = f"error: {type(e).__name__}: {e}"
-            else:
-                row.pred_ttft, row.pred_tpot, row.pred_tput = res.ttft_ms, res.tpot_ms, res.tput_per_gpu
-                row.status = "ok" if res.completed else "error: no measured request completed"
-        row.host_seconds = time.perf_counter() - t0
-        rows.append(row)
+            row.pred_ttft, row.pred_tpot, row.pred_tput = res.ttft_ms, res.tpot_ms, res.tput_per_gpu
+            row.status = "ok" if res.completed else "error: no measured request completed"
+    row.host_seconds = time.perf_counter() - t0
+    return row
+
+
+def validate_points(points: Sequence[Point], calibration: Calibration | None = None,
+                    progress: Callable[[int, int, Row], None] | None = None, processes: int = 1) -> list[Row]:
+    """Simulate every point (full prompt counts) with its group's calibrated parameters.
+
+    ``processes > 1`` simulates points in worker processes; rows keep the input order.
+    """
+    cal = calibration if calibration is not None else load_calibration(None)
+    jobs = [(p, cal) for p in points]
+    rows: list[Row] = []
+    if processes > 1 and len(jobs) > 1:
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(processes) as pool:
+            for row in pool.imap(_validate_one, jobs, chunksize=1):
+                rows.append(row)
+                if progress is not None:
+                    progress(len(rows), len(jobs), row)
+        return rows
+    for job in jobs:
+        rows.append(_validate_one(job))
         if progress is not None:
-            progress(i + 1, len(points), row)
+            progress(len(rows), len(jobs), rows[-1])
     return rows
 
 
@@ -148,7 +166,7 @@ def score_rows(rows: Sequence[Row]) -> tuple[dict, dict[tuple, dict], dict]:
         cov[key] += 1
         if r.status == "ok":
             overall.add(r)
-            per[(r.point.row["model"], r.point.gpu, r.point.engine)].add(r)
+            per[(r.point.row["model"], r.point.gpu, r.point.backend)].add(r)
     cov["total"] = len(rows)
     return overall.summary(), {k: v.summary() for k, v in sorted(per.items())}, dict(cov)
 

@@ -1,10 +1,9 @@
-"""Simulate one measured point with a frontend in front of the engine.
+"""Simulate one measured point through the same path as ``servesim predict``.
 
-:class:`FrontendSimulation` is the simulation loop plus the :class:`~servesim.perf.frontend.Frontend`
-stage: a request the client sends at ``t`` reaches the engine at ``frontend.admit_time(req, t)``
-(serial tokenizer queue), while its recorded arrival stays ``t`` (the client's send time), so
-TTFT includes the queueing.  Until the lead wires the frontend into ``sim/simulation.py``
-(see docs/validation.md), validate and calibrate use this subclass.
+:func:`simulate_point` builds the point's config with explicit analytic and frontend
+parameters (``perf.calibration: null`` plus ``perf.params`` / ``perf.frontend`` holding the
+resolved values, so a fit can move them) and runs :func:`servesim.api.run_simulation`, which
+puts the frontend stage between the client and the router.
 """
 
 from __future__ import annotations
@@ -20,29 +19,8 @@ from servesim.cluster.deployment import build_deployment
 from servesim.config import load_config
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.metrics.summary import request_latencies
-from servesim.perf.frontend import Frontend, FrontendParams
-from servesim.sim.simulation import ARRIVAL, Simulation
+from servesim.perf.frontend import FrontendParams
 from servesim.workload.source import build_source
-
-
-class FrontendSimulation(Simulation):
-    """The simulation loop with a frontend stage between the client and the router."""
-
-    def __init__(self, *args, frontend: Frontend, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.frontend = frontend
-        self._sent: dict[int, float] = {}
-
-    def _handle_arrival(self, req, now: float) -> None:
-        sent = self._sent.pop(req.index, None)
-        if sent is None:  # the client sent it now: it goes through the frontend first
-            if self._lookahead is req:
-                self._lookahead = None
-            self._sent[req.index] = now
-            self.events.push(self.frontend.admit_time(req, now), 1, ARRIVAL, req)
-            return
-        super()._handle_arrival(req, now)
-        self.rec.arrived(req.index, sent)  # TTFT counts from the client's send
 
 
 @dataclass
@@ -55,9 +33,18 @@ class PointResult:
 
 
 def build_config(config: dict[str, Any], analytic: dict[str, Any] | None = None,
+                 frontend: FrontendParams | dict | None = None,
                  num_prompts: int | None = None, warmup: int | None = None):
+    """The point's config with these parameters (``frontend`` None: the engine-only view)."""
     data = dict(config)
-    data["perf"] = {"model": "analytic", "params": dict(analytic or {})}
+    if frontend is None:
+        fe = FrontendParams.zero()
+    elif isinstance(frontend, FrontendParams):
+        fe = frontend
+    else:
+        fe = FrontendParams.model_validate(frontend)
+    data["perf"] = {"model": "analytic", "calibration": None, "params": dict(analytic or {}),
+                    "frontend": fe.model_dump()}
     if num_prompts is not None or warmup is not None:
         wl = dict(data["workload"])
         if num_prompts is not None:
@@ -72,19 +59,13 @@ def simulate_point(config: dict[str, Any], analytic: dict[str, Any] | None = Non
                    frontend: FrontendParams | dict | None = None, num_prompts: int | None = None,
                    warmup: int | None = None) -> PointResult:
     """Mean TTFT and TPOT (ms, as the benchmark computes them) and total tokens/s per GPU."""
+    from servesim.api import run_simulation
+
     t0 = time.perf_counter()
-    cfg = build_config(config, analytic, num_prompts, warmup)
-    fe = Frontend(frontend if frontend is not None else FrontendParams.zero())
+    cfg = build_config(config, analytic, frontend, num_prompts, warmup)
     source = build_source(cfg.workload, cfg.seed, None)
     dep = build_deployment(cfg)
-    dep.step_time = fe.wrap_step_time(dep.step_time)
-    rec = RequestRecorder()
-    workers = dep.make_workers(rec, fast_forward=cfg.simulation.mode == "fast")
-    sim = FrontendSimulation(requests=source.requests(), mode=source.mode, concurrency=source.concurrency,
-                             workers=workers, router=dep.make_router(cfg.seed), recorder=rec,
-                             max_sim_time=cfg.simulation.max_sim_time_s, frontend=fe)
-    sim.run()
-    fe.apply_stream_latency(rec)
+    rec, _ts, _stats = run_simulation(cfg, source, dep)
     return score(rec, dep.total_gpus, time.perf_counter() - t0)
 
 
