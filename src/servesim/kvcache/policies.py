@@ -17,7 +17,7 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from servesim.workload.request import Request
+from servesim.workload.request import OUTPUT_ID_BASE, Request
 
 
 class EntryStats(Protocol):
@@ -94,12 +94,13 @@ class NextUseOracle:
     """For each trace block id, the sorted arrival times of the requests whose prompt uses it.
 
     Built from the workload's requests (``Request`` objects, whose ``hash_ids`` are the
-    prompt's blocks) or from ``(arrival_time, units)`` pairs.  "Use" is keyed on arrival
-    time: a request that arrived but still waits in a queue counts as already used, which
-    is the usual offline approximation.
+    prompt's blocks) or from ``(arrival_time, units)`` pairs.  Future use is keyed on
+    arrival time; requests already in the system are reported by the simulation
+    (:meth:`activate` / :meth:`deactivate`), so that the blocks of a queued or preempted
+    request count as needed now rather than never again.
     """
 
-    __slots__ = ("_times",)
+    __slots__ = ("_times", "_active", "_active_requests")
 
     def __init__(self, items: Iterable[Request | tuple[float, Iterable[tuple[int, int]]]]) -> None:
         acc: dict[int, list[float]] = {}
@@ -118,9 +119,38 @@ class NextUseOracle:
         for lst in acc.values():
             lst.sort()
         self._times = acc
+        #: Blocks of requests that arrived and have not ended (queued, running, preempted):
+        #: they will be used again as soon as the engine gets to them.
+        self._active: dict[int, int] = {}
+        #: Indices of requests in flight, whose generated-token blocks are needed too.
+        self._active_requests: set[int] = set()
+
+    def activate(self, req: Request) -> None:
+        """A request arrived; until :meth:`deactivate`, its prompt and output blocks are in use now."""
+        act = self._active
+        for bid in set(req.hash_ids) | set(req.output_hash_ids):
+            act[bid] = act.get(bid, 0) + 1
+        self._active_requests.add(req.index)
+
+    def deactivate(self, req: Request) -> None:
+        """The request ended (completed or rejected)."""
+        self._active_requests.discard(req.index)
+        act = self._active
+        for bid in set(req.hash_ids) | set(req.output_hash_ids):
+            n = act[bid] - 1
+            if n:
+                act[bid] = n
+            else:
+                del act[bid]
 
     def next_use(self, block_id: int, now: float) -> float:
-        """Earliest arrival strictly after ``now`` of a request using ``block_id``; ``inf`` if none."""
+        """When ``block_id`` is next needed: ``now`` while a request using it is in flight
+        (waiting, running or preempted), else the earliest arrival strictly after ``now`` of
+        a request using it; ``inf`` if none."""
+        if block_id in self._active:
+            return now
+        if block_id <= OUTPUT_ID_BASE and (OUTPUT_ID_BASE - block_id) >> 24 in self._active_requests:
+            return now  # a generated-token block of a request in flight
         times = self._times.get(block_id)
         if times is None:
             return math.inf

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # Id spaces for blocks that must never match anything else.  Trace ids are >= 0.
-_OUTPUT_ID_BASE = -(1 << 60)
+OUTPUT_ID_BASE = -(1 << 60)
 
 
 def output_block_id(request_index: int, block: int) -> int:
     """A block id for generated tokens of one request: unique, never shared."""
-    return _OUTPUT_ID_BASE - (request_index << 24) - block
+    return OUTPUT_ID_BASE - (request_index << 24) - block
 
 
 @dataclass(slots=True)
