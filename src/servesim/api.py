@@ -128,6 +128,7 @@ def run_simulation(cfg: Config, source: WorkloadSource, deployment: Deployment,
         progress=progress,
         frontend=frontend,
         disagg=getattr(deployment, "coordinator", None),  # set by a disaggregated deployment
+        in_flight=deployment.oracle,
     )
     stats = sim.run()
     if frontend is not None:

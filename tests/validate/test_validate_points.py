@@ -129,3 +129,14 @@ def test_every_calibration_row_maps():
     for p in points:
         assert p.status == "ok" or p.status.startswith("unsupported: "), p.status
     assert sum(p.status == "ok" for p in points) > 1000
+
+
+def test_fit_holdout_split_is_deterministic_and_disjoint():
+    from servesim.validate.points import split_rows
+
+    rows = [row(id=f"id{i}") for i in range(200)]
+    fit, hold = split_rows(rows, "fit"), split_rows(rows, "holdout")
+    assert len(fit) + len(hold) == 200 and not {r["id"] for r in fit} & {r["id"] for r in hold}
+    assert 0.45 < len(fit) / 200 < 0.75 and split_rows(rows, "fit") == fit
+    with pytest.raises(ConfigError):
+        split_rows(rows, "train")

@@ -112,6 +112,18 @@ def test_cli_sample_and_bad_points_file(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
 
 
+def test_processes_give_the_same_rows_in_order(tmp_path):
+    from servesim.validate.points import load_points
+    from servesim.validate.run import validate_points
+
+    pts = tmp_path / "points.csv"
+    _write(pts, [row(id=f"p{i}", **{**SMALL, "concurrency": 1 + i, "num_prompts": 8}) for i in range(3)])
+    one = [r.as_dict() for r in validate_points(load_points(pts))]
+    two = [r.as_dict() for r in validate_points(load_points(pts), processes=2)]
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "host_seconds"} for r in rows]  # noqa: E731
+    assert strip(one) == strip(two) and [r["id"] for r in two] == ["p0", "p1", "p2"]
+
+
 def test_tpot_is_benchmark_per_request_mean():
     from servesim.metrics.summary import request_latencies
     from servesim.validate.simulate import score

@@ -56,6 +56,8 @@ class Deployment:
     kv_index: KVIndex | None = None
     #: the perf section resolved for this deployment (calibration group, frontend)
     perf: ResolvedPerf | None = None
+    #: Future block uses for the belady eviction policy (None for other policies).
+    oracle: NextUseOracle | None = None
 
     @property
     def gpus_per_worker(self) -> int:
@@ -281,7 +283,9 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
     except ModelError as exc:
         raise ConfigError(f"deployment: {exc}") from None
     # Attention DP: one engine models the worker; its KV pool is every rank's pool together.
-    limits = EngineLimits(kv_capacity_tokens=plan.memory.kv_tokens * dp, context_length=plan.context)
+    limits = EngineLimits(kv_capacity_tokens=plan.memory.kv_tokens * dp, context_length=plan.context,
+                          kv_bytes_per_token=plan.memory.kv_bytes_per_token, kv_shards=dep.tp,
+                          gpu_name=gpu.name)
     from servesim.config.load import config_base_dir
 
     perf = resolve_perf(cfg.perf, gpu.name, dep.engine.name, config_base_dir(cfg))
@@ -304,4 +308,4 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
 
     return Deployment(cfg=dep, arch=arch, gpu=gpu, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                       memory=plan.memory, step_time=step_time, engine_factory=factory,
-                      engine_settings=plan.settings, perf=perf)
+                      engine_settings=plan.settings, perf=perf, oracle=oracle)

@@ -14,6 +14,19 @@ from servesim.engines.base import Engine
 from servesim.perf.plan import PassPlan, StepTimeModel
 
 
+def pass_seconds(step_time: StepTimeModel, plan: PassPlan) -> float:
+    """The pass's duration: the step-time model's price plus any host-tier KV load.
+
+    A load the engine overlaps with compute (SGLang HiCache loads layer by layer) hides
+    behind it: max(compute, load); otherwise the pass waits for it: compute + load.
+    """
+    t = step_time.pass_time(plan)
+    load = plan.host_load_s
+    if load:
+        t = max(t, load) if plan.host_load_overlap else t + load
+    return t
+
+
 class Worker:
     """Drives one engine on the virtual clock."""
 
@@ -53,7 +66,7 @@ class Worker:
             durations = self.step_time.decode_stretch_times(plan.decode_ctx, steps)
             ends = now + np.cumsum(durations)
         else:
-            ends = np.array([now + self.step_time.pass_time(plan)])
+            ends = np.array([now + pass_seconds(self.step_time, plan)])
         self.plan, self.ends, self.start, self.busy = plan, ends, now, True
         return float(ends[-1])
 

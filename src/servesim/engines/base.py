@@ -23,6 +23,12 @@ class EngineLimits:
 
     kv_capacity_tokens: int
     context_length: int
+    #: KV bytes of one token on one GPU (the memory model's figure); 0 when unknown.
+    kv_bytes_per_token: float = 0.0
+    #: GPUs a token's KV is split over (tensor parallelism); each loads its share in parallel.
+    kv_shards: int = 1
+    #: The GPU's name, for defaults that depend on it (the host link of a host KV tier).
+    gpu_name: str = ""
 
 
 @dataclass(slots=True)

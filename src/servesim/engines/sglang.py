@@ -32,7 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
+from servesim.engines.host import host_link
 from servesim.engines.sglang_options import SGLangOptions
+from servesim.errors import ConfigError
+from servesim.kvcache.host_tier import HostRadix
 from servesim.kvcache.radix_cache import RadixCache
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.plan import PassPlan
@@ -64,6 +67,8 @@ class SGReq:
     fill: int = 0
     #: Tokens being computed in the pass in flight.
     extend: int = 0
+    #: Tokens loaded from the host tier when this round was admitted (recorded, then reset).
+    host_hit: int = 0
     admitted_once: bool = False
 
     @property
@@ -125,6 +130,17 @@ class SGLangEngine(Engine):
         self.tree = RadixCache(cap, page_size=self.page, disable=options.disable_radix_cache,
                                policy=options.eviction_policy, oracle=oracle)
         self.pool = self.tree.pool
+        #: Host tier (HiCache): evicted radix paths go to a host radix tree; None when off.
+        self.hostlink = host_link("sglang", options.host_kv_gb, options.host_link_gbs,
+                                  options.host_load_overlap, limits, granule=self.page)
+        self.host: HostRadix | None = None
+        if self.hostlink is not None:
+            if options.disable_radix_cache:
+                raise ConfigError("deployment.engine.host_kv_gb: a host KV tier needs the radix cache; "
+                                  "disable_radix_cache is true")
+            self.host = HostRadix(self.hostlink.capacity_tokens, self.page, on_event=self._host_event)
+            self.tree.on_evict = self._write_to_host
+        self.host_loaded_tokens = 0
         self.chunk_size = chunked_prefill_size  # None: chunking disabled
         ctx = options.context_length or limits.context_length
         self.max_req_len = min(ctx - 1, cap - 1)
@@ -162,6 +178,22 @@ class SGLangEngine(Engine):
         self.prefilling: list[SGReq] = []
         #: Disaggregated decode: requests whose prompt KV arrived, awaiting admission.
         self.ready: list[SGReq] = []
+
+    # -- host tier ----------------------------------------------------------------------
+    def _write_to_host(self, segs: list) -> None:
+        """The GPU tree evicts a leaf: its path is written back to host memory."""
+        self.host.store(segs, self.tree.now)
+
+    def _host_event(self, event) -> None:
+        """Host-tier events go wherever the GPU tree's events go (tier "host")."""
+        sink = self.tree.on_event
+        if sink is not None:
+            sink(event)
+
+    def _host_match(self, sr: SGReq, matched: int) -> int:
+        """Tokens beyond the GPU match ``matched`` that the host holds (page aligned)."""
+        on_host = self.host.match(sequence_units(sr.req, sr.fill - 1), None, self.tree.now)
+        return max(on_host - matched, 0)
 
     # -- pool ---------------------------------------------------------------------------
     def _ceil_page(self, n: int) -> int:
@@ -375,11 +407,13 @@ class SGLangEngine(Engine):
                 matched, node = self._match(sr)
                 matched = min(self._floor_page(matched), sr.fill - 1)
                 extend = sr.fill - matched
+                # Host hits need KV room (counted in ``extend``) but no compute.
+                hh = self._host_match(sr, matched) if self.host is not None else 0
                 total_tokens = extend + min(sr.remaining_new, CLIP_MAX_NEW_TOKENS)
                 if total_tokens >= rem_total():
                     self.batch_is_full = True
                     break
-                input_tokens = self._ceil_page(extend)
+                input_tokens = self._ceil_page(extend - hh)
                 if input_tokens >= rem_input and can_run:
                     break
                 # Locking the matched prefix takes it out of the evictable pool.
@@ -389,9 +423,9 @@ class SGLangEngine(Engine):
                     self.batch_is_full = True
                     break
                 if self.chunk_size is None or input_tokens <= rem_chunk:
-                    sr.extend = extend
-                    total_offset += input_tokens + min(sr.remaining_new, CLIP_MAX_NEW_TOKENS)
-                    cur_offset += input_tokens
+                    sr.extend = extend - hh
+                    total_offset += input_tokens + hh + min(sr.remaining_new, CLIP_MAX_NEW_TOKENS)
+                    cur_offset += input_tokens + hh
                     rem_input -= input_tokens
                     rem_chunk -= input_tokens
                 else:
@@ -400,12 +434,12 @@ class SGLangEngine(Engine):
                         self.tree.dec_lock_ref(node)
                         break
                     sr.extend = trunc
-                    total_offset += trunc
-                    cur_offset += trunc
+                    total_offset += trunc + hh
+                    cur_offset += trunc + hh
                     rem_input -= trunc
                     rem_chunk -= trunc
                     new_chunked = sr
-                self._take_prefix(sr, matched, node)
+                self._take_prefix(sr, matched, node, hh)
                 can_run.append(sr)
                 consumed += 1
                 if rem_total() <= 0 or self.free + self.evictable - cur_offset <= 0:
@@ -420,29 +454,42 @@ class SGLangEngine(Engine):
         self.chunked = new_chunked
         return _PrefillBatch(reqs=can_run, chunked=new_chunked)
 
-    def _take_prefix(self, sr: SGReq, matched: int, node: object) -> None:
-        """The request starts this round from a cached prefix it has locked."""
+    def _take_prefix(self, sr: SGReq, matched: int, node: object, host_hit: int = 0) -> None:
+        """The request starts this round from a cached prefix it has locked.
+
+        ``host_hit`` tokens after it are loaded from the host tier: they count as computed
+        (their KV is allocated privately with the pass's chunk) and need no compute.
+        """
         sr.prefix = matched
         sr.node = node
-        sr.computed = matched
+        sr.computed = matched + host_hit
+        sr.host_hit = host_hit
         sr.alloc = 0
         if not sr.admitted_once:
             sr.admitted_once = True
             self.prompt_tokens += sr.req.input_length
-            self.cached_prompt_tokens += matched
+            self.cached_prompt_tokens += matched + host_hit
 
     def _prefill_plan(self, batch: _PrefillBatch, now: float) -> PassPlan:
         new = np.empty(len(batch.reqs), dtype=np.int64)
         cached = np.empty(len(batch.reqs), dtype=np.int64)
+        loaded = 0
         for i, sr in enumerate(batch.reqs):
             ok = self._grow(sr, sr.computed + sr.extend)
             if not ok:  # the budget check guarantees room; a failure is a model bug
                 raise AssertionError("SGLang model: prefill admitted without KV room")
             new[i] = sr.extend
             cached[i] = sr.computed
-            self.rec.scheduled(sr.req.index, now, sr.prefix)
+            self.rec.scheduled(sr.req.index, now, sr.prefix + sr.host_hit, sr.host_hit)
+            loaded += sr.host_hit
+            sr.host_hit = 0
         self.prefilling = batch.reqs
-        return PassPlan(prefill_new=new, prefill_cached=cached, requests=batch)
+        plan = PassPlan(prefill_new=new, prefill_cached=cached, requests=batch)
+        if loaded:
+            self.host_loaded_tokens += loaded
+            plan.host_load_s = self.hostlink.load_seconds(loaded)
+            plan.host_load_overlap = self.hostlink.overlap
+        return plan
 
     def _decode_plan(self) -> PassPlan:
         need = self._decode_need_run()
@@ -728,3 +775,6 @@ class SGLangEngine(Engine):
         assert self.pool.private_tokens == private, (self.pool.private_tokens, private)
         assert self.pool.capacity == self.capacity
         self.tree.check_invariants()
+        if self.host is not None:
+            self.host.check_invariants()
+            assert self.host.size <= self.hostlink.capacity_tokens

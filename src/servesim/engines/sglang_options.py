@@ -27,3 +27,9 @@ class SGLangOptions(BaseModel):
     disable_radix_cache: bool = False
     context_length: int | None = Field(None, gt=0, description="None: the model's max_position_embeddings")
     eviction_policy: Literal["lru", "lfu", "fifo", "belady"] = "lru"
+    # host-memory KV tier (docs/engines.md, "Host KV tier"); off by default
+    host_kv_gb: float = Field(0.0, ge=0, description="host memory for KV per worker, GB; 0: no host tier")
+    host_link_gbs: float | None = Field(
+        None, gt=0, description="host-to-GPU bandwidth per GPU, GB/s; None: the GPU's host link (PCIe5 50, C2C 450)")
+    host_load_overlap: bool = Field(
+        True, description="SGLang HiCache loads layer by layer during the forward (max(compute, load))")

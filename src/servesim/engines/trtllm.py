@@ -46,11 +46,13 @@ import numpy as np
 
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
 from servesim.engines.blocks import stretch_within_free_blocks
+from servesim.engines.host import host_link
 from servesim.engines.trtllm_options import TRTLLMOptions
 from servesim.engines.vllm import extend_block_hashes
 from servesim.errors import ConfigError
 from servesim.kvcache.block_pool import BlockPool
 from servesim.kvcache.hashing import block_content_ids
+from servesim.kvcache.host_tier import HostTier
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.plan import PassPlan
 from servesim.workload.request import Request, sequence_units
@@ -73,8 +75,10 @@ class TReq:
     hashes: list[int] = field(default_factory=list)
     chain: list[int] = field(default_factory=list)
     n_cached: int = 0
-    #: Reusable prefix blocks found for the next first chunk (set while scheduling).
+    #: Reusable prefix blocks found for the next first chunk (set while scheduling), and
+    #: blocks after them found on the host tier.
     hit: int = 0
+    host_hit: int = 0
     admitted_once: bool = False
 
 
@@ -119,6 +123,32 @@ class TRTLLMEngine(Engine):
         self._last: _TBatch | None = None
         #: Disaggregated decode: requests whose prompt KV arrived, awaiting admission.
         self.ready: list[TReq] = []
+        #: Host tier (secondary-memory offload): blocks recycled from the GPU are kept in
+        #: host memory by hash (LRU) and onboarded instead of recomputed.
+        self.hostlink = host_link("trtllm", options.host_kv_gb, options.host_link_gbs,
+                                  options.host_load_overlap, limits, granule=bs)
+        self.host: HostTier | None = None
+        if self.hostlink is not None:
+            if not self.reuse:
+                raise ConfigError("deployment.engine.host_kv_gb: a host KV tier needs block reuse; "
+                                  "enable_block_reuse is false")
+            self.host = HostTier(self.hostlink.capacity_tokens // bs, bs, self.hostlink.bytes_per_token,
+                                 on_event=self._host_event)
+            self.pool.on_evict = self.host.store
+        self.host_loaded_tokens = 0
+
+    def _host_event(self, event) -> None:
+        """Host-tier events go wherever the GPU pool's events go (tier "host")."""
+        sink = self.pool.on_event
+        if sink is not None:
+            sink(event)
+
+    def _host_lookup(self, tr: TReq) -> int:
+        """Blocks after the GPU hit ``tr.hit`` found on the host tier (same cap as :meth:`_lookup`)."""
+        cap = (tr.ctx_len - 1) // self.bs
+        if self.host is None or cap <= tr.hit:
+            return 0
+        return self.host.match(tr.hashes[:cap], tr.hit, touch=False)
 
     # -- arrivals -------------------------------------------------------------------------
     def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
@@ -306,7 +336,8 @@ class TRTLLMEngine(Engine):
                 context_fit = True
                 if not tr.blocks:
                     tr.hit = self._lookup(tr)
-                    start = tr.hit * self.bs
+                    tr.host_hit = self._host_lookup(tr)
+                    start = (tr.hit + tr.host_hit) * self.bs
                 else:
                     start = tr.computed
                 rem = tr.ctx_len - start
@@ -330,7 +361,7 @@ class TRTLLMEngine(Engine):
         if tentative:
             cap = budget - tokens
             for tr in tentative:
-                start = tr.hit * self.bs if not tr.blocks else tr.computed
+                start = (tr.hit + tr.host_hit) * self.bs if not tr.blocks else tr.computed
                 rem = tr.ctx_len - start
                 chunk = min(rem, cap)
                 if chunk < rem:
@@ -345,10 +376,14 @@ class TRTLLMEngine(Engine):
             return None
         # Prefix hits are taken first so that allocations cannot recycle them.
         new_ctx = [tr for tr in contexts if not tr.blocks]
+        loading = 0
         for tr in new_ctx:
             tr.blocks = self.pool.take_cached(tr.hashes[:tr.hit]) if tr.hit else []
             tr.n_cached = tr.hit
-            tr.computed = tr.hit * self.bs
+            tr.computed = (tr.hit + tr.host_hit) * self.bs
+            if tr.host_hit:
+                self.host.touch(tr.hashes[tr.hit:tr.hit + tr.host_hit])
+                loading += tr.host_hit * self.bs
         for tr in new_ctx:
             got = self.pool.allocate(self._blocks_for(tr.ctx_len) - len(tr.blocks))
             assert got is not None, "TensorRT-LLM model: context admitted without free blocks"
@@ -357,8 +392,9 @@ class TRTLLMEngine(Engine):
                 tr.admitted_once = True
                 self.prompt_tokens += tr.req.input_length
                 self.cached_prompt_tokens += tr.computed
-            self.rec.scheduled(tr.req.index, now, tr.computed)
+            self.rec.scheduled(tr.req.index, now, tr.computed, tr.host_hit * self.bs)
             tr.hit = 0
+            tr.host_hit = 0
         for tr in gens:
             self._alloc_gen(tr)
         batch = _TBatch(contexts=contexts, gens=gens, context_fit=context_fit, paused=paused)
@@ -369,6 +405,10 @@ class TRTLLMEngine(Engine):
             kw["prefill_cached"] = np.fromiter((tr.computed for tr in contexts), dtype=np.int64, count=len(contexts))
         if gens:
             kw["decode_ctx"] = np.fromiter((tr.computed + 1 for tr in gens), dtype=np.int64, count=len(gens))
+        if loading:
+            self.host_loaded_tokens += loading
+            kw["host_load_s"] = self.hostlink.load_seconds(loading)
+            kw["host_load_overlap"] = self.hostlink.overlap
         return PassPlan(requests=batch, **kw)
 
     # -- commit -----------------------------------------------------------------------------
@@ -491,5 +531,8 @@ class TRTLLMEngine(Engine):
             else:
                 assert tr.context and tr.computed == 0
         assert sum(b.ref for b in pool.blocks) == held
+        if self.host is not None:
+            self.host.check_invariants()
+            assert self.host.size_tokens <= self.hostlink.capacity_tokens
         if self.no_evict:
             assert reserved <= pool.num_free_blocks, (reserved, pool.num_free_blocks)

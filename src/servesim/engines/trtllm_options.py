@@ -28,3 +28,9 @@ class TRTLLMOptions(BaseModel):
     free_gpu_memory_fraction: float = Field(0.9, gt=0, le=1, description="share of the memory free after loading")
     max_seq_len: int | None = Field(None, gt=1, description="None: the model's context length")
     eviction_policy: Literal["lru", "lfu", "fifo", "belady"] = "lru"
+    # host-memory KV tier (docs/engines.md, "Host KV tier"); off by default
+    host_kv_gb: float = Field(0.0, ge=0, description="host memory for KV per worker, GB; 0: no host tier")
+    host_link_gbs: float | None = Field(
+        None, gt=0, description="host-to-GPU bandwidth per GPU, GB/s; None: the GPU's host link (PCIe5 50, C2C 450)")
+    host_load_overlap: bool = Field(
+        False, description="TensorRT-LLM onboards offloaded blocks before the iteration (compute + load)")

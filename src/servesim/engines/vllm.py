@@ -43,10 +43,12 @@ import numpy as np
 
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
 from servesim.engines.blocks import stretch_within_free_blocks
+from servesim.engines.host import host_link
 from servesim.engines.vllm_options import VLLMOptions, resolve_vllm_options
 from servesim.errors import ConfigError
 from servesim.kvcache.block_pool import BlockPool
 from servesim.kvcache.hashing import ROOT_HASH, block_content_ids, chain_block_hashes, unit_chain
+from servesim.kvcache.host_tier import HostTier
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.plan import PassPlan
 from servesim.workload.request import Request, sequence_units
@@ -132,6 +134,26 @@ class VLLMEngine(Engine):
         self._last: _VBatch | None = None
         #: Disaggregated decode: requests whose prompt KV arrived, awaiting admission.
         self.ready: deque[VReq] = deque()
+        #: Host tier (CPU offloading): blocks recycled from the GPU cache are kept in host
+        #: memory by hash (LRU); a prefix found there is loaded instead of recomputed.
+        self.hostlink = host_link("vllm", opt.host_kv_gb, opt.host_link_gbs, opt.host_load_overlap,
+                                  limits, granule=bs)
+        self.host: HostTier | None = None
+        if self.hostlink is not None:
+            if not self.caching:
+                raise ConfigError("deployment.engine.host_kv_gb: a host KV tier needs prefix caching; "
+                                  "enable_prefix_caching is false")
+            self.host = HostTier(self.hostlink.capacity_tokens // bs, bs, self.hostlink.bytes_per_token,
+                                 on_event=self._host_event)
+            self.pool.on_evict = self.host.store
+        self.host_loaded_tokens = 0
+        self._loading = 0  # host tokens loaded for the pass being scheduled
+
+    def _host_event(self, event) -> None:
+        """Host-tier events go wherever the GPU pool's events go (tier "host")."""
+        sink = self.pool.on_event
+        if sink is not None:
+            sink(event)
 
     # -- arrivals -------------------------------------------------------------------------
     def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
@@ -224,25 +246,39 @@ class VLLMEngine(Engine):
             self._cache_blocks(vr, end)
         return True
 
-    def _allocate_new(self, vr: VReq, hit: int, n: int) -> bool:
-        """Blocks for a waiting request: its cached prefix of ``hit`` blocks plus ``n`` new tokens."""
+    def _allocate_new(self, vr: VReq, hit: int, n: int, host_hit: int = 0) -> bool:
+        """Blocks for a waiting request: its cached prefix of ``hit`` blocks plus ``n`` new tokens.
+
+        ``host_hit`` blocks after the GPU hit are loaded from the host tier: they get new
+        blocks, count as computed and are registered in the prefix cache like computed ones.
+        """
         pool = self.pool
         hashes = vr.hashes[:hit]
         free_hits = 0
         for h in hashes:
             if pool.blocks[pool.get_cached_block(h)].ref == 0:
                 free_hits += 1
-        need = -(-(hit * self.bs + n) // self.bs) - hit
+        start = (hit + host_hit) * self.bs
+        need = -(-(start + n) // self.bs) - hit
         if need + free_hits > pool.num_free_blocks:
             return False
         vr.blocks = pool.take_cached(hashes) if hit else []
+        if host_hit:  # loaded now: most recent on host before this allocation writes evictions there
+            self.host.touch(vr.hashes[hit:hit + host_hit])
         got = pool.allocate(need)
         assert got is not None
         vr.blocks.extend(got)
         vr.n_cached = hit
-        vr.computed = hit * self.bs
+        vr.computed = start
         self._cache_blocks(vr, vr.computed + n)
         return True
+
+    def _host_lookup(self, vr: VReq, hit: int) -> int:
+        """Blocks after the GPU hit ``hit`` found on the host tier (same cap as :meth:`_lookup`)."""
+        cap = (vr.num_tokens - 1) // self.bs
+        if cap <= hit:
+            return 0
+        return self.host.match(self._hashes(vr, cap)[:cap], hit, touch=False)
 
     def _preempt(self, vr: VReq) -> None:
         self.pool.free_request(vr.blocks)
@@ -262,6 +298,7 @@ class VLLMEngine(Engine):
         budget = self.budget
         thr = self.threshold
         running = self.running
+        self._loading = 0
         scheduled: list[VReq] = []
         preempted = False
         dt = self.spec.tokens if self.spec is not None else 1  # tokens a decode verifies
@@ -317,6 +354,10 @@ class VLLMEngine(Engine):
         if decode:
             kw["decode_ctx"] = np.fromiter((vr.computed + 1 for vr in decode), dtype=np.int64, count=len(decode))
             kw["decode_tokens"] = dt
+        if self._loading:
+            self.host_loaded_tokens += self._loading
+            kw["host_load_s"] = self.hostlink.load_seconds(self._loading)
+            kw["host_load_overlap"] = self.hostlink.overlap
         return PassPlan(requests=batch, **kw)
 
     def _admit(self, now: float, budget: int, scheduled: list[VReq]) -> int:
@@ -326,22 +367,24 @@ class VLLMEngine(Engine):
         while waiting and budget > 0 and len(self.running) < self.max_seqs:
             vr = waiting[0]
             hit = self._lookup(vr)
-            n = vr.num_tokens - hit * self.bs
+            hh = self._host_lookup(vr, hit) if self.host is not None else 0
+            n = vr.num_tokens - (hit + hh) * self.bs
             if 0 < thr < n:
                 n = thr
             if not self.chunked_prefill and n > budget:
                 break
             n = min(n, budget)
-            if not self._allocate_new(vr, hit, n):
+            if not self._allocate_new(vr, hit, n, hh):
                 break
             waiting.popleft()
             self.running.append(vr)
-            cached = hit * self.bs
+            cached = (hit + hh) * self.bs
+            self._loading += hh * self.bs
             if not vr.admitted_once:
                 vr.admitted_once = True
                 self.prompt_tokens += vr.req.input_length
                 self.cached_prompt_tokens += cached
-            self.rec.scheduled(vr.req.index, now, cached)
+            self.rec.scheduled(vr.req.index, now, cached, hh * self.bs)
             vr.sched = n
             budget -= n
             scheduled.append(vr)
@@ -550,3 +593,6 @@ class VLLMEngine(Engine):
             assert not vr.blocks and vr.computed == 0 and vr.sched == 0
         assert sum(b.ref for b in pool.blocks) == held, (sum(b.ref for b in pool.blocks), held)
         assert pool.num_free_blocks + pool.num_used_blocks == self.num_blocks
+        if self.host is not None:
+            self.host.check_invariants()
+            assert self.host.size_tokens <= self.hostlink.capacity_tokens

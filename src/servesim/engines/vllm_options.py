@@ -31,6 +31,12 @@ class VLLMOptions(BaseModel):
     block_size: int = Field(16, ge=1, description="tokens per KV block")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     eviction_policy: Literal["lru", "lfu", "fifo", "belady"] = "lru"
+    # host-memory KV tier (docs/engines.md, "Host KV tier"); off by default
+    host_kv_gb: float = Field(0.0, ge=0, description="host memory for KV per worker, GB; 0: no host tier")
+    host_link_gbs: float | None = Field(
+        None, gt=0, description="host-to-GPU bandwidth per GPU, GB/s; None: the GPU's host link (PCIe5 50, C2C 450)")
+    host_load_overlap: bool = Field(
+        False, description="vLLM's CPU-offload connector loads before the pass runs (compute + load)")
 
 
 def _big_gpu(gpu_memory_gib: float, gpu_name: str) -> bool:

@@ -10,7 +10,7 @@ fifo, belady + :class:`NextUseOracle`), :mod:`.host_tier`, :mod:`.events`.
 from servesim.kvcache.block_pool import Block, BlockPool
 from servesim.kvcache.events import EventSink, KVEvent
 from servesim.kvcache.hashing import block_content_ids, block_hashes, unit_chain
-from servesim.kvcache.host_tier import HostTier
+from servesim.kvcache.host_tier import HostRadix, HostTier
 from servesim.kvcache.policies import POLICY_NAMES, EvictionPolicy, NextUseOracle, make_policy
 from servesim.kvcache.radix_cache import MatchResult, RadixCache, RadixNode
 from servesim.kvcache.token_pool import TokenPool
@@ -20,6 +20,7 @@ __all__ = [
     "BlockPool",
     "EventSink",
     "EvictionPolicy",
+    "HostRadix",
     "HostTier",
     "KVEvent",
     "MatchResult",

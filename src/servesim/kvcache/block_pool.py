@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from servesim.kvcache.events import EventSink, KVEvent
 from servesim.kvcache.hashing import block_content_ids, block_hashes, unit_chain
@@ -87,6 +87,9 @@ class BlockPool:
         self.policy = policy if isinstance(policy, EvictionPolicy) else make_policy(policy, oracle)
         self._lru = type(self.policy) is LRUPolicy
         self.on_event = on_event
+        #: Called with the hashes of cached blocks an allocation recycles (a host tier
+        #: writes them back); independent of ``on_event``, which publishers replace.
+        self.on_evict: Callable[[tuple[int, ...]], None] | None = None
         self.enable_caching = enable_caching
         self.now = 0.0
         self._seq = 0
@@ -187,8 +190,11 @@ class BlockPool:
                 removed.append(blk.hash)
                 blk.hash = None
             blk.ref = 1
-        if removed and self.on_event is not None:
-            self.on_event(KVEvent("removed", tuple(removed), len(removed) * self.block_size))
+        if removed:
+            if self.on_event is not None:
+                self.on_event(KVEvent("removed", tuple(removed), len(removed) * self.block_size))
+            if self.on_evict is not None:
+                self.on_evict(tuple(removed))
         return out
 
     def free(self, blocks: Iterable[int]) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from servesim.kvcache.events import EventSink, KVEvent, Segment
@@ -41,6 +41,7 @@ from servesim.kvcache.segments import (
     advance,
     common_prefix,
     segments_tokens,
+    canonical_segments,
     split_segments,
     units_to_segments,
 )
@@ -100,8 +101,10 @@ class RadixCache:
     order of unlocked leaves, a name from :mod:`servesim.kvcache.policies` or a policy
     object (``oracle`` needed for ``belady``).  ``disable``: SGLang's
     ``--disable-radix-cache`` — nothing matches, nothing is kept.  ``on_event``: called
-    with a :class:`KVEvent` for each node stored or removed.  Set :attr:`now` to the
-    virtual time before operating so access statistics carry it.
+    with a :class:`KVEvent` for each node stored or removed (of tier ``tier``).
+    ``on_evict``: called with the canonical segments of the whole path root → leaf of
+    each leaf evicted (a host tier writes them back).  Set :attr:`now` to the virtual time
+    before operating so access statistics carry it.
     """
 
     def __init__(
@@ -112,6 +115,7 @@ class RadixCache:
         oracle: NextUseOracle | None = None,
         disable: bool = False,
         on_event: EventSink | None = None,
+        tier: str = "gpu",
     ) -> None:
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
@@ -120,6 +124,8 @@ class RadixCache:
         self.policy = policy if isinstance(policy, EvictionPolicy) else make_policy(policy, oracle)
         self.disable = disable
         self.on_event = on_event
+        self.tier = tier
+        self.on_evict: Callable[[list[Segment]], None] | None = None
         self.now = 0.0
         self._seq = 0
         self._uids = itertools.count(1)
@@ -238,6 +244,22 @@ class RadixCache:
         tokens, node, _, _ = self._walk(segs)
         return MatchResult(tokens, node)
 
+    def match_segments(self, segs: list[Segment]) -> MatchResult:
+        """:meth:`match_prefix` of a canonical, page-aligned segment list (a path read back)."""
+        if self.disable:
+            return MatchResult(0, self.root)
+        tokens, node, _, _ = self._walk(segs)
+        return MatchResult(tokens, node)
+
+    def path_segments(self, node: RadixNode) -> list[Segment]:
+        """The tokens root → ``node`` (inclusive) as canonical segments."""
+        keys = []
+        root = self.root
+        while node is not root and node is not None:
+            keys.append(node.key)
+            node = node.parent  # type: ignore[assignment]
+        return canonical_segments([seg for key in reversed(keys) for seg in key])
+
     def insert(self, units: Units, n_tokens: int | None = None) -> int:
         """Put the page-aligned first ``n_tokens`` of ``units`` in the tree.
 
@@ -247,7 +269,11 @@ class RadixCache:
         """
         if self.disable:
             return 0
-        segs, aligned = self._aligned_segments(units, n_tokens)
+        segs, _ = self._aligned_segments(units, n_tokens)
+        return self.insert_segments(segs)
+
+    def insert_segments(self, segs: list[Segment]) -> int:
+        """:meth:`insert` of a canonical, page-aligned segment list."""
         prefix, node, i, s = self._walk(segs)
         if i < len(segs):
             rest = [(segs[i][0], s, segs[i][2]), *segs[i + 1 :]]
@@ -264,7 +290,7 @@ class RadixCache:
 
     def _event(self, kind: str, node: RadixNode) -> KVEvent:
         ids = tuple(dict.fromkeys(seg[0] for seg in node.key))
-        return KVEvent(kind, ids, node.ntok, "gpu", None, None, tuple(node.key))  # type: ignore[arg-type]
+        return KVEvent(kind, ids, node.ntok, self.tier, None, None, tuple(node.key))  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ locks
 
@@ -353,6 +379,8 @@ class RadixCache:
         """Evict one unlocked leaf; returns its parent if that became an evictable leaf."""
         parent = node.parent
         assert parent is not None and node.lock_ref == 0 and not node.children
+        if self.on_evict is not None:
+            self.on_evict(self.path_segments(node))
         del parent.children[node.block_id]
         node.parent = None
         leaves = self._evictable_leaves

@@ -86,3 +86,18 @@ def advance(segs: Sequence[Segment], i: int, s: int, t: int) -> tuple[int, int]:
         i += 1
         s = 0
     return i, s
+
+
+def canonical_segments(segs: Sequence[Segment]) -> list[Segment]:
+    """Merge runs of one block split over several segments: ``(b, 0, 100), (b, 100, 512)`` → ``(b, 0, 512)``.
+
+    The radix tree reads an input sequence as units starting at token 0 of each block; a
+    path read back from the tree (node keys root to leaf) is turned into that form here.
+    """
+    out: list[Segment] = []
+    for bid, s, e in segs:
+        if out and out[-1][0] == bid and out[-1][2] == s:
+            out[-1] = (bid, out[-1][1], e)
+        else:
+            out.append((bid, s, e))
+    return out

@@ -32,6 +32,11 @@ class PassPlan:
     decode_tokens: int = 1
     #: KV bytes loaded from a host tier before the pass can run (0 without one).
     host_load_bytes: float = 0.0
+    #: Seconds the host-tier load takes over the host link (set by the engine, which knows
+    #: the link and the bytes); the worker adds it to the pass, or with
+    #: ``host_load_overlap`` (layer-wise loading during compute) takes max(compute, load).
+    host_load_s: float = 0.0
+    host_load_overlap: bool = False
     requests: object = None
 
     @property

@@ -69,7 +69,11 @@ class Simulation:
         progress: Callable[[int, float], None] | None = None,
         frontend: "Frontend | None" = None,
         disagg=None,
+        in_flight=None,
     ) -> None:
+        #: Told which requests are in the system (``activate``/``deactivate`` of their
+        #: blocks): the ``belady`` eviction oracle, which must not evict a queued request's prefix.
+        self.in_flight = in_flight
         #: Disaggregated prefill/decode (cluster/disagg.py DisaggCoordinator), or None.
         self.disagg = disagg
         self.source = requests
@@ -163,6 +167,8 @@ class Simulation:
     # -- terminal states -----------------------------------------------------------------
     def _on_terminated(self, req: Request, t: float) -> None:
         self._terminated += 1
+        if self.in_flight is not None:
+            self.in_flight.deactivate(req)
         if self.mode == "closed":
             self._in_flight -= 1
             if req.warmup:
@@ -233,6 +239,8 @@ class Simulation:
             self.rec.arrived(req.index, sent)  # latencies count from the client's send
         else:
             self.rec.arrived(req.index, now)
+        if self.in_flight is not None:
+            self.in_flight.activate(req)
         wid = self.router.choose(req, self.workers, now)
         worker = self.workers[wid]
         self.rec.assigned(req.index, wid)

@@ -40,13 +40,14 @@ class FitParam:
 
 
 #: What the fit moves.  GPU-side efficiencies, and the non-GPU stages explicitly.
+#: Starts are the previous shipped fit's shared values.
 DEFAULT_FIT: tuple[FitParam, ...] = (
-    FitParam("analytic", "mem_eff", 0.85, 0.1, 1.0),
-    FitParam("analytic", "gemm_eff_max", 0.80, 0.1, 1.0),
-    FitParam("analytic", "attn_prefill_eff_max", 0.55, 0.05, 1.0),
-    FitParam("frontend", "scheduler_pass_s", 1e-3, 1e-5, 0.05),
-    FitParam("frontend", "first_token_overhead_s", 0.02, 1e-4, 2.0),
-    FitParam("frontend", "tokenize_per_token_s", 2e-6, 1e-8, 2e-4),
+    FitParam("analytic", "mem_eff", 0.6, 0.1, 1.0),
+    FitParam("analytic", "gemm_eff_max", 0.85, 0.1, 1.0),
+    FitParam("analytic", "attn_prefill_eff_max", 0.3, 0.05, 1.0),
+    FitParam("frontend", "scheduler_pass_s", 2.8e-3, 1e-5, 0.05),
+    FitParam("frontend", "first_token_overhead_s", 0.016, 1e-4, 2.0),
+    FitParam("frontend", "tokenize_per_token_s", 5.6e-6, 1e-8, 2e-4),
 )
 
 #: Measured-workload weights (undocumented clients count less).
@@ -64,7 +65,10 @@ def _eval_one(args) -> tuple[float, float]:
     config, analytic, frontend, n, w = args
     try:
         r = simulate_point(config, analytic, frontend, num_prompts=n, warmup=w)
-    except Exception:  # a parameter set the deployment rejects counts as a miss
+    except Exception as e:  # a parameter set the deployment rejects counts as a miss
+        import sys
+
+        print(f"calibrate: point failed ({type(e).__name__}: {str(e).splitlines()[0][:200]})", file=sys.stderr)
         return math.nan, math.nan
     return r.ttft_ms, r.tpot_ms
 
@@ -151,10 +155,13 @@ def _take(points: list[Point], n: int, seed: int) -> list[Point]:
 def calibrate(points: Sequence[Point], sample: int | None = 24, seed: int = 0, fit_prompts: int = 4,
               min_group_points: int = 8, processes: int = 1, max_nfev: int = 40,
               fit: Sequence[FitParam] = DEFAULT_FIT, shared_sample: int | None = None,
+              group_params: Sequence[str] | None = None,
               log: Callable[[str], None] | None = None, source: str = "") -> Calibration:
     """Fit a :class:`Calibration` (shared + per ``<gpu>/<engine>`` groups) to measured points.
 
     ``sample`` caps the points each fit simulates (seeded choice); ``None`` uses them all.
+    ``group_params`` (names like ``mem_eff``) restricts the per-group fits to those
+    parameters, the others keeping their shared values (cheaper, steadier on few points).
     """
     ok = [p for p in points if p.status == "ok"]
     if not ok:
@@ -192,7 +199,10 @@ def calibrate(points: Sequence[Point], sample: int | None = 24, seed: int = 0, f
         say(f"{key}: fit on {len(chosen)} of {len(pts)} points")
         ev = PointEvaluator(chosen, fit_prompts, processes)
         try:
-            ga, gf, grms = fit_params(ev, ({}, {}), fit, start=start, max_nfev=max_nfev, log=log)
+            gfit = [f for f in fit if group_params is None or f.name in group_params]
+            base = ({f.name: start[(f.kind, f.name)] for f in fit if f.kind == "analytic" and f not in gfit},
+                    {f.name: start[(f.kind, f.name)] for f in fit if f.kind == "frontend" and f not in gfit})
+            ga, gf, grms = fit_params(ev, base, gfit, start=start, max_nfev=max_nfev, log=log)
         finally:
             ev.close()
         say(f"{key}: rms log-error {grms:.3f}")

@@ -12,6 +12,8 @@ def add_subcommands(sub) -> None:
     v.add_argument("--points", required=True, help="measured points CSV (calibration.csv schema)")
     v.add_argument("--sample", type=int, help="simulate N points picked deterministically (seeded)")
     v.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
+    v.add_argument("--split", choices=("fit", "holdout"),
+                   help="only the fit (~60%%, by id hash) or held-out (~40%%) rows of the file")
     v.add_argument("--out", help="write one row per point to this CSV")
     v.add_argument("--calibration", help="calibration YAML (default: the bundled default)")
     v.add_argument("--markdown", action="store_true", help="print the score table as Markdown")
@@ -23,6 +25,10 @@ def add_subcommands(sub) -> None:
     c.add_argument("--points", required=True, help="measured points CSV (calibration.csv schema)")
     c.add_argument("--out", default="calibration.yaml", help="calibration YAML to write (default calibration.yaml)")
     c.add_argument("--sample", type=int, default=24, help="points per fit (per group and shared; default 24)")
+    c.add_argument("--shared-sample", type=int, help="points of the shared fit (default: --sample)")
+    c.add_argument("--split", choices=("fit", "holdout"),
+                   help="only the fit (~60%%, by id hash) or held-out (~40%%) rows of the file")
+    c.add_argument("--group-params", help="comma-separated parameters the per-group fits move (default: all)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--fit-prompts", type=int, default=4,
                    help="simulate this many x concurrency prompts per point while fitting (default 4)")
@@ -44,7 +50,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from servesim.validate.run import format_report, validate_points, write_rows
 
     cal = load_calibration(args.calibration)
-    points = load_points(args.points, args.sample, args.seed)
+    points = load_points(args.points, args.sample, args.seed, split=args.split)
     t0 = time.perf_counter()
 
     def progress(i: int, n: int, row) -> None:
@@ -66,10 +72,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from servesim.validate.points import load_points
     from servesim.validate.run import check_point
 
-    points = [check_point(p) for p in load_points(args.points)]
+    points = [check_point(p) for p in load_points(args.points, split=args.split)]
     log = None if args.quiet else _err
     cal = calibrate(points, sample=args.sample, seed=args.seed, fit_prompts=args.fit_prompts,
                     min_group_points=args.min_group_points, processes=args.processes, max_nfev=args.max_evals,
+                    shared_sample=args.shared_sample,
+                    group_params=args.group_params.split(",") if args.group_params else None,
                     log=log, source=f"{Path(args.points).name} ({sum(p.status == 'ok' for p in points)} "
                                     f"supported points)")
     cal.save(args.out)

@@ -22,7 +22,8 @@ simulate it (``unsupported: <reason>``).  The mapping:
 - engine flags as the README documents them (vLLM max_num_seqs = concurrency,
   max_num_batched_tokens 8192, no prefix caching, gpu_memory_utilization 0.9; SGLang radix
   cache off, chunked prefill and max prefill tokens 32768, mem_fraction_static 0.82,
-  max_running_requests for DeepSeek; TRT-LLM max_batch_size = concurrency).
+  max_running_requests for DeepSeek; TRT-LLM max_batch_size = concurrency and, as the
+  InferenceX launch scripts set it, max_num_tokens = isl + osl + 200).
 """
 
 from __future__ import annotations
@@ -175,7 +176,10 @@ def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
         if "deepseek" in model:
             opts["max_running_requests"] = min(512, max(256, conc))
     elif backend == "trtllm":
-        opts = {"max_batch_size": conc, "enable_block_reuse": False}
+        # InferenceX launch scripts: --max_num_tokens = --max_seq_len = the run's max model
+        # length (isl + osl + a margin, e.g. 2200 for 1k/1k), chunked context off
+        isl, osl = _int(row, "isl"), _int(row, "osl")
+        opts = {"max_batch_size": conc, "enable_block_reuse": False, "max_num_tokens": max(2048, isl + osl + 200)}
     elif backend == "atom":
         # ATOM's defaults (nano-vLLM lineage): 16384 batched tokens, 512 sequences,
         # gpu_memory_utilization 0.9; benchmarks ran without prefix caching
@@ -258,5 +262,27 @@ def point_config(row: dict[str, str], mode: str = "fast") -> Point:
     return Point(row, config, "ok", notes)
 
 
-def load_points(path: str | Path, sample: int | None = None, seed: int = 0) -> list[Point]:
-    return [point_config(r) for r in sample_rows(read_points(path), sample, seed)]
+#: Share of rows in the ``fit`` part of :func:`split_rows` (the rest is ``holdout``).
+FIT_FRACTION = 0.6
+
+
+def in_fit_part(point_id: str, fit_fraction: float = FIT_FRACTION) -> bool:
+    """Deterministic fit/held-out assignment of a point from its id (SHA-256, stable across runs)."""
+    import hashlib
+
+    h = int(hashlib.sha256(point_id.encode()).hexdigest(), 16)
+    return (h % 10) < round(fit_fraction * 10)
+
+
+def split_rows(rows: list[dict[str, str]], part: str | None) -> list[dict[str, str]]:
+    """``part`` ``fit`` (~60% of rows, by id hash), ``holdout`` (the other ~40%) or None (all)."""
+    if part is None:
+        return list(rows)
+    if part not in ("fit", "holdout"):
+        raise ConfigError(f"--split: expected 'fit' or 'holdout' (found {part!r})")
+    want = part == "fit"
+    return [r for r in rows if in_fit_part(r["id"]) == want]
+
+
+def load_points(path: str | Path, sample: int | None = None, seed: int = 0, split: str | None = None) -> list[Point]:
+    return [point_config(r) for r in sample_rows(split_rows(read_points(path), split), sample, seed)]
