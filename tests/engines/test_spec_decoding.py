@@ -16,7 +16,6 @@ from servesim.engines.speculative import (SpecDecoder, SpeculativeConfig, Specul
                                           rate_for_mean_length)
 from servesim.engines.vllm import VLLMEngine
 from servesim.engines.vllm_options import VLLMOptions
-from servesim.errors import ConfigError
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.plan import PassPlan
 from servesim.perf.simple import FixedStepTime
@@ -123,12 +122,6 @@ def test_engine_keeps_kv_accounts_under_speculation(which):
     st = rec.column("status")
     assert np.all(st == Status.COMPLETED)
     np.testing.assert_array_equal(rec.column("generated"), rec.column("output_length"))
-
-
-def test_trtllm_refuses_speculation():
-    cfg = _cfg("trtllm", {"method": "mtp", "draft_tokens": 2, "mean_accepted_length": 2.0})
-    with pytest.raises(ConfigError, match="speculative"):
-        predict(cfg)
 
 
 # -- behaviour: TPOT ------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from servesim.cluster.kv_index import KVIndex
 from servesim.cluster.routers import Router, build_router
 from servesim.cluster.worker import Worker
 from servesim.config.schema import Config, DeploymentConfig
+from servesim.engines.attention_dp import AttentionDPEngine
 from servesim.engines.base import Engine, EngineLimits
 from servesim.errors import ConfigError, ModelError
 from servesim.hardware.gpu import GPUSpec, load_gpu
@@ -125,13 +126,23 @@ class Deployment:
             "weights_gb_per_gpu": m.weights_bytes / 1e9,
             "kv_bytes_per_token": m.kv_bytes_per_token,
             "kv_capacity_tokens_per_worker": self.kv_capacity_tokens,
+            "kv_capacity_tokens_per_rank": self.memory.kv_tokens,
             "engine_settings": self.engine_settings,
             "perf": self.perf.describe() if self.perf is not None else None,
         }
 
 
 def _publish_kv_events(engine: Engine, worker_id: int, sinks: list[Callable[[KVEvent], None]]) -> None:
-    """Stamp each event of the engine's cache with the worker and virtual time, and fan it out."""
+    """Stamp each event of the engine's cache with the worker and virtual time, and fan it out.
+
+    An attention-DP engine publishes every rank's cache under the worker's id (routers see
+    the worker, not its ranks).
+    """
+    for rank in getattr(engine, "ranks", None) or [engine]:
+        _publish_cache_events(rank, worker_id, sinks)
+
+
+def _publish_cache_events(engine: Engine, worker_id: int, sinks: list[Callable[[KVEvent], None]]) -> None:
     # SGLang keeps a radix tree; vLLM and TensorRT-LLM a hashed block pool.
     cache = engine.tree if hasattr(engine, "tree") else engine.pool
 
@@ -195,14 +206,19 @@ def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: L
         chunk = opt.chunked_prefill_size
     mem_fraction = opt.mem_fraction_static or default_mem_fraction_static(
         gpu_gib, chunk or opt.max_prefill_tokens, dep.tp)
-    per_rank_running = max(1, (opt.max_running_requests or 256 * dp) // dp)
+    if dp > 1:
+        # SGLang with DP attention (server_args._handle_data_parallelism, scheduler): the
+        # chunk size and max_running_requests are totals split over the ranks, and the
+        # schedule is made more conservative; max_prefill_tokens stays per rank.
+        chunk = max(1, chunk // dp) if chunk else chunk
+        update = {"schedule_conservativeness": opt.schedule_conservativeness * 0.3}
+        if opt.max_running_requests is not None:
+            update["max_running_requests"] = max(1, opt.max_running_requests // dp)
+        opt = opt.model_copy(update=update)
     memory = memory_budget(arch, gpu, layout, kv_dtype, mem_fraction, engine="sglang",
-                           weight_dtype=weight_dtype, max_running_requests=per_rank_running,
+                           weight_dtype=weight_dtype, max_running_requests=opt.max_running_requests or 256,
                            max_num_batched_tokens=chunk or opt.max_prefill_tokens)
     context = opt.context_length or arch.max_position_embeddings
-    if dp > 1:  # one engine for all DP ranks: per-pass budgets of every rank together
-        chunk = chunk * dp if chunk else chunk
-        opt = opt.model_copy(update={"max_prefill_tokens": opt.max_prefill_tokens * dp})
     settings = {"name": "sglang", "chunked_prefill_size": chunk, "mem_fraction_static": mem_fraction,
                 "max_prefill_tokens": opt.max_prefill_tokens, "page_size": opt.page_size,
                 "schedule_policy": opt.schedule_policy, "context_length": context,
@@ -225,11 +241,7 @@ def _plan_vllm(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Lay
     memory = memory_budget(arch, gpu, layout, kv_dtype, opt.gpu_memory_utilization, engine="vllm",
                            weight_dtype=weight_dtype, max_running_requests=opt.max_num_seqs,
                            max_num_batched_tokens=opt.max_num_batched_tokens)
-    dp = layout.attention_dp
-    if dp > 1:  # one engine for all DP ranks (each rank has its own seats and token budget)
-        opt = opt.model_copy(update={"max_num_seqs": opt.max_num_seqs * dp,
-                                     "max_num_batched_tokens": opt.max_num_batched_tokens * dp})
-    settings = opt.model_dump()
+    settings = opt.model_dump()  # per rank: each DP engine core has its own seats and budget
 
     def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
         return VLLMEngine(worker_id, recorder, limits, opt, oracle)
@@ -246,11 +258,7 @@ def _plan_trtllm(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: L
                            weight_dtype=weight_dtype, max_running_requests=min(opt.max_batch_size, 2048),
                            max_num_batched_tokens=opt.max_num_tokens)
     context = opt.max_seq_len or arch.max_position_embeddings
-    dp = layout.attention_dp
-    if dp > 1:  # one engine for all DP ranks (each rank has its own batch and token budget)
-        opt = opt.model_copy(update={"max_batch_size": opt.max_batch_size * dp,
-                                     "max_num_tokens": opt.max_num_tokens * dp})
-    settings = opt.model_dump() | {"max_seq_len": context}
+    settings = opt.model_dump() | {"max_seq_len": context}  # per attention-DP rank
 
     def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
         return TRTLLMEngine(worker_id, recorder, limits, opt, oracle)
@@ -278,17 +286,21 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
     kv_dtype = dep.kv_dtype or "bf16"
     dp = dep.attention_dp
     layout = Layout(tp=dep.tp, ep=dep.ep, attention_dp=dp)
+    if dp > 1 and getattr(dep.engine, "host_kv_gb", 0):  # the worker's host KV tier, shared out per rank
+        dep = dep.model_copy(update={"engine": dep.engine.model_copy(
+            update={"host_kv_gb": dep.engine.host_kv_gb / dp})})
     try:
         plan = ENGINE_PLANNERS[dep.engine.name](dep, arch, gpu, layout, weight_dtype, kv_dtype, oracle)
     except ModelError as exc:
         raise ConfigError(f"deployment: {exc}") from None
-    # Attention DP: one engine models the worker; its KV pool is every rank's pool together.
-    limits = EngineLimits(kv_capacity_tokens=plan.memory.kv_tokens * dp, context_length=plan.context,
+    # Attention DP: each rank's engine has one rank's KV pool (engines/attention_dp.py).
+    limits = EngineLimits(kv_capacity_tokens=plan.memory.kv_tokens, context_length=plan.context,
                           kv_bytes_per_token=plan.memory.kv_bytes_per_token, kv_shards=dep.tp,
                           gpu_name=gpu.name)
     from servesim.config.load import config_base_dir
 
-    perf = resolve_perf(cfg.perf, gpu.name, dep.engine.name, config_base_dir(cfg))
+    perf = resolve_perf(cfg.perf, gpu.name, dep.engine.name, config_base_dir(cfg), model=dep.model,
+                        precision=weight_dtype)
     try:
         step_time = build_step_time(cfg.perf, arch, gpu, dep.tp, dep.ep, weight_dtype, kv_dtype,
                                     attention_dp=dp, engine=dep.engine.name, resolved=perf)
@@ -301,7 +313,12 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
     step_time = Frontend(perf.frontend).wrap_step_time(step_time)
 
     def factory(worker_id: int, recorder: RequestRecorder) -> Engine:
-        eng = plan.make(worker_id, recorder, limits)
+        if dp > 1:  # one scheduler and KV cache per attention rank, run in lock-step
+            ranks = [plan.make(worker_id, recorder, limits) for _ in range(dp)]
+            placement = getattr(dep.engine, "load_balance_method", None)  # SGLang's option; else the engine's rule
+            eng: Engine = AttentionDPEngine(worker_id, recorder, limits, ranks, placement)
+        else:
+            eng = plan.make(worker_id, recorder, limits)
         if dep.speculative is not None:  # acceptance drawn from the run's seed and the worker id
             attach_speculative(eng, dep.speculative, cfg.seed, worker_id)
         return eng

@@ -115,6 +115,9 @@ def held_prefix_tokens(engine, req: Request) -> int:
     n = req.input_length - 1
     if n <= 0:
         return 0
+    ranks = getattr(engine, "ranks", None)
+    if ranks is not None:  # attention DP: the rank the placement rule would pick now
+        engine = ranks[engine.rank_for(req)]
     tree = getattr(engine, "tree", None)
     if tree is not None:  # SGLang's radix cache
         return int(tree.match_prefix(sequence_units(req, n)).tokens)

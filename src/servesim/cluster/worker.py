@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from servesim.engines.base import Engine
-from servesim.perf.plan import PassPlan, StepTimeModel
+from servesim.perf.plan import PassPlan, StepTimeModel, plan_stretch_times
 
 
 def pass_seconds(step_time: StepTimeModel, plan: PassPlan) -> float:
@@ -63,7 +63,7 @@ class Worker:
         if self.fast_forward and plan.is_decode_only:
             steps = self.engine.decode_stretch_limit()
         if steps > 1:
-            durations = self.step_time.decode_stretch_times(plan.decode_ctx, steps)
+            durations = plan_stretch_times(self.step_time, plan, steps)  # attention-DP plans keep their ranks
             ends = now + np.cumsum(durations)
         else:
             ends = np.array([now + pass_seconds(self.step_time, plan)])
@@ -93,8 +93,8 @@ class Worker:
         n = ends.size
         self.busy_time += end - self.start
         self.passes += n
-        self.last_pass_tokens = plan.num_tokens
-        self.tokens += plan.num_tokens * n
+        self.last_pass_tokens = tokens = plan.num_tokens
+        self.tokens += tokens * n
         if n == 1:
             self.engine.complete(plan, end)
         else:

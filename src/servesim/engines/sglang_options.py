@@ -27,6 +27,8 @@ class SGLangOptions(BaseModel):
     disable_radix_cache: bool = False
     context_length: int | None = Field(None, gt=0, description="None: the model's max_position_embeddings")
     eviction_policy: Literal["lru", "lfu", "fifo", "belady"] = "lru"
+    load_balance_method: Literal["round_robin", "shortest_queue"] = Field(
+        "round_robin", description="attention DP (deployment.attention_dp > 1): how arrivals are placed on ranks")
     # host-memory KV tier (docs/engines.md, "Host KV tier"); off by default
     host_kv_gb: float = Field(0.0, ge=0, description="host memory for KV per worker, GB; 0: no host tier")
     host_link_gbs: float | None = Field(

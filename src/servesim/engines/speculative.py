@@ -32,7 +32,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servesim.perf.plan import PassPlan, StepTimeModel
+from servesim.perf.plan import PassPlan, StepTimeModel, plan_stretch_times
 
 #: Default ``draft_cost_ratio`` per method: one draft step costs this fraction of a plain
 #: decode pass.  An MTP or EAGLE head is one transformer layer plus the LM head.
@@ -154,7 +154,7 @@ class SpeculativeStepTime:
     def draft_time(self, plan: PassPlan) -> float:
         if plan.decode_tokens <= 1 or plan.decode_ctx.size == 0 or self.ratio == 0.0:
             return 0.0
-        return self.k * self.ratio * self.inner.pass_time(PassPlan(decode_ctx=plan.decode_ctx))
+        return self.k * self.ratio * self.inner.pass_time(plan.decode_part())
 
     def pass_time(self, plan: PassPlan) -> float:
         return self.inner.pass_time(plan) + self.draft_time(plan)
@@ -162,6 +162,9 @@ class SpeculativeStepTime:
     def decode_stretch_times(self, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
         # Stretches are plain one-token decode passes (speculation turns fast-forward off).
         return self.inner.decode_stretch_times(decode_ctx, steps)
+
+    def rank_stretch_times(self, plan: PassPlan, steps: int) -> np.ndarray:
+        return plan_stretch_times(self.inner, plan, steps)  # attention-DP stretches, plain decode too
 
     def __getattr__(self, name: str):  # diagnostics of the wrapped model stay reachable
         return getattr(self.inner, name)
@@ -178,5 +181,5 @@ def attach_speculative(engine, cfg: SpeculativeConfig, seed: int, worker_id: int
         from servesim.errors import ConfigError
 
         raise ConfigError(f"deployment.speculative: not modelled for engine {engine.name!r} yet "
-                          "(supported: sglang, vllm)")
+                          "(supported: sglang, vllm, trtllm)")
     engine.spec = SpecDecoder(cfg, seed, worker_id)

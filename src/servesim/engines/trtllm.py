@@ -30,6 +30,11 @@ what is left out.  In short, every iteration:
   prompt blocks are registered for reuse when its context completes, generated blocks
   when it finishes; freed blocks stay reusable until an allocation recycles them.
 * The iteration that completes a context samples the request's first token.
+* Speculative decoding (MTP / EAGLE one-model, ``deployment.speculative``): a generation
+  step verifies its token plus ``k`` drafts, costs ``k + 1`` tokens of ``max_num_tokens``
+  and adds ``k + 1`` KV slots (capped at the tokens the request may still produce, so the
+  no-evict reservation to ``prompt + max output`` is unchanged); after the step the KV of
+  rejected drafts is rewound and blocks holding only them are freed.
 
 Simulator rules (not TensorRT-LLM's): a prompt with no room for one output token within
 ``max_seq_len`` (capped at the KV pool) is rejected, and output is cut there; with chunked
@@ -95,6 +100,7 @@ class TRTLLMEngine(Engine):
     """One TensorRT-LLM executor (one tensor-parallel group)."""
 
     name = "trtllm"
+    supports_speculative = True
 
     def __init__(self, worker_id: int, recorder: RequestRecorder, limits: EngineLimits,
                  options: TRTLLMOptions, oracle=None) -> None:
@@ -217,12 +223,27 @@ class TRTLLMEngine(Engine):
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.bs)
 
+    def _drafts(self) -> int:
+        """Draft tokens each generation step verifies besides its own token (0 without speculation)."""
+        return self.spec.k if self.spec is not None else 0
+
     def _remaining_to_completion(self, tr: TReq) -> int:
         return self._blocks_for(tr.req.input_length + tr.max_new) - len(tr.blocks)
+
+    def _spec_kv_end(self, tr: TReq, drafts: int) -> int:
+        """KV length a speculative step needs: its token and drafts, never past prompt + max_new.
+
+        TensorRT-LLM adds ``drafts + 1`` tokens per step to the sequence, capped by the new
+        tokens the request may still produce (kvCacheManager getNeededBlocksOneStep).
+        """
+        return tr.computed + min(drafts + 1, tr.max_new - tr.generated + 1)
 
     def _one_step(self, tr: TReq) -> int:
         if tr.context:
             return self._blocks_for(tr.ctx_len) - len(tr.blocks) if not tr.blocks else 0
+        d = self._drafts()
+        if d:
+            return max(self._blocks_for(self._spec_kv_end(tr, d)) - len(tr.blocks), 0)
         return 1 if tr.computed % self.bs == 0 else 0
 
     def _lookup(self, tr: TReq) -> int:
@@ -250,6 +271,14 @@ class TRTLLMEngine(Engine):
         tr.n_cached = n_full
 
     def _alloc_gen(self, tr: TReq) -> None:
+        d = self._drafts()
+        if d:  # KV slots for the last token and its drafts (rewound after verification)
+            need = self._blocks_for(self._spec_kv_end(tr, d)) - len(tr.blocks)
+            if need > 0:
+                got = self.pool.allocate(need)
+                assert got is not None, "TensorRT-LLM model: speculative step without free blocks"
+                tr.blocks.extend(got)
+            return
         if tr.computed % self.bs == 0:
             got = self.pool.allocate(1)
             assert got is not None, "TensorRT-LLM model: generation step without a free block"
@@ -331,6 +360,7 @@ class TRTLLMEngine(Engine):
         contexts: list[TReq] = []
         count = 0
         context_fit = False
+        step_tokens = 1 + self._drafts()  # a generation step verifies its drafts too
         for tr in fitting:
             if tr.context:
                 context_fit = True
@@ -350,10 +380,10 @@ class TRTLLMEngine(Engine):
                     tokens += rem
                     contexts.append(tr)
             else:
-                if tokens + 1 > budget:
+                if tokens + step_tokens > budget:
                     break
-                tr.sched = 1
-                tokens += 1
+                tr.sched = step_tokens
+                tokens += step_tokens
                 gens.append(tr)
             count += 1
             if count >= self.max_batch:
@@ -405,6 +435,7 @@ class TRTLLMEngine(Engine):
             kw["prefill_cached"] = np.fromiter((tr.computed for tr in contexts), dtype=np.int64, count=len(contexts))
         if gens:
             kw["decode_ctx"] = np.fromiter((tr.computed + 1 for tr in gens), dtype=np.int64, count=len(gens))
+            kw["decode_tokens"] = step_tokens
         if loading:
             self.host_loaded_tokens += loading
             kw["host_load_s"] = self.hostlink.load_seconds(loading)
@@ -423,16 +454,40 @@ class TRTLLMEngine(Engine):
                 tr.context = False
                 self._cache_blocks(tr, tr.computed)
                 emitted.append(tr)
-        for tr in batch.gens:
-            tr.computed += 1
-            tr.sched = 0
-            emitted.append(tr)
+        speculative = self.spec is not None and batch.gens
+        if not speculative:
+            for tr in batch.gens:
+                tr.computed += 1
+                tr.sched = 0
+                emitted.append(tr)
         if emitted:
             idx = np.fromiter((tr.req.index for tr in emitted), dtype=np.int64, count=len(emitted))
             self.rec.emit(idx, end)
             for tr in emitted:
                 tr.generated += 1
             self._finish_done(emitted, end)
+        if speculative:
+            self._complete_spec(batch.gens, end)
+
+    def _complete_spec(self, gens: list[TReq], end: float) -> None:
+        """Speculative generation steps: each keeps its accepted drafts plus one token.
+
+        Never past ``max_new``.  KV was written for the token and all its drafts; the
+        slots of rejected drafts are rewound, freeing blocks that held only them.
+        """
+        n = len(gens)
+        left = np.fromiter((tr.max_new - tr.generated for tr in gens), dtype=np.int64, count=n)
+        acc = np.minimum(self.spec.draw(n), left)
+        for tr, a in zip(gens, acc.tolist()):
+            tr.sched = 0
+            tr.computed += a
+            tr.generated += a
+            keep = self._blocks_for(tr.computed)
+            if len(tr.blocks) > keep:
+                self.pool.free_request(tr.blocks[keep:])
+                del tr.blocks[keep:]
+        self.rec.emit(np.fromiter((tr.req.index for tr in gens), dtype=np.int64, count=n), end, acc)
+        self._finish_done(gens, end)
 
     def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
         """Commit ``ends.size`` identical generation iterations, replaying block allocations in order."""
@@ -479,6 +534,8 @@ class TRTLLMEngine(Engine):
         """Generation iterations that will repeat unchanged: no admission, pause, finish or failed allocation."""
         batch = self._last
         if batch is None or batch.contexts or batch.context_fit or batch.paused or self.ready:
+            return 1
+        if self.spec is not None:  # accepted lengths vary pass by pass
             return 1
         gens = batch.gens
         n = len(gens)

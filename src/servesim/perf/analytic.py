@@ -31,9 +31,12 @@ Per pass: LM head for one token per prefill chunk plus each decode token; a fixe
 (scheduling + launch), smaller for decode-only batches that replay a CUDA graph; optional
 per-request CPU overhead; host-tier KV loads over PCIe.
 
-Attention data parallelism (``attention_dp > 1``) assumes the pass's requests are spread
-evenly over the dp ranks: attention work and all attention GEMMs are priced at 1/dp of the
-pass, MoE at the whole pass.
+Attention data parallelism (``attention_dp > 1``): a plan with per-rank sub-plans
+(``PassPlan.ranks``, from engines/attention_dp.py) is priced rank by rank — the slowest
+rank's attention part plus the shared expert layers over all tokens (section "attention
+DP, per rank").  A plan without ranks (e.g. a speculative draft estimate) falls back to
+spreading its requests evenly over the ranks: attention work at 1/dp of the pass, MoE at
+the whole pass.
 
 Precisions: see :mod:`servesim.perf.precision`.  Attention math runs at the bf16 peak.
 """
@@ -354,6 +357,8 @@ class AnalyticStepTime:
         return t / self._dp
 
     def pass_time(self, plan: PassPlan) -> float:
+        if plan.ranks is not None:  # attention DP with per-rank compositions
+            return self.rank_pass_time(plan)
         ctx = plan.decode_ctx
         n_dec = ctx.size
         n_chunks = plan.prefill_new.size
@@ -393,6 +398,123 @@ class AnalyticStepTime:
         else:
             s_cap = np.zeros(steps)
         return base + self._decode_attn(n, s_full, s_cap)
+
+    # ------------------------------------------------- attention DP, per rank
+    # A pass of an attention-DP worker (engines/attention_dp.py) carries one sub-plan per
+    # rank.  Each rank runs its own tokens through the attention layers (GEMMs, attention,
+    # norms, the attention-TP all-reduce, its LM-head rows, its per-request CPU cost); the
+    # expert / MLP layers and their collectives are shared.  The pass lasts
+    # ``shared + max over ranks of local``: ranks wait for the slowest one, and an idle
+    # rank (no sub-plan) only joins the collectives.  Shared compute covers the union of
+    # the ranks' tokens; the dispatch/combine (or all-gather) volume follows the busiest
+    # rank, whose GPUs send the most (SGLang pads the gathered buffer to it).
+
+    def _rank_local_tokens(self, t: int, n_chunks: int, n_dec: int, dtok: int) -> float:
+        """One rank's work that depends only on its token counts; memoised."""
+        cache = self.__dict__.setdefault("_rank_cache", {})
+        key = (t, n_chunks, n_dec, dtok)
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
+        p = self.p
+        v = 0.0
+        if t > 0:
+            eff = self._gemm_eff(t)
+            for c, w, a in self._attn_gemms:
+                v += max(t * c / eff, w + t * a)
+            v += self._elem_s * t
+            if self._lin_flop_s:
+                v += max(t * self._lin_flop_s / p.gemm_eff_max, (n_dec + n_chunks) * self._lin_state_s)
+            v += self._ar_attn[0] + self._ar_attn[1] * t
+        n_logits = n_chunks + n_dec * dtok
+        if n_logits > 0:
+            c, w, a = self._lm
+            v += max(n_logits * c / self._gemm_eff(n_logits), w + n_logits * a)
+        v += p.overhead_per_request_s * (n_dec + n_chunks)
+        if len(cache) > 200_000:
+            cache.clear()
+        cache[key] = v
+        return v
+
+    def rank_shared_time(self, t_total: int, t_busiest: int, decode_only: bool, max_rank_decode: int) -> float:
+        """The layers all ranks run together: experts / MLP over ``t_total`` tokens, collectives
+        sized by the busiest rank's ``t_busiest`` tokens, and the per-pass overhead (a CUDA
+        graph when every rank decodes at most ``cuda_graph_max_batch`` requests)."""
+        p = self.p
+        v = 0.0
+        if t_total > 0:
+            eff = self._gemm_eff(t_total)
+            for c, w, a in self._mlp_gemms:
+                v += max(t_total * c / eff, w + t_total * a)
+            moe = self._moe
+            if moe is not None:
+                frac = -math.expm1(t_total * self._moe_log_miss)
+                touched = moe["local"] * frac
+                assign = t_total * moe["k"] / (moe["E"] / moe["local"])
+                per_expert = t_total * moe["k"] / (moe["E"] * frac)
+                eff_m = p.moe_eff_scale * self._gemm_eff(per_expert)
+                v += max(assign * moe["flop_s"] / eff_m, touched * moe["w_s"] + assign * moe["io_s"])
+            v += self._a2a[0] + self._a2a[1] * t_busiest * self._dp
+        if decode_only and max_rank_decode <= p.cuda_graph_max_batch:
+            v += p.graph_pass_overhead_s + self._L * p.graph_layer_overhead_s
+        else:
+            v += p.pass_overhead_s + self._L * p.layer_overhead_s
+        return v
+
+    def rank_local_time(self, plan: PassPlan) -> float:
+        """One rank's own part of the pass: its token work plus its attention over its contexts."""
+        ctx = plan.decode_ctx
+        n_dec = ctx.size
+        dtok = plan.decode_tokens
+        n_chunks = plan.prefill_new.size
+        new = plan.prefill_new.tolist() if n_chunks else []
+        t = self._rank_local_tokens(sum(new) + n_dec * dtok, n_chunks, n_dec, dtok)
+        if n_dec:
+            s_full = float(ctx.sum())
+            s_cap = float(np.minimum(ctx, self._cap).sum()) if self._cap else 0.0
+            t = t + self._decode_attn(n_dec, s_full, s_cap, dtok) * self._dp
+        if n_chunks:
+            t += self._prefill_attn(new, plan.prefill_cached.tolist()) * self._dp
+        if plan.host_load_bytes:
+            t += plan.host_load_bytes / self._host_bw
+        return t
+
+    def rank_pass_time(self, plan: PassPlan) -> float:
+        """An attention-DP pass: shared layers plus the slowest rank's own part."""
+        live = [r for r in plan.ranks if r is not None]
+        local = max((self.rank_local_time(r) for r in live), default=0.0)
+        busiest = max((r.num_tokens for r in live), default=0)
+        max_dec = max((r.num_decode for r in live), default=0)
+        shared = self.rank_shared_time(plan.num_tokens, busiest, plan.is_decode_only, max_dec)
+        return shared + local
+
+    def rank_stretch_times(self, plan: PassPlan, steps: int) -> np.ndarray:
+        """``steps`` decode-only attention-DP passes; equals :meth:`rank_pass_time` pass by pass."""
+        live = [r for r in plan.ranks if r is not None and r.decode_ctx.size]
+        if steps <= 0:
+            return np.zeros(0)
+        local = np.zeros(steps)
+        for r in live:
+            n = r.decode_ctx.size
+            local = np.maximum(local, self._rank_local_tokens(n, 0, n, 1) + self._rank_decode_stretch(r.decode_ctx, steps))
+        busiest = max((r.decode_ctx.size for r in live), default=0)
+        shared = self.rank_shared_time(plan.decode_ctx.size, busiest, True, busiest)
+        return shared + local
+
+    def _rank_decode_stretch(self, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
+        """One rank's decode attention over ``steps`` passes (as :meth:`decode_stretch_times`)."""
+        n = decode_ctx.size
+        s = np.arange(steps, dtype=np.int64)
+        s_full = (int(decode_ctx.sum()) + n * s).astype(np.float64)
+        if self._cap:
+            W = self._cap
+            srt = np.sort(decode_ctx.astype(np.int64))
+            prefix = np.concatenate(([0], np.cumsum(srt)))
+            below = np.searchsorted(srt, W - s, side="left")
+            s_cap = (prefix[below] + below * s + (n - below) * W).astype(np.float64)
+        else:
+            s_cap = np.zeros(steps)
+        return self._decode_attn(n, s_full, s_cap) * self._dp
 
     # ------------------------------------------------------------ diagnostics
     def gemm_roofline_terms(self, tokens: int) -> tuple[float, float]:

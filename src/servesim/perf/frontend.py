@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from servesim.perf.plan import PassPlan, StepTimeModel
+from servesim.perf.plan import PassPlan, StepTimeModel, plan_stretch_times
 
 
 class FrontendParams(BaseModel):
@@ -125,6 +125,11 @@ class SchedulerOverheadStepTime:
     def decode_stretch_times(self, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
         extra = self.pass_s + self.per_request_s * decode_ctx.size
         return self.inner.decode_stretch_times(decode_ctx, steps) + extra
+
+    def rank_stretch_times(self, plan: PassPlan, steps: int) -> np.ndarray:
+        """Attention-DP decode stretches (see :func:`servesim.perf.plan.plan_stretch_times`)."""
+        extra = self.pass_s + self.per_request_s * plan.decode_ctx.size
+        return plan_stretch_times(self.inner, plan, steps) + extra
 
     def __getattr__(self, name: str):  # diagnostics of the wrapped model stay reachable
         return getattr(self.inner, name)

@@ -38,6 +38,10 @@ class PassPlan:
     host_load_s: float = 0.0
     host_load_overlap: bool = False
     requests: object = None
+    #: Attention data parallelism: one sub-plan per attention rank (``None`` for a rank with
+    #: nothing to compute, which still joins the pass).  The arrays above then hold the
+    #: union of the ranks' compositions, in rank order; see :func:`rank_union`.
+    ranks: tuple["PassPlan | None", ...] | None = None
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -54,6 +58,20 @@ class PassPlan:
     @property
     def is_decode_only(self) -> bool:
         return self.prefill_new.size == 0
+
+    def decode_part(self) -> "PassPlan":
+        """The pass's decoding requests alone, one token each (per-rank split kept)."""
+        ranks = None
+        if self.ranks is not None:
+            ranks = tuple(None if r is None or not r.decode_ctx.size else r.decode_part() for r in self.ranks)
+        return PassPlan(decode_ctx=self.decode_ctx, ranks=ranks)
+
+    def shifted(self, s: int) -> "PassPlan":
+        """The same decode-only pass ``s`` passes later: every context ``s`` tokens longer."""
+        ranks = None
+        if self.ranks is not None:
+            ranks = tuple(None if r is None else r.shifted(s) for r in self.ranks)
+        return PassPlan(decode_ctx=self.decode_ctx + s, decode_tokens=self.decode_tokens, ranks=ranks)
 
 
 @runtime_checkable
@@ -78,4 +96,48 @@ def stretch_by_steps(model: StepTimeModel, decode_ctx: np.ndarray, steps: int) -
     out = np.empty(steps, dtype=np.float64)
     for s in range(steps):
         out[s] = model.pass_time(PassPlan(decode_ctx=decode_ctx + s))
+    return out
+
+
+def rank_union(ranks: tuple[PassPlan | None, ...], requests: object = None) -> PassPlan:
+    """One pass of all attention-DP ranks: the union composition, with the ranks kept.
+
+    A step-time model that knows about ranks prices the attention of each rank and takes
+    the slowest (:meth:`servesim.perf.analytic.AnalyticStepTime.rank_pass_time`); any other
+    model prices the union as one batch.  Host-tier loads run on each rank's own link in
+    parallel: the pass waits for the longest.
+    """
+    live = [r for r in ranks if r is not None]
+
+    def cat(name: str) -> np.ndarray:
+        parts = [getattr(r, name) for r in live if getattr(r, name).size]
+        if not parts:
+            return _EMPTY
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    dtok = max((r.decode_tokens for r in live if r.decode_ctx.size), default=1)
+    loads = [r for r in live if r.host_load_s]
+    slow = max(loads, key=lambda r: r.host_load_s) if loads else None
+    return PassPlan(prefill_new=cat("prefill_new"), prefill_cached=cat("prefill_cached"),
+                    decode_ctx=cat("decode_ctx"), decode_tokens=dtok,
+                    host_load_bytes=sum(r.host_load_bytes for r in live),
+                    host_load_s=slow.host_load_s if slow else 0.0,
+                    host_load_overlap=slow.host_load_overlap if slow else False,
+                    requests=requests, ranks=tuple(ranks))
+
+
+def plan_stretch_times(model: StepTimeModel, plan: PassPlan, steps: int) -> np.ndarray:
+    """Durations of ``steps`` decode-only passes starting with ``plan`` (the worker's fast path).
+
+    A plan without ranks uses the model's ``decode_stretch_times``.  An attention-DP plan
+    uses the model's ``rank_stretch_times`` when its class defines one (vectorised, equal
+    to pricing pass by pass), else prices every pass with ``pass_time`` (exact for any model).
+    """
+    if plan.ranks is None:
+        return model.decode_stretch_times(plan.decode_ctx, steps)
+    if getattr(type(model), "rank_stretch_times", None) is not None:
+        return model.rank_stretch_times(plan, steps)
+    out = np.empty(steps, dtype=np.float64)
+    for s in range(steps):
+        out[s] = model.pass_time(plan.shifted(s))
     return out

@@ -1,0 +1,274 @@
+"""Attention data parallelism: several attention ranks in one worker, run in lock-step.
+
+DeepSeek-style deployments (SGLang ``--enable-dp-attention``, vLLM ``data_parallel_size``
+with an MoE model, TensorRT-LLM ``enable_attention_dp``) give each of ``dp`` attention
+ranks its own scheduler and KV cache while the MoE / MLP layers span every GPU of the
+worker.  Every forward pass is collective: each rank runs its own sub-batch through the
+attention layers, then all ranks exchange tokens for the experts.  A rank with nothing to
+do still joins the pass (SGLang runs an idle batch so the collectives line up), so the
+pass lasts as long as its slowest rank plus the shared expert layers.
+
+:class:`AttentionDPEngine` holds one ordinary engine per rank (each with its own KV pool
+and per-rank budgets) and:
+
+* places each arriving request on one rank by the real engine's rule (:data:`PLACEMENT`);
+* asks every rank for its sub-pass at the same instant and returns their union as one
+  :class:`~servesim.perf.plan.PassPlan` whose ``ranks`` field keeps the per-rank
+  compositions (the analytic step-time model prices the slowest rank's attention plus
+  the shared layers over all tokens; other models price the union);
+* commits the pass on every rank that ran;
+* fast-forwards a decode stretch only as far as every rank can (the minimum of the ranks'
+  own limits; an idle rank with queued work disables it, an idle rank without work does
+  not limit it).
+
+Placement rules (sources read for this model; docs/config.md cites them too):
+
+* SGLang ``round_robin`` (the default ``load_balance_method``) — rank ``i mod dp`` for the
+  ``i``-th request (``managers/data_parallel_controller.py``, SGLang main, 2025-26).
+  ``shortest_queue`` is modelled as "fewest requests (waiting + running), lowest rank on
+  ties", with exact counts where SGLang uses periodic load reports.
+* vLLM — the rank with the lowest ``4 × waiting + running``, scanning from rank 0, first
+  minimum wins (``DPLBAsyncMPClient.get_core_engine_for_request`` in
+  ``vllm/v1/engine/core_client.py``, v0.10-v0.11); the real client reads counts the DP
+  coordinator publishes every 100 ms, this model reads them exactly.
+* TensorRT-LLM — among ranks with fewer active requests than
+  ``max(ceil((active + 1) / dp), max active)``, the one with the fewest active prompt
+  tokens, then fewest active requests, then lowest rank (attention-DP request balancing of
+  the PyTorch executor, ``ADPRouter`` / ``_balance_requests_across_ranks``, main 2025-26).
+
+All three read only request counts and prompt lengths, which a decode stretch does not
+change, so fast-forward stays exact.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
+from servesim.metrics.recorder import RequestRecorder
+from servesim.perf.plan import PassPlan, rank_union
+from servesim.workload.request import Request
+
+#: Extra recorder column: the attention-DP rank each request was placed on (-1: none).
+RANK_COLUMN = "dp_rank"
+
+
+# -- per-rank load counts ------------------------------------------------------------------
+def queue_counts(engine: Engine) -> tuple[int, int]:
+    """(waiting, running) requests of one rank, as the engines' load reports count them."""
+    ready = len(getattr(engine, "ready", ()))
+    if hasattr(engine, "active"):  # TensorRT-LLM: active requests, started or not
+        active = engine.active
+        running = sum(1 for tr in active if tr.blocks)
+        return len(active) - running + ready, running
+    waiting = len(engine.waiting) + ready
+    if getattr(engine, "chunked", None) is not None:
+        waiting += 1
+    return waiting, len(engine.running)
+
+
+def active_prompt_tokens(engine: Engine) -> tuple[int, int]:
+    """(prompt tokens, requests) a TensorRT-LLM rank holds: its active and arrived requests."""
+    reqs = list(getattr(engine, "active", ())) + list(getattr(engine, "ready", ()))
+    return sum(tr.req.input_length for tr in reqs), len(reqs)
+
+
+# -- placement rules -------------------------------------------------------------------------
+class Placement:
+    """Chooses the rank of an arriving request; :meth:`peek` answers without committing."""
+
+    def peek(self, ranks: Sequence[Engine], req: Request) -> int:
+        raise NotImplementedError
+
+    def choose(self, ranks: Sequence[Engine], req: Request) -> int:
+        return self.peek(ranks, req)
+
+
+class RoundRobin(Placement):
+    """SGLang's default: the ``i``-th request goes to rank ``i mod dp``."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def peek(self, ranks: Sequence[Engine], req: Request) -> int:
+        return self.next % len(ranks)
+
+    def choose(self, ranks: Sequence[Engine], req: Request) -> int:
+        r = self.peek(ranks, req)
+        self.next = r + 1
+        return r
+
+
+class ShortestQueue(Placement):
+    """SGLang ``shortest_queue``: fewest requests (waiting + running); lowest rank on ties."""
+
+    def peek(self, ranks: Sequence[Engine], req: Request) -> int:
+        loads = [sum(queue_counts(e)) for e in ranks]
+        return loads.index(min(loads))
+
+
+class VLLMScore(Placement):
+    """vLLM's DP load balancer: lowest ``4 × waiting + running``, first minimum from rank 0."""
+
+    def peek(self, ranks: Sequence[Engine], req: Request) -> int:
+        best, best_score = 0, math.inf
+        for i, e in enumerate(ranks):
+            waiting, running = queue_counts(e)
+            score = 4 * waiting + running
+            if score < best_score:
+                best, best_score = i, score
+        return best
+
+
+class TRTLLMBalance(Placement):
+    """TensorRT-LLM attention DP: ranks under the expected share, fewest active prompt tokens."""
+
+    def peek(self, ranks: Sequence[Engine], req: Request) -> int:
+        loads = [active_prompt_tokens(e) for e in ranks]
+        counts = [n for _, n in loads]
+        expected = max(-(-(sum(counts) + 1) // len(ranks)), max(counts))
+        eligible = [(tok, n, i) for i, (tok, n) in enumerate(loads) if n < expected]
+        return min(eligible)[2]
+
+
+#: Placement rules by name; :data:`DEFAULT_PLACEMENT` picks one per engine.
+PLACEMENT: dict[str, Callable[[], Placement]] = {
+    "round_robin": RoundRobin,
+    "shortest_queue": ShortestQueue,
+    "vllm": VLLMScore,
+    "trtllm": TRTLLMBalance,
+}
+DEFAULT_PLACEMENT = {"sglang": "round_robin", "vllm": "vllm", "trtllm": "trtllm"}
+
+
+# -- the engine ---------------------------------------------------------------------------------
+class AttentionDPEngine(Engine):
+    """``dp`` engines (one per attention rank) run in lock-step as one worker."""
+
+    def __init__(self, worker_id: int, recorder: RequestRecorder, limits: EngineLimits,
+                 ranks: Sequence[Engine], placement: str | None = None) -> None:
+        # Not Engine.__init__: terminated and the prompt counters aggregate the ranks.
+        if len(ranks) < 2:
+            raise ValueError("attention DP needs at least two ranks")
+        self.worker_id = worker_id
+        self.rec = recorder
+        self.limits = limits
+        self.ranks = list(ranks)
+        self.name = self.ranks[0].name
+        self.supports_speculative = self.ranks[0].supports_speculative
+        rule = placement or DEFAULT_PLACEMENT.get(self.name, "round_robin")
+        if rule not in PLACEMENT:
+            raise ValueError(f"unknown attention-DP placement {rule!r}; expected one of {sorted(PLACEMENT)}")
+        self.placement = PLACEMENT[rule]()
+        self._terminated: list[Request] = []
+        self._plans: tuple[PassPlan | None, ...] = ()
+        recorder.extra(RANK_COLUMN, np.int64, -1)
+
+    # -- aggregated state ------------------------------------------------------------------
+    @property
+    def terminated(self) -> list[Request]:
+        """Requests that ended on any rank since the loop last drained them (rank order)."""
+        for e in self.ranks:
+            if e.terminated:
+                self._terminated.extend(e.terminated)
+                e.terminated = []
+        return self._terminated
+
+    @terminated.setter
+    def terminated(self, value: list[Request]) -> None:
+        self._terminated = value
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(e.prompt_tokens for e in self.ranks)
+
+    @property
+    def cached_prompt_tokens(self) -> int:
+        return sum(e.cached_prompt_tokens for e in self.ranks)
+
+    @property
+    def spec(self):
+        return self.ranks[0].spec
+
+    @spec.setter
+    def spec(self, decoder) -> None:
+        # One draft sampler for all ranks: ranks draw in rank order, so runs stay reproducible.
+        for e in self.ranks:
+            e.spec = decoder
+
+    @property
+    def ready(self) -> list:
+        """Disaggregated decode: transferred requests awaiting admission on any rank."""
+        out: list = []
+        for e in self.ranks:
+            out.extend(getattr(e, "ready", ()))
+        return out
+
+    @property
+    def bs(self) -> int | None:
+        return getattr(self.ranks[0], "bs", None)
+
+    # -- the loop's verbs ----------------------------------------------------------------------
+    def rank_for(self, req: Request) -> int:
+        """The rank the placement rule would give ``req`` now (nothing is committed)."""
+        return self.placement.peek(self.ranks, req)
+
+    def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
+        r = self.placement.choose(self.ranks, req)
+        self.rec.extra(RANK_COLUMN, np.int64, -1)[req.index] = r
+        self.ranks[r].add_request(req, now, kv_ready)
+
+    def has_work(self) -> bool:
+        return any(e.has_work() for e in self.ranks)
+
+    def schedule(self, now: float) -> PassPlan | None:
+        """Every rank decides its own sub-pass now; idle ranks join a pass that any rank runs."""
+        plans = tuple(e.schedule(now) for e in self.ranks)
+        self._plans = plans
+        if all(p is None for p in plans):
+            return None
+        return rank_union(plans)
+
+    def complete(self, plan: PassPlan, end: float) -> None:
+        for e, p in zip(self.ranks, plan.ranks):
+            if p is not None:
+                e.complete(p, end)
+
+    def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
+        for e, p in zip(self.ranks, plan.ranks):
+            if p is not None:
+                e.complete_stretch(p, ends)
+
+    def decode_stretch_limit(self) -> int:
+        """The smallest of the busy ranks' limits; 1 if an idle rank holds queued work."""
+        limit = None
+        for e, p in zip(self.ranks, self._plans):
+            if p is None:
+                if e.has_work():  # it may become schedulable; take it pass by pass
+                    return 1
+                continue
+            k = e.decode_stretch_limit()
+            if k <= 1:
+                return 1
+            limit = k if limit is None else min(limit, k)
+        return limit or 1
+
+    def snapshot(self) -> EngineSnapshot:
+        snaps = [e.snapshot() for e in self.ranks]
+        return EngineSnapshot(**{f: sum(getattr(s, f) for s in snaps) for f in (
+            "running", "waiting", "kv_used_tokens", "kv_capacity_tokens", "prompt_tokens",
+            "cached_prompt_tokens", "outstanding_tokens")})
+
+    def abort_all(self, now: float, reason: str) -> None:
+        for e in self.ranks:
+            e.abort_all(now, reason)
+
+    def check_invariants(self) -> None:
+        """Every rank's own KV conservation (each request lives on exactly one rank by construction)."""
+        for e in self.ranks:
+            check = getattr(e, "check_invariants", None)
+            if check is not None:
+                check()
