@@ -1,10 +1,14 @@
-"""Median cost of pricing one pass with the analytic model (64 decode requests + 1 prefill chunk).
+"""Median cost of pricing one pass (64 decode requests + 1 prefill chunk).
 
-Run: PYTHONPATH=src python benchmarks/bench_pass_time.py
+Run: PYTHONPATH=src python benchmarks/bench_pass_time.py [--model analytic|aic]
+
+``aic`` prices with aiconfigurator-core's measured tables (``pip install 'servesim[aic]'``);
+"no memo" clears its lookup caches before every pass, "memo warm" keeps them.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 
@@ -23,8 +27,34 @@ CASES = [
 ]
 
 
-def bench(model, gpu, tp, ep, wd, kd, reps=20000, memo=False):
+#: (model, gpu, tp, ep, weights, kv, engine) covered by the measured tables.
+AIC_CASES = [
+    ("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", 1, 1, "bf16", "bf16", "sglang"),
+    ("Qwen/Qwen3-235B-A22B-FP8", "h200_sxm", 4, 4, "fp8", "fp8", "sglang"),
+    ("deepseek-ai/DeepSeek-R1", "b200_sxm", 8, 8, "fp4", "fp8", "trtllm"),
+    ("Qwen/Qwen3-32B", "h200_sxm", 2, 1, "bf16", "bf16", "vllm"),
+]
+
+
+def _analytic(model, gpu, tp, ep, wd, kd):
     st = AnalyticStepTime(load_model(model), load_gpu(gpu), tp=tp, ep=ep, weight_dtype=wd, kv_dtype=kd)
+    return st, st._cache.clear
+
+
+def _aic(model, gpu, tp, ep, wd, kd, engine):
+    from servesim.perf.aic import AicStepTime
+
+    st = AicStepTime(load_model(model), load_gpu(gpu), tp=tp, ep=ep, weight_dtype=wd, kv_dtype=kd, engine=engine)
+
+    def clear():
+        for f in (st._tokens, st._logits, st._prefill_seq, st._decode_seq):
+            f.cache_clear()
+
+    return st, clear
+
+
+def bench(model, gpu, tp, ep, wd, kd, engine=None, reps=20000, memo=False):
+    st, clear = _aic(model, gpu, tp, ep, wd, kd, engine) if engine else _analytic(model, gpu, tp, ep, wd, kd)
     rng = np.random.default_rng(0)
     plans = []
     for i in range(256):
@@ -35,7 +65,7 @@ def bench(model, gpu, tp, ep, wd, kd, reps=20000, memo=False):
     for r in range(reps // 256):
         for pl in plans:
             if not memo:
-                st._cache.clear()
+                clear()
             t0 = time.perf_counter_ns()
             st.pass_time(pl)
             samples.append(time.perf_counter_ns() - t0)
@@ -43,7 +73,11 @@ def bench(model, gpu, tp, ep, wd, kd, reps=20000, memo=False):
 
 
 if __name__ == "__main__":
-    for c in CASES:
-        cold = bench(*c, memo=False)
-        warm = bench(*c, memo=True)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=("analytic", "aic"), default="analytic")
+    ap.add_argument("--reps", type=int, default=20000)
+    args = ap.parse_args()
+    for c in (AIC_CASES if args.model == "aic" else CASES):
+        cold = bench(*c, reps=args.reps, memo=False)
+        warm = bench(*c, reps=args.reps, memo=True)
         print(f"{c[0]:40s} {c[1]:9s} tp={c[2]} ep={c[3]}: median {cold:6.2f} us/pass (no memo), {warm:6.2f} us (memo warm)")
