@@ -10,7 +10,8 @@ def stretch_within_free_blocks(computed: np.ndarray, block_size: int, free_block
 
     ``computed[j]`` is request ``j``'s KV length before the stretch.  Passes 1..k-1 after the
     first (whose blocks are already allocated) open ``floor((c+k-1)/bs) - floor(c/bs)`` blocks
-    per request; that count grows with ``k``, so a binary search finds the largest ``k``.
+    per request; that count grows with ``k``, so a binary search finds the largest ``k``
+    (after one check of ``limit`` itself, which usually fits).
     """
     if limit <= 1:
         return 1
@@ -19,7 +20,9 @@ def stretch_within_free_blocks(computed: np.ndarray, block_size: int, free_block
     def fits(k: int) -> bool:
         return int(((computed + k - 1) // block_size - base).sum()) <= free_blocks
 
-    lo, hi = 1, limit
+    if fits(limit):  # the common case: the free pool covers the whole stretch
+        return limit
+    lo, hi = 1, limit - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if fits(mid):
@@ -27,3 +30,31 @@ def stretch_within_free_blocks(computed: np.ndarray, block_size: int, free_block
         else:
             hi = mid - 1
     return lo
+
+
+def stretch_block_events(computed: list[int], k: int, block_size: int, caching: bool) -> list[int]:
+    """The block events of a decode stretch of ``k`` passes, in the order they happen.
+
+    Pass ``s`` (1..k-1) computes position ``computed[j] + s`` of request ``j``; at its start
+    it allocates a block when that position opens one (``s ≡ -computed (mod bs)``) and, with
+    prefix caching, registers a block when the position fills one (``s ≡ -(computed+1)``).
+    Returns the distinct events as keys ``s * n + j`` (``n = len(computed)``), sorted: by
+    step, then request — the order in which a pass-by-pass simulation meets them.  Each
+    request's events are two arithmetic ranges, produced in C; a short stretch (the common
+    case, cut by the next arrival) costs a couple of operations per request.
+    """
+    bs = block_size
+    n = len(computed)
+    stop = k * n
+    stride = bs * n
+    keys: list[int] = []
+    for j, c in enumerate(computed):
+        a = (-c) % bs or bs  # first step that opens a block
+        if a < k:
+            keys.extend(range(a * n + j, stop, stride))
+        if caching:
+            f = a - 1 if a > 1 else bs  # first step that fills one
+            if f < k and f != a:
+                keys.extend(range(f * n + j, stop, stride))
+    keys.sort()
+    return keys

@@ -293,7 +293,7 @@ class SGLangEngine(Engine):
         emitted at admission.
         """
         n = self._n
-        reserve = int(np.clip(self._r_max[:n] - self._r_gen[:n], 0, CLIP_MAX_NEW_TOKENS).sum()) * self.new_token_ratio
+        reserve = int(np.minimum(self._r_max[:n] - self._r_gen[:n], CLIP_MAX_NEW_TOKENS).sum()) * self.new_token_ratio
         taken: list[SGReq] = []
         for sr in self.ready:
             if len(self.running) + len(taken) >= self.max_running:
@@ -370,7 +370,7 @@ class SGLangEngine(Engine):
         self._sorted_queue()
         ratio = self.new_token_ratio
         n = self._n
-        total_offset = int(np.clip(self._r_max[:n] - self._r_gen[:n], 0, CLIP_MAX_NEW_TOKENS).sum()) * ratio
+        total_offset = int(np.minimum(self._r_max[:n] - self._r_gen[:n], CLIP_MAX_NEW_TOKENS).sum()) * ratio
         cur_offset = 0
         rem_input = self.opt.max_prefill_tokens
         rem_chunk = self.chunk_size if self.chunk_size is not None else math.inf
@@ -612,6 +612,7 @@ class SGLangEngine(Engine):
             if sr.generated >= sr.max_new:
                 self._release(sr, insert=True)
                 self._end(sr, end)
+                self.batch_is_full = False  # room was freed, as when a decode finishes
             else:
                 self._cache_unfinished(sr)
                 self._run_append(sr)

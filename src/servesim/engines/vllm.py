@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
-from servesim.engines.blocks import stretch_within_free_blocks
+from servesim.engines.blocks import stretch_block_events, stretch_within_free_blocks
 from servesim.engines.host import host_link
 from servesim.engines.vllm_options import VLLMOptions, resolve_vllm_options
 from servesim.errors import ConfigError
@@ -58,11 +58,15 @@ def extend_block_hashes(req: Request, hashes: list[int], chain: list[int], n_blo
                         block_size: int) -> list[int]:
     """Extend ``hashes`` (the request's full-block hashes so far) to ``n_blocks`` blocks.
 
-    ``chain`` caches the request's unit chain; both lists are extended in place.
+    ``chain`` caches the request's unit chain; both lists are extended in place.  The list
+    is extended to the end of the trace unit holding the last block wanted (the hashes of
+    one unit are one ``range``), so decoding extends it once per unit, not once per block;
+    callers slice it to what they need.
     """
     have = len(hashes)
     if n_blocks > have:
         us = req.block_size
+        n_blocks = max(n_blocks, ((n_blocks * block_size - 1) // us + 1) * us // block_size)
         if (n_blocks * block_size - 1) // us >= len(chain):  # the chain must reach the last unit
             units = sequence_units(req, n_blocks * block_size)
             parent = chain[-1] if chain else ROOT_HASH
@@ -98,6 +102,11 @@ class _VBatch:
     reqs: list[VReq]
     decode_only: bool
     preempted: bool
+    #: Request indices of ``reqs`` (the recorder's rows), built once per pass.
+    idx: np.ndarray | None = None
+    #: For a decode-only pass: each request's computed tokens, and min(max_new - generated).
+    computed: np.ndarray | None = None
+    left_min: int = 0
 
 
 class VLLMEngine(Engine):
@@ -304,19 +313,27 @@ class VLLMEngine(Engine):
         dt = self.spec.tokens if self.spec is not None else 1  # tokens a decode verifies
         bs = self.bs
         caching = self.caching
+        # Running requests first.  A running request whose pass is one sampled token is a
+        # decode (its context and remaining output collected on the way); the others prefill.
+        decode: list[VReq] = []
+        prefill: list[VReq] = []
+        ctx: list[int] = []
+        left_min = 1 << 62
         i = 0
         while i < len(running) and budget > 0:
             vr = running[i]
-            n = vr.num_tokens - vr.computed
+            c = vr.computed
+            n = vr.num_tokens - c
             if 0 < thr < n:
                 n = thr
             if dt > 1 and n == 1 and vr.generated > 0 and budget >= dt:
                 n = dt  # speculative: the k draft tokens are scheduled (and budgeted) too
-            n = min(n, budget)
+            if n > budget:
+                n = budget
             if n <= 0:
                 i += 1
                 continue
-            end = vr.computed + n
+            end = c + n
             if end > len(vr.blocks) * bs or (caching and end // bs > vr.n_cached):  # else nothing to allocate
                 ok = True
                 while not self._allocate(vr, n):
@@ -331,6 +348,14 @@ class VLLMEngine(Engine):
             vr.sched = n
             budget -= n
             scheduled.append(vr)
+            if n == dt and c == vr.num_tokens - 1 and vr.generated > 0:
+                decode.append(vr)
+                ctx.append(c + 1)
+                left = vr.max_new - vr.generated
+                if left < left_min:
+                    left_min = left
+            else:
+                prefill.append(vr)
             i += 1
         n_running_sched = len(scheduled)
         if not preempted or not scheduled:
@@ -338,22 +363,20 @@ class VLLMEngine(Engine):
         if not scheduled:
             self._last = None
             return None
-        prefill: list[VReq] = []
-        decode: list[VReq] = []
-        for j, vr in enumerate(scheduled):
-            if j < n_running_sched and vr.sched == dt and vr.computed == vr.num_tokens - 1 and vr.generated > 0:
-                decode.append(vr)
-            else:
-                prefill.append(vr)
-        batch = _VBatch(reqs=scheduled, decode_only=not prefill, preempted=preempted)
+        prefill.extend(scheduled[n_running_sched:])
+        idx = np.fromiter((vr.req.index for vr in scheduled), dtype=np.int64, count=len(scheduled))
+        batch = _VBatch(reqs=scheduled, decode_only=not prefill, preempted=preempted, idx=idx)
         self._last = batch
         kw = {}
         if prefill:
             kw["prefill_new"] = np.fromiter((vr.sched for vr in prefill), dtype=np.int64, count=len(prefill))
             kw["prefill_cached"] = np.fromiter((vr.computed for vr in prefill), dtype=np.int64, count=len(prefill))
         if decode:
-            kw["decode_ctx"] = np.fromiter((vr.computed + 1 for vr in decode), dtype=np.int64, count=len(decode))
+            kw["decode_ctx"] = dctx = np.array(ctx, dtype=np.int64)
             kw["decode_tokens"] = dt
+            if not prefill:
+                batch.computed = dctx - 1
+                batch.left_min = left_min
         if self._loading:
             self.host_loaded_tokens += self._loading
             kw["host_load_s"] = self.hostlink.load_seconds(self._loading)
@@ -440,49 +463,58 @@ class VLLMEngine(Engine):
         batch: _VBatch = plan.requests
         reqs = batch.reqs
         k = int(ends.size)
-        bs = self.bs
-        c0 = [vr.computed for vr in reqs]
-        g0 = [vr.generated for vr in reqs]
+        # A stretch follows a decode-only pass, whose schedule recorded computed and left_min.
+        c0 = batch.computed.tolist()
         # Pass s (1..k-1) computes position c0 + s of each request; at its start (the end of
         # pass s-1) it allocates a block when that position opens one, and registers a
         # block when the position fills one.
-        events: list[tuple[int, int]] = []
-        for j, c in enumerate(c0):
-            s_alloc = (-c) % bs or bs
-            steps = set(range(s_alloc, k, bs))
-            if self.caching:
-                steps.update(range((-(c + 1)) % bs or bs, k, bs))
-            events.extend((s, j) for s in steps)
-        events.sort()
+        keys = stretch_block_events(c0, k, self.bs, self.caching)
         pool = self.pool
         if pool._lru and pool.on_event is None:
-            self._replay_stretch_lru(reqs, c0, k, events)
+            self._replay_stretch_lru(reqs, c0, k, keys)
         else:
-            for s, j in events:
-                vr = reqs[j]
-                vr.computed = c0[j] + s
-                vr.generated = g0[j] + s
-                vr.num_tokens = vr.req.input_length + vr.generated
-                pool.now = float(ends[s - 1])
-                ok = self._allocate(vr, 1)
-                assert ok, "vLLM model: decode stretch beyond the free blocks"
-        self.pool.now = float(ends[-1])
-        for j, vr in enumerate(reqs):
-            vr.computed = c0[j] + k
-            vr.generated = g0[j] + k
-            vr.num_tokens = vr.req.input_length + vr.generated
+            self._replay_stretch(reqs, c0, keys, ends)
+        pool.now = float(ends[-1])
+        for vr, c in zip(reqs, c0):
+            vr.computed = c + k
+            vr.generated += k
+            vr.num_tokens += k
             vr.sched = 0
-        idx = np.fromiter((vr.req.index for vr in reqs), dtype=np.int64, count=len(reqs))
-        self.rec.emit_stretch(idx, ends)
-        self._finish_done(reqs, float(ends[-1]))
+        self.rec.emit_stretch(batch.idx, ends)
+        if batch.left_min <= k:  # else no request reached max_new (left_min is their minimum)
+            self._finish_done(reqs, float(ends[-1]))
 
-    def _replay_stretch_lru(self, reqs: list[VReq], c0: list[int], k: int, events: list[tuple[int, int]]) -> None:
+    def _replay_stretch(self, reqs: list[VReq], c0: list[int], keys: list[int], ends: np.ndarray) -> None:
+        """The block events of a decode stretch through :meth:`_allocate`, each at its pass's time.
+
+        Requests are moved to the state of the pass at hand for each event and put back
+        to their state before the stretch at the end.
+        """
+        n = len(reqs)
+        g0 = [vr.generated for vr in reqs]
+        pool = self.pool
+        for key in keys:
+            s, j = divmod(key, n)
+            vr = reqs[j]
+            vr.computed = c0[j] + s
+            vr.generated = g0[j] + s
+            vr.num_tokens = vr.req.input_length + vr.generated
+            pool.now = float(ends[s - 1])
+            ok = self._allocate(vr, 1)
+            assert ok, "vLLM model: decode stretch beyond the free blocks"
+        for vr, c, g in zip(reqs, c0, g0):
+            vr.computed = c
+            vr.generated = g
+            vr.num_tokens = vr.req.input_length + g
+
+    def _replay_stretch_lru(self, reqs: list[VReq], c0: list[int], k: int, keys: list[int]) -> None:
         """The block events of a decode stretch under LRU without KV event sinks, in order.
 
         Same effects as calling :meth:`_allocate` per event: pass ``s`` of request ``j``
-        needs its KV to cover ``c0[j] + s + 1`` tokens (a new block at a block boundary)
-        and registers every block that this fills.  The request's block hashes are
-        extended once for the whole stretch instead of once per block.
+        needs its KV to cover ``c0[j] + s + 1`` tokens (one new block at a block boundary,
+        taken from the head of the free queue inline) and registers every block that this
+        fills.  The request's block hashes are extended once for the whole stretch instead
+        of once per block.
         """
         bs = self.bs
         pool = self.pool
@@ -494,15 +526,27 @@ class VLLMEngine(Engine):
                     self._hashes(vr, n_full)
         table = pool._hash_to_block
         blocks = pool.blocks
+        free = pool._free
+        on_evict = pool.on_evict
         cache_calls = 0
-        for s, j in events:
+        n = len(reqs)
+        for key in keys:  # s * n + j: pass s of request j (engines/blocks.py)
+            s, j = divmod(key, n)
             vr = reqs[j]
             end = c0[j] + s + 1
             held = vr.blocks
-            if end > len(held) * bs:
-                got = pool.allocate(-(-end // bs) - len(held))
-                assert got is not None, "vLLM model: decode stretch beyond the free blocks"
-                held.extend(got)
+            if end > len(held) * bs:  # one pass adds one token: at most one new block
+                assert free, "vLLM model: decode stretch beyond the free blocks"
+                b = free.popitem(last=False)[0]
+                blk = blocks[b]
+                h = blk.hash
+                if h is not None:  # recycling a cached block evicts it
+                    del table[h]
+                    blk.hash = None
+                    if on_evict is not None:
+                        on_evict((h,))
+                blk.ref = 1
+                held.append(b)
             if caching:
                 n_full = end // bs
                 start = vr.n_cached
@@ -550,9 +594,8 @@ class VLLMEngine(Engine):
         if n != len(self.running) or n == 0:
             return 1
         bs = self.bs
-        c = np.fromiter((vr.computed for vr in reqs), dtype=np.int64, count=n)
-        left = np.fromiter((vr.max_new - vr.generated for vr in reqs), dtype=np.int64, count=n)
-        limit = int(left.min())
+        c = batch.computed
+        limit = batch.left_min
         if self.waiting and n < self.max_seqs and n < self.budget:
             # The waiting head failed on blocks; it keeps failing while the pool is unchanged.
             first_alloc = (-(c + 1)) % bs + 1

@@ -171,6 +171,8 @@ class BlockPool:
         if n <= 0:
             return []
         free = self._free
+        if self._lru and self.on_event is None and self.on_evict is None:
+            return self._allocate_lru(n)
         if self._lru:
             out = [free.popitem(last=False)[0] for _ in range(n)]
         else:
@@ -195,6 +197,23 @@ class BlockPool:
                 self.on_event(KVEvent("removed", tuple(removed), len(removed) * self.block_size))
             if self.on_evict is not None:
                 self.on_evict(tuple(removed))
+        return out
+
+    def _allocate_lru(self, n: int) -> list[int]:
+        """:meth:`allocate` under LRU with no event sink: one pass over the blocks taken."""
+        pop = self._free.popitem
+        blocks = self.blocks
+        table = self._hash_to_block
+        out: list[int] = []
+        for _ in range(n):
+            b = pop(last=False)[0]
+            blk = blocks[b]
+            h = blk.hash
+            if h is not None:  # recycling a cached block evicts it
+                del table[h]
+                blk.hash = None
+            blk.ref = 1
+            out.append(b)
         return out
 
     def free(self, blocks: Iterable[int]) -> None:

@@ -63,7 +63,15 @@ class RequestRecorder:
         self._c_second = self.cols["second_token"]
         self._c_last = self.cols["last_token"]
         self._c_em = self.cols["emissions"]
+        # ``generated`` is kept as the tokens beyond one per emission (non-zero only under
+        # speculative decoding), so a plain decode pass writes two columns, not three;
+        # :meth:`column` adds the emissions back.
         self._c_gen = self.cols["generated"]
+        self._c_in = self.cols["input_length"]
+        self._c_out = self.cols["output_length"]
+        self._c_turn = self.cols["turn"]
+        #: Indices every column (and the warm-up flags) can hold without growing.
+        self._capacity = min(self._warm.data.size, *(col.data.size for col in self.cols.values()))
 
     # -- registration -------------------------------------------------------------
     def register(self, index: int, request_id: str, session_id: str | None, turn: int,
@@ -72,15 +80,16 @@ class RequestRecorder:
         if index != self.size:
             raise AssertionError(f"request index {index} registered out of order (expected {self.size})")
         self.size += 1
-        for col in self.cols.values():
-            col.ensure(self.size)
-        self._warm.ensure(self.size)
+        if self.size > self._capacity:  # columns double together: one check per request
+            for col in self.cols.values():
+                col.ensure(self.size)
+            self._warm.ensure(self.size)
+            self._capacity = min(self._warm.data.size, *(col.data.size for col in self.cols.values()))
         for col in self.extra_columns.values():
             col.ensure(self.size)
-        c = self.cols
-        c["input_length"].data[index] = input_length
-        c["output_length"].data[index] = output_length
-        c["turn"].data[index] = turn
+        self._c_in.data[index] = input_length
+        self._c_out.data[index] = output_length
+        self._c_turn.data[index] = turn
         self._warm.data[index] = warmup
         if warmup:
             self._any_warm = True
@@ -145,27 +154,42 @@ class RequestRecorder:
         em = self._c_em.data
         last = self._c_last.data
         prev_em = em[idx]
-        if prev_em.min() >= 2:  # the common decode case: no first or second token
-            later = idx
-        else:
-            first = prev_em == 0
-            if first.any():
-                self._c_first.data[idx[first]] = t
-            second = prev_em == 1
-            if second.any():
-                self._c_second.data[idx[second]] = t
-            later = idx[~first]
+        later = self._milestones(idx, prev_em, t, None)
         if later.size:
-            gaps = t - last[later]
-            if self._any_warm:
-                warm = self._warm.data[later]
-                if warm.any():
-                    self._add_gaps(gaps[warm], self._wv, self._ww)
-                    gaps = gaps[~warm]
-            self._add_gaps(gaps, self._gv, self._gw)
+            self._emit_gaps(t - last[later], later)
         last[idx] = t
         em[idx] = prev_em + 1
-        self._c_gen.data[idx] += tokens_each
+        if not (isinstance(tokens_each, int) and tokens_each == 1):
+            # ``generated`` stores only the tokens beyond one per emission (speculative decoding).
+            self._c_gen.data[idx] += np.asarray(tokens_each) - 1
+
+    def _milestones(self, idx: np.ndarray, prev_em: np.ndarray, t: float, t_next: float | None) -> np.ndarray:
+        """First / second token times of a pass at ``t``; returns the requests that emitted before.
+
+        ``t_next``: the next pass's end when the pass opens a stretch (a first token's
+        request gets its second token then).
+        """
+        if prev_em.min() >= 2:  # the common decode case: no first or second token
+            return idx
+        first = prev_em == 0
+        if first.any():
+            f = idx[first]
+            self._c_first.data[f] = t
+            if t_next is not None:
+                self._c_second.data[f] = t_next
+        second = prev_em == 1
+        if second.any():
+            self._c_second.data[idx[second]] = t
+        return idx[~first]
+
+    def _emit_gaps(self, gaps: np.ndarray, later: np.ndarray) -> None:
+        """Gaps of requests ``later`` in one pass, warm-up requests kept apart."""
+        if self._any_warm:
+            warm = self._warm.data[later]
+            if warm.any():
+                self._add_gaps(gaps[warm], self._wv, self._ww)
+                gaps = gaps[~warm]
+        self._add_gaps(gaps, self._gv, self._gw)
 
     def _add_gaps(self, gaps: np.ndarray, values: list[float], counts: list[int]) -> None:
         """Append ``gaps`` as (value, count) pairs; a pass's gaps take one or two values."""
@@ -193,34 +217,37 @@ class RequestRecorder:
     def emit_stretch(self, idx: np.ndarray, pass_ends: np.ndarray) -> None:
         """Requests ``idx`` each received one token at every time in ``pass_ends``.
 
-        Equivalent to calling :meth:`emit` once per pass end, used by the fast-forward of
-        decode-only stretches.
+        Equivalent to calling :meth:`emit` once per pass end (gaps recorded in the same
+        order), used by the fast-forward of decode-only stretches; each column is read and
+        written once for the whole stretch.
         """
-        if pass_ends.size == 0:
+        k = pass_ends.size
+        if k == 0 or idx.size == 0:
             return
-        self.emit(idx, float(pass_ends[0]))
-        if pass_ends.size == 1 or idx.size == 0:
+        t0 = float(pass_ends[0])
+        if k == 1:
+            self.emit(idx, t0)
             return
-        gaps = np.diff(pass_ends).tolist()
-        k = len(gaps)
+        em = self._c_em.data
+        last = self._c_last.data
+        prev = em[idx]
+        later = self._milestones(idx, prev, t0, float(pass_ends[1]))
+        if later.size:
+            self._emit_gaps(t0 - last[later], later)
+        gaps = (pass_ends[1:] - pass_ends[:-1]).tolist()
+        k1 = k - 1
         n_warm = int(self._warm.data[idx].sum()) if self._any_warm else 0
         n_cold = idx.size - n_warm
         if n_cold:
             self._gv.extend(gaps)
-            self._gw.extend([n_cold] * k)
+            self._gw.extend([n_cold] * k1)
         if n_warm:
             self._wv.extend(gaps)
-            self._ww.extend([n_warm] * k)
+            self._ww.extend([n_warm] * k1)
         if len(self._gv) > self._FLUSH or len(self._wv) > self._FLUSH:
             self._flush()
-        em = self._c_em.data
-        prev = em[idx]
-        if prev.min() == 1:
-            second = prev == 1
-            self._c_second.data[idx[second]] = pass_ends[1]
         em[idx] = prev + k
-        self._c_gen.data[idx] += k
-        self._c_last.data[idx] = pass_ends[-1]
+        last[idx] = pass_ends[-1]
 
     def finished(self, index: int, t: float, status: Status, reason: str = "") -> None:
         c = self.cols
@@ -240,6 +267,8 @@ class RequestRecorder:
 
     # -- results ----------------------------------------------------------------------
     def column(self, name: str) -> np.ndarray:
+        if name == "generated":  # stored as the tokens beyond one per emission
+            return self._c_gen.data[: self.size] + self._c_em.data[: self.size]
         col = self.cols.get(name) or self.extra_columns[name]
         return col.data[: self.size]
 

@@ -27,6 +27,11 @@ class EventQueue:
         time, _prio, _seq, kind, payload = heapq.heappop(self._heap)
         return time, kind, payload
 
+    @property
+    def heap(self) -> list[tuple[float, int, int, int, Any]]:
+        """The heap itself (earliest event at index 0), for loops that peek once per event."""
+        return self._heap
+
     def peek_time(self) -> float:
         return self._heap[0][0] if self._heap else float("inf")
 

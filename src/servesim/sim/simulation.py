@@ -194,18 +194,22 @@ class Simulation:
         t0 = wallclock.perf_counter()
         now = 0.0
         self._advance_intake(now)
-        ev = self.events
-        while len(ev):
-            now = ev.peek_time()
-            if now > self.max_sim_time:
+        heap = self.events.heap  # read directly: the loop runs once per event
+        pop = self.events.pop
+        max_t = self.max_sim_time
+        progress = self.progress
+        n_events = 0
+        while heap:
+            now = heap[0][0]
+            if now > max_t:
                 self.stats.stopped_early = True
                 break
             # Handle every event of this instant, including arrivals that terminations
             # release at the same instant, before any worker decides its next pass.
-            while len(ev) and ev.peek_time() == now:
-                while len(ev) and ev.peek_time() == now:
-                    _t, kind, payload = ev.pop()
-                    self.stats.events += 1
+            while heap and heap[0][0] == now:
+                while heap and heap[0][0] == now:
+                    _t, kind, payload = pop()
+                    n_events += 1
                     if kind == PASS_END:
                         self._handle_pass_end(payload, now)
                     elif kind == ARRIVAL:
@@ -213,9 +217,11 @@ class Simulation:
                     else:  # KV_READY: a prompt's KV reaches a decode worker (disaggregation)
                         self.disagg.on_kv_ready(self, payload, now)
                 self._advance_intake(now)
-            self._start_idle_workers(now)
-            if self.progress is not None:
-                self.progress(self._terminated, now)
+            if self._dirty:
+                self._start_idle_workers(now)
+            if progress is not None:
+                progress(self._terminated, now)
+        self.stats.events += n_events
         self.stats.sim_end = now
         self._close(now)
         self.stats.wall_seconds = wallclock.perf_counter() - t0
