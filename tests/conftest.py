@@ -5,6 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Hypothesis runs derandomized: a CI run is reproducible (a failing example is the same on every run).
+settings.register_profile("servesim", derandomize=True)
+settings.load_profile("servesim")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

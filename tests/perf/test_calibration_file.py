@@ -29,6 +29,23 @@ def test_resolve_precedence():
     assert a == {"mem_eff": 0.7, "gemm_eff_max": 0.6} and f == {"first_token_overhead_s": 0.05}
 
 
+def test_model_groups_apply_on_top_of_gpu_engine():
+    doc = {**DOC, "groups": {**DOC["groups"],
+                             "h200_sxm/sglang/deepseek-ai/DeepSeek-R1": {"analytic": {"mem_eff": 0.5}},
+                             "h200_sxm/sglang/deepseek-ai/DeepSeek-R1@fp4": {"frontend": {"first_token_overhead_s": 0.1}}}}
+    cal = parse_calibration(doc)
+    # nvfp4 and mxfp4 are written fp4 in group keys
+    a, f = cal.resolve("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1", "nvfp4")
+    assert a == {"mem_eff": 0.5, "gemm_eff_max": 0.5} and f == {"first_token_overhead_s": 0.1}
+    assert cal.group_of("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1", "nvfp4") == \
+        "h200_sxm/sglang/deepseek-ai/DeepSeek-R1@fp4"
+    a, f = cal.resolve("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1", "fp8")
+    assert a == {"mem_eff": 0.5, "gemm_eff_max": 0.5} and f == {"first_token_overhead_s": 0.04}
+    # another model, or no model: the GPU/engine group
+    assert cal.resolve("h200_sxm", "sglang", "Qwen/Qwen3-32B", "fp8") == cal.resolve("h200_sxm", "sglang")
+    assert cal.group_of("b200_sxm", "vllm", "Qwen/Qwen3-32B") == "shared"
+
+
 def test_roundtrip(tmp_path):
     path = tmp_path / "c.yaml"
     parse_calibration(DOC).save(path)

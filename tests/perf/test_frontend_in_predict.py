@@ -64,3 +64,23 @@ def test_bad_frontend_key_and_calibration_path(tmp_path):
         build_deployment(load_config(_cfg(4, {"frontend": {"nope": 1}})))
     with pytest.raises(ConfigError, match="perf.calibration"):
         build_deployment(load_config(_cfg(4, {"calibration": str(tmp_path / "missing.yaml")})))
+
+
+def test_a_model_group_of_the_calibration_applies_in_predict(tmp_path):
+    """predict resolves the deployment's model@precision group on top of its GPU/engine group."""
+    import yaml
+
+    path = tmp_path / "cal.yaml"
+    path.write_text(yaml.safe_dump({"shared": {"frontend": {"first_token_overhead_s": 0.01}}, "groups": {
+        "h100_sxm/sglang": {"frontend": {"first_token_overhead_s": 0.02}},
+        "h100_sxm/sglang/meta-llama/Llama-3.1-8B-Instruct@bf16": {"frontend": {"first_token_overhead_s": 0.5}},
+        "h100_sxm/sglang/meta-llama/Llama-3.1-8B-Instruct@fp8": {"frontend": {"first_token_overhead_s": 9.0}},
+    }}))
+    perf = {"calibration": str(path)}
+    pred = predict(_cfg(1, perf))
+    resolved = pred.to_json()["deployment_resolved"]["perf"]
+    assert resolved["calibration_group"] == "h100_sxm/sglang/meta-llama/Llama-3.1-8B-Instruct@bf16"
+    assert resolved["frontend"]["first_token_overhead_s"] == 0.5
+    fp8 = _cfg(1, perf)
+    fp8["deployment"]["weight_dtype"] = "fp8"
+    assert predict(fp8).to_json()["deployment_resolved"]["perf"]["frontend"]["first_token_overhead_s"] == 9.0

@@ -36,14 +36,17 @@ def test_validate_and_predict_share_one_path():
     from servesim.perf.calibration import load_calibration
 
     cfg = _config()
-    analytic, frontend = load_calibration(None).resolve("h100_sxm", "sglang")
+    cal = load_calibration(None)
+    # the point's weights are bf16 (empty precision): its model group, if the file has one
+    key = ("h100_sxm", "sglang", "meta-llama/Llama-3.1-8B-Instruct", "bf16")
+    analytic, frontend = cal.resolve(*key)
     r = simulate_point(cfg, analytic, FrontendParams.model_validate(frontend))
     pred = predict(cfg)
     s = pred.summary["latency"]
     assert r.ttft_ms == pytest.approx(s["ttft_ms"]["mean"], rel=1e-9)
     assert r.tpot_ms == pytest.approx(s["tpot_ms"]["mean"], rel=1e-9)
     perf = pred.to_json()["deployment_resolved"]["perf"]
-    assert perf["calibration"] == "default.yaml" and perf["calibration_group"] == "h100_sxm/sglang"
+    assert perf["calibration"] == "default.yaml" and perf["calibration_group"] == cal.group_of(*key)
     assert perf["frontend"] == FrontendParams.model_validate(frontend).model_dump()
 
 

@@ -10,10 +10,15 @@ Format (YAML)::
     groups:                                      # "<gpu>/<engine>" → overrides of shared
       h200_sxm/sglang: {analytic: {...}, frontend: {...}}
 
-A group key may also be ``<gpu>/*`` or ``*/<engine>``; the most specific match wins, applied
-on top of ``shared`` (``shared`` < ``*/engine`` < ``gpu/*`` < ``gpu/engine``).
+A group key may also be ``<gpu>/*`` or ``*/<engine>``, or name a model within a gpu and
+engine: ``<gpu>/<engine>/<model id>`` and ``<gpu>/<engine>/<model id>@<weight precision>``
+(e.g. ``b200_sxm/trtllm/deepseek-ai/DeepSeek-R1@fp4``; 4-bit formats are all written ``fp4``).
+Every matching group applies, the more specific on top: ``shared`` < ``*/engine`` <
+``gpu/*`` < ``gpu/engine`` < ``gpu/engine/model`` < ``gpu/engine/model@precision``.  Model
+groups capture what an op-level model misses for one model on one stack (its kernels' real
+efficiency, its server's fixed latency); a model without a group falls back to its GPU/engine.
 
-:func:`resolve` gives the ``(analytic, frontend)`` override dicts for one gpu and engine.
+:func:`resolve` gives the ``(analytic, frontend)`` override dicts for one deployment.
 The package ships a default fitted on ``shared/data/measured/calibration.csv``:
 :data:`DEFAULT_CALIBRATION`.
 """
@@ -37,16 +42,22 @@ class Calibration:
     groups: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def resolve(self, gpu: str, engine: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(AnalyticParams overrides, FrontendParams overrides) for ``gpu`` and ``engine``."""
+    def resolve(self, gpu: str, engine: str, model: str | None = None,
+                precision: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(AnalyticParams overrides, FrontendParams overrides) for one deployment."""
         analytic = dict(self.shared.get("analytic", {}))
         frontend = dict(self.shared.get("frontend", {}))
-        for key in (f"*/{engine}", f"{gpu}/*", f"{gpu}/{engine}"):
+        for key in group_keys(gpu, engine, model, precision):
             g = self.groups.get(key)
             if g:
                 analytic.update(g.get("analytic", {}))
                 frontend.update(g.get("frontend", {}))
         return analytic, frontend
+
+    def group_of(self, gpu: str, engine: str, model: str | None = None, precision: str | None = None) -> str:
+        """The most specific group key that applies (``shared`` when none does)."""
+        hits = [k for k in group_keys(gpu, engine, model, precision) if k in self.groups]
+        return hits[-1] if hits else "shared"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"version": 1}
@@ -57,6 +68,21 @@ class Calibration:
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(_plain(self.to_dict()), sort_keys=False))
+
+
+def precision_key(precision: str | None) -> str:
+    """The precision as group keys write it: every 4-bit float format is ``fp4``."""
+    p = (precision or "bf16").lower()
+    return "fp4" if p in ("nvfp4", "mxfp4") else p
+
+
+def group_keys(gpu: str, engine: str, model: str | None = None, precision: str | None = None) -> list[str]:
+    """Group keys that apply to a deployment, least specific first."""
+    keys = [f"*/{engine}", f"{gpu}/*", f"{gpu}/{engine}"]
+    if model:
+        keys.append(f"{gpu}/{engine}/{model}")
+        keys.append(f"{gpu}/{engine}/{model}@{precision_key(precision)}")
+    return keys
 
 
 def _plain(x):
@@ -126,6 +152,7 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
     return parse_calibration(data or {}, str(p))
 
 
-def resolve(path: str | Path | None, gpu: str, engine: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Shortcut: ``load_calibration(path).resolve(gpu, engine)``."""
-    return load_calibration(path).resolve(gpu, engine)
+def resolve(path: str | Path | None, gpu: str, engine: str, model: str | None = None,
+            precision: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Shortcut: ``load_calibration(path).resolve(gpu, engine, model, precision)``."""
+    return load_calibration(path).resolve(gpu, engine, model, precision)

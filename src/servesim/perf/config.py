@@ -4,6 +4,7 @@
 perf: {model: analytic, params: {gemm_eff_max: 0.75}, calibration: default, frontend: {}}
 perf: {model: fixed, seconds: 0.02}
 perf: {model: linear, base_s: 0.005, per_prefill_token_s: 2.0e-5, per_decode_request_s: 1.0e-5}
+perf: {model: aic, aic: {backend_version: current}}   # measured tables, servesim[aic]
 ```
 
 ``calibration`` (analytic only) names a calibration file (:mod:`servesim.perf.calibration`):
@@ -62,7 +63,26 @@ class LinearPerfConfig(_Strict):
     frontend: dict[str, Any] = {}
 
 
-PerfConfig = Annotated[Union[AnalyticPerfConfig, FixedPerfConfig, LinearPerfConfig], Field(discriminator="model")]
+class AicTablesConfig(_Strict):
+    """``perf.aic``: which measured tables (:mod:`servesim.perf.aic`); quant modes default from precision."""
+
+    backend_version: str = "current"
+    gemm_quant_mode: str | None = None
+    moe_quant_mode: str | None = None
+    kv_quant_mode: str | None = None
+    fmha_quant_mode: str | None = None
+
+
+class AicPerfConfig(_Strict):
+    """Measured operator tables of aiconfigurator-core (``pip install 'servesim[aic]'``)."""
+
+    model: Literal["aic"]
+    aic: AicTablesConfig = AicTablesConfig()
+    frontend: dict[str, Any] = {}
+
+
+PerfConfig = Annotated[Union[AnalyticPerfConfig, FixedPerfConfig, LinearPerfConfig, AicPerfConfig],
+                       Field(discriminator="model")]
 
 
 class _Wrapper(_Strict):
@@ -78,8 +98,12 @@ def parse_perf_config(data: dict | None) -> AnalyticPerfConfig | FixedPerfConfig
             data = {"model": "analytic", **data}
         return _Wrapper.model_validate({"perf": data}).perf
     except ValidationError as e:
-        msgs = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']} (found {err.get('input')!r})"
-                         for err in e.errors())
+        # drop the union's tag from the path: perf.<model>.<key> → perf.<key>
+        tag = data.get("model") if isinstance(data, dict) else None
+        locs = [err["loc"][:1] + err["loc"][2:] if len(err["loc"]) > 2 and err["loc"][1] == tag
+                else err["loc"] for err in e.errors()]
+        msgs = "; ".join(f"{'.'.join(str(x) for x in loc)}: {err['msg']} (found {err.get('input')!r})"
+                         for loc, err in zip(locs, e.errors()))
         raise ConfigError(msgs) from None
 
 
@@ -88,7 +112,7 @@ class ResolvedPerf:
     """The parameters a perf config resolves to for one deployment (shown in prediction.json)."""
 
     calibration: str | None  # file used, or None
-    group: str  # "<gpu>/<engine>"
+    group: str  # the calibration group that applied: "<gpu>/<engine>[/<model>[@<precision>]]" or "shared"
     analytic: dict[str, Any]  # AnalyticParams overrides (calibration, then perf.params)
     frontend: FrontendParams
 
@@ -114,15 +138,22 @@ def _load_calibration(name: str | None, base_dir: Path | None):
 
 
 def resolve_perf(perf_cfg: AnalyticPerfConfig | FixedPerfConfig | LinearPerfConfig | dict | None,
-                 gpu: str = "", engine: str = "", base_dir: Path | None = None) -> ResolvedPerf:
-    """Calibration values for ``<gpu>/<engine>``, then the config's own overrides."""
+                 gpu: str = "", engine: str = "", base_dir: Path | None = None,
+                 model: str | None = None, precision: str | None = None) -> ResolvedPerf:
+    """Calibration values for the deployment's most specific group, then the config's own overrides.
+
+    ``model`` and ``precision`` (weights) select model groups of the calibration file
+    (:mod:`servesim.perf.calibration`); without them only ``<gpu>/<engine>`` groups apply.
+    """
     if perf_cfg is None or isinstance(perf_cfg, dict):
         perf_cfg = parse_perf_config(perf_cfg)
     analytic: dict[str, Any] = {}
     cal_name = perf_cfg.calibration if isinstance(perf_cfg, AnalyticPerfConfig) else None
     cal, used = _load_calibration(cal_name, base_dir)
+    group = f"{gpu}/{engine}"
     if cal is not None:
-        a, fe = cal.resolve(gpu, engine)
+        a, fe = cal.resolve(gpu, engine, model, precision)
+        group = cal.group_of(gpu, engine, model, precision)
         analytic.update(a)
         front: dict[str, Any] = FrontendParams().model_dump() | fe
     else:
@@ -136,7 +167,7 @@ def resolve_perf(perf_cfg: AnalyticPerfConfig | FixedPerfConfig | LinearPerfConf
         msgs = "; ".join(f"perf.frontend.{'.'.join(str(x) for x in err['loc'])}: {err['msg']} "
                          f"(found {err.get('input')!r})" for err in e.errors())
         raise ConfigError(msgs) from None
-    return ResolvedPerf(calibration=used, group=f"{gpu}/{engine}", analytic=analytic, frontend=fparams)
+    return ResolvedPerf(calibration=used, group=group, analytic=analytic, frontend=fparams)
 
 
 def _analytic_params(values: dict[str, Any]) -> AnalyticParams:
@@ -172,6 +203,11 @@ def build_step_time(
         return FixedStepTime(perf_cfg.seconds)
     if isinstance(perf_cfg, LinearPerfConfig):
         return LinearStepTime(**perf_cfg.model_dump(exclude={"model", "frontend"}))
+    if isinstance(perf_cfg, AicPerfConfig):
+        from servesim.perf.aic import AicOptions, AicStepTime  # optional extra: import on use
+
+        return AicStepTime(arch, gpu, tp=tp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine,
+                           attention_dp=attention_dp, options=AicOptions(**perf_cfg.aic.model_dump()))
     if resolved is None:
         resolved = resolve_perf(perf_cfg, gpu.name, engine)
     return AnalyticStepTime(arch, gpu, tp=tp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype,

@@ -24,7 +24,17 @@ def add_subcommands(sub) -> None:
     c = sub.add_parser("calibrate", help="fit step-time efficiencies and frontend parameters to measured points")
     c.add_argument("--points", required=True, help="measured points CSV (calibration.csv schema)")
     c.add_argument("--out", default="calibration.yaml", help="calibration YAML to write (default calibration.yaml)")
-    c.add_argument("--sample", type=int, default=24, help="points per fit (per group and shared; default 24)")
+    c.add_argument("--method", choices=("sensitivity", "direct"), default="sensitivity",
+                   help="sensitivity (default): simulate every point at full prompt counts at a base and one "
+                        "variant per knob, then fit shared, GPU/engine and model groups against that linear "
+                        "surrogate; direct: least squares re-simulating sampled points at reduced counts")
+    c.add_argument("--sensitivities", help="sensitivity method: CSV of per-point sensitivities; "
+                                           "read if it exists (no simulation), else written")
+    c.add_argument("--base-calibration", help="sensitivity method: calibration whose shared values are the "
+                                              "base (default: the built-in base)")
+    c.add_argument("--min-model-points", type=int, default=3,
+                   help="sensitivity method: model groups need this many points (default 3)")
+    c.add_argument("--sample", type=int, default=24, help="direct method: points per fit (default 24)")
     c.add_argument("--shared-sample", type=int, help="points of the shared fit (default: --sample)")
     c.add_argument("--split", choices=("fit", "holdout"),
                    help="only the fit (~60%%, by id hash) or held-out (~40%%) rows of the file")
@@ -68,6 +78,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    if args.method == "sensitivity":
+        return _calibrate_sensitivity(args)
     from servesim.validate.calibrate import calibrate
     from servesim.validate.points import load_points
     from servesim.validate.run import check_point
@@ -80,6 +92,41 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                     group_params=args.group_params.split(",") if args.group_params else None,
                     log=log, source=f"{Path(args.points).name} ({sum(p.status == 'ok' for p in points)} "
                                     f"supported points)")
+    cal.save(args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _calibrate_sensitivity(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from servesim.perf.calibration import load_calibration
+    from servesim.validate.groupfit import fit_hierarchy
+    from servesim.validate.points import load_points
+    from servesim.validate.sensitivity import (DEFAULT_BASE, BaseParams, measure_sensitivities,
+                                               read_sensitivities, write_sensitivities)
+
+    points = load_points(args.points, split=args.split)
+    base = BaseParams.from_calibration(load_calibration(args.base_calibration)) if args.base_calibration \
+        else DEFAULT_BASE
+    log = (lambda m: None) if args.quiet else _err
+    if args.sensitivities and Path(args.sensitivities).exists():
+        log(f"reading sensitivities from {args.sensitivities}")
+        sens = read_sensitivities(args.sensitivities, points)
+    else:
+        t0 = time.perf_counter()
+
+        def progress(i: int, n: int) -> None:
+            if i % 10 == 0 or i == n:
+                log(f"[{i}/{n}] simulated ({time.perf_counter() - t0:.0f} s)")
+
+        sens = measure_sensitivities(points, base, processes=args.processes, progress=progress)
+        if args.sensitivities:
+            write_sensitivities(sens, args.sensitivities)
+    cal = fit_hierarchy(sens, base, min_group_points=args.min_group_points,
+                        min_model_points=args.min_model_points, say=log)
+    cal.meta["fitted_on"] = f"{Path(args.points).name}" + (f" ({args.split} split)" if args.split else "")
+    cal.meta["fit"]["base"] = base.describe()
     cal.save(args.out)
     print(f"wrote {args.out}")
     return 0

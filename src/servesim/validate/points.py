@@ -84,6 +84,15 @@ class Point:
         return f"{self.gpu}/{self.engine}"
 
     @property
+    def model(self) -> str:
+        return self.row["model"]
+
+    @property
+    def precision(self) -> str:
+        """Weight precision as the row writes it (empty → bf16)."""
+        return (self.row.get("precision") or "").strip().lower() or "bf16"
+
+    @property
     def measured_ttft_ms(self) -> float:
         return float(self.row["measured_mean_ttft_ms"])
 

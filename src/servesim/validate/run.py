@@ -84,7 +84,7 @@ def _validate_one(args: tuple[Point, Calibration]) -> Row:
     if p.status != "ok":
         row.status = p.status
     else:
-        analytic, frontend = cal.resolve(p.gpu, p.engine)
+        analytic, frontend = cal.resolve(p.gpu, p.engine, p.model, p.precision)
         try:
             res = simulate_point(p.config, analytic, frontend)
         except ServesimError as e:

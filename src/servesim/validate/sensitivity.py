@@ -1,0 +1,212 @@
+"""Per-point sensitivities of simulated TTFT and TPOT to the calibrated parameters.
+
+A direct fit (``validate/calibrate.py``) re-simulates every point for every trial parameter
+vector, so it can afford only a few points per group at reduced prompt counts.  The
+sensitivity method simulates each point a handful of times at full prompt counts, once at a
+base parameter set and once per *knob* moved by a known factor, and records how mean TTFT and
+TPOT respond.  Each knob scales one group of costs:
+
+- ``mem``: ``1 / mem_eff`` — the memory-bound work (weights and KV reads of decode passes);
+- ``prefill``: ``1 / gemm_eff_max`` and ``1 / attn_prefill_eff_max`` together — compute-bound
+  prefill work;
+- ``sched``: ``scheduler_pass_s`` — serial CPU time added to every pass.
+
+Pass time is, to first order, a sum of terms each proportional to one of these scales, so a
+point's TTFT and TPOT are modelled as linear in the knob values around the base
+(``value = base + Σ slope_k × (knob_k − knob_k,base)``).  The fit (``validate/groupfit.py``)
+then searches group parameters against that surrogate in microseconds, and ``servesim
+validate`` judges the result with real simulations.  The stream latency
+``first_token_overhead_s`` needs no run at all: it adds exactly to every TTFT.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from servesim.errors import ServesimError
+from servesim.validate.points import Point
+from servesim.validate.run import check_point
+from servesim.validate.simulate import simulate_point
+
+#: The knobs, and how each variant run moves the base parameters.
+KNOBS = ("mem", "prefill", "sched")
+#: Relative step of each knob's time scale in its variant run (mem: 1/mem_eff × 1/1.3, ...).
+MEM_STEP = 1 / 1.3
+PREFILL_STEP = 1 / 0.75
+
+
+@dataclass
+class BaseParams:
+    """The parameter set the sensitivities are taken around (analytic + frontend values)."""
+
+    mem_eff: float
+    gemm_eff_max: float
+    attn_prefill_eff_max: float
+    scheduler_pass_s: float
+    frontend: dict
+
+    def variants(self) -> dict[str, tuple[dict, dict]]:
+        """(analytic, frontend) parameters of the base run and of each knob's run."""
+        fe = dict(self.frontend) | {"first_token_overhead_s": 0.0, "scheduler_pass_s": self.scheduler_pass_s}
+        base_a = {"mem_eff": self.mem_eff, "gemm_eff_max": self.gemm_eff_max,
+                  "attn_prefill_eff_max": self.attn_prefill_eff_max}
+        sched_step = max(self.scheduler_pass_s, 1e-3)
+        return {
+            "base": (base_a, fe),
+            "mem": (base_a | {"mem_eff": self.mem_eff / MEM_STEP}, fe),
+            "prefill": (base_a | {"gemm_eff_max": self.gemm_eff_max / PREFILL_STEP,
+                                  "attn_prefill_eff_max": self.attn_prefill_eff_max / PREFILL_STEP}, fe),
+            "sched": (base_a, fe | {"scheduler_pass_s": self.scheduler_pass_s + sched_step}),
+        }
+
+    @classmethod
+    def from_calibration(cls, cal) -> "BaseParams":
+        """The shared values of a calibration (missing ones from :data:`DEFAULT_BASE`)."""
+        a = cal.shared.get("analytic", {})
+        f = dict(cal.shared.get("frontend", {}))
+        d = DEFAULT_BASE
+        return cls(mem_eff=a.get("mem_eff", d.mem_eff), gemm_eff_max=a.get("gemm_eff_max", d.gemm_eff_max),
+                   attn_prefill_eff_max=a.get("attn_prefill_eff_max", d.attn_prefill_eff_max),
+                   scheduler_pass_s=f.pop("scheduler_pass_s", d.scheduler_pass_s),
+                   frontend={k: v for k, v in f.items() if k != "first_token_overhead_s"})
+
+    def describe(self) -> dict:
+        return {"mem_eff": self.mem_eff, "gemm_eff_max": self.gemm_eff_max,
+                "attn_prefill_eff_max": self.attn_prefill_eff_max, "scheduler_pass_s": self.scheduler_pass_s,
+                "frontend": dict(self.frontend)}
+
+    def knob_deltas(self) -> dict[str, float]:
+        """How far each variant moved its knob, in the knob's own unit."""
+        return {"mem": MEM_STEP - 1.0, "prefill": PREFILL_STEP - 1.0, "sched": max(self.scheduler_pass_s, 1e-3)}
+
+
+#: The base the shipped calibration was measured around: the earlier quick shared fit
+#: (14 points, direct method) of servesim 0.1.
+DEFAULT_BASE = BaseParams(mem_eff=0.587406, gemm_eff_max=0.881076, attn_prefill_eff_max=0.301326,
+                          scheduler_pass_s=0.00280709, frontend={"tokenize_per_token_s": 5.62969e-06})
+
+
+@dataclass
+class PointSensitivity:
+    """One point's measured values, base prediction and slopes (ms per knob unit)."""
+
+    point: Point
+    status: str
+    ttft_base: float = math.nan  # ms, without the stream latency
+    tpot_base: float = math.nan
+    ttft_slope: dict | None = None
+    tpot_slope: dict | None = None
+
+    def predict(self, mem: float, prefill: float, sched_delta_s: float, stream_s: float) -> tuple[float, float]:
+        """Surrogate (TTFT, TPOT) in ms at knob values relative to the base.
+
+        ``mem`` and ``prefill`` are time scales relative to the base (1 = base), ``sched_delta_s``
+        seconds added to the base ``scheduler_pass_s``, ``stream_s`` the stream latency.
+        """
+        d = {"mem": mem - 1.0, "prefill": prefill - 1.0, "sched": sched_delta_s}
+        ttft = self.ttft_base + sum(self.ttft_slope[k] * d[k] for k in KNOBS) + stream_s * 1e3
+        tpot = self.tpot_base + sum(self.tpot_slope[k] * d[k] for k in KNOBS)
+        return ttft, tpot
+
+
+def _run_one(args: tuple[Point, dict[str, tuple[dict, dict]]]) -> tuple[str, dict[str, tuple[float, float]]]:
+    point, variants = args
+    check_point(point)
+    if point.status != "ok":
+        return point.status, {}
+    out: dict[str, tuple[float, float]] = {}
+    for name, (analytic, frontend) in variants.items():
+        try:
+            res = simulate_point(point.config, analytic, frontend)
+        except ServesimError as e:
+            return f"error: {' '.join(str(e).split())}", {}
+        if not res.completed:
+            return "error: no measured request completed", {}
+        out[name] = (res.ttft_ms, res.tpot_ms)
+    return "ok", out
+
+
+def measure_sensitivities(points: Sequence[Point], base: BaseParams, processes: int = 1,
+                          progress: Callable[[int, int], None] | None = None) -> list[PointSensitivity]:
+    """Simulate every point at the base and at each knob's variant (full prompt counts)."""
+    variants = base.variants()
+    deltas = base.knob_deltas()
+    jobs = [(p, variants) for p in points]
+    results = []
+    if processes > 1 and len(jobs) > 1:
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(processes) as pool:
+            for r in pool.imap(_run_one, jobs, chunksize=1):
+                results.append(r)
+                if progress:
+                    progress(len(results), len(jobs))
+    else:
+        for job in jobs:
+            results.append(_run_one(job))
+            if progress:
+                progress(len(results), len(jobs))
+    out = []
+    for p, (status, runs) in zip(points, results):
+        s = PointSensitivity(p, status)
+        if status == "ok":
+            b = runs["base"]
+            s.ttft_base, s.tpot_base = b
+            s.ttft_slope = {k: (runs[k][0] - b[0]) / deltas[k] for k in KNOBS}
+            s.tpot_slope = {k: (runs[k][1] - b[1]) / deltas[k] for k in KNOBS}
+        out.append(s)
+    return out
+
+
+FIELDS = ["id", "status", "group", "model", "weight_dtype", "measured_ttft_ms", "measured_tpot_ms",
+          "ttft_base", "tpot_base"] + [f"ttft_d_{k}" for k in KNOBS] + [f"tpot_d_{k}" for k in KNOBS]
+
+
+def write_sensitivities(rows: Sequence[PointSensitivity], path: str | Path) -> None:
+    """One CSV row per point (the raw material of a fit; re-fitting needs no simulation)."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(FIELDS)
+        for s in rows:
+            p = s.point
+            slopes_t = [s.ttft_slope[k] if s.ttft_slope else "" for k in KNOBS]
+            slopes_p = [s.tpot_slope[k] if s.tpot_slope else "" for k in KNOBS]
+            w.writerow([p.id, s.status, p.group, p.row.get("model", ""), p.row.get("precision") or "bf16", p.measured_ttft_ms,
+                        p.measured_tpot_ms, s.ttft_base, s.tpot_base, *slopes_t, *slopes_p])
+
+
+def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointSensitivity]:
+    """Sensitivities written by :func:`write_sensitivities`, matched to ``points`` by id.
+
+    Points absent from the file get status ``error: not in <file>``.
+    """
+    from servesim.errors import ConfigError
+
+    by_id: dict[str, dict[str, str]] = {}
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = set(FIELDS) - set(reader.fieldnames or [])
+            if missing:
+                raise ConfigError(f"{path}: not a sensitivities file (missing columns {sorted(missing)})")
+            for row in reader:
+                by_id[row["id"]] = row
+    except OSError as e:
+        raise ConfigError(f"--sensitivities: cannot read {str(path)!r} ({e})") from None
+    out = []
+    for p in points:
+        row = by_id.get(p.id)
+        if row is None:
+            out.append(PointSensitivity(p, f"error: not in {path}"))
+            continue
+        s = PointSensitivity(p, row["status"])
+        if s.status == "ok":
+            s.ttft_base, s.tpot_base = float(row["ttft_base"]), float(row["tpot_base"])
+            s.ttft_slope = {k: float(row[f"ttft_d_{k}"]) for k in KNOBS}
+            s.tpot_slope = {k: float(row[f"tpot_d_{k}"]) for k in KNOBS}
+        out.append(s)
+    return out
