@@ -259,6 +259,33 @@ class AnalyticStepTime:
         p = self.p
         return p.gemm_eff_max * tokens / (tokens + p.gemm_half_tokens)
 
+    def _gemms_time(self, gemms, tokens: float) -> float:
+        """Roofline time of a list of (flop_s, weight_s, io_s) GEMMs at ``tokens`` rows."""
+        eff = self._gemm_eff(tokens)
+        t = 0.0
+        for c, w, a in gemms:
+            t += max(tokens * c / eff, w + tokens * a)
+        return t
+
+    def _moe_time(self, t_total: int) -> float:
+        """Routed experts over ``t_total`` tokens: only the experts the pass touches load weights."""
+        moe = self._moe
+        if moe is None:
+            return 0.0
+        frac = -math.expm1(t_total * self._moe_log_miss)  # P(an expert is touched)
+        touched = moe["local"] * frac
+        assign = t_total * moe["k"] / (moe["E"] / moe["local"])  # assignments on this GPU
+        per_expert = t_total * moe["k"] / (moe["E"] * frac)
+        eff_m = self.p.moe_eff_scale * self._gemm_eff(per_expert)
+        return max(assign * moe["flop_s"] / eff_m, touched * moe["w_s"] + assign * moe["io_s"])
+
+    def _pass_overhead(self, decode_only: bool, decode_batch: int) -> float:
+        """Fixed per-pass cost: a CUDA-graph replay for small decode-only batches, else launches."""
+        p = self.p
+        if decode_only and decode_batch <= p.cuda_graph_max_batch:
+            return p.graph_pass_overhead_s + self._L * p.graph_layer_overhead_s
+        return p.pass_overhead_s + self._L * p.layer_overhead_s
+
     def _token_part(self, t_total: int, n_chunks: int, n_dec: int, dtok: int, decode_only: bool) -> float:
         """Everything that depends only on token counts (not on context lengths); memoised."""
         key = (t_total, n_chunks, n_dec, dtok, decode_only)
@@ -270,21 +297,10 @@ class AnalyticStepTime:
         t_a = t_total / dp  # tokens per attention rank
         t = 0.0
         if t_a > 0:
-            eff = self._gemm_eff(t_a)
-            for c, w, a in self._attn_gemms:
-                t += max(t_a * c / eff, w + t_a * a)
+            t += self._gemms_time(self._attn_gemms, t_a)
         if t_total > 0:
-            eff = self._gemm_eff(t_total)
-            for c, w, a in self._mlp_gemms:
-                t += max(t_total * c / eff, w + t_total * a)
-            moe = self._moe
-            if moe is not None:
-                frac = -math.expm1(t_total * self._moe_log_miss)  # P(an expert is touched)
-                touched = moe["local"] * frac
-                assign = t_total * moe["k"] / (moe["E"] / moe["local"])  # assignments on this GPU
-                per_expert = t_total * moe["k"] / (moe["E"] * frac)
-                eff_m = p.moe_eff_scale * self._gemm_eff(per_expert)
-                t += max(assign * moe["flop_s"] / eff_m, touched * moe["w_s"] + assign * moe["io_s"])
+            t += self._gemms_time(self._mlp_gemms, t_total)
+            t += self._moe_time(t_total)
             t += self._elem_s * t_a
             # linear-attention recurrent update FLOPs and state traffic
             if self._lin_flop_s:
@@ -297,11 +313,7 @@ class AnalyticStepTime:
         if n_logits > 0:
             c, w, a = self._lm
             t += max(n_logits * c / self._gemm_eff(n_logits), w + n_logits * a)
-        # fixed overheads
-        if decode_only and n_dec <= p.cuda_graph_max_batch:
-            t += p.graph_pass_overhead_s + self._L * p.graph_layer_overhead_s
-        else:
-            t += p.pass_overhead_s + self._L * p.layer_overhead_s
+        t += self._pass_overhead(decode_only, n_dec)
         t += p.overhead_per_request_s * (n_dec + n_chunks)
         if len(self._cache) > 200_000:
             self._cache.clear()
@@ -419,9 +431,7 @@ class AnalyticStepTime:
         p = self.p
         v = 0.0
         if t > 0:
-            eff = self._gemm_eff(t)
-            for c, w, a in self._attn_gemms:
-                v += max(t * c / eff, w + t * a)
+            v += self._gemms_time(self._attn_gemms, t)
             v += self._elem_s * t
             if self._lin_flop_s:
                 v += max(t * self._lin_flop_s / p.gemm_eff_max, (n_dec + n_chunks) * self._lin_state_s)
@@ -440,26 +450,11 @@ class AnalyticStepTime:
         """The layers all ranks run together: experts / MLP over ``t_total`` tokens, collectives
         sized by the busiest rank's ``t_busiest`` tokens, and the per-pass overhead (a CUDA
         graph when every rank decodes at most ``cuda_graph_max_batch`` requests)."""
-        p = self.p
         v = 0.0
         if t_total > 0:
-            eff = self._gemm_eff(t_total)
-            for c, w, a in self._mlp_gemms:
-                v += max(t_total * c / eff, w + t_total * a)
-            moe = self._moe
-            if moe is not None:
-                frac = -math.expm1(t_total * self._moe_log_miss)
-                touched = moe["local"] * frac
-                assign = t_total * moe["k"] / (moe["E"] / moe["local"])
-                per_expert = t_total * moe["k"] / (moe["E"] * frac)
-                eff_m = p.moe_eff_scale * self._gemm_eff(per_expert)
-                v += max(assign * moe["flop_s"] / eff_m, touched * moe["w_s"] + assign * moe["io_s"])
+            v += self._gemms_time(self._mlp_gemms, t_total) + self._moe_time(t_total)
             v += self._a2a[0] + self._a2a[1] * t_busiest * self._dp
-        if decode_only and max_rank_decode <= p.cuda_graph_max_batch:
-            v += p.graph_pass_overhead_s + self._L * p.graph_layer_overhead_s
-        else:
-            v += p.pass_overhead_s + self._L * p.layer_overhead_s
-        return v
+        return v + self._pass_overhead(decode_only, max_rank_decode)
 
     def rank_local_time(self, plan: PassPlan) -> float:
         """One rank's own part of the pass: its token work plus its attention over its contexts."""
