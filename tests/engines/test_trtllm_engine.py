@@ -87,9 +87,11 @@ def test_context_without_chunking_waits_for_token_budget():
 
 
 def test_prompt_above_max_num_tokens_rejected_without_chunking():
-    rec, eng, _ = run([req(0, 0.0, 100, 2), req(1, 0.0, 10, 2)], max_num_tokens=64)
-    assert rec.column("status").tolist() == [Status.REJECTED, Status.COMPLETED]
+    rec, eng, _ = run([req(0, 0.0, 100, 2), req(1, 0.0, 10, 2), req(2, 0.0, 90, 2)], max_num_tokens=64)
+    assert rec.column("status").tolist() == [Status.REJECTED, Status.COMPLETED, Status.REJECTED]
     assert "max_num_tokens" in rec.reason[0]
+    # one reason per cause, whatever the prompt's length, so summaries can count them
+    assert rec.reason[0] == rec.reason[2]
 
 
 def test_guaranteed_no_evict_reserves_whole_request():

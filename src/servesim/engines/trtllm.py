@@ -160,15 +160,14 @@ class TRTLLMEngine(Engine):
     def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
         n = req.input_length
         if n + 1 > self.max_seq_len:
-            self._reject(req, now, f"prompt of {n} tokens leaves no room for output within "
-                                   f"max_seq_len {self.max_seq_len}")
+            # One reason per cause (not per length), so the summary can count them.
+            self._reject(req, now, f"prompt leaves no room for output within max_seq_len {self.max_seq_len}")
             return
         if n + 1 > self.capacity:
-            self._reject(req, now, f"prompt of {n} tokens exceeds the KV cache of {self.capacity} tokens")
+            self._reject(req, now, f"prompt exceeds the KV cache of {self.capacity} tokens")
             return
         if not self.chunking and n > self.max_tokens and not kv_ready:  # (no context phase when transferred)
-            self._reject(req, now, f"prompt of {n} tokens exceeds max_num_tokens {self.max_tokens} "
-                                   "with chunked context off")
+            self._reject(req, now, f"prompt exceeds max_num_tokens {self.max_tokens} with chunked context off")
             return
         max_new = max(1, min(req.output_length, self.max_len - n))
         if kv_ready:  # disaggregated decode: admitted by _admit_ready, no context phase

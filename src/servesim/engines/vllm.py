@@ -168,11 +168,11 @@ class VLLMEngine(Engine):
     def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
         n = req.input_length
         if n + 1 > self.max_model_len:
-            self._reject(req, now, f"prompt of {n} tokens leaves no room for output within "
-                                   f"max_model_len {self.max_model_len}")
+            # One reason per cause (not per length), so the summary can count them.
+            self._reject(req, now, f"prompt leaves no room for output within max_model_len {self.max_model_len}")
             return
         if n + 1 > self.capacity:
-            self._reject(req, now, f"prompt of {n} tokens exceeds the KV cache of {self.capacity} tokens")
+            self._reject(req, now, f"prompt exceeds the KV cache of {self.capacity} tokens")
             return
         max_new = min(req.output_length, self.max_len - n)
         if kv_ready:  # disaggregated decode: admitted by _admit_ready, no prefill pass

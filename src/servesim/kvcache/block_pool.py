@@ -12,7 +12,8 @@ Eviction order with the default ``lru`` policy is vLLM's exactly: one queue of f
 Engines free a request's blocks in reverse (:meth:`free_request`) so its tail blocks,
 least likely to be shared, are recycled first.  Other policies (``lfu``, ``fifo``,
 ``belady``) recycle never-cached free blocks first (FIFO), then pick among free cached
-blocks by the policy's key (one O(free cached) scan per allocation that needs it).
+blocks by the policy's key, from a lazy heap (:class:`_VictimHeap`): O(log n) per victim
+instead of a scan of every free cached block.
 
 Simplification: one block per hash.  If a block is cached under a hash that another block
 already holds (two requests computed the same prefix concurrently), it stays uncached.
@@ -21,12 +22,20 @@ already holds (two requests computed the same prefix concurrently), it stays unc
 from __future__ import annotations
 
 import heapq
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
 from servesim.kvcache.events import EventSink, KVEvent
 from servesim.kvcache.hashing import block_content_ids, block_hashes, unit_chain
-from servesim.kvcache.policies import EvictionPolicy, LRUPolicy, NextUseOracle, make_policy
+from servesim.kvcache.policies import (
+    BeladyPolicy,
+    EvictionPolicy,
+    LRUPolicy,
+    NextUseOracle,
+    content_group,
+    make_policy,
+)
 
 __all__ = ["Block", "BlockPool", "block_hashes", "block_content_ids", "unit_chain"]
 
@@ -48,6 +57,7 @@ class Block:
         "insert_time",
         "insert_seq",
         "block_id",
+        "stamp",
     )
 
     def __init__(self, idx: int) -> None:
@@ -60,9 +70,113 @@ class Block:
         self.insert_time = 0.0
         self.insert_seq = 0
         self.block_id = 0
+        #: Stamp of the block's live entry in the victim heap (older entries are stale).
+        self.stamp = 0
 
     def __repr__(self) -> str:
         return f"Block({self.idx}, ref={self.ref}, hash={self.hash})"
+
+
+class _VictimHeap:
+    """Free cached blocks ordered by the policy's key, lazily: the order is exact, the work O(log n).
+
+    Each free cached block has one live entry ``(key, idx, stamp)``; pushing a block again
+    (its key changed) leaves the old entry stale, recognised by its stamp.  A popped entry
+    is re-keyed before it is trusted; if the key grew (Belady: a request using the block
+    arrived) it goes back in.  The order equals a full scan as long as a live entry's key
+    never exceeds the block's current key, which holds because:
+
+    * ``lru``/``lfu``/``fifo`` keys are fixed while a block is free;
+    * ``belady`` keys grow as time passes *except* in two cases, each re-pushed eagerly:
+      the next use recorded at push time has passed (the :attr:`_expiry` heap), and a
+      request ended, so its blocks' next use moved from "now" to a later arrival
+      (the oracle's end listener, :meth:`on_requests_ended`).
+    """
+
+    __slots__ = ("pool", "key", "heap", "oracle", "expiry", "by_content", "stamps")
+
+    #: Stale entries tolerated (beyond 3 per live one) before the heaps are compacted.
+    STALE_SLACK = 1024
+
+    def __init__(self, pool: BlockPool, oracle: NextUseOracle | None) -> None:
+        self.pool = pool
+        self.key = pool.policy.key
+        self.heap: list[tuple] = []
+        self.stamps = 0
+        self.oracle = oracle
+        #: Belady only: ``(next use, idx, stamp)`` of entries whose key changes when time reaches it.
+        self.expiry: list[tuple[float, int, int]] = []
+        #: Belady only: free cached blocks by :func:`content_group` of their trace block id,
+    #: to re-key them when a request ends.
+        self.by_content: dict[int, set[int]] = {}
+        if oracle is not None:
+            oracle.subscribe(self.on_requests_ended)
+
+    def push(self, blk: Block) -> None:
+        """(Re-)enter a free cached block with its current key."""
+        self.stamps += 1
+        blk.stamp = s = self.stamps
+        k = self.key(blk, self.pool.now)
+        heapq.heappush(self.heap, (k, blk.idx, s))
+        if self.oracle is not None:
+            self.by_content.setdefault(content_group(blk.block_id), set()).add(blk.idx)
+            nxt = -k[0]
+            if self.pool.now < nxt < math.inf:
+                heapq.heappush(self.expiry, (nxt, blk.idx, s))
+
+    def discard(self, blk: Block) -> None:
+        """The block left the free cached set (hit or recycled): its entries go stale."""
+        blk.stamp = 0
+        if self.oracle is not None:
+            group = content_group(blk.block_id)
+            ids = self.by_content.get(group)
+            if ids is not None:
+                ids.discard(blk.idx)
+                if not ids:
+                    del self.by_content[group]
+
+    def on_requests_ended(self, groups: Iterable[int]) -> None:
+        """Oracle listener: these blocks' next use may have moved later; re-key ours."""
+        blocks = self.pool.blocks
+        for group in groups:
+            ids = self.by_content.get(group)
+            if ids:
+                for b in list(ids):
+                    self.push(blocks[b])
+
+    def pop_victims(self, n: int) -> list[int]:
+        """The ``n`` free cached blocks with the smallest keys (callers check there are n)."""
+        pool, key, blocks = self.pool, self.key, self.pool.blocks
+        now = pool.now
+        expiry = self.expiry
+        while expiry and expiry[0][0] <= now:  # next use reached: the key may have dropped
+            _, b, s = heapq.heappop(expiry)
+            if blocks[b].stamp == s:
+                self.push(blocks[b])
+        if len(self.heap) > 4 * len(pool._free_cached) + self.STALE_SLACK:
+            self.rebuild()
+        heap = self.heap
+        out: list[int] = []
+        while len(out) < n:
+            k, b, s = heapq.heappop(heap)
+            blk = blocks[b]
+            if blk.stamp != s:
+                continue  # stale
+            cur = key(blk, now)
+            if cur != k:
+                self.push(blk)
+                continue
+            self.discard(blk)
+            out.append(b)
+        return out
+
+    def rebuild(self) -> None:
+        """Drop stale entries (bounded memory)."""
+        blocks = self.pool.blocks
+        self.heap = [e for e in self.heap if blocks[e[1]].stamp == e[2]]
+        heapq.heapify(self.heap)
+        self.expiry = [e for e in self.expiry if blocks[e[1]].stamp == e[2]]
+        heapq.heapify(self.expiry)
 
 
 class BlockPool:
@@ -98,6 +212,8 @@ class BlockPool:
         #: never-cached ones; free cached blocks then live in ``_free_cached``.
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self._free_cached: set[int] = set()
+        self._victims = None if self._lru else _VictimHeap(
+            self, oracle if type(self.policy) is BeladyPolicy else None)
         self._hash_to_block: dict[int, int] = {}
 
     # ------------------------------------------------------------------ counters
@@ -155,6 +271,7 @@ class BlockPool:
                     del self._free[b]
                 else:
                     self._free_cached.discard(b)
+                    self._victims.discard(blk)
             blk.ref += 1
             blk.last_access = now
             blk.last_seq = seq
@@ -179,8 +296,7 @@ class BlockPool:
             k = min(n, len(free))
             out = [free.popitem(last=False)[0] for _ in range(k)]
             if k < n:
-                key, now, blocks = self.policy.key, self.now, self.blocks
-                victims = heapq.nsmallest(n - k, self._free_cached, key=lambda b: (key(blocks[b], now), b))
+                victims = self._victims.pop_victims(n - k)
                 self._free_cached.difference_update(victims)
                 out.extend(victims)
         removed: list[int] = []
@@ -244,6 +360,7 @@ class BlockPool:
                     self._free[b] = None
                 else:
                     self._free_cached.add(b)
+                    self._victims.push(blk)
 
     def free_request(self, blocks: Sequence[int]) -> None:
         """Free a request's blocks tail first, so its last blocks are recycled first (vLLM)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from servesim.workload.request import OUTPUT_ID_BASE, Request
@@ -87,7 +87,11 @@ class BeladyPolicy(EvictionPolicy):
         self.oracle = oracle
 
     def key(self, entry: EntryStats, now: float) -> Any:
-        return (-self.oracle.next_use(entry.block_id, now), entry.last_seq)
+        nxt = self.oracle.next_use(entry.block_id, now)
+        # Blocks needed now (a request using them is in flight) go last, by recency.  Their
+        # key is +inf rather than -now so that it does not shrink as time passes: the block
+        # pool's lazy heap relies on keys that only grow between the events it watches.
+        return (math.inf if nxt <= now else -nxt, entry.last_seq)
 
 
 class NextUseOracle:
@@ -100,7 +104,7 @@ class NextUseOracle:
     request count as needed now rather than never again.
     """
 
-    __slots__ = ("_times", "_active", "_active_requests")
+    __slots__ = ("_times", "_active", "_active_requests", "_listeners")
 
     def __init__(self, items: Iterable[Request | tuple[float, Iterable[tuple[int, int]]]]) -> None:
         acc: dict[int, list[float]] = {}
@@ -124,6 +128,13 @@ class NextUseOracle:
         self._active: dict[int, int] = {}
         #: Indices of requests in flight, whose generated-token blocks are needed too.
         self._active_requests: set[int] = set()
+        #: Called with a request's block ids when it ends (their next use moves later).
+        self._listeners: list[Callable[[set[int]], None]] = []
+
+    def subscribe(self, listener: Callable[[set[int]], None]) -> None:
+        """Call ``listener(groups)`` whenever a request ends: the :func:`content_group` of
+        every block id whose next use may have moved later (see :meth:`deactivate`)."""
+        self._listeners.append(listener)
 
     def activate(self, req: Request) -> None:
         """A request arrived; until :meth:`deactivate`, its prompt and output blocks are in use now."""
@@ -136,12 +147,17 @@ class NextUseOracle:
         """The request ended (completed or rejected)."""
         self._active_requests.discard(req.index)
         act = self._active
-        for bid in set(req.hash_ids) | set(req.output_hash_ids):
+        ids = set(req.hash_ids) | set(req.output_hash_ids)
+        for bid in ids:
             n = act[bid] - 1
             if n:
                 act[bid] = n
             else:
                 del act[bid]
+        if self._listeners:
+            ids.add(output_group(req.index))  # its generated-token blocks
+            for listener in self._listeners:
+                listener(ids)
 
     def next_use(self, block_id: int, now: float) -> float:
         """When ``block_id`` is next needed: ``now`` while a request using it is in flight
@@ -156,6 +172,19 @@ class NextUseOracle:
             return math.inf
         i = bisect_right(times, now)
         return times[i] if i < len(times) else math.inf
+
+
+def output_group(request_index: int) -> int:
+    """One id standing for every generated-token block id of a request (see :func:`content_group`)."""
+    return OUTPUT_ID_BASE - (request_index << 24)
+
+
+def content_group(block_id: int) -> int:
+    """``block_id`` itself, or for a generated-token block its request's :func:`output_group`:
+    the unit in which the oracle's answers change when a request ends."""
+    if block_id <= OUTPUT_ID_BASE:
+        return output_group((OUTPUT_ID_BASE - block_id) >> 24)
+    return block_id
 
 
 POLICY_NAMES: tuple[str, ...] = ("lru", "lfu", "fifo", "belady")
