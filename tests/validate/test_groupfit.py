@@ -9,8 +9,14 @@ import pytest
 
 from servesim.validate.groupfit import GroupParams, fit_hierarchy
 from servesim.validate.points import Point
-from servesim.validate.sensitivity import (DEFAULT_BASE, KNOBS, PointSensitivity, read_sensitivities,
-                                           write_sensitivities)
+from servesim.validate.sensitivity import (DEFAULT_BASE, KNOBS, BaseParams, PointSensitivity,
+                                           read_sensitivities, write_sensitivities)
+
+
+def _rel(mem_scale: float, prefill_scale: float, sched_s: float, stream_s: float) -> GroupParams:
+    """Group values given as time scales relative to DEFAULT_BASE."""
+    return GroupParams(-math.log(DEFAULT_BASE.mem_eff) + math.log(mem_scale),
+                       -math.log(DEFAULT_BASE.gemm_eff_max) + math.log(prefill_scale), sched_s, stream_s)
 
 
 def _point(i: int, gpu: str, engine: str, model: str, precision: str = "fp8") -> Point:
@@ -19,8 +25,11 @@ def _point(i: int, gpu: str, engine: str, model: str, precision: str = "fp8") ->
     return Point(row, {}, "ok")
 
 
-def _synthetic(truth: dict[str, GroupParams], n_per_group: int = 12, seed: int = 0) -> list[PointSensitivity]:
-    """Points whose response is exactly the linear surrogate; 'measured' = surrogate at the true values."""
+def _synthetic(truth: dict[str, GroupParams], n_per_group: int = 12, seed: int = 0,
+               own_bases: bool = False) -> list[PointSensitivity]:
+    """Points whose response is exactly the linear surrogate; 'measured' = surrogate at the true values.
+
+    ``own_bases``: each point measured around its own random parameters (a second round)."""
     rng = np.random.default_rng(seed)
     out = []
     i = 0
@@ -35,8 +44,10 @@ def _synthetic(truth: dict[str, GroupParams], n_per_group: int = 12, seed: int =
                             "sched": float(rng.uniform(1e3, 2e4))}
             s.tpot_slope = {"mem": s.tpot_base * float(rng.uniform(0.4, 0.8)), "prefill": float(rng.uniform(0, 2)),
                             "sched": float(rng.uniform(900, 1100))}
-            ttft, tpot = s.predict(math.exp(g.log_mem), math.exp(g.log_prefill),
-                                   g.sched_s - DEFAULT_BASE.scheduler_pass_s, g.stream_s)
+            if own_bases:
+                s.base = BaseParams(float(rng.uniform(0.3, 0.8)), float(rng.uniform(0.4, 0.9)), 0.3,
+                                    float(rng.uniform(0.0, 0.01)), {})
+            ttft, tpot = s.predict_at(g.mem_eff, g.gemm_eff_max, g.sched_s, g.stream_s, DEFAULT_BASE)
             p.row["measured_mean_ttft_ms"] = str(ttft)
             p.row["measured_mean_tpot_ms"] = str(tpot)
             out.append(s)
@@ -52,12 +63,13 @@ def test_surrogate_is_linear_in_the_knobs():
     assert math.isclose(ttft, 100 + 5 + 2 + 30) and math.isclose(tpot, 10 + 3 + 2)
 
 
-@pytest.mark.parametrize("prior_scale,tol", [(0.0, 0.01), (1.0, 0.1)])
-def test_fit_recovers_known_group_values(prior_scale, tol):
-    """Without priors the values are recovered exactly; the default priors bias them a little."""
-    truth = {"h200_sxm/vllm/org/A": GroupParams(math.log(1.4), math.log(1.1), 0.001, 0.08),
-             "b200_sxm/trtllm/org/B": GroupParams(math.log(0.8), math.log(1.3), 0.004, 0.15)}
-    sens = _synthetic(truth, n_per_group=30)
+@pytest.mark.parametrize("prior_scale,tol,own_bases", [(0.0, 0.01, False), (1.0, 0.1, False), (0.0, 0.01, True)])
+def test_fit_recovers_known_group_values(prior_scale, tol, own_bases):
+    """Without priors the values are recovered exactly (also when every point was measured
+    around its own base, as in a second round); the default priors bias them a little."""
+    truth = {"h200_sxm/vllm/org/A": _rel(1.4, 1.1, 0.001, 0.08),
+             "b200_sxm/trtllm/org/B": _rel(0.8, 1.3, 0.004, 0.15)}
+    sens = _synthetic(truth, n_per_group=30, own_bases=own_bases)
     cal = fit_hierarchy(sens, DEFAULT_BASE, min_group_points=5, min_model_points=3, prior_scale=prior_scale)
     for key, g in truth.items():
         gpu, engine, model = key.split("/", 2)
@@ -71,9 +83,9 @@ def test_fit_recovers_known_group_values(prior_scale, tol):
 
 
 def test_small_model_groups_keep_their_parent():
-    truth = {"h200_sxm/vllm/org/A": GroupParams(math.log(1.4), 0.0, 0.001, 0.08)}
+    truth = {"h200_sxm/vllm/org/A": _rel(1.4, 1.0, 0.001, 0.08)}
     sens = _synthetic(truth, n_per_group=12)
-    lonely = _synthetic({"h200_sxm/vllm/org/Lonely": GroupParams(math.log(0.7), 0.0, 0.0, 0.5)}, n_per_group=2,
+    lonely = _synthetic({"h200_sxm/vllm/org/Lonely": _rel(0.7, 1.0, 0.0, 0.5)}, n_per_group=2,
                         seed=1)
     for s in lonely:
         s.point.row["id"] += "-lonely"
@@ -83,7 +95,8 @@ def test_small_model_groups_keep_their_parent():
 
 
 def test_sensitivities_round_trip(tmp_path):
-    sens = _synthetic({"h200_sxm/vllm/org/A": GroupParams()}, n_per_group=3)
+    sens = _synthetic({"h200_sxm/vllm/org/A": _rel(1.0, 1.0, 0.003, 0.02)}, n_per_group=3, own_bases=True)
+    sens[0].base = None  # a point measured around the common base
     sens.append(PointSensitivity(_point(99, "h200_sxm", "vllm", "org/A"), "error: boom"))
     path = tmp_path / "s.csv"
     write_sensitivities(sens, path)
@@ -93,4 +106,38 @@ def test_sensitivities_round_trip(tmp_path):
         if a.status == "ok":
             assert math.isclose(a.ttft_base, b.ttft_base) and all(
                 math.isclose(a.tpot_slope[k], b.tpot_slope[k]) for k in KNOBS)
+            assert (a.base is None) == (b.base is None)
+            if a.base is not None:
+                assert math.isclose(a.base.mem_eff, b.base.mem_eff)
+                assert math.isclose(a.base.scheduler_pass_s, b.base.scheduler_pass_s)
     assert again[-1].status.startswith("error: not in")
+
+
+def test_second_round_measures_each_point_around_its_own_group_values(monkeypatch):
+    """measure_sensitivities with BaseParams.for_point: each point's runs use the values the
+    previous calibration gives it, and its slopes are taken around them."""
+    from servesim.perf.calibration import Calibration
+    from servesim.validate import sensitivity as sv
+
+    seen: dict[str, list[float]] = {}
+
+    def fake_simulate(config, analytic, frontend):  # TTFT ∝ 1/mem_eff, TPOT ∝ 1/gemm_eff_max
+        seen.setdefault(config["id"], []).append(analytic["mem_eff"])
+        return type("R", (), {"completed": 1, "ttft_ms": 10.0 / analytic["mem_eff"],
+                              "tpot_ms": 1.0 / analytic["gemm_eff_max"]})()
+
+    monkeypatch.setattr(sv, "simulate_point", fake_simulate)
+    monkeypatch.setattr(sv, "check_point", lambda p: p)
+    cal = Calibration(shared={"analytic": {"mem_eff": 0.6, "gemm_eff_max": 0.8, "attn_prefill_eff_max": 0.3},
+                              "frontend": {"scheduler_pass_s": 0.002}},
+                      groups={"h200_sxm/vllm": {"analytic": {"mem_eff": 0.4}, "frontend": {}}})
+    pts = [_point(0, "h200_sxm", "vllm", "m"), _point(1, "b200_sxm", "vllm", "m")]
+    for p in pts:
+        p.config = {"id": p.id}
+    sens = sv.measure_sensitivities(pts, lambda p: BaseParams.for_point(cal, p))
+    assert [s.base.mem_eff for s in sens] == [0.4, 0.6]
+    assert seen["p0"][0] == 0.4 and seen["p1"][0] == 0.6  # base runs at the point's own values
+    for s in sens:  # the mem variant divides mem_eff by MEM_STEP: TTFT slope = 10/mem_eff per unit scale
+        assert math.isclose(s.ttft_slope["mem"], 10.0 / s.base.mem_eff, rel_tol=1e-9)
+        assert math.isclose(s.predict_at(s.base.mem_eff / 2, 0.8, 0.002, 0.0, DEFAULT_BASE)[0],
+                            10.0 / s.base.mem_eff * 2, rel_tol=1e-9)

@@ -30,8 +30,9 @@ def add_subcommands(sub) -> None:
                         "surrogate; direct: least squares re-simulating sampled points at reduced counts")
     c.add_argument("--sensitivities", help="sensitivity method: CSV of per-point sensitivities; "
                                            "read if it exists (no simulation), else written")
-    c.add_argument("--base-calibration", help="sensitivity method: calibration whose shared values are the "
-                                              "base (default: the built-in base)")
+    c.add_argument("--base-calibration", help="sensitivity method: a previous calibration; each point is "
+                                              "simulated around the values it gives that point (a second "
+                                              "round, default: one built-in base for all points)")
     c.add_argument("--min-model-points", type=int, default=3,
                    help="sensitivity method: model groups need this many points (default 3)")
     c.add_argument("--sample", type=int, default=24, help="direct method: points per fit (default 24)")
@@ -107,8 +108,13 @@ def _calibrate_sensitivity(args: argparse.Namespace) -> int:
                                                read_sensitivities, write_sensitivities)
 
     points = load_points(args.points, split=args.split)
-    base = BaseParams.from_calibration(load_calibration(args.base_calibration)) if args.base_calibration \
-        else DEFAULT_BASE
+    base, point_base = DEFAULT_BASE, None
+    if args.base_calibration:
+        previous = load_calibration(args.base_calibration)
+        base = BaseParams.from_calibration(previous)
+
+        def point_base(p):
+            return BaseParams.for_point(previous, p)
     log = (lambda m: None) if args.quiet else _err
     if args.sensitivities and Path(args.sensitivities).exists():
         log(f"reading sensitivities from {args.sensitivities}")
@@ -120,7 +126,7 @@ def _calibrate_sensitivity(args: argparse.Namespace) -> int:
             if i % 10 == 0 or i == n:
                 log(f"[{i}/{n}] simulated ({time.perf_counter() - t0:.0f} s)")
 
-        sens = measure_sensitivities(points, base, processes=args.processes, progress=progress)
+        sens = measure_sensitivities(points, point_base or base, processes=args.processes, progress=progress)
         if args.sensitivities:
             write_sensitivities(sens, args.sensitivities)
     cal = fit_hierarchy(sens, base, min_group_points=args.min_group_points,

@@ -44,26 +44,40 @@ UNVERIFIED_WEIGHT = 0.5
 
 @dataclass
 class GroupParams:
-    """One group's fitted values, as knobs relative to the base parameters."""
+    """One group's values: log time scales of the memory and prefill work (log 1/efficiency)
+    and two additive times.  Absolute, so points measured around different bases (a second
+    round, :meth:`BaseParams.for_point`) share one parameter space."""
 
-    log_mem: float = 0.0  # log of the mem time scale (1/mem_eff relative to base)
-    log_prefill: float = 0.0
-    sched_s: float = 0.0  # absolute scheduler_pass_s
-    stream_s: float = 0.0  # absolute first_token_overhead_s
+    log_inv_mem: float  # log(1 / mem_eff)
+    log_inv_gemm: float  # log(1 / gemm_eff_max); attn_prefill_eff_max keeps its ratio to it
+    sched_s: float  # absolute scheduler_pass_s
+    stream_s: float  # absolute first_token_overhead_s
 
     def vector(self) -> np.ndarray:
-        return np.array([self.log_mem, self.log_prefill, self.sched_s, self.stream_s])
+        return np.array([self.log_inv_mem, self.log_inv_gemm, self.sched_s, self.stream_s])
 
     @classmethod
     def of(cls, x: np.ndarray) -> "GroupParams":
         return cls(float(x[0]), float(x[1]), float(x[2]), float(x[3]))
 
+    @classmethod
+    def at(cls, base: BaseParams, stream_s: float) -> "GroupParams":
+        return cls(-math.log(base.mem_eff), -math.log(base.gemm_eff_max), base.scheduler_pass_s, stream_s)
+
+    @property
+    def mem_eff(self) -> float:
+        return math.exp(-self.log_inv_mem)
+
+    @property
+    def gemm_eff_max(self) -> float:
+        return math.exp(-self.log_inv_gemm)
+
     def overrides(self, base: BaseParams) -> tuple[dict, dict]:
-        """(analytic, frontend) overrides this group's values stand for."""
-        mem = math.exp(self.log_mem)
-        pre = math.exp(self.log_prefill)
-        analytic = {"mem_eff": base.mem_eff / mem, "gemm_eff_max": base.gemm_eff_max / pre,
-                    "attn_prefill_eff_max": base.attn_prefill_eff_max / pre}
+        """(analytic, frontend) overrides this group's values stand for (``base`` gives the
+        ratio of ``attn_prefill_eff_max`` to ``gemm_eff_max``)."""
+        ratio = base.attn_prefill_eff_max / base.gemm_eff_max
+        analytic = {"mem_eff": self.mem_eff, "gemm_eff_max": self.gemm_eff_max,
+                    "attn_prefill_eff_max": self.gemm_eff_max * ratio}
         frontend = {"scheduler_pass_s": self.sched_s, "first_token_overhead_s": self.stream_s}
         return analytic, frontend
 
@@ -77,11 +91,9 @@ class GroupFit:
     children: list["GroupFit"] = field(default_factory=list)
 
 
-def _bounds(base: BaseParams) -> tuple[np.ndarray, np.ndarray]:
-    lo = [math.log(base.mem_eff / MEM_EFF_BOUNDS[1]), math.log(base.gemm_eff_max / GEMM_EFF_BOUNDS[1]),
-          SCHED_BOUNDS_S[0], STREAM_BOUNDS_S[0]]
-    hi = [math.log(base.mem_eff / MEM_EFF_BOUNDS[0]), math.log(base.gemm_eff_max / GEMM_EFF_BOUNDS[0]),
-          SCHED_BOUNDS_S[1], STREAM_BOUNDS_S[1]]
+def _bounds() -> tuple[np.ndarray, np.ndarray]:
+    lo = [-math.log(MEM_EFF_BOUNDS[1]), -math.log(GEMM_EFF_BOUNDS[1]), SCHED_BOUNDS_S[0], STREAM_BOUNDS_S[0]]
+    hi = [-math.log(MEM_EFF_BOUNDS[0]), -math.log(GEMM_EFF_BOUNDS[0]), SCHED_BOUNDS_S[1], STREAM_BOUNDS_S[1]]
     return np.array(lo), np.array(hi)
 
 
@@ -92,10 +104,10 @@ def _weight(s: PointSensitivity) -> float:
 def _residuals(x: np.ndarray, pts: Sequence[PointSensitivity], base: BaseParams) -> np.ndarray:
     """Weighted log errors of TTFT and TPOT for every point under the surrogate."""
     g = GroupParams.of(x)
+    mem_eff, gemm_eff = g.mem_eff, g.gemm_eff_max
     out = np.empty(2 * len(pts))
     for i, s in enumerate(pts):
-        ttft, tpot = s.predict(math.exp(g.log_mem), math.exp(g.log_prefill), g.sched_s - base.scheduler_pass_s,
-                               g.stream_s)
+        ttft, tpot = s.predict_at(mem_eff, gemm_eff, g.sched_s, g.stream_s, base)
         w = _weight(s)
         out[2 * i] = w * math.log(max(ttft, 1e-3) / s.point.measured_ttft_ms)
         out[2 * i + 1] = w * math.log(max(tpot, 1e-3) / s.point.measured_tpot_ms)
@@ -109,7 +121,7 @@ def fit_group(pts: Sequence[PointSensitivity], base: BaseParams, prior: GroupPar
     ``fit_sched`` False keeps the parent's ``scheduler_pass_s``: it is the engine's CPU cost,
     not a model's, and on TPOT alone it trades off against ``mem_eff``.
     """
-    lo, hi = _bounds(base)
+    lo, hi = _bounds()
     centre = prior.vector()
     free = np.array([True, True, fit_sched, True])
     x_full = np.clip(centre, lo, hi)
@@ -144,7 +156,7 @@ def fit_hierarchy(sens: Sequence[PointSensitivity], base: BaseParams, min_group_
     ``prior_scale`` scales the pull of every group toward its parent (0: independent fits).
     """
     ok = [s for s in sens if s.status == "ok" and math.isfinite(s.tpot_base) and math.isfinite(s.ttft_base)]
-    start = GroupParams(0.0, 0.0, base.scheduler_pass_s, float(base.frontend.get("first_token_overhead_s", 0.02)))
+    start = GroupParams.at(base, float(base.frontend.get("first_token_overhead_s", 0.02)))
     shared, rms = fit_group(ok, base, start, prior_weight=0.0)
     say(f"shared: {len(ok)} points, rms log error {rms:.3f}")
     a, f = shared.overrides(base)

@@ -66,9 +66,21 @@ class BaseParams:
     @classmethod
     def from_calibration(cls, cal) -> "BaseParams":
         """The shared values of a calibration (missing ones from :data:`DEFAULT_BASE`)."""
-        a = cal.shared.get("analytic", {})
-        f = dict(cal.shared.get("frontend", {}))
-        d = DEFAULT_BASE
+        return cls._of(cal.shared.get("analytic", {}), cal.shared.get("frontend", {}))
+
+    @classmethod
+    def for_point(cls, cal, point: Point) -> "BaseParams":
+        """The values ``cal`` gives ``point`` (shared, then every group that matches it).
+
+        A second sensitivity round measures each point around these, so the linear
+        surrogate is taken near where the previous fit put the point's group.
+        """
+        analytic, frontend = cal.resolve(point.gpu, point.engine, point.model, point.precision)
+        return cls._of(analytic, frontend)
+
+    @classmethod
+    def _of(cls, analytic: dict, frontend: dict) -> "BaseParams":
+        a, f, d = analytic, dict(frontend), DEFAULT_BASE
         return cls(mem_eff=a.get("mem_eff", d.mem_eff), gemm_eff_max=a.get("gemm_eff_max", d.gemm_eff_max),
                    attn_prefill_eff_max=a.get("attn_prefill_eff_max", d.attn_prefill_eff_max),
                    scheduler_pass_s=f.pop("scheduler_pass_s", d.scheduler_pass_s),
@@ -100,9 +112,19 @@ class PointSensitivity:
     tpot_base: float = math.nan
     ttft_slope: dict | None = None
     tpot_slope: dict | None = None
+    #: The parameters this point was simulated around (None: the fit's common base).
+    base: BaseParams | None = None
+
+    def predict_at(self, mem_eff: float, gemm_eff_max: float, scheduler_pass_s: float,
+                   stream_s: float, default_base: BaseParams) -> tuple[float, float]:
+        """Surrogate (TTFT, TPOT) in ms at absolute parameter values (the prefill knob
+        moves ``gemm_eff_max`` and ``attn_prefill_eff_max`` together)."""
+        b = self.base or default_base
+        return self.predict(b.mem_eff / mem_eff, b.gemm_eff_max / gemm_eff_max,
+                            scheduler_pass_s - b.scheduler_pass_s, stream_s)
 
     def predict(self, mem: float, prefill: float, sched_delta_s: float, stream_s: float) -> tuple[float, float]:
-        """Surrogate (TTFT, TPOT) in ms at knob values relative to the base.
+        """Surrogate (TTFT, TPOT) in ms at knob values relative to the point's base.
 
         ``mem`` and ``prefill`` are time scales relative to the base (1 = base), ``sched_delta_s``
         seconds added to the base ``scheduler_pass_s``, ``stream_s`` the stream latency.
@@ -130,12 +152,16 @@ def _run_one(args: tuple[Point, dict[str, tuple[dict, dict]]]) -> tuple[str, dic
     return "ok", out
 
 
-def measure_sensitivities(points: Sequence[Point], base: BaseParams, processes: int = 1,
+def measure_sensitivities(points: Sequence[Point], base: BaseParams | Callable[[Point], BaseParams],
+                          processes: int = 1,
                           progress: Callable[[int, int], None] | None = None) -> list[PointSensitivity]:
-    """Simulate every point at the base and at each knob's variant (full prompt counts)."""
-    variants = base.variants()
-    deltas = base.knob_deltas()
-    jobs = [(p, variants) for p in points]
+    """Simulate every point at its base and at each knob's variant (full prompt counts).
+
+    ``base``: one parameter set for all points, or a function giving each point its own
+    (:meth:`BaseParams.for_point`, a second round around a previous fit).
+    """
+    bases = [base(p) if callable(base) else base for p in points]
+    jobs = [(p, b.variants()) for p, b in zip(points, bases)]
     results = []
     if processes > 1 and len(jobs) > 1:
         import multiprocessing as mp
@@ -151,8 +177,9 @@ def measure_sensitivities(points: Sequence[Point], base: BaseParams, processes: 
             if progress:
                 progress(len(results), len(jobs))
     out = []
-    for p, (status, runs) in zip(points, results):
-        s = PointSensitivity(p, status)
+    for p, b, (status, runs) in zip(points, bases, results):
+        s = PointSensitivity(p, status, base=b)
+        deltas = b.knob_deltas()
         if status == "ok":
             b = runs["base"]
             s.ttft_base, s.tpot_base = b
@@ -164,19 +191,23 @@ def measure_sensitivities(points: Sequence[Point], base: BaseParams, processes: 
 
 FIELDS = ["id", "status", "group", "model", "weight_dtype", "measured_ttft_ms", "measured_tpot_ms",
           "ttft_base", "tpot_base"] + [f"ttft_d_{k}" for k in KNOBS] + [f"tpot_d_{k}" for k in KNOBS]
+#: The point's own base (optional columns: files from a single-base run may lack them).
+BASE_FIELDS = ["base_mem_eff", "base_gemm_eff_max", "base_attn_prefill_eff_max", "base_scheduler_pass_s"]
 
 
 def write_sensitivities(rows: Sequence[PointSensitivity], path: str | Path) -> None:
     """One CSV row per point (the raw material of a fit; re-fitting needs no simulation)."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(FIELDS)
+        w.writerow(FIELDS + BASE_FIELDS)
         for s in rows:
             p = s.point
             slopes_t = [s.ttft_slope[k] if s.ttft_slope else "" for k in KNOBS]
             slopes_p = [s.tpot_slope[k] if s.tpot_slope else "" for k in KNOBS]
+            b = s.base
+            base = [b.mem_eff, b.gemm_eff_max, b.attn_prefill_eff_max, b.scheduler_pass_s] if b else [""] * 4
             w.writerow([p.id, s.status, p.group, p.row.get("model", ""), p.row.get("precision") or "bf16", p.measured_ttft_ms,
-                        p.measured_tpot_ms, s.ttft_base, s.tpot_base, *slopes_t, *slopes_p])
+                        p.measured_tpot_ms, s.ttft_base, s.tpot_base, *slopes_t, *slopes_p, *base])
 
 
 def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointSensitivity]:
@@ -204,6 +235,10 @@ def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointS
             out.append(PointSensitivity(p, f"error: not in {path}"))
             continue
         s = PointSensitivity(p, row["status"])
+        if row.get("base_mem_eff"):
+            s.base = BaseParams(float(row["base_mem_eff"]), float(row["base_gemm_eff_max"]),
+                                float(row["base_attn_prefill_eff_max"]), float(row["base_scheduler_pass_s"]),
+                                frontend={})
         if s.status == "ok":
             s.ttft_base, s.tpot_base = float(row["ttft_base"]), float(row["tpot_base"])
             s.ttft_slope = {k: float(row[f"ttft_d_{k}"]) for k in KNOBS}
