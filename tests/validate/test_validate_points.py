@@ -29,7 +29,7 @@ def test_sglang_deepseek_point():
     assert p.status == "ok"
     d = p.config["deployment"]
     assert d["model"] == "deepseek-ai/DeepSeek-V3" and d["gpu"] == "h200_sxm"
-    assert (d["tp"], d["ep"], d["weight_dtype"], d["kv_dtype"]) == (8, 8, "fp8", "bf16")
+    assert (d["tp"], d["ep"], d["weight_dtype"], d["kv_dtype"]) == (8, 8, "fp8", None)  # SGLang's "auto"
     eng = d["engine"]
     assert eng["name"] == "sglang" and eng["disable_radix_cache"] is True
     assert eng["chunked_prefill_size"] == 32768 and eng["max_prefill_tokens"] == 32768
@@ -140,3 +140,14 @@ def test_fit_holdout_split_is_deterministic_and_disjoint():
     assert 0.45 < len(fit) / 200 < 0.75 and split_rows(rows, "fit") == fit
     with pytest.raises(ConfigError):
         split_rows(rows, "train")
+
+
+def test_sglang_kv_dtype_follows_the_launch_scripts():
+    """fp8 KV for quantized checkpoints on Blackwell (InferenceX passes --kv-cache-dtype
+    fp8_e4m3 there), the engine's auto choice on Hopper and for bf16 weights."""
+    b200 = point_config(row(system="b200_sxm", precision="fp4", gpus=4, attention_tp=4, moe_ep=4, moe_tp=1))
+    assert b200.status == "ok" and b200.config["deployment"]["kv_dtype"] == "fp8"
+    h200 = point_config(row(system="h200_sxm", precision="fp8"))
+    assert h200.config["deployment"]["kv_dtype"] is None
+    bf16 = point_config(row(system="b200_sxm", precision=""))
+    assert bf16.config["deployment"]["kv_dtype"] is None

@@ -191,6 +191,19 @@ class _EnginePlan:
     make: Callable[[int, RequestRecorder, EngineLimits], Engine]
 
 
+def default_kv_dtype(engine: str, arch: ModelArch, gpu: GPUSpec) -> str:
+    """The KV-cache precision an engine picks when the user leaves it on "auto".
+
+    SGLang stores the KV of DeepSeek-sparse-attention models (DeepSeek-V3.2, GLM-5: an
+    ``index_topk`` indexer) in fp8 on compute capability 10 and above, bf16 below
+    (``server_args._set_default_nsa_kv_cache_dtype``, SGLang 0.5.x).  Everything else
+    defaults to the model's activation precision, bf16 here.
+    """
+    if engine == "sglang" and arch.index_topk and (gpu.cuda_major or 0) >= 10:
+        return "fp8"
+    return "bf16"
+
+
 def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
                  weight_dtype: str, kv_dtype: str, oracle=None) -> _EnginePlan:
     from servesim.engines.sglang import SGLangEngine, default_chunked_prefill_size, default_mem_fraction_static
@@ -283,7 +296,7 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
     gpu = _resolve_gpu(dep)
     _check_layout(dep, arch)
     weight_dtype = dep.weight_dtype or infer_weight_dtype(dep.model, arch)
-    kv_dtype = dep.kv_dtype or "bf16"
+    kv_dtype = dep.kv_dtype or default_kv_dtype(dep.engine.name, arch, gpu)
     dp = dep.attention_dp
     layout = Layout(tp=dep.tp, ep=dep.ep, attention_dp=dp)
     if dp > 1 and getattr(dep.engine, "host_kv_gb", 0):  # the worker's host KV tier, shared out per rank

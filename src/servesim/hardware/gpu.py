@@ -56,6 +56,9 @@ class GPUSpec(_Strict):
     #: total memory the driver reports (what engines see as "total"), GiB; None: memory_gb.
     visible_memory_gib: float | None = Field(default=None, gt=0)
     memory_bandwidth_gbs: float = Field(gt=0)
+    #: CUDA compute capability ("9.0", "10.0", ...) of NVIDIA parts; engines pick kernels and
+    #: defaults by it (e.g. SGLang's KV dtype for sparse-attention models).  None elsewhere.
+    compute_capability: str | None = Field(default=None, pattern=r"^\d+\.\d+$")
     #: dense peak TFLOPS by precision (keys from PRECISIONS); bf16 required.
     tflops: dict[str, float]
     scale_up: LinkSpec
@@ -63,6 +66,11 @@ class GPUSpec(_Strict):
     #: field path (e.g. "tflops.fp8", "scale_up.bandwidth_gbs") → where the number comes from.
     sources: dict[str, list[str]] = {}
     notes: str = ""
+
+    @property
+    def cuda_major(self) -> int | None:
+        """Major CUDA compute capability (9 Hopper, 10 Blackwell), None for non-NVIDIA parts."""
+        return int(self.compute_capability.split(".")[0]) if self.compute_capability else None
 
     @field_validator("tflops")
     @classmethod

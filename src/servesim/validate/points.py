@@ -12,7 +12,9 @@ simulate it (``unsupported: <reason>``).  The mapping:
   (:data:`BACKEND_AS_ENGINE`); its calibration group is ``<gpu>/sglang``;
 - ``precision`` → ``weight_dtype`` (empty: bf16); ``kv_dtype`` is fp8 where the point's server
   flags set fp8 KV: vLLM runs used ``--kv-cache-dtype fp8`` (README) and TRT-LLM quantized
-  checkpoints carry an fp8 KV cache; SGLang (``auto``) keeps bf16 KV;
+  checkpoints carry an fp8 KV cache; SGLang: fp8 for fp8/fp4 checkpoints on Blackwell (the
+  InferenceX launch scripts pass ``--kv-cache-dtype fp8_e4m3`` there), else ``auto`` (bf16,
+  but fp8 for sparse-attention models on compute capability ≥ 10, as SGLang itself decides);
 - layout: ``tp`` = the worker's GPUs (attention_tp × attention_dp), ``ep`` = moe_ep (1 for
   dense models); with attention data parallelism (attention_dp > 1), ``tp`` = attention_tp
   and ``deployment.attention_dp`` = attention_dp (the worker still has ``gpus`` GPUs);
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import ConfigError
+from servesim.hardware import load_gpu
 
 #: The columns a points file must have.
 REQUIRED_COLUMNS = ("id", "model", "system", "backend", "precision", "gpus", "attention_tp", "attention_dp",
@@ -203,11 +206,22 @@ def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
     return {"name": engine, **opts}
 
 
-def kv_dtype_for(backend: str, precision: str) -> str:
+def kv_dtype_for(backend: str, precision: str, gpu: str | None = None) -> str | None:
+    """The point's KV precision; None leaves the engine's "auto" default.
+
+    SGLang: the InferenceX launch scripts for quantized DeepSeek-family models on Blackwell
+    pass ``--kv-cache-dtype fp8_e4m3`` (``benchmarks/single_node/dsr1_fp8_b200.sh``,
+    ``dsr1_fp4_b200.sh``), those for Hopper do not (``dsr1_fp8_h200.sh``); elsewhere SGLang
+    stays on ``auto`` (see ``cluster.deployment.default_kv_dtype``).
+    """
     if backend in ("vllm", "atom"):
         return "fp8"  # --kv-cache-dtype fp8 (README's typical vLLM flags; ATOM's documented usage)
     if backend == "trtllm" and precision in ("fp8", "fp4"):
         return "fp8"
+    if backend == "sglang":
+        if gpu and precision in ("fp8", "fp4") and (load_gpu(gpu).cuda_major or 0) >= 10:
+            return "fp8"
+        return None
     return "bf16"
 
 
@@ -241,7 +255,7 @@ def point_config(row: dict[str, str], mode: str = "fast") -> Point:
         "tp": gpus,
         "ep": ep,
         "weight_dtype": precision,
-        "kv_dtype": kv_dtype_for(backend, precision),
+        "kv_dtype": kv_dtype_for(backend, precision, SYSTEM_TO_GPU[system]),
     }
     if adp > 1:
         from servesim.config.schema import DeploymentConfig
