@@ -12,15 +12,16 @@ Groups form a tree: ``shared`` → ``<gpu>/<engine>`` → ``<gpu>/<engine>/<mode
 Each level is fitted on its own points with a prior that pulls it toward its parent's values
 (a Gaussian prior in log-time-scale and in seconds), so a group with a handful of points moves
 only as far as its points insist, and a group without enough points keeps its parent's values.
-Residuals are log errors of mean TTFT and TPOT; rows whose client is undocumented
-(``fixed_lengths_unverified``) count half, as the measured README advises.
+Residuals are relative errors of mean TTFT and TPOT (what the validate score counts; log
+errors are an option); rows whose client is undocumented (``fixed_lengths_unverified``)
+count half, as the measured README advises.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -38,6 +39,9 @@ STREAM_BOUNDS_S = (0.0, 3.0)
 PRIOR_SIGMA = np.array([0.5, 0.5, 3e-3, 0.3])
 #: GPU/engine groups hold tens of points and differ much from the shared fit: a weaker prior.
 GPU_ENGINE_PRIOR_WEIGHT = 0.3
+#: Pull of each group toward its parent, relative to PRIOR_SIGMA (split-half cross-validation
+#: on the fit rows preferred 0.25 to 1: docs/validation.md, benchmarks/calibration_cv.py).
+DEFAULT_PRIOR_SCALE = 0.25
 #: Weight of rows whose client settings are undocumented.
 UNVERIFIED_WEIGHT = 0.5
 
@@ -82,15 +86,6 @@ class GroupParams:
         return analytic, frontend
 
 
-@dataclass
-class GroupFit:
-    key: str
-    params: GroupParams
-    points: int
-    rms_log_error: float
-    children: list["GroupFit"] = field(default_factory=list)
-
-
 def _bounds() -> tuple[np.ndarray, np.ndarray]:
     lo = [-math.log(MEM_EFF_BOUNDS[1]), -math.log(GEMM_EFF_BOUNDS[1]), SCHED_BOUNDS_S[0], STREAM_BOUNDS_S[0]]
     hi = [-math.log(MEM_EFF_BOUNDS[0]), -math.log(GEMM_EFF_BOUNDS[0]), SCHED_BOUNDS_S[1], STREAM_BOUNDS_S[1]]
@@ -101,21 +96,30 @@ def _weight(s: PointSensitivity) -> float:
     return UNVERIFIED_WEIGHT if s.point.row.get("workload") == "fixed_lengths_unverified" else 1.0
 
 
-def _residuals(x: np.ndarray, pts: Sequence[PointSensitivity], base: BaseParams) -> np.ndarray:
-    """Weighted log errors of TTFT and TPOT for every point under the surrogate."""
+def _residuals(x: np.ndarray, pts: Sequence[PointSensitivity], base: BaseParams,
+               objective: str = "relative") -> np.ndarray:
+    """Weighted errors of TTFT and TPOT for every point under the surrogate.
+
+    ``relative``: (predicted − measured) / measured, the error the validate score (MAPE)
+    counts; ``log``: log(predicted / measured), symmetric in over- and under-prediction.
+    """
     g = GroupParams.of(x)
     mem_eff, gemm_eff = g.mem_eff, g.gemm_eff_max
     out = np.empty(2 * len(pts))
+    log = objective == "log"
     for i, s in enumerate(pts):
         ttft, tpot = s.predict_at(mem_eff, gemm_eff, g.sched_s, g.stream_s, base)
         w = _weight(s)
-        out[2 * i] = w * math.log(max(ttft, 1e-3) / s.point.measured_ttft_ms)
-        out[2 * i + 1] = w * math.log(max(tpot, 1e-3) / s.point.measured_tpot_ms)
+        mt, mp = s.point.measured_ttft_ms, s.point.measured_tpot_ms
+        ttft, tpot = max(ttft, 1e-3), max(tpot, 1e-3)
+        out[2 * i] = w * (math.log(ttft / mt) if log else (ttft - mt) / mt)
+        out[2 * i + 1] = w * (math.log(tpot / mp) if log else (tpot - mp) / mp)
     return out
 
 
 def fit_group(pts: Sequence[PointSensitivity], base: BaseParams, prior: GroupParams,
-              prior_weight: float = 1.0, fit_sched: bool = True) -> tuple[GroupParams, float]:
+              prior_weight: float = 1.0, fit_sched: bool = True,
+              objective: str = "relative") -> tuple[GroupParams, float]:
     """Least-squares values of one group under a Gaussian prior centred on ``prior``.
 
     ``fit_sched`` False keeps the parent's ``scheduler_pass_s``: it is the engine's CPU cost,
@@ -133,13 +137,13 @@ def fit_group(pts: Sequence[PointSensitivity], base: BaseParams, prior: GroupPar
 
     def fun(x: np.ndarray) -> np.ndarray:
         prior_res = prior_weight * (x - centre[free]) / PRIOR_SIGMA[free]
-        return np.concatenate([_residuals(full(x), pts, base), prior_res])
+        return np.concatenate([_residuals(full(x), pts, base, objective), prior_res])
 
     x0 = np.clip(x_full[free], lo[free] + 1e-9, hi[free] - 1e-9)
     res = least_squares(fun, x0, bounds=(lo[free], hi[free]), loss="soft_l1", f_scale=0.3,
                         x_scale=PRIOR_SIGMA[free])
     x = full(res.x)
-    data = _residuals(x, pts, base)
+    data = _residuals(x, pts, base, objective)
     return GroupParams.of(x), float(np.sqrt(np.mean(data ** 2))) if data.size else 0.0
 
 
@@ -150,19 +154,20 @@ def model_key(s: PointSensitivity) -> str:
 
 def fit_hierarchy(sens: Sequence[PointSensitivity], base: BaseParams, min_group_points: int = 5,
                   min_model_points: int = 3, say: Callable[[str], None] = lambda m: None,
-                  prior_scale: float = 1.0) -> Calibration:
+                  prior_scale: float = DEFAULT_PRIOR_SCALE, objective: str = "relative") -> Calibration:
     """Fit shared, then ``<gpu>/<engine>``, then model groups; write a :class:`Calibration`.
 
-    ``prior_scale`` scales the pull of every group toward its parent (0: independent fits).
+    ``prior_scale`` scales the pull of every group toward its parent (0: independent fits);
+    ``objective``: the residual, ``relative`` or ``log`` (:func:`_residuals`).
     """
     ok = [s for s in sens if s.status == "ok" and math.isfinite(s.tpot_base) and math.isfinite(s.ttft_base)]
     start = GroupParams.at(base, float(base.frontend.get("first_token_overhead_s", 0.02)))
-    shared, rms = fit_group(ok, base, start, prior_weight=0.0)
-    say(f"shared: {len(ok)} points, rms log error {rms:.3f}")
+    shared, rms = fit_group(ok, base, start, prior_weight=0.0, objective=objective)
+    say(f"shared: {len(ok)} points, rms {objective} error {rms:.3f}")
     a, f = shared.overrides(base)
     cal = Calibration(shared={"analytic": a, "frontend": dict(base.frontend) | f})
-    cal.meta["fit"] = {"method": "sensitivity", "points": len(ok), "shared_rms_log_error": round(rms, 4),
-                       "group_rms_log_error": {}}
+    cal.meta["fit"] = {"method": "sensitivity", "objective": objective, "prior_scale": prior_scale,
+                       "points": len(ok), "shared_rms_error": round(rms, 4), "group_rms_error": {}}
     by_group: dict[str, list[PointSensitivity]] = defaultdict(list)
     for s in ok:
         by_group[s.point.group].append(s)
@@ -171,9 +176,10 @@ def fit_hierarchy(sens: Sequence[PointSensitivity], base: BaseParams, min_group_
         if len(pts) < min_group_points:
             say(f"{key}: {len(pts)} point(s) < {min_group_points}: shared values")
             continue
-        gp, grms = fit_group(pts, base, shared, prior_weight=GPU_ENGINE_PRIOR_WEIGHT * prior_scale)
+        gp, grms = fit_group(pts, base, shared, prior_weight=GPU_ENGINE_PRIOR_WEIGHT * prior_scale,
+                             objective=objective)
         _store(cal, key, gp, base, grms)
-        say(f"{key}: {len(pts)} points, rms log error {grms:.3f}")
+        say(f"{key}: {len(pts)} points, rms error {grms:.3f}")
         by_model: dict[str, list[PointSensitivity]] = defaultdict(list)
         for s in pts:
             by_model[model_key(s)].append(s)
@@ -181,13 +187,13 @@ def fit_hierarchy(sens: Sequence[PointSensitivity], base: BaseParams, min_group_
             mpts = by_model[mkey]
             if len(mpts) < min_model_points:
                 continue
-            mp, mrms = fit_group(mpts, base, gp, prior_weight=prior_scale, fit_sched=False)
+            mp, mrms = fit_group(mpts, base, gp, prior_weight=prior_scale, fit_sched=False, objective=objective)
             _store(cal, mkey, mp, base, mrms)
-            say(f"  {mkey}: {len(mpts)} points, rms log error {mrms:.3f}")
+            say(f"  {mkey}: {len(mpts)} points, rms error {mrms:.3f}")
     return cal
 
 
 def _store(cal: Calibration, key: str, gp: GroupParams, base: BaseParams, rms: float) -> None:
     a, f = gp.overrides(base)
     cal.groups[key] = {"analytic": a, "frontend": f}
-    cal.meta["fit"]["group_rms_log_error"][key] = round(rms, 4)
+    cal.meta["fit"]["group_rms_error"][key] = round(rms, 4)
