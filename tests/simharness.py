@@ -1,13 +1,17 @@
-"""Build and run a one-engine simulation directly, for scenario tests."""
+"""Build and run a one-engine simulation directly (scenario tests), or drive one engine by
+hand under a random workload (property tests)."""
 
 from __future__ import annotations
 
+import random
 from typing import Callable, Sequence
+
+import numpy as np
 
 from servesim.cluster.routers import RoundRobinRouter
 from servesim.cluster.worker import Worker
 from servesim.engines.base import Engine
-from servesim.metrics.recorder import RequestRecorder
+from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.simple import FixedStepTime
 from servesim.sim.simulation import Simulation
 from servesim.workload.request import Request
@@ -28,3 +32,57 @@ def run(engines: Callable[[int, RequestRecorder], Engine], requests: list[Reques
     ws = [Worker(i, engines(i, rec), st, 1, fast_forward=fast) for i in range(workers)]
     Simulation(iter(requests), "open", None, ws, RoundRobinRouter(), rec).run()
     return rec, ws
+
+
+def random_block_workload(rng: random.Random, n: int, max_in: int = 120, max_out: int = 40) -> list[Request]:
+    """``n`` requests with bursty arrivals whose first two trace blocks come from a small set
+    (so prefixes are shared) and the rest from a larger one."""
+    unit = rng.choice([8, 16])
+    t = 0.0
+    out = []
+    for i in range(n):
+        t += rng.choice([0.0, 0.0, rng.uniform(0, 0.05)])
+        n_in = rng.randint(1, max_in)
+        nb = -(-n_in // unit)
+        ids = tuple(rng.randrange(3) if k < 2 else rng.randrange(20) for k in range(nb))
+        out.append(Request(index=i, request_id=f"r{i}", arrival=t, input_length=n_in,
+                           output_length=rng.randint(1, max_out), hash_ids=ids, block_size=unit))
+    return out
+
+
+def drive_by_hand(eng: Engine, rec: RequestRecorder, reqs: list[Request], rng: random.Random,
+                  step: float = 0.01, max_passes: int = 20_000,
+                  on_plan: Callable[[object], None] | None = None) -> None:
+    """Run one engine without the simulation loop: arrivals, ``schedule``, then ``complete``
+    or a random-length ``complete_stretch`` of decode-only passes, with ``check_invariants``
+    after every pass.  Checks that every request ends in exactly one terminal state."""
+    for r in reqs:
+        rec.register(r.index, r.request_id, None, 0, r.input_length, r.output_length, False)
+    now, i, passes = 0.0, 0, 0
+    while True:
+        while i < len(reqs) and reqs[i].arrival <= now:
+            rec.arrived(reqs[i].index, now)
+            eng.add_request(reqs[i], now)
+            i += 1
+        plan = eng.schedule(now)
+        if plan is None:
+            eng.check_invariants()
+            if i < len(reqs):
+                now = max(now, reqs[i].arrival)
+                continue
+            break
+        if on_plan is not None:
+            on_plan(plan)
+        k = rng.randint(1, eng.decode_stretch_limit()) if plan.is_decode_only else 1
+        ends = now + step * np.arange(1, k + 1)
+        if k == 1:
+            eng.complete(plan, float(ends[0]))
+        else:
+            eng.complete_stretch(plan, ends)
+        now = float(ends[-1])
+        eng.check_invariants()
+        passes += 1
+        assert passes < max_passes, "engine does not make progress"
+    assert not eng.has_work()
+    assert sorted(r.index for r in eng.terminated) == list(range(len(reqs)))
+    assert (rec.column("status") != Status.PENDING).all()

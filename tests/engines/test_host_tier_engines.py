@@ -25,7 +25,7 @@ from servesim.errors import ConfigError
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.simple import LinearStepTime
 from servesim.sim.simulation import Simulation
-from simharness import make_request, run
+from simharness import drive_by_hand, make_request, run
 
 STEP = 0.01
 BYTES = 1e5  # KV bytes per token (one GPU)
@@ -161,36 +161,12 @@ def random_engine(rng: random.Random, kind: str, rec: RequestRecorder):
     return TRTLLMEngine(0, rec, limits(bs * rng.randint(40, 120)), opt)
 
 
+def _no_load_in_decode_passes(plan) -> None:
+    assert plan.host_load_s == 0 or not plan.is_decode_only  # loads only in passes with prefill
+
+
 def drive(eng, rec: RequestRecorder, reqs: list, rng: random.Random) -> None:
-    for r in reqs:
-        rec.register(r.index, r.request_id, None, 0, r.input_length, r.output_length, False)
-    now, i, passes = 0.0, 0, 0
-    while True:
-        while i < len(reqs) and reqs[i].arrival <= now:
-            rec.arrived(reqs[i].index, now)
-            eng.add_request(reqs[i], now)
-            i += 1
-        plan = eng.schedule(now)
-        if plan is None:
-            eng.check_invariants()
-            if i < len(reqs):
-                now = max(now, reqs[i].arrival)
-                continue
-            break
-        k = rng.randint(1, eng.decode_stretch_limit()) if plan.is_decode_only else 1
-        assert plan.host_load_s == 0 or not plan.is_decode_only  # loads only in passes with prefill
-        ends = now + STEP * np.arange(1, k + 1)
-        if k == 1:
-            eng.complete(plan, float(ends[0]))
-        else:
-            eng.complete_stretch(plan, ends)
-        now = float(ends[-1])
-        eng.check_invariants()
-        passes += 1
-        assert passes < 50_000, "engine does not make progress"
-    assert not eng.has_work()
-    assert sorted(r.index for r in eng.terminated) == list(range(len(reqs)))
-    assert (rec.column("status") != Status.PENDING).all()
+    drive_by_hand(eng, rec, reqs, rng, step=STEP, max_passes=50_000, on_plan=_no_load_in_decode_passes)
     host = rec.column("host_cached_tokens")
     assert (host <= rec.column("cached_tokens")).all() and (host >= 0).all()
 

@@ -19,23 +19,10 @@ from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.simple import LinearStepTime
 from servesim.sim.simulation import Simulation
 from servesim.workload.request import Request
+from simharness import drive_by_hand, random_block_workload
 
 STEP = 0.01
 POLICIES = ["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"]
-
-
-def workload(rng: random.Random, n: int, max_in: int = 120, max_out: int = 40) -> list[Request]:
-    unit = rng.choice([8, 16])
-    t = 0.0
-    out = []
-    for i in range(n):
-        t += rng.choice([0.0, 0.0, rng.uniform(0, 0.05)])
-        n_in = rng.randint(1, max_in)
-        nb = -(-n_in // unit)
-        ids = tuple(rng.randrange(3) if k < 2 else rng.randrange(20) for k in range(nb))
-        out.append(Request(index=i, request_id=f"r{i}", arrival=t, input_length=n_in,
-                           output_length=rng.randint(1, max_out), hash_ids=ids, block_size=unit))
-    return out
 
 
 def random_engine(rng: random.Random, rec: RequestRecorder, reqs: list[Request]) -> TRTLLMEngine:
@@ -57,38 +44,8 @@ def random_engine(rng: random.Random, rec: RequestRecorder, reqs: list[Request])
 
 
 def drive(eng, rec: RequestRecorder, reqs: list[Request], rng: random.Random) -> None:
-    """Run the engine by hand: arrivals, schedule, complete (or a random-length stretch)."""
-    for r in reqs:
-        rec.register(r.index, r.request_id, None, 0, r.input_length, r.output_length, False)
-    now, i, passes = 0.0, 0, 0
-    while True:
-        while i < len(reqs) and reqs[i].arrival <= now:
-            rec.arrived(reqs[i].index, now)
-            eng.add_request(reqs[i], now)
-            i += 1
-        plan = eng.schedule(now)
-        if plan is None:
-            eng.check_invariants()
-            if i < len(reqs):
-                now = max(now, reqs[i].arrival)
-                continue
-            break
-        k = 1
-        if plan.is_decode_only:
-            k = rng.randint(1, eng.decode_stretch_limit())
-        ends = now + STEP * np.arange(1, k + 1)
-        if k == 1:
-            eng.complete(plan, float(ends[0]))
-        else:
-            eng.complete_stretch(plan, ends)
-        now = float(ends[-1])
-        eng.check_invariants()
-        passes += 1
-        assert passes < 20_000, "engine does not make progress"
-    assert not eng.has_work()
-    done = [r.index for r in eng.terminated]
-    assert sorted(done) == list(range(len(reqs)))
-    assert (rec.column("status") != Status.PENDING).all()
+    """The shared hand driver, plus block-pool checks: output within bounds, pool empty."""
+    drive_by_hand(eng, rec, reqs, rng, step=STEP)
     ok = rec.column("status") == Status.COMPLETED
     gen = rec.column("generated")
     assert (gen[ok] >= 1).all() and (gen[ok] <= rec.column("output_length")[ok]).all()
@@ -99,7 +56,7 @@ def drive(eng, rec: RequestRecorder, reqs: list[Request], rng: random.Random) ->
 @given(st.integers(0, 2**32 - 1), st.integers(1, 10))
 def test_random_workloads_keep_invariants(seed: int, n: int) -> None:
     rng = random.Random(seed)
-    reqs = workload(rng, n)
+    reqs = random_block_workload(rng, n)
     rec = RequestRecorder()
     eng = random_engine(rng, rec, reqs)
     drive(eng, rec, reqs, rng)
@@ -118,7 +75,7 @@ def test_fast_forward_equals_step_mode() -> None:
              (3, 32, 40, "MAX_UTILIZATION", False), (4, 16, 400, "GUARANTEED_NO_EVICT", False)]
     for seed, tpb, kv_blocks, policy, chunked in cases:
         rng = random.Random(seed)
-        reqs = workload(rng, 60, max_in=250, max_out=120)
+        reqs = random_block_workload(rng, 60, max_in=250, max_out=120)
         for j, r in enumerate(reqs):
             r.arrival = 0.3 * j + r.arrival
         opt = TRTLLMOptions(tokens_per_block=tpb, max_num_tokens=256, max_batch_size=16,
