@@ -86,3 +86,12 @@ def drive_by_hand(eng: Engine, rec: RequestRecorder, reqs: list[Request], rng: r
     assert not eng.has_work()
     assert sorted(r.index for r in eng.terminated) == list(range(len(reqs)))
     assert (rec.column("status") != Status.PENDING).all()
+
+
+def drive_block_pool_engine(eng, rec: RequestRecorder, reqs: list[Request], rng: random.Random) -> None:
+    """:func:`drive_by_hand` for vLLM / TRT-LLM, plus: outputs within bounds, pool empty at the end."""
+    drive_by_hand(eng, rec, reqs, rng)
+    ok = rec.column("status") == Status.COMPLETED
+    gen = rec.column("generated")
+    assert (gen[ok] >= 1).all() and (gen[ok] <= rec.column("output_length")[ok]).all()
+    assert eng.pool.num_used_blocks == 0

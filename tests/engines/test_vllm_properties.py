@@ -15,13 +15,11 @@ from servesim.engines.base import EngineLimits
 from servesim.engines.vllm import VLLMEngine
 from servesim.engines.vllm_options import VLLMOptions
 from servesim.kvcache.policies import NextUseOracle
-from servesim.metrics.recorder import RequestRecorder, Status
+from servesim.metrics.recorder import RequestRecorder
 from servesim.perf.simple import LinearStepTime
 from servesim.sim.simulation import Simulation
 from servesim.workload.request import Request
-from simharness import drive_by_hand, random_block_workload
-
-STEP = 0.01
+from simharness import drive_block_pool_engine, random_block_workload
 
 
 def random_engine(rng: random.Random, rec: RequestRecorder, reqs: list[Request]) -> VLLMEngine:
@@ -44,15 +42,6 @@ def random_engine(rng: random.Random, rec: RequestRecorder, reqs: list[Request])
     return VLLMEngine(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt, oracle)
 
 
-def drive(eng, rec: RequestRecorder, reqs: list[Request], rng: random.Random) -> None:
-    """The shared hand driver, plus block-pool checks: output within bounds, pool empty."""
-    drive_by_hand(eng, rec, reqs, rng, step=STEP)
-    ok = rec.column("status") == Status.COMPLETED
-    gen = rec.column("generated")
-    assert (gen[ok] >= 1).all() and (gen[ok] <= rec.column("output_length")[ok]).all()
-    assert eng.pool.num_used_blocks == 0
-
-
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 10))
 def test_random_workloads_keep_invariants(seed: int, n: int) -> None:
@@ -60,7 +49,7 @@ def test_random_workloads_keep_invariants(seed: int, n: int) -> None:
     reqs = random_block_workload(rng, n)
     rec = RequestRecorder()
     eng = random_engine(rng, rec, reqs)
-    drive(eng, rec, reqs, rng)
+    drive_block_pool_engine(eng, rec, reqs, rng)
 
 
 def simulate(reqs, opt: VLLMOptions, kv: int, fast: bool) -> RequestRecorder:
