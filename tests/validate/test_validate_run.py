@@ -138,3 +138,21 @@ def test_tpot_is_benchmark_per_request_mean():
     e2e, ttft, out = lat["e2e"][done], lat["ttft"][done], rec.column("generated")[done]
     bench = np.mean((e2e - ttft) / (out - 1)) * 1e3
     assert score(rec, 1).tpot_ms == pytest.approx(bench, rel=1e-9)
+
+
+def test_validate_with_the_measured_tables(tmp_path):
+    """--perf-model aic: covered points simulate with the tables (and differ from analytic);
+    a layout the tables cannot price is reported as unsupported, not as an error."""
+    pytest.importorskip("aiconfigurator_core")
+    from servesim.validate.points import load_points
+    from servesim.validate.run import validate_points
+
+    pts = tmp_path / "points.csv"
+    _write(pts, [row(id="covered", **{**SMALL, "num_prompts": 8}),
+                 row(id="dp", system="h200_sxm", gpus=8, attention_tp=1, attention_dp=8, moe_ep=8,
+                     concurrency=8, num_prompts=16)])
+    aic = validate_points(load_points(pts), perf_model="aic")
+    ana = validate_points(load_points(pts))
+    assert aic[0].status == "ok" and aic[0].pred_tpot > 0
+    assert aic[0].pred_tpot != pytest.approx(ana[0].pred_tpot, rel=1e-6)
+    assert aic[1].status.startswith("unsupported: aic:") and "attention_dp" in aic[1].status

@@ -17,6 +17,9 @@ def add_subcommands(sub) -> None:
     v.add_argument("--out", help="write one row per point to this CSV")
     v.add_argument("--calibration", help="calibration YAML (default: the bundled default)")
     v.add_argument("--markdown", action="store_true", help="print the score table as Markdown")
+    v.add_argument("--perf-model", choices=("analytic", "aic"), default="analytic",
+                   help="step-time model: analytic (calibrated, default) or aic (measured operator tables, "
+                        "pip install 'servesim[aic]'; the calibration's frontend values still apply)")
     v.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
     v.add_argument("--quiet", "-q", action="store_true", help="no per-point progress")
     v.set_defaults(handler=cmd_validate)
@@ -68,7 +71,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if not args.quiet:
             _err(f"[{i}/{n}] {row.point.id}: {row.status} ({row.host_seconds:.1f} s)")
 
-    rows = validate_points(points, cal, progress, processes=args.processes)
+    rows = validate_points(points, cal, progress, processes=args.processes, perf_model=args.perf_model)
     if args.out:
         write_rows(rows, args.out)
     print(format_report(rows, markdown=args.markdown))

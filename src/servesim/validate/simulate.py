@@ -34,8 +34,11 @@ class PointResult:
 
 def build_config(config: dict[str, Any], analytic: dict[str, Any] | None = None,
                  frontend: FrontendParams | dict | None = None,
-                 num_prompts: int | None = None, warmup: int | None = None):
-    """The point's config with these parameters (``frontend`` None: the engine-only view)."""
+                 num_prompts: int | None = None, warmup: int | None = None, perf_model: str = "analytic"):
+    """The point's config with these parameters (``frontend`` None: the engine-only view).
+
+    ``perf_model`` ``aic``: passes priced from aiconfigurator-core's measured tables
+    (``analytic`` is then unused; the frontend stages still apply)."""
     data = dict(config)
     if frontend is None:
         fe = FrontendParams.zero()
@@ -43,8 +46,11 @@ def build_config(config: dict[str, Any], analytic: dict[str, Any] | None = None,
         fe = frontend
     else:
         fe = FrontendParams.model_validate(frontend)
-    data["perf"] = {"model": "analytic", "calibration": None, "params": dict(analytic or {}),
-                    "frontend": fe.model_dump()}
+    if perf_model == "aic":
+        data["perf"] = {"model": "aic", "frontend": fe.model_dump()}
+    else:
+        data["perf"] = {"model": "analytic", "calibration": None, "params": dict(analytic or {}),
+                        "frontend": fe.model_dump()}
     if num_prompts is not None or warmup is not None:
         wl = dict(data["workload"])
         if num_prompts is not None:
@@ -57,12 +63,12 @@ def build_config(config: dict[str, Any], analytic: dict[str, Any] | None = None,
 
 def simulate_point(config: dict[str, Any], analytic: dict[str, Any] | None = None,
                    frontend: FrontendParams | dict | None = None, num_prompts: int | None = None,
-                   warmup: int | None = None) -> PointResult:
+                   warmup: int | None = None, perf_model: str = "analytic") -> PointResult:
     """Mean TTFT and TPOT (ms, as the benchmark computes them) and total tokens/s per GPU."""
     from servesim.api import run_simulation
 
     t0 = time.perf_counter()
-    cfg = build_config(config, analytic, frontend, num_prompts, warmup)
+    cfg = build_config(config, analytic, frontend, num_prompts, warmup, perf_model)
     source = build_source(cfg.workload, cfg.seed, None)
     dep = build_deployment(cfg)
     rec, _ts, _stats = run_simulation(cfg, source, dep)
