@@ -141,3 +141,15 @@ def test_second_round_measures_each_point_around_its_own_group_values(monkeypatc
         assert math.isclose(s.ttft_slope["mem"], 10.0 / s.base.mem_eff, rel_tol=1e-9)
         assert math.isclose(s.predict_at(s.base.mem_eff / 2, 0.8, 0.002, 0.0, DEFAULT_BASE)[0],
                             10.0 / s.base.mem_eff * 2, rel_tol=1e-9)
+
+
+def test_mem_variant_stays_a_valid_efficiency():
+    """Near mem_eff = 1 the mem variant steps the other way (slower), and says so in its delta."""
+    from servesim.validate.sensitivity import MEM_STEP
+
+    low = BaseParams(0.5, 0.8, 0.3, 0.002, {})
+    high = BaseParams(0.9, 0.8, 0.3, 0.002, {})
+    assert low.variants()["mem"][0]["mem_eff"] == pytest.approx(0.5 / MEM_STEP)
+    assert high.variants()["mem"][0]["mem_eff"] == pytest.approx(0.9 * MEM_STEP) and 0.9 * MEM_STEP <= 1
+    for b in (low, high):  # delta = time scale of the variant relative to the base, minus 1
+        assert b.knob_deltas()["mem"] == pytest.approx(b.mem_eff / b.variants()["mem"][0]["mem_eff"] - 1)

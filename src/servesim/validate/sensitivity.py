@@ -57,7 +57,7 @@ class BaseParams:
         sched_step = max(self.scheduler_pass_s, 1e-3)
         return {
             "base": (base_a, fe),
-            "mem": (base_a | {"mem_eff": self.mem_eff / MEM_STEP}, fe),
+            "mem": (base_a | {"mem_eff": self.mem_eff / self._mem_step()}, fe),
             "prefill": (base_a | {"gemm_eff_max": self.gemm_eff_max / PREFILL_STEP,
                                   "attn_prefill_eff_max": self.attn_prefill_eff_max / PREFILL_STEP}, fe),
             "sched": (base_a, fe | {"scheduler_pass_s": self.scheduler_pass_s + sched_step}),
@@ -91,9 +91,15 @@ class BaseParams:
                 "attn_prefill_eff_max": self.attn_prefill_eff_max, "scheduler_pass_s": self.scheduler_pass_s,
                 "frontend": dict(self.frontend)}
 
+    def _mem_step(self) -> float:
+        """The mem variant's time scale: faster by MEM_STEP, or slower by as much where a
+        faster one would need an efficiency above 1 (a base from a previous fit may sit near it)."""
+        return MEM_STEP if self.mem_eff / MEM_STEP <= 1.0 else 1.0 / MEM_STEP
+
     def knob_deltas(self) -> dict[str, float]:
         """How far each variant moved its knob, in the knob's own unit."""
-        return {"mem": MEM_STEP - 1.0, "prefill": PREFILL_STEP - 1.0, "sched": max(self.scheduler_pass_s, 1e-3)}
+        return {"mem": self._mem_step() - 1.0, "prefill": PREFILL_STEP - 1.0,
+                "sched": max(self.scheduler_pass_s, 1e-3)}
 
 
 #: The base the shipped calibration was measured around: the earlier quick shared fit
