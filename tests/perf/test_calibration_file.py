@@ -69,8 +69,15 @@ def test_bad_files_name_the_problem(doc, match):
 
 
 def test_missing_file_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ConfigError, match="cannot read.*bundled calibrations: default, fit-split"):
         load_calibration(tmp_path / "nope.yaml")
+
+
+def test_bundled_calibrations_load_by_name():
+    """``fit-split`` (fitted on the fit rows only, for the honest held-out figure) and ``default``."""
+    split = load_calibration("fit-split")
+    assert "fit split" in split.meta["fitted_on"]
+    assert load_calibration("default").to_dict() == load_calibration(None).to_dict()
 
 
 def test_bundled_default_is_valid():

@@ -140,15 +140,24 @@ def _check_fields(cal: Calibration, label: str) -> None:
                 raise ConfigError(f"{label}: {where}.{kind}: unknown parameter(s) {sorted(bad)}")
 
 
+def bundled_calibrations() -> list[str]:
+    """Names of the calibrations shipped with servesim (``default``, ``fit-split``, ...)."""
+    return sorted(f.stem for f in DEFAULT_CALIBRATION.parent.glob("*.yaml"))
+
+
 def load_calibration(path: str | Path | None = None) -> Calibration:
-    """Read a calibration file; ``None`` is the bundled default (empty if it is missing)."""
+    """Read a calibration file, or a bundled one by name (:func:`bundled_calibrations`);
+    ``None`` is the bundled default (empty if it is missing)."""
     p = Path(path) if path is not None else DEFAULT_CALIBRATION
+    if path is not None and not p.exists() and (DEFAULT_CALIBRATION.parent / f"{path}.yaml").exists():
+        p = DEFAULT_CALIBRATION.parent / f"{path}.yaml"
     if path is None and not p.exists():
         return Calibration()
     try:
         data = yaml.safe_load(p.read_text())
     except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"calibration: cannot read {str(p)!r} ({e})") from None
+        raise ConfigError(f"calibration: cannot read {str(p)!r} ({e}); bundled calibrations: "
+                          f"{', '.join(bundled_calibrations())}") from None
     return parse_calibration(data or {}, str(p))
 
 
