@@ -89,3 +89,16 @@ def test_bundled_default_is_valid():
         a, f = cal.resolve(gpu, engine)
         AnalyticParams.model_validate(a)
         FrontendParams.model_validate(f)
+
+
+def test_config_names_a_bundled_calibration():
+    from servesim.api import predict
+
+    from importlib.resources import files
+
+    cfg = yaml.safe_load((files("servesim") / "examples" / "default.yaml").read_text())
+    cfg["workload"]["num_requests"] = 20
+    cfg["perf"] = {"model": "analytic", "calibration": "fit-split"}
+    cfg["output"] = {"dir": None}
+    pred = predict(cfg)
+    assert pred.deployment.describe()["perf"]["calibration"] == "fit-split.yaml"

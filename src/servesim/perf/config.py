@@ -41,7 +41,8 @@ class AnalyticPerfConfig(_Strict):
     model: Literal["analytic"] = "analytic"
     #: overrides of AnalyticParams fields.
     params: dict[str, Any] = {}
-    #: calibration file: "default" (shipped), a path, or null (none); applied before ``params``.
+    #: calibration: a bundled name ("default": all rows; "fit-split": fit rows only), a path,
+    #: or null (none); applied before ``params``.
     calibration: str | None = "default"
     #: overrides of FrontendParams fields (API server, tokenizer, stream, scheduler CPU).
     frontend: dict[str, Any] = {}
@@ -122,13 +123,15 @@ class ResolvedPerf:
 
 
 def _load_calibration(name: str | None, base_dir: Path | None):
-    from servesim.perf.calibration import DEFAULT_CALIBRATION, load_calibration
+    from servesim.perf.calibration import DEFAULT_CALIBRATION, bundled_calibrations, load_calibration
 
     if name is None:
         return None, None
     if name == "default":
         return load_calibration(None), str(DEFAULT_CALIBRATION.name)
     path = Path(name)
+    if name in bundled_calibrations() and not path.exists():
+        return load_calibration(name), f"{name}.yaml"
     if not path.is_absolute() and base_dir is not None and not path.exists():
         path = Path(base_dir) / path
     try:

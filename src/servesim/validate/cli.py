@@ -15,7 +15,8 @@ def add_subcommands(sub) -> None:
     v.add_argument("--split", choices=("fit", "holdout"),
                    help="only the fit (~60%%, by id hash) or held-out (~40%%) rows of the file")
     v.add_argument("--out", help="write one row per point to this CSV")
-    v.add_argument("--calibration", help="calibration YAML (default: the bundled default)")
+    v.add_argument("--calibration", help="calibration YAML, or a bundled one by name: default (all rows), "
+                                         "fit-split (fit rows only; default: default)")
     v.add_argument("--markdown", action="store_true", help="print the score table as Markdown")
     v.add_argument("--perf-model", choices=("analytic", "aic"), default="analytic",
                    help="step-time model: analytic (calibrated, default) or aic (measured operator tables, "
