@@ -19,3 +19,16 @@ from servesim.models import load_model
 ])
 def test_default_kv_dtype_follows_the_engine(model, gpu, engine, want):
     assert default_kv_dtype(engine, load_model(model), load_gpu(gpu)) == want
+
+
+@pytest.mark.parametrize("gpu,page", [("b200_sxm", 64), ("h200_sxm", 64), ("mi355x", 1)])
+def test_sglang_uses_64_token_pages_for_sparse_attention_on_cuda(gpu, page):
+    from servesim.cluster.deployment import build_deployment
+    from servesim.config import load_config
+
+    cfg = load_config({"workload": {"kind": "closed_loop", "recipe": "fixed", "concurrency": 1, "num_prompts": 1,
+                                    "isl": 64, "osl": 4},
+                       "deployment": {"model": "zai-org/GLM-5", "gpu": gpu, "tp": 8, "weight_dtype": "fp8",
+                                      "engine": {"name": "sglang"}},
+                       "output": {"dir": None}})
+    assert build_deployment(cfg).describe()["engine_settings"]["page_size"] == page

@@ -209,6 +209,10 @@ def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: L
     from servesim.engines.sglang import SGLangEngine, default_chunked_prefill_size, default_mem_fraction_static
 
     opt = dep.engine
+    if arch.index_topk and gpu.vendor == "nvidia" and opt.page_size != 64:
+        # SGLang forces 64-token pages for DeepSeek-sparse-attention models on CUDA (its
+        # server_args model adjustments; ROCm keeps 1), whatever --page-size says.
+        opt = opt.model_copy(update={"page_size": 64})
     dp = layout.attention_dp
     gpu_gib = gpu.memory_bytes / 2**30
     if opt.chunked_prefill_size is None:
