@@ -8,6 +8,7 @@ latencies in microseconds, compute in TFLOPS (10^12 op/s).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Literal
 
@@ -124,7 +125,9 @@ def known_gpus() -> list[str]:
     return sorted(p.stem for p in GPU_DIR.glob("*.yaml"))
 
 
+@functools.lru_cache(maxsize=1)
 def _alias_table() -> dict[str, Path]:
+    """Bundled name or alias → file (parsed once per process: the bundled files do not change)."""
     table: dict[str, Path] = {}
     for p in sorted(GPU_DIR.glob("*.yaml")):
         table[p.stem.lower()] = p
@@ -150,4 +153,10 @@ def load_gpu(name_or_yaml_path: str | Path) -> GPUSpec:
             f"unknown GPU {s!r}; known GPUs: {', '.join(known_gpus())} "
             "(or give the path of a GPU spec YAML file with the same schema)"
         )
-    return _load_yaml(hit)
+    return _load_bundled(hit)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_bundled(path: Path) -> GPUSpec:
+    """A bundled spec, validated once per process (``GPUSpec`` is frozen, so sharing is safe)."""
+    return _load_yaml(path)
