@@ -102,3 +102,11 @@ def test_config_names_a_bundled_calibration():
     cfg["output"] = {"dir": None}
     pred = predict(cfg)
     assert pred.deployment.describe()["perf"]["calibration"] == "fit-split.yaml"
+
+
+def test_a_missing_path_is_not_read_as_a_bundled_name(tmp_path):
+    """Only bare names resolve to bundled files: a path without its ``.yaml`` is an error,
+    not a silent read of ``<path>.yaml``."""
+    (tmp_path / "other.yaml").write_text("shared: {}\n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_calibration(str(tmp_path / "other"))

@@ -145,12 +145,20 @@ def bundled_calibrations() -> list[str]:
     return sorted(f.stem for f in DEFAULT_CALIBRATION.parent.glob("*.yaml"))
 
 
+def bundled_calibration(name: str | Path) -> Path | None:
+    """The file of the bundled calibration called ``name`` (a bare name, not a path), if any."""
+    if isinstance(name, Path) or "/" in name or "\\" in name:
+        return None
+    f = DEFAULT_CALIBRATION.parent / f"{name}.yaml"
+    return f if f.exists() else None
+
+
 def load_calibration(path: str | Path | None = None) -> Calibration:
     """Read a calibration file, or a bundled one by name (:func:`bundled_calibrations`);
     ``None`` is the bundled default (empty if it is missing)."""
     p = Path(path) if path is not None else DEFAULT_CALIBRATION
-    if path is not None and not p.exists() and (DEFAULT_CALIBRATION.parent / f"{path}.yaml").exists():
-        p = DEFAULT_CALIBRATION.parent / f"{path}.yaml"
+    if path is not None and not p.exists():
+        p = bundled_calibration(path) or p
     if path is None and not p.exists():
         return Calibration()
     try:

@@ -123,15 +123,16 @@ class ResolvedPerf:
 
 
 def _load_calibration(name: str | None, base_dir: Path | None):
-    from servesim.perf.calibration import DEFAULT_CALIBRATION, bundled_calibrations, load_calibration
+    from servesim.perf.calibration import DEFAULT_CALIBRATION, bundled_calibration, load_calibration
 
     if name is None:
         return None, None
     if name == "default":
         return load_calibration(None), str(DEFAULT_CALIBRATION.name)
     path = Path(name)
-    if name in bundled_calibrations() and not path.exists():
-        return load_calibration(name), f"{name}.yaml"
+    bundled = None if path.exists() else bundled_calibration(name)
+    if bundled is not None:
+        return load_calibration(bundled), bundled.name
     if not path.is_absolute() and base_dir is not None and not path.exists():
         path = Path(base_dir) / path
     try:
