@@ -29,8 +29,7 @@ def surrogate_mape(cal, sens: Sequence[PointSensitivity]) -> tuple[float, float]
     for s in sens:
         p = s.point
         a, f = cal.resolve(p.gpu, p.engine, p.model, p.precision)
-        ttft, tpot = s.predict_at(a["mem_eff"], a["gemm_eff_max"], f["scheduler_pass_s"],
-                                  f["first_token_overhead_s"], DEFAULT_BASE)
+        ttft, tpot = s.predict_resolved(a, f, DEFAULT_BASE)
         et.append(abs(ttft - p.measured_ttft_ms) / p.measured_ttft_ms)
         ep.append(abs(tpot - p.measured_tpot_ms) / p.measured_tpot_ms)
     return float(np.mean(et)), float(np.mean(ep))

@@ -9,7 +9,15 @@ TPOT respond.  Each knob scales one group of costs:
 - ``mem``: ``1 / mem_eff`` — the memory-bound work (weights and KV reads of decode passes);
 - ``prefill``: ``1 / gemm_eff_max`` and ``1 / attn_prefill_eff_max`` together — compute-bound
   prefill work;
-- ``sched``: ``scheduler_pass_s`` — serial CPU time added to every pass.
+- ``sched``: ``scheduler_pass_s`` — serial CPU time added to every pass;
+- ``layer`` (derived, not simulated): ``graph_layer_overhead_s`` and ``layer_overhead_s``
+  together — the fixed GPU time of each layer of every pass (small kernels do not run faster
+  than a few microseconds however little work they get).  Moving it by Δ adds ``L × Δ`` to
+  every pass of an ``L``-layer model, exactly what the ``sched`` knob does with ``L × Δ``, so
+  its slope is the ``sched`` slope times ``L``: it costs no run.  It is the term that lets the
+  fit tell a model's per-GPU weight traffic (shrinking with tensor parallelism) from its
+  per-pass floor (which does not): measured small-batch TPOT of Llama-3.1-70B falls from
+  15.8 ms at tp 1 to 5.8 ms at tp 8 on B200, ≈ 11 ms / tp + 4.5 ms.
 
 Pass time is, to first order, a sum of terms each proportional to one of these scales, so a
 point's TTFT and TPOT are modelled as linear in the knob values around the base
@@ -24,10 +32,13 @@ from __future__ import annotations
 import csv
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
 
 from servesim.errors import ServesimError
+from servesim.models.arch import load_model
+from servesim.perf.analytic import AnalyticParams
 from servesim.validate.points import Point
 from servesim.validate.run import check_point
 from servesim.validate.simulate import simulate_point
@@ -48,12 +59,17 @@ class BaseParams:
     attn_prefill_eff_max: float
     scheduler_pass_s: float
     frontend: dict
+    #: Per-layer fixed GPU time of CUDA-graph decode passes and of eager passes (the ``layer`` knob).
+    graph_layer_overhead_s: float = AnalyticParams().graph_layer_overhead_s
+    layer_overhead_s: float = AnalyticParams().layer_overhead_s
 
     def variants(self) -> dict[str, tuple[dict, dict]]:
         """(analytic, frontend) parameters of the base run and of each knob's run."""
         fe = dict(self.frontend) | {"first_token_overhead_s": 0.0, "scheduler_pass_s": self.scheduler_pass_s}
         base_a = {"mem_eff": self.mem_eff, "gemm_eff_max": self.gemm_eff_max,
-                  "attn_prefill_eff_max": self.attn_prefill_eff_max}
+                  "attn_prefill_eff_max": self.attn_prefill_eff_max,
+                  "graph_layer_overhead_s": self.graph_layer_overhead_s,
+                  "layer_overhead_s": self.layer_overhead_s}
         sched_step = max(self.scheduler_pass_s, 1e-3)
         return {
             "base": (base_a, fe),
@@ -84,12 +100,15 @@ class BaseParams:
         return cls(mem_eff=a.get("mem_eff", d.mem_eff), gemm_eff_max=a.get("gemm_eff_max", d.gemm_eff_max),
                    attn_prefill_eff_max=a.get("attn_prefill_eff_max", d.attn_prefill_eff_max),
                    scheduler_pass_s=f.pop("scheduler_pass_s", d.scheduler_pass_s),
-                   frontend={k: v for k, v in f.items() if k != "first_token_overhead_s"})
+                   frontend={k: v for k, v in f.items() if k != "first_token_overhead_s"},
+                   graph_layer_overhead_s=a.get("graph_layer_overhead_s", d.graph_layer_overhead_s),
+                   layer_overhead_s=a.get("layer_overhead_s", d.layer_overhead_s))
 
     def describe(self) -> dict:
         return {"mem_eff": self.mem_eff, "gemm_eff_max": self.gemm_eff_max,
                 "attn_prefill_eff_max": self.attn_prefill_eff_max, "scheduler_pass_s": self.scheduler_pass_s,
-                "frontend": dict(self.frontend)}
+                "graph_layer_overhead_s": self.graph_layer_overhead_s,
+                "layer_overhead_s": self.layer_overhead_s, "frontend": dict(self.frontend)}
 
     def _mem_step(self) -> float:
         """The mem variant's time scale: faster by MEM_STEP, or slower by as much where a
@@ -120,22 +139,39 @@ class PointSensitivity:
     tpot_slope: dict | None = None
     #: The parameters this point was simulated around (None: the fit's common base).
     base: BaseParams | None = None
+    #: Layers of the point's model: the ``layer`` knob's slope is ``layers`` × the ``sched`` slope.
+    layers: int = 0
 
     def predict_at(self, mem_eff: float, gemm_eff_max: float, scheduler_pass_s: float,
-                   stream_s: float, default_base: BaseParams) -> tuple[float, float]:
+                   stream_s: float, default_base: BaseParams, *,
+                   graph_layer_overhead_s: float | None = None) -> tuple[float, float]:
         """Surrogate (TTFT, TPOT) in ms at absolute parameter values (the prefill knob
-        moves ``gemm_eff_max`` and ``attn_prefill_eff_max`` together)."""
+        moves ``gemm_eff_max`` and ``attn_prefill_eff_max`` together; ``None`` keeps the
+        base's value)."""
         b = self.base or default_base
+        layer = 0.0 if graph_layer_overhead_s is None else graph_layer_overhead_s - b.graph_layer_overhead_s
         return self.predict(b.mem_eff / mem_eff, b.gemm_eff_max / gemm_eff_max,
-                            scheduler_pass_s - b.scheduler_pass_s, stream_s)
+                            scheduler_pass_s - b.scheduler_pass_s, stream_s,
+                            layer_delta_s=layer)
 
-    def predict(self, mem: float, prefill: float, sched_delta_s: float, stream_s: float) -> tuple[float, float]:
+    def predict_resolved(self, analytic: dict, frontend: dict, default_base: BaseParams) -> tuple[float, float]:
+        """Surrogate (TTFT, TPOT) in ms at the values a calibration resolves for this point
+        (``Calibration.resolve``); a value it does not set stays at the point's base."""
+        b = self.base or default_base
+        return self.predict_at(analytic.get("mem_eff", b.mem_eff), analytic.get("gemm_eff_max", b.gemm_eff_max),
+                               frontend.get("scheduler_pass_s", b.scheduler_pass_s),
+                               frontend.get("first_token_overhead_s", 0.0), default_base,
+                               graph_layer_overhead_s=analytic.get("graph_layer_overhead_s"))
+
+    def predict(self, mem: float, prefill: float, sched_delta_s: float, stream_s: float, *,
+                layer_delta_s: float = 0.0) -> tuple[float, float]:
         """Surrogate (TTFT, TPOT) in ms at knob values relative to the point's base.
 
         ``mem`` and ``prefill`` are time scales relative to the base (1 = base), ``sched_delta_s``
-        seconds added to the base ``scheduler_pass_s``, ``stream_s`` the stream latency.
+        seconds added to the base ``scheduler_pass_s``, ``stream_s`` the stream latency,
+        ``layer_delta_s`` seconds added to every layer of every pass (``layers`` × that per pass).
         """
-        d = {"mem": mem - 1.0, "prefill": prefill - 1.0, "sched": sched_delta_s}
+        d = {"mem": mem - 1.0, "prefill": prefill - 1.0, "sched": sched_delta_s + self.layers * layer_delta_s}
         ttft = self.ttft_base + sum(self.ttft_slope[k] * d[k] for k in KNOBS) + stream_s * 1e3
         tpot = self.tpot_base + sum(self.tpot_slope[k] * d[k] for k in KNOBS)
         return ttft, tpot
@@ -158,16 +194,8 @@ def _run_one(args: tuple[Point, dict[str, tuple[dict, dict]]]) -> tuple[str, dic
     return "ok", out
 
 
-def measure_sensitivities(points: Sequence[Point], base: BaseParams | Callable[[Point], BaseParams],
-                          processes: int = 1,
-                          progress: Callable[[int, int], None] | None = None) -> list[PointSensitivity]:
-    """Simulate every point at its base and at each knob's variant (full prompt counts).
-
-    ``base``: one parameter set for all points, or a function giving each point its own
-    (:meth:`BaseParams.for_point`, a second round around a previous fit).
-    """
-    bases = [base(p) if callable(base) else base for p in points]
-    jobs = [(p, b.variants()) for p, b in zip(points, bases)]
+def _run_jobs(jobs: list, processes: int, progress: Callable[[int, int], None] | None) -> list:
+    """``_run_one`` over ``jobs``, in a process pool when asked; results in job order."""
     results = []
     if processes > 1 and len(jobs) > 1:
         import multiprocessing as mp
@@ -182,9 +210,22 @@ def measure_sensitivities(points: Sequence[Point], base: BaseParams | Callable[[
             results.append(_run_one(job))
             if progress:
                 progress(len(results), len(jobs))
+    return results
+
+
+def measure_sensitivities(points: Sequence[Point], base: BaseParams | Callable[[Point], BaseParams],
+                          processes: int = 1,
+                          progress: Callable[[int, int], None] | None = None) -> list[PointSensitivity]:
+    """Simulate every point at its base and at each knob's variant (full prompt counts).
+
+    ``base``: one parameter set for all points, or a function giving each point its own
+    (:meth:`BaseParams.for_point`, a second round around a previous fit).
+    """
+    bases = [base(p) if callable(base) else base for p in points]
+    results = _run_jobs([(p, b.variants()) for p, b in zip(points, bases)], processes, progress)
     out = []
     for p, b, (status, runs) in zip(points, bases, results):
-        s = PointSensitivity(p, status, base=b)
+        s = PointSensitivity(p, status, base=b, layers=model_layers(p))
         deltas = b.knob_deltas()
         if status == "ok":
             b = runs["base"]
@@ -198,7 +239,21 @@ def measure_sensitivities(points: Sequence[Point], base: BaseParams | Callable[[
 FIELDS = ["id", "status", "group", "model", "weight_dtype", "measured_ttft_ms", "measured_tpot_ms",
           "ttft_base", "tpot_base"] + [f"ttft_d_{k}" for k in KNOBS] + [f"tpot_d_{k}" for k in KNOBS]
 #: The point's own base (optional columns: files from a single-base run may lack them).
-BASE_FIELDS = ["base_mem_eff", "base_gemm_eff_max", "base_attn_prefill_eff_max", "base_scheduler_pass_s"]
+#: Base values added with later knobs: files written before them lack the columns (defaults apply).
+OPTIONAL_BASE = ("graph_layer_overhead_s", "layer_overhead_s")
+BASE_FIELDS = ["base_mem_eff", "base_gemm_eff_max", "base_attn_prefill_eff_max", "base_scheduler_pass_s",
+               *(f"base_{n}" for n in OPTIONAL_BASE)]
+
+
+@lru_cache(maxsize=None)
+def _layers_of(model: str) -> int:
+    return load_model(model).num_layers
+
+
+def model_layers(point: Point) -> int:
+    """Layers of the model a simulable point runs (0 when it has no config)."""
+    model = ((point.config or {}).get("deployment") or {}).get("model")
+    return _layers_of(model) if model else 0
 
 
 def write_sensitivities(rows: Sequence[PointSensitivity], path: str | Path) -> None:
@@ -211,7 +266,8 @@ def write_sensitivities(rows: Sequence[PointSensitivity], path: str | Path) -> N
             slopes_t = [s.ttft_slope[k] if s.ttft_slope else "" for k in KNOBS]
             slopes_p = [s.tpot_slope[k] if s.tpot_slope else "" for k in KNOBS]
             b = s.base
-            base = [b.mem_eff, b.gemm_eff_max, b.attn_prefill_eff_max, b.scheduler_pass_s] if b else [""] * 4
+            base = ([b.mem_eff, b.gemm_eff_max, b.attn_prefill_eff_max, b.scheduler_pass_s,
+                     *(getattr(b, n) for n in OPTIONAL_BASE)] if b else [""] * len(BASE_FIELDS))
             w.writerow([p.id, s.status, p.group, p.row.get("model", ""), p.row.get("precision") or "bf16", p.measured_ttft_ms,
                         p.measured_tpot_ms, s.ttft_base, s.tpot_base, *slopes_t, *slopes_p, *base])
 
@@ -240,11 +296,14 @@ def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointS
         if row is None:
             out.append(PointSensitivity(p, f"error: not in {path}"))
             continue
-        s = PointSensitivity(p, row["status"])
+        s = PointSensitivity(p, row["status"], layers=model_layers(p))
         if row.get("base_mem_eff"):
             s.base = BaseParams(float(row["base_mem_eff"]), float(row["base_gemm_eff_max"]),
                                 float(row["base_attn_prefill_eff_max"]), float(row["base_scheduler_pass_s"]),
                                 frontend={})
+            for name in OPTIONAL_BASE:  # absent from files written before these knobs: the defaults
+                if row.get(f"base_{name}"):
+                    setattr(s.base, name, float(row[f"base_{name}"]))
         if s.status == "ok":
             s.ttft_base, s.tpot_base = float(row["ttft_base"]), float(row["tpot_base"])
             s.ttft_slope = {k: float(row[f"ttft_d_{k}"]) for k in KNOBS}
