@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from servesim import yaml_io
 from servesim.config.schema import Config
 from servesim.errors import ConfigError
 
@@ -71,7 +72,7 @@ def read_yaml(path: Path) -> dict:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml_io.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

@@ -15,6 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from servesim import yaml_io
 from servesim.errors import ModelError
 
 GPU_DIR = Path(__file__).parent / "gpus"
@@ -102,7 +103,7 @@ class GPUSpec(_Strict):
 
 def _load_yaml(path: Path) -> GPUSpec:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml_io.safe_load(path.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
@@ -131,7 +132,7 @@ def _alias_table() -> dict[str, Path]:
     table: dict[str, Path] = {}
     for p in sorted(GPU_DIR.glob("*.yaml")):
         table[p.stem.lower()] = p
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml_io.safe_load(p.read_text()) or {}
         for a in data.get("aliases", []) or []:
             table.setdefault(str(a).lower(), p)
     return table

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from servesim import yaml_io
 from servesim.errors import ConfigError
 
 DEFAULT_CALIBRATION = Path(__file__).parent / "calibrations" / "default.yaml"
@@ -162,7 +163,7 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
     if path is None and not p.exists():
         return Calibration()
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml_io.safe_load(p.read_text())
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"calibration: cannot read {str(p)!r} ({e}); bundled calibrations: "
                           f"{', '.join(bundled_calibrations())}") from None
