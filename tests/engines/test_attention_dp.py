@@ -299,3 +299,124 @@ def test_balanced_ranks_price_as_an_even_spread(moe_model):
     # three requests, which would split them over both ranks
     lone = rank_union((sub, None))
     assert moe_model.pass_time(lone) > moe_model.pass_time(PassPlan(decode_ctx=sub.decode_ctx))
+
+
+# -- (f) TensorRT-LLM ADP balance (attention_dp_config.enable_balance) ----------------------------------
+def test_adp_balance_counters():
+    from servesim.engines.attention_dp import ADPBalance
+
+    b = ADPBalance(timeout_iters=3, batching_wait_iters=2)
+    # not every rank has a context: held, the wait counter releases every 3rd iteration
+    assert [b.step(True, False, True) for _ in range(7)] == [False, False, True, False, False, True, False]
+    assert b.waited == 1
+    # a rank without generation work releases at once and restarts the counter
+    assert b.step(True, False, False) and b.waited == 0
+    # every rank has a context: 2 more iterations to gather, then release
+    assert [b.step(True, True, True) for _ in range(4)] == [False, False, True, False]
+    assert b.waited == 0 and b.batched == 1
+    # every rank has a context but one has no generation work: release without gathering
+    assert b.step(True, True, False) and b.batched == 1
+    # a rank at max_batch_size generation requests: treated as "not every rank ready"
+    b2 = ADPBalance(timeout_iters=2, batching_wait_iters=0)
+    assert [b2.step(False, True, True) for _ in range(2)] == [False, True]
+    assert ADPBalance(0, 0).step(True, False, True)  # timeout 0: never held
+
+
+def test_adp_balance_holds_a_lone_context_until_the_timeout():
+    # Both ranks decode long requests (0, 1).  Request 2 arrives on one rank alone and waits
+    # for the wait counter; request 3 likewise, one counter period later; requests 4 and 5
+    # arrive on different ranks and run together as soon as both ranks have one.
+    reqs = [make_request(0, 0.0, 100, 200), make_request(1, 0.0, 100, 200),
+            make_request(2, 0.0305, 300, 5), make_request(3, 0.1105, 300, 5),
+            make_request(4, 0.2405, 300, 5), make_request(5, 0.2605, 300, 5)]
+
+    def run(balance: bool, fast: bool):
+        return simulate(lambda r: dp_engine("trtllm", r, attention_dp_enable_balance=balance,
+                                            attention_dp_timeout_iters=10, attention_dp_batching_wait_iters=0),
+                        copy.deepcopy(reqs), FixedStepTime(0.01), fast=fast)[0]
+
+    off, on = run(False, False), run(True, False)
+    assert ranks_of(on) == [0, 1, 0, 1, 0, 1]  # request 2 still runs on rank 0 when 3 arrives
+    assert ranks_of(off) == [0, 1, 0, 0, 0, 1]
+    # without balance each context runs in the pass after it arrives
+    assert off.column("first_scheduled")[2:6].tolist() == pytest.approx([0.04, 0.12, 0.25, 0.27])
+    # pass 1 (t=0) runs both prompts at once (no rank has generation work yet); each later
+    # iteration advances the wait counter, which reaches 10 at t=0.10 and again at t=0.20;
+    # at t=0.27 both ranks hold a context, which releases them (batching_wait_iters 0)
+    assert on.column("first_scheduled")[2:6].tolist() == pytest.approx([0.10, 0.20, 0.27, 0.27])
+    fast = run(True, True)
+    for name in ("first_scheduled", "first_token", "last_token", "finish"):
+        np.testing.assert_allclose(fast.column(name), on.column(name), rtol=1e-12)
+
+
+def test_adp_balance_iteration_counts_match_the_scheduler():
+    """The side-effect-free walk gives the context and generation counts schedule() then takes."""
+    from servesim.engines.attention_dp import trtllm_iteration_counts
+
+    for opts in ({}, {"enable_chunked_context": True, "max_num_tokens": 1024},
+                 {"max_num_tokens": 2600, "max_batch_size": 5}):
+        rec = RequestRecorder()
+        eng = TRTLLMEngine(0, rec, EngineLimits(kv_capacity_tokens=9000, context_length=4096),
+                           TRTLLMOptions(**opts))
+        reqs = random_requests(3, n=40)
+        t, i, checked = 0.0, 0, 0
+        while i < len(reqs) or eng.has_work():
+            while i < len(reqs) and reqs[i].arrival <= t:
+                rec.register(reqs[i].index, str(i), None, reqs[i].arrival, reqs[i].input_length,
+                             reqs[i].output_length, False)
+                eng.add_request(reqs[i], t)
+                i += 1
+            want = trtllm_iteration_counts(eng)
+            plan = eng.schedule(t)
+            got = (0, 0) if plan is None else (len(plan.prefill_new), len(plan.decode_ctx))
+            assert got == want, (opts, t)
+            checked += got[0] > 0
+            t += 0.01
+            if plan is not None:
+                eng.complete(plan, t)
+            eng.check_invariants()
+        assert checked > 5
+
+
+@pytest.mark.parametrize("opts", [
+    {"attention_dp_timeout_iters": 7, "attention_dp_batching_wait_iters": 0},
+    {"attention_dp_timeout_iters": 20, "attention_dp_batching_wait_iters": 4, "enable_block_reuse": False},
+    {"attention_dp_timeout_iters": 12, "attention_dp_batching_wait_iters": 3, "enable_chunked_context": True,
+     "max_num_tokens": 1024},
+    {"attention_dp_timeout_iters": 9, "attention_dp_batching_wait_iters": 2},
+])
+@pytest.mark.parametrize("dp", [2, 3])
+def test_adp_balance_fast_mode_matches_step_mode(opts, dp):
+    reqs = random_requests(17, n=90)
+    st = SchedulerOverheadStepTime(LinearStepTime(
+        base_s=0.004, per_prefill_token_s=2e-7, per_decode_request_s=3e-5, per_context_token_s=1e-8), 0.001, 2e-6)
+
+    def factory(rec):
+        return dp_engine("trtllm", rec, dp=dp, kv=12_000, attention_dp_enable_balance=True, **opts)
+
+    slow, eng_s, w_s = simulate(factory, copy.deepcopy(reqs), st, fast=False)
+    fast, eng_f, w_f = simulate(factory, copy.deepcopy(reqs), st, fast=True)
+    assert ranks_of(fast) == ranks_of(slow)
+    for name in ("first_token", "second_token", "last_token", "finish", "first_scheduled"):
+        np.testing.assert_allclose(fast.column(name), slow.column(name), rtol=1e-9, equal_nan=True)
+    assert (fast.column("generated") == slow.column("generated")).all()
+    status = fast.column("status")[:fast.size]
+    assert (status == Status.COMPLETED).sum() + (status == Status.REJECTED).sum() == len(reqs)
+    assert (slow.column("status")[:slow.size] == status).all()
+    eng_f.check_invariants()
+    snap = eng_f.snapshot()
+    assert snap.running == snap.waiting == 0
+    assert w_f.passes == w_s.passes
+    assert (eng_f.balance.waited, eng_f.balance.batched) == (eng_s.balance.waited, eng_s.balance.batched)
+    # the balance changed something: contexts were held
+    plain, _, _ = simulate(lambda r: dp_engine("trtllm", r, dp=dp, kv=12_000, **opts), copy.deepcopy(reqs), st,
+                           fast=True)
+    assert not np.allclose(plain.column("first_scheduled"), slow.column("first_scheduled"), equal_nan=True)
+
+
+def test_adp_balance_needs_no_evict():
+    from servesim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="GUARANTEED_NO_EVICT"):
+        dp_engine("trtllm", RequestRecorder(), attention_dp_enable_balance=True,
+                  capacity_scheduler_policy="MAX_UTILIZATION")

@@ -38,6 +38,16 @@ Placement rules (sources read for this model; docs/config.md cites them too):
 
 All three read only request counts and prompt lengths, which a decode stretch does not
 change, so fast-forward stays exact.
+
+TensorRT-LLM's ADP balance (``attention_dp_config.enable_balance``; :class:`ADPBalance`):
+after every rank's scheduler has chosen its iteration, the ranks exchange how many context
+and generation requests they chose, and the context requests of *all* ranks are held back
+(the generation requests still run) unless every rank has a context to run; a timeout
+(``timeout_iters``) and ranks without generation work end the wait, and once every rank has
+one the contexts may wait ``batching_wait_iters`` more iterations to gather (PyExecutor
+``_balance_adp_requests`` in ``tensorrt_llm/_torch/pyexecutor/py_executor.py``, 1.1-1.2;
+docs/source/blogs/tech_blog/blog10_ADP_Balance_Strategy.md).  Modelled with the
+GUARANTEED_NO_EVICT capacity policy.
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
+from servesim.errors import ConfigError
 from servesim.metrics.recorder import RequestRecorder
 from servesim.perf.plan import PassPlan, rank_union
 from servesim.workload.request import Request
@@ -144,6 +155,128 @@ PLACEMENT: dict[str, Callable[[], Placement]] = {
 DEFAULT_PLACEMENT = {"sglang": "round_robin", "vllm": "vllm", "trtllm": "trtllm"}
 
 
+# -- TensorRT-LLM ADP balance ------------------------------------------------------------------------
+class ADPBalance:
+    """TensorRT-LLM's attention-DP context balancing: one decision per iteration for all ranks.
+
+    Every rank sees the same gathered counts, so all ranks take the same decision and keep
+    the same two counters.  :meth:`step` takes three facts about the iteration the ranks'
+    schedulers chose — every rank has fewer generation requests than ``max_batch_size``,
+    every rank has a context request, every rank has a generation request (an idle rank
+    counts as having one: TensorRT-LLM pads it with a dummy generation request) — and says
+    whether the context requests run:
+
+    * every rank has room and a context: the wait counter restarts; the contexts run at
+      once if some rank has no generation work, otherwise after ``batching_wait_iters``
+      held iterations (counted by the batching counter, which restarts when they run);
+    * otherwise the contexts are held and the wait counter advances; they run (and the
+      counter restarts) when it reaches ``timeout_iters`` or when some rank has no
+      generation work.  The counter advances in every such iteration, with or without a
+      context anywhere, so it works as a clock that releases held contexts every
+      ``timeout_iters`` iterations.
+    """
+
+    def __init__(self, timeout_iters: int, batching_wait_iters: int) -> None:
+        self.timeout = timeout_iters
+        self.batching = batching_wait_iters
+        self.waited = 0
+        self.batched = 0
+
+    def step(self, all_room: bool, all_ctx: bool, all_gen: bool) -> bool:
+        """Advance one iteration; True if the context requests run in it."""
+        if all_room and all_ctx:
+            self.waited = 0
+            if not all_gen:
+                return True
+            if self.batched < self.batching:
+                self.batched += 1
+                return False
+            self.batched = 0
+            return True
+        self.waited += 1
+        if self.waited >= self.timeout or not all_gen:
+            self.waited = 0
+            return True
+        return False
+
+    def held_passes(self, all_room: bool, all_ctx: bool) -> int:
+        """Iterations in a row, the one just decided included, that keep holding contexts.
+
+        Valid right after :meth:`step` returned False, the facts staying the same.
+        """
+        if all_room and all_ctx:  # gathering: held while the batching counter is short
+            return self.batching - self.batched + 1
+        return self.timeout - self.waited  # waiting: held until the counter reaches the timeout
+
+
+def trtllm_iteration_counts(engine) -> tuple[int, int]:
+    """(context, generation) requests a TensorRT-LLM rank's schedulers put in its next iteration.
+
+    The same walk as ``TRTLLMEngine.schedule`` (capacity scheduler, then the micro-batch
+    scheduler's token budget and batch size, chunks cut from what generation leaves) without
+    taking any block: under GUARANTEED_NO_EVICT the capacity scheduler only reads the pool.
+    Like ``schedule`` it notes each unstarted context's prefix hit on the request.
+    """
+    fitting, _ = engine._capacity()
+    budget = engine.max_tokens
+    step_tokens = 1 + engine._drafts()
+    tokens = n_ctx = n_gen = count = 0
+    chunk_rems: list[int] = []
+    for tr in fitting:
+        if tr.context:
+            if tr.blocks:
+                start = tr.computed
+            else:
+                tr.hit = engine._lookup(tr)
+                tr.host_hit = engine._host_lookup(tr)
+                start = (tr.hit + tr.host_hit) * engine.bs
+            rem = tr.ctx_len - start
+            if engine.chunking:
+                chunk_rems.append(rem)
+            else:
+                if tokens + rem > budget and tokens > 0:
+                    break
+                tokens += rem
+                n_ctx += 1
+        else:
+            if tokens + step_tokens > budget:
+                break
+            tokens += step_tokens
+            n_gen += 1
+        count += 1
+        if count >= engine.max_batch:
+            break
+    cap = budget - tokens
+    for rem in chunk_rems:
+        chunk = min(rem, cap)
+        if chunk < rem:
+            chunk = (chunk // engine.bs) * engine.bs
+        if chunk <= 0:
+            continue
+        cap -= chunk
+        n_ctx += 1
+    return n_ctx, n_gen
+
+
+def schedule_generation_only(engine, now: float) -> PassPlan | None:
+    """A TensorRT-LLM rank's iteration with its context requests held back.
+
+    Under GUARANTEED_NO_EVICT the capacity scheduler lists the generating requests before
+    any context, so hiding the contexts leaves exactly the generation steps the full
+    iteration would run.  The contexts keep their place in the active list.
+    """
+    saved = engine.active
+    engine.active = [tr for tr in saved if not tr.context]
+    try:
+        return engine.schedule(now)
+    finally:
+        after = engine.active
+        still = {id(tr) for tr in after}
+        known = {id(tr) for tr in saved}
+        engine.active = ([tr for tr in saved if tr.context or id(tr) in still]
+                         + [tr for tr in after if id(tr) not in known])
+
+
 # -- the engine ---------------------------------------------------------------------------------
 class AttentionDPEngine(Engine):
     """``dp`` engines (one per attention rank) run in lock-step as one worker."""
@@ -165,6 +298,18 @@ class AttentionDPEngine(Engine):
         self.placement = PLACEMENT[rule]()
         self._terminated: list[Request] = []
         self._plans: tuple[PassPlan | None, ...] = ()
+        #: TensorRT-LLM ADP balance (None: off); the facts of the last iteration decided and
+        #: whether it held any context back.
+        self.balance: ADPBalance | None = None
+        self._facts: tuple[bool, bool, bool] = (True, False, True)
+        self._held = False
+        opt = getattr(self.ranks[0], "opt", None)
+        if self.name == "trtllm" and getattr(opt, "attention_dp_enable_balance", False):
+            if opt.capacity_scheduler_policy != "GUARANTEED_NO_EVICT":
+                raise ConfigError("deployment.engine.attention_dp_enable_balance: the ADP balance is modelled "
+                                  "with capacity_scheduler_policy GUARANTEED_NO_EVICT only "
+                                  f"(found {opt.capacity_scheduler_policy})")
+            self.balance = ADPBalance(opt.attention_dp_timeout_iters, opt.attention_dp_batching_wait_iters)
         recorder.extra(RANK_COLUMN, np.int64, -1)
 
     # -- aggregated state ------------------------------------------------------------------
@@ -226,11 +371,31 @@ class AttentionDPEngine(Engine):
 
     def schedule(self, now: float) -> PassPlan | None:
         """Every rank decides its own sub-pass now; idle ranks join a pass that any rank runs."""
-        plans = tuple(e.schedule(now) for e in self.ranks)
+        if self.balance is None:
+            plans = tuple(e.schedule(now) for e in self.ranks)
+        else:
+            plans = self._schedule_balanced(now)
         self._plans = plans
         if all(p is None for p in plans):
             return None
         return rank_union(plans)
+
+    def _schedule_balanced(self, now: float) -> tuple[PassPlan | None, ...]:
+        """TensorRT-LLM ADP balance: the ranks' choices are gathered, then contexts run or wait."""
+        busy = [e.has_work() for e in self.ranks]
+        self._held = False
+        if not any(busy):
+            return tuple(None for _ in self.ranks)
+        # an idle rank runs a dummy generation request (PyExecutor _pad_attention_dp_dummy_request)
+        counts = [trtllm_iteration_counts(e) if b else (0, 1) for e, b in zip(self.ranks, busy)]
+        facts = (all(g < e.max_batch for e, (_, g) in zip(self.ranks, counts)),
+                 all(c > 0 for c, _ in counts),
+                 all(g > 0 for _, g in counts))
+        run_contexts = self.balance.step(*facts)
+        self._facts = facts
+        self._held = not run_contexts and any(c > 0 for c, _ in counts)
+        return tuple(e.schedule(now) if run_contexts or c == 0 else schedule_generation_only(e, now)
+                     for e, (c, _) in zip(self.ranks, counts))
 
     def complete(self, plan: PassPlan, end: float) -> None:
         for e, p in zip(self.ranks, plan.ranks):
@@ -241,6 +406,11 @@ class AttentionDPEngine(Engine):
         for e, p in zip(self.ranks, plan.ranks):
             if p is not None:
                 e.complete_stretch(p, ends)
+        if self.balance is not None:
+            # The first pass was decided by schedule(); the others repeat its decision.
+            for _ in range(int(ends.size) - 1):
+                ran = self.balance.step(*self._facts)
+                assert not (ran and self._held), "ADP balance: a stretch ran past a context release"
 
     def decode_stretch_limit(self) -> int:
         """The smallest of the busy ranks' limits; 1 if an idle rank holds queued work."""
@@ -254,7 +424,24 @@ class AttentionDPEngine(Engine):
             if k <= 1:
                 return 1
             limit = k if limit is None else min(limit, k)
+        if limit is not None and self._held:
+            limit = min(limit, self._held_limit())
         return limit or 1
+
+    def _held_limit(self) -> int:
+        """Passes the ADP balance keeps holding the waiting contexts (so the stretch may last).
+
+        Within a stretch the gathered facts stay as they are: generation counts do not
+        change; a context that did not fit keeps not fitting (its no-evict reservation
+        and the generation steps' tokens are fixed); a context that fitted can stop fitting
+        only if its prefix hit shrinks as generation blocks recycle cached blocks, which
+        only non-chunked ranks with block reuse can see — and which changes the decision
+        only while every rank has a context (gathering), so that case goes pass by pass.
+        """
+        all_room, all_ctx, _ = self._facts
+        if all_room and all_ctx and any(not e.chunking and e.reuse for e in self.ranks):
+            return 1
+        return max(self.balance.held_passes(all_room, all_ctx), 1)
 
     def snapshot(self) -> EngineSnapshot:
         snaps = [e.snapshot() for e in self.ranks]

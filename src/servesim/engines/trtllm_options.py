@@ -6,6 +6,10 @@ notes/vllm_trtllm.md): ``max_batch_size`` 2048, ``max_num_tokens`` 8192, capacit
 GUARANTEED_NO_EVICT, ``enable_chunked_prefill`` False (named ``enable_chunked_context``
 here, as in the C++ executor), ``tokens_per_block`` 32, ``enable_block_reuse`` True,
 ``free_gpu_memory_fraction`` 0.9.
+
+The ``attention_dp_*`` options are TensorRT-LLM's ``attention_dp_config`` (``enable_balance``,
+``timeout_iters``, ``batching_wait_iters``; defaults False, 50, 10 in ``AttentionDpConfig``);
+they matter only with ``deployment.attention_dp > 1`` (engines/attention_dp.py, ``ADPBalance``).
 """
 
 from __future__ import annotations
@@ -34,3 +38,10 @@ class TRTLLMOptions(BaseModel):
         None, gt=0, description="host-to-GPU bandwidth per GPU, GB/s; None: the GPU's host link (PCIe5 50, C2C 450)")
     host_load_overlap: bool = Field(
         False, description="TensorRT-LLM onboards offloaded blocks before the iteration (compute + load)")
+    # attention DP (deployment.attention_dp > 1): attention_dp_config of the PyTorch executor
+    attention_dp_enable_balance: bool = Field(
+        False, description="attention DP: hold context requests until every rank has one (or a timeout)")
+    attention_dp_timeout_iters: int = Field(
+        50, ge=0, description="attention DP balance: iterations a context waits for the other ranks")
+    attention_dp_batching_wait_iters: int = Field(
+        10, ge=0, description="attention DP balance: further iterations to gather contexts once every rank has one")

@@ -25,7 +25,8 @@ simulate it (``unsupported: <reason>``).  The mapping:
   max_num_batched_tokens 8192, no prefix caching, gpu_memory_utilization 0.9; SGLang radix
   cache off, chunked prefill and max prefill tokens 32768, mem_fraction_static 0.82,
   max_running_requests for DeepSeek; TRT-LLM max_batch_size = concurrency and, as the
-  InferenceX launch scripts set it, max_num_tokens = isl + osl + 200).
+  InferenceX launch scripts set it, max_num_tokens = isl + osl + 200; with attention DP the
+  scripts' ADP balance, ``attention_dp_config`` — see :func:`engine_options`).
 """
 
 from __future__ import annotations
@@ -192,6 +193,15 @@ def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
         # length (isl + osl + a margin, e.g. 2200 for 1k/1k), chunked context off
         isl, osl = _int(row, "isl"), _int(row, "osl")
         opts = {"max_batch_size": conc, "enable_block_reuse": False, "max_num_tokens": max(2048, isl + osl + 200)}
+        if _int(row, "attention_dp") > 1:
+            # InferenceX launch scripts add attention_dp_config whenever DP_ATTENTION is true:
+            # DeepSeek-R1 (benchmarks/dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh,
+            # dsr1_fp8_h200_trt.sh): enable_balance true, timeout_iters 60, batching_wait_iters 0;
+            # gpt-oss (benchmarks/gptoss_fp4_b200_trt.sh): enable_balance true with
+            # TensorRT-LLM's defaults (timeout_iters 50, batching_wait_iters 10)
+            opts["attention_dp_enable_balance"] = True
+            if "deepseek" in model:
+                opts.update(attention_dp_timeout_iters=60, attention_dp_batching_wait_iters=0)
     elif backend == "atom":
         # ATOM's defaults (nano-vLLM lineage): 16384 batched tokens, 512 sequences,
         # gpu_memory_utilization 0.9; benchmarks ran without prefix caching
