@@ -223,6 +223,9 @@ def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: L
         chunk = opt.chunked_prefill_size
     mem_fraction = opt.mem_fraction_static or default_mem_fraction_static(
         gpu_gib, chunk or opt.max_prefill_tokens, dep.tp)
+    if dp > 1 and opt.scheduler_recv_interval > 1:
+        raise ConfigError("deployment.engine.scheduler_recv_interval: SGLang supports a receive interval "
+                          f"above 1 only without DP attention (attention_dp is {dp}); set it to 1")
     if dp > 1:
         # SGLang with DP attention (server_args._handle_data_parallelism, scheduler): the
         # chunk size and max_running_requests are totals split over the ranks, and the
@@ -239,7 +242,8 @@ def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: L
     settings = {"name": "sglang", "chunked_prefill_size": chunk, "mem_fraction_static": mem_fraction,
                 "max_prefill_tokens": opt.max_prefill_tokens, "page_size": opt.page_size,
                 "schedule_policy": opt.schedule_policy, "context_length": context,
-                "disable_radix_cache": opt.disable_radix_cache}
+                "disable_radix_cache": opt.disable_radix_cache,
+                "scheduler_recv_interval": opt.scheduler_recv_interval}
 
     def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
         eng = SGLangEngine(worker_id, recorder, limits, opt, chunk, oracle=oracle)

@@ -33,6 +33,7 @@ import numpy as np
 
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
 from servesim.engines.host import host_link
+from servesim.engines.recv_interval import RecvSkipper
 from servesim.engines.sglang_options import SGLangOptions
 from servesim.errors import ConfigError
 from servesim.kvcache.host_tier import HostRadix
@@ -178,6 +179,11 @@ class SGLangEngine(Engine):
         self.prefilling: list[SGReq] = []
         #: Disaggregated decode: requests whose prompt KV arrived, awaiting admission.
         self.ready: list[SGReq] = []
+        #: ``scheduler_recv_interval`` > 1: arrived requests the scheduler has not pulled yet.
+        self.recv = RecvSkipper(options.scheduler_recv_interval) if options.scheduler_recv_interval > 1 else None
+        self.inbox: list[SGReq] = []
+        #: The kind of pass the last schedule() returned (True decode, False prefill, None none).
+        self._last_decoded: bool | None = None
 
     # -- host tier ----------------------------------------------------------------------
     def _write_to_host(self, segs: list) -> None:
@@ -281,7 +287,17 @@ class SGLangEngine(Engine):
         if kv_ready:  # disaggregated decode: admitted by _admit_ready, no prefill pass
             self.ready.append(sr)
             return
-        self.waiting.append(sr)
+        (self.inbox if self.recv is not None else self.waiting).append(sr)
+
+    def _poll(self) -> None:
+        """The scheduler iteration's pull of arrived requests (``scheduler_recv_interval``)."""
+        due = self.recv.tick(self._last_decoded)
+        if not due and self.inbox and not (self.waiting or self.running or self.chunked is not None or self.ready):
+            self.recv.pull_now()  # an idle scheduler spins to its next pull in microseconds
+            due = True
+        if due and self.inbox:
+            self.waiting.extend(self.inbox)
+            self.inbox.clear()
 
     def _admit_ready(self, now: float) -> None:
         """Disaggregated decode: requests whose prompt KV arrived join the running batch.
@@ -327,20 +343,25 @@ class SGLangEngine(Engine):
                 self._run_append(sr)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self.chunked is not None or self.ready)
+        return bool(self.waiting or self.running or self.chunked is not None or self.ready or self.inbox)
 
     # -- scheduling -----------------------------------------------------------------------
     def schedule(self, now: float) -> PassPlan | None:
         self.tree.now = now
+        if self.recv is not None:
+            self._poll()
         if self.ready:
             self._admit_ready(now)
         if self.chunked is not None:
             self._cache_unfinished(self.chunked)
         batch = self._new_prefill_batch()
         if batch is not None:
+            self._last_decoded = False
             return self._prefill_plan(batch, now)
         if self.running:
+            self._last_decoded = True
             return self._decode_plan()
+        self._last_decoded = None
         self.new_token_ratio = self.init_ratio  # idle: SGLang resets the estimate
         return None
 
@@ -588,6 +609,8 @@ class SGLangEngine(Engine):
         assert grown, "SGLang model: decode stretch beyond the free KV"
         self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay * (k - 1), self.min_ratio)
         self.rec.emit_stretch(self._r_idx[:n], ends)
+        if self.recv is not None:  # the scheduler iterations of passes 2..k
+            self.recv.skip_decode_iterations(k - 1)
         comp += k
         self._r_gen[:n] += k
         self._decode_in_flight = False
@@ -731,6 +754,8 @@ class SGLangEngine(Engine):
             return 1
         # The pass just scheduled already holds its token; further passes need one each.
         k = self._left_min
+        if self.inbox:  # the iteration that pulls them may admit them: stop before it
+            k = min(k, self.recv.decode_passes_before_pull())
         n = self._n
         if self.page == 1:
             room = self.free // n + 1 if n else k
@@ -740,8 +765,8 @@ class SGLangEngine(Engine):
 
     # -- state ---------------------------------------------------------------------------------
     def snapshot(self) -> EngineSnapshot:
-        waiting = len(self.waiting) + (1 if self.chunked is not None else 0)
-        outstanding = sum(sr.fill - sr.computed + sr.remaining_new for sr in self.waiting)
+        waiting = len(self.waiting) + len(self.inbox) + (1 if self.chunked is not None else 0)
+        outstanding = sum(sr.fill - sr.computed + sr.remaining_new for sr in self.waiting + self.inbox)
         n = self._n
         outstanding += int(np.maximum(self._r_max[:n] - self._r_gen[:n], 0).sum())
         return EngineSnapshot(
@@ -772,6 +797,7 @@ class SGLangEngine(Engine):
             others.append(self.chunked)
         assert all(sr.alloc >= 0 for sr in others)
         assert not any(sr.alloc or sr.node is not None for sr in self.waiting if sr is not self.chunked)
+        assert not any(sr.alloc or sr.node is not None for sr in self.inbox)
         private = int(run_alloc.sum()) + sum(sr.alloc for sr in others)
         assert self.pool.private_tokens == private, (self.pool.private_tokens, private)
         assert self.pool.capacity == self.capacity

@@ -27,6 +27,8 @@ class SGLangOptions(BaseModel):
     disable_radix_cache: bool = False
     context_length: int | None = Field(None, gt=0, description="None: the model's max_position_embeddings")
     eviction_policy: Literal["lru", "lfu", "fifo", "belady"] = "lru"
+    scheduler_recv_interval: int = Field(
+        1, ge=1, description="decode passes between the scheduler's pulls of new requests (engines/recv_interval.py)")
     load_balance_method: Literal["round_robin", "shortest_queue"] = Field(
         "round_robin", description="attention DP (deployment.attention_dp > 1): how arrivals are placed on ranks")
     # host-memory KV tier (docs/engines.md, "Host KV tier"); off by default

@@ -188,6 +188,12 @@ def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
                 "mem_fraction_static": 0.82}
         if "deepseek" in model:
             opts["max_running_requests"] = min(512, max(256, conc))
+            if row["system"] in ("b200_sxm", "b300_sxm") and _int(row, "attention_dp") <= 1:
+                # InferenceX's Blackwell DeepSeek launch scripts (benchmarks/dsr1_fp4_b200.sh,
+                # dsr1_fp8_b200.sh): --scheduler-recv-interval 30 at concurrency >= 16, else 10
+                # (10 for fp8 at tp 4)
+                fp8_tp4 = _int(row, "gpus") == 4 and (row.get("precision") or "").lower() == "fp8"
+                opts["scheduler_recv_interval"] = 30 if conc >= 16 and not fp8_tp4 else 10
     elif backend == "trtllm":
         # InferenceX launch scripts: --max_num_tokens = --max_seq_len = the run's max model
         # length (isl + osl + a margin, e.g. 2200 for 1k/1k), chunked context off
