@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
-from servesim.engines.blocks import stretch_block_events, stretch_within_free_blocks
+from servesim.engines.blocks import decode_event_buckets, stretch_block_events, stretch_within_free_blocks
 from servesim.engines.host import host_link
 from servesim.engines.vllm_options import VLLMOptions, resolve_vllm_options
 from servesim.errors import ConfigError
@@ -98,6 +98,66 @@ class VReq:
 
 
 @dataclass(slots=True)
+class _DecodePrefix:
+    """The leading running requests that are plain decodes, as arrays (see ``VLLMEngine.schedule``).
+
+    ``reqs`` is ``running[:len(reqs)]``; each has ``computed == num_tokens - 1`` and
+    ``generated > 0``, and, as every running request between passes, holds
+    ``ceil(computed / block_size)`` blocks with ``computed // block_size`` of them
+    registered (``check_invariants`` asserts both).  So its next pass is one token, and it
+    needs a block exactly when ``computed % block_size == 0`` and registers one when
+    ``(computed + 1) % block_size == 0``: a pass can schedule all of them with a few array
+    operations instead of a Python iteration per request.
+    """
+
+    reqs: list[VReq]
+    #: Rows: each request's computed tokens, its ``max_new - generated``, its recorder row
+    #: (one array, so that advancing, filtering and extending are one operation each).
+    rows: np.ndarray
+    #: ``left.min()`` (a large number when empty).
+    left_min: int
+
+    #: What one decode pass adds to ``rows``.
+    STEP = np.array([[1], [-1], [0]], dtype=np.int64)
+
+    @classmethod
+    def of(cls, reqs: list[VReq], rows: np.ndarray) -> _DecodePrefix:
+        return cls(reqs, rows, int(rows[1].min()) if rows.shape[1] else 1 << 62)
+
+    @classmethod
+    def read(cls, reqs: list[VReq]) -> _DecodePrefix:
+        """From the requests' own state."""
+        return cls.of(reqs, np.array([[vr.computed for vr in reqs], [vr.max_new - vr.generated for vr in reqs],
+                                      [vr.req.index for vr in reqs]], dtype=np.int64).reshape(3, len(reqs)))
+
+    @property
+    def computed(self) -> np.ndarray:
+        return self.rows[0]
+
+    @property
+    def left(self) -> np.ndarray:
+        return self.rows[1]
+
+    @property
+    def idx(self) -> np.ndarray:
+        return self.rows[2]
+
+    def advanced(self, k: int) -> _DecodePrefix:
+        """The same requests after ``k`` more decode passes, less those that finished."""
+        rows = self.rows + (self.STEP if k == 1 else self.STEP * k)
+        if self.left_min > k:
+            return _DecodePrefix(self.reqs, rows, self.left_min - k)
+        keep = rows[1] > 0
+        return _DecodePrefix.of([vr for vr, kept in zip(self.reqs, keep.tolist()) if kept], rows[:, keep])
+
+    def extended(self, more: list[VReq]) -> _DecodePrefix:
+        """These requests followed by the plain decodes ``more``."""
+        new = _DecodePrefix.read(more)
+        return _DecodePrefix(self.reqs + more, np.concatenate((self.rows, new.rows), axis=1),
+                             min(self.left_min, new.left_min))
+
+
+@dataclass(slots=True)
 class _VBatch:
     reqs: list[VReq]
     decode_only: bool
@@ -107,6 +167,9 @@ class _VBatch:
     #: For a decode-only pass: each request's computed tokens, and min(max_new - generated).
     computed: np.ndarray | None = None
     left_min: int = 0
+    #: The pass's leading decodes (``reqs[:len(prefix.reqs)]``), in their state before the
+    #: pass; the commit advances it into the next pass's :class:`_DecodePrefix`.
+    prefix: _DecodePrefix | None = None
 
 
 class VLLMEngine(Engine):
@@ -114,6 +177,9 @@ class VLLMEngine(Engine):
 
     name = "vllm"
     supports_speculative = True
+    #: Fewest leading decodes worth tracking as arrays: below this the running loop is
+    #: cheaper than the array operations' fixed cost (measured crossover ~20 requests).
+    FAST_DECODES_MIN = 16
 
     def __init__(self, worker_id: int, recorder: RequestRecorder, limits: EngineLimits,
                  options: VLLMOptions, oracle=None) -> None:
@@ -141,6 +207,8 @@ class VLLMEngine(Engine):
         self.running: list[VReq] = []
         self.retractions = 0
         self._last: _VBatch | None = None
+        #: Leading running requests known to be plain decodes (set at each commit).
+        self._prefix: _DecodePrefix | None = None
         #: Disaggregated decode: requests whose prompt KV arrived, awaiting admission.
         self.ready: deque[VReq] = deque()
         #: Host tier (CPU offloading): blocks recycled from the GPU cache are kept in host
@@ -264,9 +332,11 @@ class VLLMEngine(Engine):
         pool = self.pool
         hashes = vr.hashes[:hit]
         free_hits = 0
-        for h in hashes:
-            if pool.blocks[pool.get_cached_block(h)].ref == 0:
-                free_hits += 1
+        if hit:
+            table, refs = pool._hash_to_block, pool.refs
+            for h in hashes:
+                if refs[table[h]] == 0:
+                    free_hits += 1
         start = (hit + host_hit) * self.bs
         need = -(-(start + n) // self.bs) - hit
         if need + free_hits > pool.num_free_blocks:
@@ -308,18 +378,23 @@ class VLLMEngine(Engine):
         thr = self.threshold
         running = self.running
         self._loading = 0
-        scheduled: list[VReq] = []
         preempted = False
         dt = self.spec.tokens if self.spec is not None else 1  # tokens a decode verifies
         bs = self.bs
         caching = self.caching
-        # Running requests first.  A running request whose pass is one sampled token is a
-        # decode (its context and remaining output collected on the way); the others prefill.
-        decode: list[VReq] = []
+        # Running requests first.  The leading plain decodes known from the last commit are
+        # scheduled as arrays; the loop takes the rest.  A running request whose pass is one
+        # sampled token is a decode (its context and remaining output collected on the way);
+        # the others prefill.
+        pre, pre_ctx = self._fast_decodes(budget, dt)
+        m = len(pre.reqs) if pre is not None else 0
+        scheduled: list[VReq] = running[:m]
+        budget -= m
         prefill: list[VReq] = []
         ctx: list[int] = []
-        left_min = 1 << 62
-        i = 0
+        lefts: list[int] = []
+        lead = m  # leading running requests scheduled as plain decodes
+        i = m
         while i < len(running) and budget > 0:
             vr = running[i]
             c = vr.computed
@@ -349,11 +424,10 @@ class VLLMEngine(Engine):
             budget -= n
             scheduled.append(vr)
             if n == dt and c == vr.num_tokens - 1 and vr.generated > 0:
-                decode.append(vr)
+                if lead == i:
+                    lead += 1
                 ctx.append(c + 1)
-                left = vr.max_new - vr.generated
-                if left < left_min:
-                    left_min = left
+                lefts.append(vr.max_new - vr.generated)
             else:
                 prefill.append(vr)
             i += 1
@@ -364,24 +438,114 @@ class VLLMEngine(Engine):
             self._last = None
             return None
         prefill.extend(scheduled[n_running_sched:])
-        idx = np.fromiter((vr.req.index for vr in scheduled), dtype=np.int64, count=len(scheduled))
+        if pre is not None and len(scheduled) == m:  # only the known decodes: their arrays as they are
+            idx, dctx, prefix = pre.idx, pre_ctx, pre
+        else:
+            idx, dctx, prefix = self._batch_arrays(scheduled, pre, pre_ctx, ctx, lefts, lead)
         batch = _VBatch(reqs=scheduled, decode_only=not prefill, preempted=preempted, idx=idx)
+        if dt == 1:
+            batch.prefix = prefix
         self._last = batch
         kw = {}
         if prefill:
             kw["prefill_new"] = np.fromiter((vr.sched for vr in prefill), dtype=np.int64, count=len(prefill))
             kw["prefill_cached"] = np.fromiter((vr.computed for vr in prefill), dtype=np.int64, count=len(prefill))
-        if decode:
-            kw["decode_ctx"] = dctx = np.array(ctx, dtype=np.int64)
+        if dctx.size:
+            kw["decode_ctx"] = dctx
             kw["decode_tokens"] = dt
             if not prefill:
-                batch.computed = dctx - 1
-                batch.left_min = left_min
+                # Decode-only: from the prefix when it covers the batch (it is None for
+                # small batches and under speculative decoding).
+                whole = prefix is not None and lead == len(scheduled)
+                batch.computed = prefix.computed if whole else dctx - 1
+                batch.left_min = prefix.left_min if whole else min(vr.max_new - vr.generated for vr in scheduled)
         if self._loading:
             self.host_loaded_tokens += self._loading
             kw["host_load_s"] = self.hostlink.load_seconds(self._loading)
             kw["host_load_overlap"] = self.hostlink.overlap
         return PassPlan(requests=batch, **kw)
+
+    def _batch_arrays(self, scheduled: list[VReq], pre: _DecodePrefix | None, pre_ctx: np.ndarray | None,
+                      ctx: list[int], lefts: list[int],
+                      lead: int) -> tuple[np.ndarray, np.ndarray, _DecodePrefix | None]:
+        """The pass's recorder rows and decode contexts, and its ``lead`` leading decodes as a prefix
+        (None when there are too few to be worth it).
+
+        ``ctx`` and ``lefts`` are the running loop's decodes after those of ``pre`` (whose
+        contexts are ``pre_ctx``).
+        """
+        m = len(pre.reqs) if pre is not None else 0
+        idx = np.fromiter((vr.req.index for vr in scheduled[m:]), dtype=np.int64, count=len(scheduled) - m)
+        dctx = np.array(ctx, dtype=np.int64)
+        left = np.array(lefts, dtype=np.int64)
+        if pre is not None:
+            idx = np.concatenate((pre.idx, idx))
+            dctx = np.concatenate((pre_ctx, dctx))
+            left = np.concatenate((pre.left, left))
+        if lead == m and pre is not None:
+            return idx, dctx, pre
+        if lead < self.FAST_DECODES_MIN:
+            return idx, dctx, None
+        return idx, dctx, _DecodePrefix.of(scheduled[:lead], np.stack((dctx[:lead] - 1, left[:lead], idx[:lead])))
+
+    def _fast_decodes(self, budget: int, dt: int) -> tuple[_DecodePrefix | None, np.ndarray | None]:
+        """Schedule the leading plain decodes known from the last commit, if that is exact.
+
+        Exact when every one of them gets its token (the budget covers them all) and the
+        blocks they open fit in the free pool (so no allocation fails and nothing is
+        preempted): then the running loop would do just this — allocate for the requests
+        at a block boundary, in order, and schedule one token each.  Returns the prefix
+        scheduled and its decode contexts, or ``(None, None)`` (the loop takes every
+        running request).
+        """
+        pre, self._prefix = self._prefix, None
+        if pre is None or dt != 1:
+            return None, None
+        m = len(pre.reqs)
+        if m == 0 or m > budget or self.running[:m] != pre.reqs:
+            return None, None
+        bs = self.bs
+        ctx = pre.computed + 1
+        r = ctx % bs  # 1 % bs: the pass opens a block; 0: it fills one
+        due = (r <= 1 if self.caching else r == 1 % bs).nonzero()[0]
+        pool = self.pool
+        if due.size > pool.num_free_blocks and int(np.count_nonzero(r == 1 % bs)) > pool.num_free_blocks:
+            return None, None
+        reqs = pre.reqs
+        if due.size:
+            hit = [reqs[j] for j in due.tolist()]
+            if pool._lru and pool.on_event is None:  # the stretch replay, for one pass
+                self._replay_lru(hit, pre.computed[due].tolist(), 0, 1)
+            else:
+                for vr in hit:
+                    ok = self._allocate(vr, 1)
+                    assert ok, "vLLM model: decode beyond the free blocks"
+        for vr in reqs:
+            vr.sched = 1
+        return pre, ctx
+
+    def _next_prefix(self, batch: _VBatch, k: int) -> None:
+        """After ``k`` committed passes of ``batch``: the leading plain decodes for the next pass.
+
+        The batch's prefix advanced by ``k`` tokens, less the requests that finished, then
+        extended by the running requests right after it that are now plain decodes (a
+        prompt whose last chunk just ran, usually).
+        """
+        pre = batch.prefix
+        if pre is None or self.spec is not None or len(self.running) < self.FAST_DECODES_MIN:
+            self._prefix = None
+            return
+        pre = pre.advanced(k)
+        running = self.running
+        m = j = len(pre.reqs)
+        while j < len(running):
+            vr = running[j]
+            if vr.computed != vr.num_tokens - 1 or vr.generated <= 0:
+                break
+            j += 1
+        if j > m:
+            pre = pre.extended(running[m:j])
+        self._prefix = pre if len(pre.reqs) >= self.FAST_DECODES_MIN else None
 
     def _admit(self, now: float, budget: int, scheduled: list[VReq]) -> int:
         """The waiting loop: FCFS admission while seats, budget and blocks allow."""
@@ -417,9 +581,16 @@ class VLLMEngine(Engine):
     def complete(self, plan: PassPlan, end: float) -> None:
         self.pool.now = end
         batch: _VBatch = plan.requests
+        pre = batch.prefix
+        m = len(pre.reqs) if pre is not None else 0
+        for vr in batch.reqs[:m]:  # the leading plain decodes: one token computed and sampled
+            vr.computed += 1
+            vr.sched = 0
+            vr.generated += 1
+            vr.num_tokens += 1
         emitted: list[VReq] = []
         spec: list[VReq] = []
-        for vr in batch.reqs:
+        for vr in batch.reqs[m:]:
             if vr.sched > 1 and vr.computed == vr.num_tokens - 1 and vr.generated > 0:
                 spec.append(vr)  # a speculative decode (k drafts + 1 verified)
                 continue
@@ -427,15 +598,20 @@ class VLLMEngine(Engine):
             vr.sched = 0
             if vr.computed == vr.num_tokens:
                 emitted.append(vr)
-        if emitted:
+        if m or emitted:
             idx = np.fromiter((vr.req.index for vr in emitted), dtype=np.int64, count=len(emitted))
+            if m:
+                idx = np.concatenate((pre.idx, idx)) if emitted else pre.idx
             self.rec.emit(idx, end)
             for vr in emitted:
                 vr.generated += 1
                 vr.num_tokens += 1
+            if m and pre.left_min <= 1:  # leading decodes that sampled their last token
+                emitted = [vr for vr, left in zip(pre.reqs, pre.left.tolist()) if left <= 1] + emitted
             self._finish_done(emitted, end)
         if spec:
             self._complete_spec(spec, end)
+        self._next_prefix(batch, 1)
 
     def _complete_spec(self, reqs: list[VReq], end: float) -> None:
         """Speculative decodes: each keeps its accepted drafts plus one token (never past max_new).
@@ -468,12 +644,11 @@ class VLLMEngine(Engine):
         # Pass s (1..k-1) computes position c0 + s of each request; at its start (the end of
         # pass s-1) it allocates a block when that position opens one, and registers a
         # block when the position fills one.
-        keys = stretch_block_events(c0, k, self.bs, self.caching)
         pool = self.pool
         if pool._lru and pool.on_event is None:
-            self._replay_stretch_lru(reqs, c0, k, keys)
+            self._replay_lru(reqs, c0, 1, k)
         else:
-            self._replay_stretch(reqs, c0, keys, ends)
+            self._replay_stretch(reqs, c0, stretch_block_events(c0, k, self.bs, self.caching), ends)
         pool.now = float(ends[-1])
         for vr, c in zip(reqs, c0):
             vr.computed = c + k
@@ -483,6 +658,7 @@ class VLLMEngine(Engine):
         self.rec.emit_stretch(batch.idx, ends)
         if batch.left_min <= k:  # else no request reached max_new (left_min is their minimum)
             self._finish_done(reqs, float(ends[-1]))
+        self._next_prefix(batch, k)
 
     def _replay_stretch(self, reqs: list[VReq], c0: list[int], keys: list[int], ends: np.ndarray) -> None:
         """The block events of a decode stretch through :meth:`_allocate`, each at its pass's time.
@@ -507,64 +683,56 @@ class VLLMEngine(Engine):
             vr.generated = g
             vr.num_tokens = vr.req.input_length + g
 
-    def _replay_stretch_lru(self, reqs: list[VReq], c0: list[int], k: int, keys: list[int]) -> None:
-        """The block events of a decode stretch under LRU without KV event sinks, in order.
+    def _replay_lru(self, reqs: list[VReq], c0: list[int], first: int, k: int) -> None:
+        """The block events of decode passes ``first..k-1`` under LRU without KV event sinks, in order.
 
-        Same effects as calling :meth:`_allocate` per event: pass ``s`` of request ``j``
-        needs its KV to cover ``c0[j] + s + 1`` tokens (one new block at a block boundary,
-        taken from the head of the free queue inline) and registers every block that this
-        fills.  The request's block hashes are extended once for the whole stretch instead
-        of once per block.
+        Pass ``s`` computes position ``c0[j] + s`` of request ``j``.  Same effects as calling
+        :meth:`_allocate` for it: a pass that opens a block takes one from the head of the
+        free queue (evicting its hash); one that fills a block registers it.  Between passes
+        a running request holds ``ceil(computed / bs)`` blocks of which
+        ``computed // bs`` are registered (``check_invariants``), so each event touches
+        exactly one block and ``_allocate``'s checks reduce to the event's kind.  Used for
+        a stretch (``first`` 1: pass 0 was allocated when scheduled) and for the requests at
+        a block boundary in one pass (``first`` 0, ``k`` 1).  A request's hash list is extended
+        once for all passes (at its first fill beyond it) instead of once per block.
         """
         bs = self.bs
         pool = self.pool
-        caching = self.caching
-        if caching:
-            for j, vr in enumerate(reqs):
-                n_full = (c0[j] + k) // bs
-                if n_full > vr.n_cached:
-                    self._hashes(vr, n_full)
         table = pool._hash_to_block
-        blocks = pool.blocks
-        free = pool._free
+        refs, block_hash = pool.refs, pool.hashes
+        pop = pool._free.popitem
         on_evict = pool.on_evict
-        cache_calls = 0
-        n = len(reqs)
-        for key in keys:  # s * n + j: pass s of request j (engines/blocks.py)
-            s, j = divmod(key, n)
-            vr = reqs[j]
-            end = c0[j] + s + 1
-            held = vr.blocks
-            if end > len(held) * bs:  # one pass adds one token: at most one new block
-                assert free, "vLLM model: decode stretch beyond the free blocks"
-                b = free.popitem(last=False)[0]
-                blk = blocks[b]
-                h = blk.hash
-                if h is not None:  # recycling a cached block evicts it
-                    del table[h]
-                    blk.hash = None
-                    if on_evict is not None:
-                        on_evict((h,))
-                blk.ref = 1
-                held.append(b)
-            if caching:
-                n_full = end // bs
-                start = vr.n_cached
-                if n_full > start:
-                    cache_calls += 1
-                    hashes = vr.hashes
-                    for i in range(start, n_full):
-                        b = held[i]
-                        blk = blocks[b]
-                        h = hashes[i]
-                        if blk.hash is not None or h in table:
-                            continue
-                        if blk.ref <= 0:
-                            raise RuntimeError(f"caching {blk!r}, which is not in use")
-                        blk.hash = h
-                        table[h] = b
-                    vr.n_cached = n_full
-        pool._seq += cache_calls  # as many logical-clock ticks as cache_full_blocks calls
+        fills = 0
+        buckets = decode_event_buckets(c0, first, k, bs, self.caching)
+        for s in range(first, k):
+            for j, kind in buckets[s % bs]:
+                vr = reqs[j]
+                if kind == 0:  # opens a block
+                    b = pop(last=False)[0]
+                    h = block_hash[b]
+                    if h is not None:  # recycling a cached block evicts it
+                        del table[h]
+                        block_hash[b] = None
+                        if on_evict is not None:
+                            on_evict((h,))
+                    refs[b] = 1
+                    vr.blocks.append(b)
+                    continue
+                fills += 1  # fills block i
+                i = (c0[j] + s + 1) // bs - 1
+                vr.n_cached = i + 1
+                hashes = vr.hashes
+                if i >= len(hashes):
+                    hashes = self._hashes(vr, (c0[j] + k) // bs)
+                b = vr.blocks[i]
+                h = hashes[i]
+                if block_hash[b] is not None or h in table:
+                    continue
+                if refs[b] <= 0:
+                    raise RuntimeError(f"caching {pool.blocks[b]!r}, which is not in use")
+                block_hash[b] = h
+                table[h] = b
+        pool._seq += fills  # as many logical-clock ticks as cache_full_blocks calls
 
     def _finish_done(self, reqs: list[VReq], end: float) -> None:
         done = [vr for vr in reqs if vr.generated >= vr.max_new]
@@ -627,14 +795,23 @@ class VLLMEngine(Engine):
         held = 0
         for vr in self.running:
             assert len(vr.blocks) == -(-(vr.computed + vr.sched) // self.bs), (vr.req.index, len(vr.blocks))
+            if self.caching and self.spec is None:  # the decode fast path relies on this
+                assert vr.n_cached == (vr.computed + vr.sched) // self.bs, (vr.req.index, vr.n_cached)
             assert vr.computed + vr.sched <= vr.num_tokens
             assert vr.generated <= vr.max_new
             assert vr.num_tokens == vr.req.input_length + vr.generated
-            assert all(pool.blocks[b].ref >= 1 for b in vr.blocks)
+            assert all(pool.refs[b] >= 1 for b in vr.blocks)
             held += len(vr.blocks)
         for vr in self.waiting:
             assert not vr.blocks and vr.computed == 0 and vr.sched == 0
-        assert sum(b.ref for b in pool.blocks) == held, (sum(b.ref for b in pool.blocks), held)
+        pre = self._prefix
+        if pre is not None:  # the leading decodes as recorded equal the requests' own state
+            assert self.running[:len(pre.reqs)] == pre.reqs
+            assert pre.computed.tolist() == [vr.computed for vr in pre.reqs]
+            assert pre.left.tolist() == [vr.max_new - vr.generated for vr in pre.reqs]
+            assert pre.idx.tolist() == [vr.req.index for vr in pre.reqs]
+            assert all(vr.computed == vr.num_tokens - 1 and vr.generated > 0 for vr in pre.reqs)
+        assert sum(pool.refs) == held, (sum(pool.refs), held)
         assert pool.num_free_blocks + pool.num_used_blocks == self.num_blocks
         if self.host is not None:
             self.host.check_invariants()

@@ -41,16 +41,20 @@ __all__ = ["Block", "BlockPool", "block_hashes", "block_content_ids", "unit_chai
 
 
 class Block:
-    """One KV block: reference count, cached hash (or None) and policy statistics.
+    """One KV block's policy statistics, and a view of its reference count and cached hash.
 
-    The statistics are maintained only under non-LRU policies: LRU is the free queue's
-    order itself, and skipping them keeps vLLM's default path cheap.
+    The pool keeps reference counts and hashes in two flat lists (:attr:`BlockPool.refs`,
+    :attr:`BlockPool.hashes`): the per-block loops of allocation, freeing and prefix
+    registration then touch two compact lists instead of one scattered object per block
+    (freeing random blocks of a 46k-block pool: ~2.5× faster in a microbenchmark).  ``ref`` and
+    ``hash`` here read and write those lists.  The statistics are maintained only under
+    non-LRU policies: LRU is the free queue's order itself, and skipping them keeps vLLM's
+    default path cheap (an LRU pool creates these objects only when asked for one).
     """
 
     __slots__ = (
         "idx",
-        "ref",
-        "hash",
+        "pool",
         "last_access",
         "last_seq",
         "access_count",
@@ -60,10 +64,9 @@ class Block:
         "stamp",
     )
 
-    def __init__(self, idx: int) -> None:
+    def __init__(self, idx: int, pool: BlockPool) -> None:
         self.idx = idx
-        self.ref = 0
-        self.hash: int | None = None
+        self.pool = pool
         self.last_access = 0.0
         self.last_seq = 0
         self.access_count = 0
@@ -73,8 +76,56 @@ class Block:
         #: Stamp of the block's live entry in the victim heap (older entries are stale).
         self.stamp = 0
 
+    @property
+    def ref(self) -> int:
+        """Requests holding the block (0: free)."""
+        return self.pool.refs[self.idx]
+
+    @ref.setter
+    def ref(self, value: int) -> None:
+        self.pool.refs[self.idx] = value
+
+    @property
+    def hash(self) -> int | None:
+        """The hash the block is cached under, or None."""
+        return self.pool.hashes[self.idx]
+
+    @hash.setter
+    def hash(self, value: int | None) -> None:
+        self.pool.hashes[self.idx] = value
+
     def __repr__(self) -> str:
         return f"Block({self.idx}, ref={self.ref}, hash={self.hash})"
+
+
+class _LazyBlocks(Sequence[Block]):
+    """An LRU pool's :class:`Block` objects, created on first access.
+
+    Under LRU the pool itself never needs them (no statistics); they exist for callers
+    that inspect a block (invariant checks, tests).  Creating one object per block up front
+    cost ~0.1 s per worker of ~46k blocks.
+    """
+
+    __slots__ = ("_pool", "_made")
+
+    def __init__(self, pool: BlockPool) -> None:
+        self._pool = pool
+        self._made: dict[int, Block] = {}
+
+    def __len__(self) -> int:
+        return self._pool.num_blocks
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = self._pool.num_blocks
+        if not -n <= i < n:
+            raise IndexError(i)
+        i %= n
+        blk = self._made.get(i)
+        if blk is None:
+            blk = self._made[i] = Block(i, self._pool)
+        return blk
 
 
 class _VictimHeap:
@@ -207,7 +258,12 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.now = 0.0
         self._seq = 0
-        self.blocks = [Block(i) for i in range(num_blocks)]
+        #: Reference count and cached hash (None: not cached) of every block.
+        self.refs: list[int] = [0] * num_blocks
+        self.hashes: list[int | None] = [None] * num_blocks
+        #: Policy statistics per block; under LRU, created on demand (see :class:`Block`).
+        self.blocks: Sequence[Block] = (_LazyBlocks(self) if self._lru
+                                        else [Block(i, self) for i in range(num_blocks)])
         #: Free blocks in recycle order (head first).  Under non-LRU policies only the
         #: never-cached ones; free cached blocks then live in ``_free_cached``.
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
@@ -261,22 +317,25 @@ class BlockPool:
         access for the policy.  Returns the block indices in order.
         """
         self._seq += 1
+        table, refs = self._hash_to_block, self.refs
+        out = [table[h] for h in hashes]
+        if self._lru:  # no statistics: the free queue's order is the whole policy
+            free = self._free
+            for b in out:
+                if refs[b] == 0:
+                    del free[b]
+                refs[b] += 1
+            return out
         seq, now = self._seq, self.now
-        out: list[int] = []
-        for h in hashes:
-            b = self._hash_to_block[h]
+        for b in out:
             blk = self.blocks[b]
-            if blk.ref == 0:
-                if self._lru:
-                    del self._free[b]
-                else:
-                    self._free_cached.discard(b)
-                    self._victims.discard(blk)
-            blk.ref += 1
+            if refs[b] == 0:
+                self._free_cached.discard(b)
+                self._victims.discard(blk)
+            refs[b] += 1
             blk.last_access = now
             blk.last_seq = seq
             blk.access_count += 1
-            out.append(b)
         return out
 
     # ------------------------------------------------------------------ allocate / free
@@ -300,14 +359,14 @@ class BlockPool:
                 self._free_cached.difference_update(victims)
                 out.extend(victims)
         removed: list[int] = []
-        table = self._hash_to_block
+        table, refs, hashes = self._hash_to_block, self.refs, self.hashes
         for b in out:
-            blk = self.blocks[b]
-            if blk.hash is not None:
-                del table[blk.hash]
-                removed.append(blk.hash)
-                blk.hash = None
-            blk.ref = 1
+            h = hashes[b]
+            if h is not None:
+                del table[h]
+                removed.append(h)
+                hashes[b] = None
+            refs[b] = 1
         if removed:
             if self.on_event is not None:
                 self.on_event(KVEvent("removed", tuple(removed), len(removed) * self.block_size))
@@ -318,45 +377,43 @@ class BlockPool:
     def _allocate_lru(self, n: int) -> list[int]:
         """:meth:`allocate` under LRU with no event sink: one pass over the blocks taken."""
         pop = self._free.popitem
-        blocks = self.blocks
+        refs, hashes = self.refs, self.hashes
         table = self._hash_to_block
-        out: list[int] = []
-        for _ in range(n):
-            b = pop(last=False)[0]
-            blk = blocks[b]
-            h = blk.hash
+        out = [pop(last=False)[0] for _ in range(n)]
+        for b in out:
+            h = hashes[b]
             if h is not None:  # recycling a cached block evicts it
                 del table[h]
-                blk.hash = None
-            blk.ref = 1
-            out.append(b)
+                hashes[b] = None
+            refs[b] = 1
         return out
 
     def free(self, blocks: Iterable[int]) -> None:
         """Drop one reference to each block, in the given order; unreferenced ones join the free queue."""
-        all_blocks = self.blocks
+        refs = self.refs
         if self._lru:  # hot path: the queue order is the whole policy, no statistics
             free = self._free
             for b in blocks:
-                blk = all_blocks[b]
-                ref = blk.ref - 1
+                ref = refs[b] - 1
                 if ref < 0:
-                    raise RuntimeError(f"freeing {blk!r}, which is not in use")
-                blk.ref = ref
+                    raise RuntimeError(f"freeing {self.blocks[b]!r}, which is not in use")
+                refs[b] = ref
                 if ref == 0:
                     free[b] = None
             return
         self._seq += 1
         seq, now = self._seq, self.now
+        all_blocks, hashes = self.blocks, self.hashes
         for b in blocks:
-            blk = all_blocks[b]
-            if blk.ref <= 0:
-                raise RuntimeError(f"freeing {blk!r}, which is not in use")
-            blk.ref -= 1
-            if blk.ref == 0:
+            ref = refs[b] - 1
+            if ref < 0:
+                raise RuntimeError(f"freeing {all_blocks[b]!r}, which is not in use")
+            refs[b] = ref
+            if ref == 0:
+                blk = all_blocks[b]
                 blk.last_access = now
                 blk.last_seq = seq
-                if self._lru or blk.hash is None:
+                if hashes[b] is None:
                     self._free[b] = None
                 else:
                     self._free_cached.add(b)
@@ -380,15 +437,14 @@ class BlockPool:
         seq, now = self._seq, self.now
         table = self._hash_to_block
         stored: list[int] = []
-        all_blocks = self.blocks
+        refs, held = self.refs, self.hashes
         if self._lru:  # hot path: LRU needs no per-block statistics
             for b, h in zip(blocks, hashes):
-                blk = all_blocks[b]
-                if blk.hash is not None or h in table:
+                if held[b] is not None or h in table:
                     continue
-                if blk.ref <= 0:
-                    raise RuntimeError(f"caching {blk!r}, which is not in use")
-                blk.hash = h
+                if refs[b] <= 0:
+                    raise RuntimeError(f"caching {self.blocks[b]!r}, which is not in use")
+                held[b] = h
                 table[h] = b
                 stored.append(h)
             if stored and self.on_event is not None:
@@ -396,11 +452,11 @@ class BlockPool:
             return len(stored)
         for i, (b, h) in enumerate(zip(blocks, hashes)):
             blk = self.blocks[b]
-            if blk.hash is not None or h in table:
+            if held[b] is not None or h in table:
                 continue
-            if blk.ref <= 0:
+            if refs[b] <= 0:
                 raise RuntimeError(f"caching {blk!r}, which is not in use")
-            blk.hash = h
+            held[b] = h
             table[h] = b
             blk.insert_time = now
             blk.insert_seq = seq
@@ -423,23 +479,24 @@ class BlockPool:
         each hashed block is in the map.
         """
         n_free = 0
-        for blk in self.blocks:
-            assert blk.ref >= 0, blk
-            in_q = blk.idx in self._free
-            in_c = blk.idx in self._free_cached
-            assert not (in_q and in_c), blk
-            if blk.ref == 0:
-                assert in_q or in_c, f"{blk!r} unreferenced but not free"
+        assert len(self.refs) == len(self.hashes) == self.num_blocks
+        for b, (ref, h) in enumerate(zip(self.refs, self.hashes)):
+            assert ref >= 0, b
+            in_q = b in self._free
+            in_c = b in self._free_cached
+            assert not (in_q and in_c), b
+            if ref == 0:
+                assert in_q or in_c, f"block {b} unreferenced but not free"
                 n_free += 1
             else:
-                assert not (in_q or in_c), f"{blk!r} referenced but free"
-            if blk.hash is not None:
-                assert self._hash_to_block.get(blk.hash) == blk.idx, blk
+                assert not (in_q or in_c), f"block {b} referenced but free"
+            if h is not None:
+                assert self._hash_to_block.get(h) == b, b
             if in_c:
-                assert blk.hash is not None and not self._lru, blk
+                assert h is not None and not self._lru, b
             if in_q and not self._lru:
-                assert blk.hash is None, blk
+                assert h is None, b
         for h, b in self._hash_to_block.items():
-            assert self.blocks[b].hash == h, (h, b)
+            assert self.hashes[b] == h, (h, b)
         assert n_free == self.num_free_blocks
-        assert n_free + sum(1 for blk in self.blocks if blk.ref > 0) == self.num_blocks
+        assert n_free + sum(1 for ref in self.refs if ref > 0) == self.num_blocks

@@ -1,0 +1,163 @@
+"""vLLM's fast paths equal its general paths, pass by pass.
+
+Two shortcuts must change nothing:
+
+* the leading plain decodes scheduled as arrays (``VLLMEngine._fast_decodes``, fed by
+  ``_next_prefix`` at each commit) instead of one iteration of the running loop each;
+* the LRU block-event replay (``VLLMEngine._replay_lru``: one pass's boundary requests and
+  decode stretches, walked by ``decode_event_buckets``) instead of ``_allocate`` per event.
+
+The reference engine turns both off (no prefix is ever recorded; a KV event sink forces the
+general block-pool paths); engines with either or both shortcuts on must produce the same
+plans, request states and pool states after every pass of random workloads, with random
+stretch lengths.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servesim.engines.base import EngineLimits
+from servesim.engines.blocks import decode_event_buckets
+from servesim.engines.vllm import VLLMEngine
+from servesim.engines.vllm_options import VLLMOptions
+from servesim.metrics.recorder import RequestRecorder
+from simharness import random_block_workload
+
+
+class GeneralPathEngine(VLLMEngine):
+    """vLLM with the decode prefix off: every running request goes through the running loop."""
+
+    def _next_prefix(self, batch, k: int) -> None:
+        self._prefix = None
+
+
+def random_options(rng: random.Random) -> tuple[VLLMOptions, int]:
+    bs = rng.choice([1, 2, 4, 16])
+    budget = rng.randint(8, 200)
+    opt = VLLMOptions(
+        block_size=bs,
+        max_num_batched_tokens=budget,
+        max_num_seqs=rng.randint(1, 10),
+        max_model_len=rng.randint(64, 300),
+        enable_prefix_caching=rng.random() < 0.8,
+        long_prefill_token_threshold=rng.choice([0, 0, rng.randint(1, 50)]),
+    )
+    return opt, bs * rng.randint(3, 60) + bs
+
+
+def engine_state(eng: VLLMEngine) -> tuple:
+    reqs = [(vr.req.index, vr.computed, vr.generated, vr.num_tokens, vr.sched, list(vr.blocks), vr.n_cached)
+            for vr in eng.running]
+    waiting = [(vr.req.index, vr.computed) for vr in eng.waiting]
+    pool = eng.pool
+    return (reqs, waiting, list(pool._free), dict(pool._hash_to_block), list(pool.refs), list(pool.hashes),
+            pool._seq, eng.retractions)
+
+
+def plan_state(plan) -> tuple | None:
+    if plan is None:
+        return None
+    return (plan.prefill_new.tolist(), plan.prefill_cached.tolist(), plan.decode_ctx.tolist(),
+            plan.is_decode_only, [vr.req.index for vr in plan.requests.reqs])
+
+
+def make_engines(opt: VLLMOptions, kv: int) -> list[tuple[VLLMEngine, RequestRecorder]]:
+    """Reference (both shortcuts off), then each shortcut alone, then both: with the decode
+    prefix tracked from one request on, and with the engine's own minimum."""
+    out = []
+    variants = ((GeneralPathEngine, True, None), (VLLMEngine, True, 1), (GeneralPathEngine, False, None),
+                (VLLMEngine, False, 1), (VLLMEngine, False, None))
+    for cls, sink, fast_min in variants:
+        rec = RequestRecorder()
+        eng = cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
+        if sink:
+            eng.pool.on_event = lambda event: None  # forces the block pool's general paths
+        if fast_min is not None:
+            eng.FAST_DECODES_MIN = fast_min
+        out.append((eng, rec))
+    return out
+
+
+def drive_lockstep(engines, reqs, rng: random.Random, step: float = 0.01, max_passes: int = 5000) -> int:
+    """Run the engines side by side on the same arrivals and stretch lengths; compare after each pass."""
+    for eng, rec in engines:
+        for r in reqs:
+            rec.register(r.index, r.request_id, None, 0, r.input_length, r.output_length, False)
+    now, i, passes = 0.0, 0, 0
+    while passes < max_passes:
+        while i < len(reqs) and reqs[i].arrival <= now:
+            for eng, rec in engines:
+                rec.arrived(reqs[i].index, now)
+                eng.add_request(reqs[i], now)
+            i += 1
+        plans = [eng.schedule(now) for eng, _ in engines]
+        states = {repr(plan_state(p)) for p in plans}
+        assert len(states) == 1, states
+        assert len({repr(engine_state(eng)) for eng, _ in engines}) == 1
+        if plans[0] is None:
+            if i < len(reqs):
+                now = max(now, reqs[i].arrival)
+                continue
+            break
+        limits = {eng.decode_stretch_limit() for eng, _ in engines}
+        assert len(limits) == 1
+        k = rng.randint(1, limits.pop()) if plans[0].is_decode_only else 1
+        ends = now + step * np.arange(1, k + 1)
+        for (eng, _), plan in zip(engines, plans):
+            if k == 1:
+                eng.complete(plan, float(ends[0]))
+            else:
+                eng.complete_stretch(plan, ends)
+            eng.check_invariants()
+        assert len({repr(engine_state(eng)) for eng, _ in engines}) == 1
+        now = float(ends[-1])
+        passes += 1
+    cols = [{name: rec.column(name).tobytes() for name in ("first_token", "last_token", "finish", "generated")}
+            for _, rec in engines]  # bytes: NaN (no token yet) equals NaN
+    assert all(c == cols[0] for c in cols)
+    return passes
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 14))
+def test_fast_paths_equal_general_paths(seed: int, n: int) -> None:
+    rng = random.Random(seed)
+    reqs = random_block_workload(rng, n, max_out=80)
+    opt, kv = random_options(rng)
+    drive_lockstep(make_engines(opt, kv), reqs, rng)
+
+
+def test_fast_paths_on_a_long_decode_batch() -> None:
+    """Many requests decoding together over many block boundaries, with shared prefixes."""
+    rng = random.Random(7)
+    reqs = random_block_workload(rng, 24, max_in=60, max_out=200)
+    opt = VLLMOptions(block_size=4, max_num_batched_tokens=512, max_num_seqs=32, max_model_len=400)
+    assert VLLMEngine.FAST_DECODES_MIN <= 24  # the last engine crosses its own minimum both ways
+    assert drive_lockstep(make_engines(opt, 4 * 600), reqs, rng) > 50
+
+
+def events_pass_by_pass(computed: list[int], first: int, k: int, bs: int, caching: bool) -> list[tuple]:
+    """Reference: walk every pass s = first..k-1 and every request, as step mode meets them."""
+    out = []
+    for s in range(first, k):
+        for j, c in enumerate(computed):
+            if (c + s) % bs == 0:  # position c + s starts a new block
+                out.append((s, j, 0))
+            if caching and (c + s + 1) % bs == 0:  # position c + s completes one
+                out.append((s, j, 1))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(computed=st.lists(st.integers(0, 200), min_size=1, max_size=8), first=st.integers(0, 1),
+       k=st.integers(1, 80), bs=st.sampled_from([1, 2, 3, 8, 16, 32]), caching=st.booleans())
+def test_decode_event_buckets_match_pass_by_pass(computed, first, k, bs, caching):
+    buckets = decode_event_buckets(computed, first, k, bs, caching)
+    assert len(buckets) == bs
+    got = [(s, j, kind) for s in range(first, k) for j, kind in buckets[s % bs]]
+    assert got == events_pass_by_pass(computed, first, k, bs, caching)
