@@ -36,6 +36,8 @@ def random_engine(rng: random.Random, rec: RequestRecorder, reqs: list[Request])
         enable_block_reuse=rng.random() < 0.8,
         max_seq_len=rng.choice([None, rng.randint(32, 300)]),
         eviction_policy=policy,
+        batch_wait_timeout_iters=rng.choice([0, 0, 3, 20]),
+        batch_wait_max_tokens_ratio=rng.choice([0.0, 0.5, 0.9]),
     )
     kv = tpb * rng.randint(2, 40) + rng.randint(0, tpb - 1)
     oracle = NextUseOracle(reqs) if policy == "belady" else None
@@ -62,14 +64,20 @@ def simulate(reqs, opt: TRTLLMOptions, kv: int, fast: bool) -> RequestRecorder:
 
 def test_fast_forward_equals_step_mode() -> None:
     cases = [(1, 16, 60, "GUARANTEED_NO_EVICT", True), (2, 4, 150, "MAX_UTILIZATION", True),
-             (3, 32, 40, "MAX_UTILIZATION", False), (4, 16, 400, "GUARANTEED_NO_EVICT", False)]
-    for seed, tpb, kv_blocks, policy, chunked in cases:
+             (3, 32, 40, "MAX_UTILIZATION", False), (4, 16, 400, "GUARANTEED_NO_EVICT", False),
+             (5, 16, 400, "GUARANTEED_NO_EVICT", True, {"batch_wait_timeout_iters": 10,
+                                                       "batch_wait_max_tokens_ratio": 0.8,
+                                                       "enable_block_reuse": False}),
+             (6, 32, 60, "GUARANTEED_NO_EVICT", False, {"batch_wait_timeout_iters": 4,
+                                                       "batch_wait_max_tokens_ratio": 0.9})]
+    for seed, tpb, kv_blocks, policy, chunked, *extra in cases:
         rng = random.Random(seed)
         reqs = random_block_workload(rng, 60, max_in=250, max_out=120)
         for j, r in enumerate(reqs):
             r.arrival = 0.3 * j + r.arrival
         opt = TRTLLMOptions(tokens_per_block=tpb, max_num_tokens=256, max_batch_size=16,
-                            capacity_scheduler_policy=policy, enable_chunked_context=chunked)
+                            capacity_scheduler_policy=policy, enable_chunked_context=chunked,
+                            **(extra[0] if extra else {}))
         a = simulate(reqs, opt, kv_blocks * tpb, fast=False)
         b = simulate(reqs, opt, kv_blocks * tpb, fast=True)
         for name in ("first_token", "second_token", "last_token", "finish"):

@@ -151,3 +151,59 @@ def test_sglang_kv_dtype_follows_the_launch_scripts():
     assert h200.config["deployment"]["kv_dtype"] is None
     bf16 = point_config(row(system="b200_sxm", precision=""))
     assert bf16.config["deployment"]["kv_dtype"] is None
+
+
+IX = "aic_silicon_sample/inferencex"
+
+
+def _trt(**kw) -> dict:
+    p = point_config(row(backend="trtllm", **kw))
+    assert p.status == "ok"
+    load_config(p.config)
+    eng = dict(p.config["deployment"]["engine"])
+    assert eng.pop("name") == "trtllm"
+    return eng
+
+
+def test_trtllm_deepseek_flags_follow_the_launch_scripts():
+    # dsr1_fp8_b200_trt.sh: 1k/1k at 64 <= conc < 256 adds batch waiting; max_num_tokens
+    # max(8192, round_up_64(conc + isl + 64)); no --max_batch_size (TensorRT-LLM's default)
+    e = _trt(source=IX, system="b200_sxm", precision="fp8", concurrency=128)
+    assert e == {"enable_block_reuse": False, "max_num_tokens": 8192, "free_gpu_memory_fraction": 0.8,
+                 "batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8}
+    e = _trt(source=IX, system="b200_sxm", precision="fp8", concurrency=256, isl=8192, osl=1024,
+             gpus=4, attention_tp=4, moe_ep=4)
+    assert e["max_num_tokens"] == 8192 + 256 + 64 and e["free_gpu_memory_fraction"] == 0.75
+    assert "batch_wait_timeout_iters" not in e and "max_batch_size" not in e
+    assert _trt(source=IX, system="b200_sxm", precision="fp8", concurrency=512)["free_gpu_memory_fraction"] == 0.7
+    assert _trt(source=IX, system="h200_sxm", precision="fp8")["free_gpu_memory_fraction"] == 0.75
+    e = _trt(source="inferencex_fixture", model="deepseek-ai/DeepSeek-R1-0528", system="b200_sxm", precision="fp4",
+             concurrency=8000, isl=1024)
+    assert e["max_num_tokens"] == 9088 and e["free_gpu_memory_fraction"] == 0.8  # 1024 + 8000 + 64 -> 9088
+    # attention DP: the scripts' ADP balance
+    e = _trt(source=IX, system="b200_sxm", precision="fp4", attention_tp=1, attention_dp=8)
+    assert e["attention_dp_enable_balance"] is True and e["attention_dp_timeout_iters"] == 60
+
+
+def test_trtllm_gptoss_and_llama_flags_follow_the_launch_scripts():
+    e = _trt(source=IX, model="openai/gpt-oss-120b", system="b200_sxm", precision="fp4", gpus=1, attention_tp=1,
+             moe_ep=1, concurrency=64)
+    assert e == {"enable_block_reuse": False, "max_num_tokens": 20000, "max_batch_size": 512,
+                 "free_gpu_memory_fraction": 0.85}
+    e = _trt(source=IX, model="openai/gpt-oss-120b", system="h200_sxm", precision="fp4", gpus=1, attention_tp=1,
+             moe_ep=1, concurrency=64)
+    assert e["max_batch_size"] == 64 and e["max_num_tokens"] == 20000
+    llama = {"source": IX, "model": "meta-llama/Llama-3.1-70B", "system": "h200_sxm", "moe_ep": 1}
+    e = _trt(**llama, precision="fp8", gpus=4, attention_tp=4)
+    assert e == {"enable_block_reuse": False, "max_num_tokens": 16384, "batch_wait_timeout_iters": 20,
+                 "batch_wait_max_tokens_ratio": 0.9}
+    e = _trt(**llama, precision="fp8", gpus=8, attention_tp=8)
+    assert e == {"enable_block_reuse": False, "max_num_tokens": 16384}
+    e = _trt(**{**llama, "system": "b200_sxm"}, precision="fp4", gpus=2, attention_tp=2, isl=8192)
+    assert e == {"enable_block_reuse": False, "max_num_tokens": 16384}
+
+
+def test_trtllm_rows_without_a_script_keep_the_old_rule():
+    e = _trt(source="aic_silicon_sample/nvidia", model="Qwen/Qwen3-32B", system="h100_sxm", precision="fp8",
+             gpus=2, attention_tp=2, moe_ep=1, concurrency=48, workload="fixed_lengths_unverified")
+    assert e == {"max_batch_size": 48, "enable_block_reuse": False, "max_num_tokens": 2248}

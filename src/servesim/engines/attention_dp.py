@@ -47,7 +47,8 @@ and generation requests they chose, and the context requests of *all* ranks are 
 one the contexts may wait ``batching_wait_iters`` more iterations to gather (PyExecutor
 ``_balance_adp_requests`` in ``tensorrt_llm/_torch/pyexecutor/py_executor.py``, 1.1-1.2;
 docs/source/blogs/tech_blog/blog10_ADP_Balance_Strategy.md).  Modelled with the
-GUARANTEED_NO_EVICT capacity policy.
+GUARANTEED_NO_EVICT capacity policy.  TensorRT-LLM's batch waiting (``batch_wait_*``) is
+skipped by the executor with attention DP, so the ranks here run without it.
 """
 
 from __future__ import annotations
@@ -304,6 +305,10 @@ class AttentionDPEngine(Engine):
         self._facts: tuple[bool, bool, bool] = (True, False, True)
         self._held = False
         opt = getattr(self.ranks[0], "opt", None)
+        if self.name == "trtllm":
+            # TensorRT-LLM applies batch waiting only without attention DP (PyExecutor _schedule)
+            for e in self.ranks:
+                e.batch_wait = False
         if self.name == "trtllm" and getattr(opt, "attention_dp_enable_balance", False):
             if opt.capacity_scheduler_policy != "GUARANTEED_NO_EVICT":
                 raise ConfigError("deployment.engine.attention_dp_enable_balance: the ADP balance is modelled "

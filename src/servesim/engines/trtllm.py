@@ -30,6 +30,17 @@ what is left out.  In short, every iteration:
   prompt blocks are registered for reuse when its context completes, generated blocks
   when it finishes; freed blocks stay reusable until an allocation recycles them.
 * The iteration that completes a context samples the request's first token.
+* Batch waiting (``batch_wait_timeout_iters`` / ``batch_wait_max_tokens_ratio``, off by
+  default; PyExecutor ``_schedule`` / ``_waiting_requests`` in
+  ``tensorrt_llm/_torch/pyexecutor/py_executor.py``, 1.1-1.2): when the schedulers chose
+  both context and generation requests, the contexts are held back (the generation steps
+  still run) unless the iteration's tokens — each chosen context counted at its whole
+  prompt, each generation step at ``1 + drafts`` — reach ``ratio × max_num_tokens``, or
+  ``timeout_iters`` iterations have been held since the contexts last ran.  One counter
+  per executor: it advances in each held iteration, restarts when the contexts run, and is
+  left alone in iterations without contexts or without generation.  So it is on only with
+  both values above 0 (a zero timeout releases at once, a zero ratio is always reached).
+  The executor skips it with attention DP (engines/attention_dp.py turns it off per rank).
 * Speculative decoding (MTP / EAGLE one-model, ``deployment.speculative``): a generation
   step verifies its token plus ``k`` drafts, costs ``k + 1`` tokens of ``max_num_tokens``
   and adds ``k + 1`` KV slots (capped at the tokens the request may still produce, so the
@@ -94,6 +105,8 @@ class _TBatch:
     #: Whether the capacity scheduler let any context request through, and paused any.
     context_fit: bool
     paused: bool
+    #: Whether batch waiting held back the context requests the schedulers chose.
+    held: bool = False
 
 
 class TRTLLMEngine(Engine):
@@ -142,6 +155,12 @@ class TRTLLMEngine(Engine):
                                  on_event=self._host_event)
             self.pool.on_evict = self.host.store
         self.host_loaded_tokens = 0
+        #: Batch waiting (PyExecutor _waiting_requests): on when either value is above 0, as
+        #: TensorRT-LLM enables it; the counter of iterations held since contexts last ran.
+        self.batch_wait = options.batch_wait_timeout_iters > 0 or options.batch_wait_max_tokens_ratio > 0
+        self.batch_wait_timeout = options.batch_wait_timeout_iters
+        self.batch_wait_tokens = options.batch_wait_max_tokens_ratio * self.max_tokens
+        self.batch_wait_count = 0
 
     def _host_event(self, event) -> None:
         """Host-tier events go wherever the GPU pool's events go (tier "host")."""
@@ -400,6 +419,13 @@ class TRTLLMEngine(Engine):
                 tr.sched = chunk
                 cap -= chunk
                 contexts.append(tr)
+        held = False
+        if self.batch_wait and contexts and gens:
+            held = self._hold_contexts(contexts, len(gens) * step_tokens)
+            if held:
+                for tr in contexts:
+                    tr.sched = 0
+                contexts = []
         if not contexts and not gens:
             self._last = None
             return None
@@ -426,7 +452,7 @@ class TRTLLMEngine(Engine):
             tr.host_hit = 0
         for tr in gens:
             self._alloc_gen(tr)
-        batch = _TBatch(contexts=contexts, gens=gens, context_fit=context_fit, paused=paused)
+        batch = _TBatch(contexts=contexts, gens=gens, context_fit=context_fit, paused=paused, held=held)
         self._last = batch
         kw = {}
         if contexts:
@@ -440,6 +466,21 @@ class TRTLLMEngine(Engine):
             kw["host_load_s"] = self.hostlink.load_seconds(loading)
             kw["host_load_overlap"] = self.hostlink.overlap
         return PassPlan(requests=batch, **kw)
+
+    def _hold_contexts(self, contexts: list[TReq], gen_tokens: int) -> bool:
+        """Batch waiting: True if this iteration's context requests wait (the counter advances).
+
+        The iteration's tokens count each chosen context at its whole sequence (TensorRT-LLM
+        counts ``get_tokens``, the prompt, not the chunk) and each generation step at its
+        token and drafts.  The contexts run, and the counter restarts, once the counter has
+        reached ``batch_wait_timeout_iters`` or the tokens ``ratio × max_num_tokens``.
+        """
+        tokens = sum(tr.ctx_len for tr in contexts) + gen_tokens
+        if self.batch_wait_count >= self.batch_wait_timeout or tokens >= self.batch_wait_tokens:
+            self.batch_wait_count = 0
+            return False
+        self.batch_wait_count += 1
+        return True
 
     # -- commit -----------------------------------------------------------------------------
     def complete(self, plan: PassPlan, end: float) -> None:
@@ -509,6 +550,9 @@ class TRTLLMEngine(Engine):
             tr.computed = c0[j] + k
             tr.generated += k
             tr.sched = 0
+        if batch.held:  # the passes after the first held their contexts too
+            self.batch_wait_count += k - 1
+            assert self.batch_wait_count <= self.batch_wait_timeout, "batch waiting: a stretch ran past a release"
         idx = np.fromiter((tr.req.index for tr in reqs), dtype=np.int64, count=len(reqs))
         self.rec.emit_stretch(idx, ends)
         self._finish_done(reqs, float(ends[-1]))
@@ -532,7 +576,9 @@ class TRTLLMEngine(Engine):
     def decode_stretch_limit(self) -> int:
         """Generation iterations that will repeat unchanged: no admission, pause, finish or failed allocation."""
         batch = self._last
-        if batch is None or batch.contexts or batch.context_fit or batch.paused or self.ready:
+        if batch is None or batch.contexts or batch.paused or self.ready:
+            return 1
+        if batch.context_fit and not self._held_stays_held(batch):
             return 1
         if self.spec is not None:  # accepted lengths vary pass by pass
             return 1
@@ -550,7 +596,22 @@ class TRTLLMEngine(Engine):
         c = np.fromiter((tr.computed for tr in gens), dtype=np.int64, count=n)
         left = np.fromiter((tr.max_new - tr.generated for tr in gens), dtype=np.int64, count=n)
         limit = int(left.min())
+        if batch.held:
+            # held passes in a row, this one included: while the counter is below the timeout
+            limit = min(limit, self.batch_wait_timeout - self.batch_wait_count + 1)
         return stretch_within_free_blocks(c, bs, self.pool.num_free_blocks, limit)
+
+    def _held_stays_held(self, batch: _TBatch) -> bool:
+        """Whether passes after this one, batch waiting holding its contexts, choose the same contexts.
+
+        Under GUARANTEED_NO_EVICT the capacity scheduler keeps choosing them (each generation
+        block moves one block from free to held, so what the reservations leave is fixed) and
+        the generation steps' tokens are fixed, so the micro-batch scheduler chooses the same
+        contexts if their remaining prompts are fixed: true without block reuse (no prefix
+        hit to shrink as generation recycles cached blocks, no host tier).  The token count
+        then stays below the threshold, and only the counter moves.
+        """
+        return batch.held and self.no_evict and not self.reuse and self.host is None
 
     # -- state ---------------------------------------------------------------------------------
     def snapshot(self) -> EngineSnapshot:
@@ -587,6 +648,8 @@ class TRTLLMEngine(Engine):
             else:
                 assert tr.context and tr.computed == 0
         assert sum(b.ref for b in pool.blocks) == held
+        # batch waiting holds only while the counter is below the timeout
+        assert 0 <= self.batch_wait_count <= self.batch_wait_timeout
         if self.host is not None:
             self.host.check_invariants()
             assert self.host.size_tokens <= self.hostlink.capacity_tokens

@@ -10,6 +10,13 @@ here, as in the C++ executor), ``tokens_per_block`` 32, ``enable_block_reuse`` T
 The ``attention_dp_*`` options are TensorRT-LLM's ``attention_dp_config`` (``enable_balance``,
 ``timeout_iters``, ``batching_wait_iters``; defaults False, 50, 10 in ``AttentionDpConfig``);
 they matter only with ``deployment.attention_dp > 1`` (engines/attention_dp.py, ``ADPBalance``).
+
+The ``batch_wait_*`` options are the PyTorch executor's batch waiting (LLM API
+``batch_wait_timeout_iters``, ``batch_wait_max_tokens_ratio``; both 0, i.e. off, by default):
+context requests the schedulers chose are held back while generation runs, until the
+iteration's tokens reach ``ratio × max_num_tokens`` or ``timeout_iters`` iterations were
+held (PyExecutor ``_waiting_requests``, 1.1-1.2; see engines/trtllm.py and docs/engines.md).
+The executor skips it with attention DP.
 """
 
 from __future__ import annotations
@@ -45,3 +52,9 @@ class TRTLLMOptions(BaseModel):
         50, ge=0, description="attention DP balance: iterations a context waits for the other ranks")
     attention_dp_batching_wait_iters: int = Field(
         10, ge=0, description="attention DP balance: further iterations to gather contexts once every rank has one")
+    # batch waiting (PyExecutor _waiting_requests; not applied with attention DP)
+    batch_wait_timeout_iters: int = Field(
+        0, ge=0, description="batch waiting: most iterations in a row that contexts are held while generation runs")
+    batch_wait_max_tokens_ratio: float = Field(
+        0.0, ge=0, le=1, description="batch waiting: contexts run once the iteration's tokens reach this share of "
+        "max_num_tokens")

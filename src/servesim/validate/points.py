@@ -24,9 +24,11 @@ simulate it (``unsupported: <reason>``).  The mapping:
 - engine flags as the README documents them (vLLM max_num_seqs = concurrency,
   max_num_batched_tokens 8192, no prefix caching, gpu_memory_utilization 0.9; SGLang radix
   cache off, chunked prefill and max prefill tokens 32768, mem_fraction_static 0.82,
-  max_running_requests for DeepSeek; TRT-LLM max_batch_size = concurrency and, as the
-  InferenceX launch scripts set it, max_num_tokens = isl + osl + 200; with attention DP the
-  scripts' ADP balance, ``attention_dp_config`` — see :func:`engine_options`).
+  max_running_requests for DeepSeek; TRT-LLM: for rows the InferenceX launch scripts ran,
+  each model family's flags from its script (max_num_tokens, max_batch_size,
+  free_gpu_memory_fraction, batch waiting, block reuse off; :func:`trtllm_inferencex_options`),
+  otherwise max_batch_size = concurrency and max_num_tokens = isl + osl + 200; with attention
+  DP the scripts' ADP balance, ``attention_dp_config`` — see :func:`engine_options`).
 """
 
 from __future__ import annotations
@@ -176,6 +178,77 @@ def _engine_fields(name: str) -> set[str] | None:
     return set(klass.model_fields)
 
 
+#: Sources whose rows the InferenceX launch scripts ran (calibration.csv ``source``).
+INFERENCEX_SOURCES = ("aic_silicon_sample/inferencex", "inferencex_fixture")
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
+    """TRT-LLM flags of the InferenceX launch script that ran this row; None if no script covers it.
+
+    Read from the stored versions of the scripts in SemiAnalysisAI/InferenceX.  The rows carry
+    no script version; the scripts' git history was checked against the rows'
+    ``measured_date`` where versions differ (Llama fp4: 16384 tokens from 2025-09-18; DeepSeek
+    fp8 B200: the case-dependent memory fraction and batch waiting from 2026-01-29; every row
+    where they take effect is dated 2026-01-29 or later, the two earlier ones with batch
+    waiting run attention DP, where the executor ignores it).  Every script sets
+    ``enable_block_reuse: false`` and leaves chunked context off; a flag a script does not
+    pass keeps TensorRT-LLM's default (the option's).
+    """
+    if (row.get("source") or "").strip() not in INFERENCEX_SOURCES:
+        return None
+    model = row["model"].lower()
+    precision = (row.get("precision") or "").strip().lower()
+    system = (row.get("system") or "").strip().lower()
+    conc, isl, osl = _int(row, "concurrency"), _int(row, "isl"), _int(row, "osl")
+    tp = _int(row, "gpus", _int(row, "attention_tp") * _int(row, "attention_dp"))  # the scripts' TP
+    opts: dict[str, Any] = {"enable_block_reuse": False}
+    if "deepseek" in model and (precision, system) in (("fp4", "b200_sxm"), ("fp8", "b200_sxm"),
+                                                       ("fp8", "h200_sxm")):
+        # benchmarks/dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh, dsr1_fp8_h200_trt.sh:
+        # --max_num_tokens = max(8192, (CONC + ISL + 64) rounded up to 64), no --max_batch_size
+        # (TensorRT-LLM's 2048); kv_cache_config.free_gpu_memory_fraction 0.8 (fp4 B200),
+        # 0.75 (fp8 H200), fp8 B200: 0.8, 0.7 for 1k/1k and 1k/8k at CONC >= 256, 0.75 for
+        # 8k/1k at TP 4; fp8 B200 1k/1k at 64 <= CONC < 256 (DELAY_BATCHING) adds
+        # batch_wait_timeout_iters 40, batch_wait_max_tokens_ratio 0.8 (the executor skips
+        # batch waiting with attention DP).  DeepSeek-V3 rows are taken as run by the same scripts.
+        opts["max_num_tokens"] = max(8192, _round_up(conc + isl + 64, 64))
+        fraction = 0.8
+        if precision == "fp8" and system == "h200_sxm":
+            fraction = 0.75
+        elif precision == "fp8":
+            if isl == 1024 and osl in (1024, 8192) and conc >= 256:
+                fraction = 0.7
+            elif isl == 8192 and osl == 1024 and tp == 4:
+                fraction = 0.75
+            if isl == 1024 and osl == 1024 and 64 <= conc < 256:
+                opts.update(batch_wait_timeout_iters=40, batch_wait_max_tokens_ratio=0.8)
+        opts["free_gpu_memory_fraction"] = fraction
+        return opts
+    if "gpt-oss" in model and system in ("b200_sxm", "h200_sxm"):
+        # benchmarks/gptoss_fp4_b200_trt.sh: --max_batch_size 512 --max_num_tokens 20000;
+        # benchmarks/gptoss_fp4_h200_trt.sh: --max_batch_size $CONC --max_num_tokens 20000;
+        # both free_gpu_memory_fraction 0.85
+        opts.update(max_num_tokens=20000, max_batch_size=512 if system == "b200_sxm" else conc,
+                    free_gpu_memory_fraction=0.85)
+        return opts
+    if "llama-3.1-70b" in model and system in ("b200_sxm", "h200_sxm"):
+        # benchmarks/70b_fp8_b200_trt_slurm.sh, 70b_fp8_h200_trt_slurm.sh,
+        # 70b_fp4_b200_trt_slurm.sh: --max_num_tokens 16384 (the fp4 script's first version,
+        # 2025-09-17, passed $MAX_MODEL_LEN; from 2025-09-18 until the scripts were removed on
+        # 2025-10-29, around these rows' 2025-10 runs, all three pass 16384); no
+        # --max_batch_size (2048), the default memory fraction; 1k/1k at TP < 8 adds
+        # batch_wait_max_tokens_ratio 0.9, batch_wait_timeout_iters 20
+        opts["max_num_tokens"] = 16384
+        if isl == 1024 and osl == 1024 and tp < 8:
+            opts.update(batch_wait_timeout_iters=20, batch_wait_max_tokens_ratio=0.9)
+        return opts
+    return None
+
+
 def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
     """The engine section for a point, from the README's documented server flags."""
     conc = _int(row, "concurrency")
@@ -195,10 +268,14 @@ def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
                 fp8_tp4 = _int(row, "gpus") == 4 and (row.get("precision") or "").lower() == "fp8"
                 opts["scheduler_recv_interval"] = 30 if conc >= 16 and not fp8_tp4 else 10
     elif backend == "trtllm":
-        # InferenceX launch scripts: --max_num_tokens = --max_seq_len = the run's max model
-        # length (isl + osl + a margin, e.g. 2200 for 1k/1k), chunked context off
-        isl, osl = _int(row, "isl"), _int(row, "osl")
-        opts = {"max_batch_size": conc, "enable_block_reuse": False, "max_num_tokens": max(2048, isl + osl + 200)}
+        opts = trtllm_inferencex_options(row)
+        if opts is None:
+            # rows no InferenceX script covers (e.g. NVIDIA's fixed_lengths_unverified):
+            # max_batch_size = concurrency, max_num_tokens = the run's max model length
+            # (isl + osl + a margin, e.g. 2248 for 1k/1k), chunked context and block reuse off
+            isl, osl = _int(row, "isl"), _int(row, "osl")
+            opts = {"max_batch_size": conc, "enable_block_reuse": False,
+                    "max_num_tokens": max(2048, isl + osl + 200)}
         if _int(row, "attention_dp") > 1:
             # InferenceX launch scripts add attention_dp_config whenever DP_ATTENTION is true:
             # DeepSeek-R1 (benchmarks/dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh,
