@@ -17,6 +17,18 @@ from servesim.sim.simulation import Simulation
 from servesim.workload.request import Request
 
 
+class RecordingStepTime(FixedStepTime):
+    """A fixed pass time that keeps every plan it prices."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.plans = []
+
+    def pass_time(self, plan):
+        self.plans.append(plan)
+        return super().pass_time(plan)
+
+
 def make_request(i: int, arrival: float, inp: int, out: int, hash_ids: Sequence[int] | None = None,
                  block_size: int = 512) -> Request:
     n_blocks = -(-inp // block_size)

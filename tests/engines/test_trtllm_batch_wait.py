@@ -18,20 +18,10 @@ from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.simple import FixedStepTime, LinearStepTime
 from servesim.sim.simulation import Simulation
 from servesim.workload.request import Request
-from simharness import random_block_workload
+from simharness import RecordingStepTime, random_block_workload
 from tests.engines.test_attention_dp import dp_engine, random_requests, simulate as simulate_dp
 
 STEP = 0.01
-
-
-class Recording(FixedStepTime):
-    def __init__(self, seconds: float) -> None:
-        super().__init__(seconds)
-        self.plans = []
-
-    def pass_time(self, plan):
-        self.plans.append(plan)
-        return super().pass_time(plan)
 
 
 def req(i: int, arrival: float, n_in: int, n_out: int) -> Request:
@@ -45,7 +35,7 @@ def run(requests, fast=False, kv_tokens=100_000, **opts):
     opts.setdefault("max_num_tokens", 100)
     eng = TRTLLMEngine(0, rec, EngineLimits(kv_capacity_tokens=kv_tokens, context_length=4096),
                        TRTLLMOptions(**opts))
-    st = Recording(STEP)
+    st = RecordingStepTime(STEP)
     Simulation(iter(requests), "open", None, [Worker(0, eng, st, 1, fast_forward=fast)], RoundRobinRouter(),
                rec).run()
     return rec, eng, st.plans

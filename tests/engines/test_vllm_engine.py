@@ -19,23 +19,11 @@ from servesim.engines.vllm_options import (
 )
 from servesim.errors import ConfigError
 from servesim.metrics.recorder import RequestRecorder, Status
-from servesim.perf.simple import FixedStepTime
 from servesim.sim.simulation import Simulation
 from servesim.workload.request import Request
+from simharness import RecordingStepTime
 
 STEP = 0.01
-
-
-class RecordingStepTime(FixedStepTime):
-    """A fixed pass time that keeps every plan it prices."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(seconds)
-        self.plans = []
-
-    def pass_time(self, plan):
-        self.plans.append(plan)
-        return super().pass_time(plan)
 
 
 def req(i: int, arrival: float, n_in: int, n_out: int, ids=None, unit: int = 16) -> Request:
