@@ -207,3 +207,68 @@ def test_trtllm_rows_without_a_script_keep_the_old_rule():
     e = _trt(source="aic_silicon_sample/nvidia", model="Qwen/Qwen3-32B", system="h100_sxm", precision="fp8",
              gpus=2, attention_tp=2, moe_ep=1, concurrency=48, workload="fixed_lengths_unverified")
     assert e == {"max_batch_size": 48, "enable_block_reuse": False, "max_num_tokens": 2248}
+
+
+def _vllm(**kw) -> dict:
+    p = point_config(row(backend="vllm", moe_ep=1, **kw))
+    assert p.status == "ok"
+    load_config(p.config)
+    eng = dict(p.config["deployment"]["engine"])
+    assert eng.pop("name") == "vllm"
+    return eng
+
+
+MINIMAX = {"source": IX, "model": "MiniMaxAI/MiniMax-M2.5", "gpus": 4, "attention_tp": 4}
+
+
+def test_vllm_minimax_flags_follow_the_launch_scripts():
+    # single_node/minimaxm2.5_fp8_b200.sh before 2026-04-03: memory 0.95, block 32, vLLM's defaults
+    e = _vllm(**MINIMAX, system="b200_sxm", precision="fp8", concurrency=64, measured_date="2026-03-11")
+    assert e == {"enable_prefix_caching": False, "block_size": 32, "gpu_memory_utilization": 0.95}
+    # from 2026-04-03 (and the B300 script): memory 0.90, --max-num-batched-tokens ISL * 2
+    for system in ("b200_sxm", "b300_sxm"):
+        e = _vllm(**MINIMAX, system=system, precision="fp8", isl=8192, osl=1024, measured_date="2026-04-21")
+        assert e == {"enable_prefix_caching": False, "block_size": 32, "gpu_memory_utilization": 0.9,
+                     "max_num_batched_tokens": 16384}
+    e = _vllm(**MINIMAX, system="b300_sxm", precision="fp4", measured_date="2026-04-17")
+    assert e == {"enable_prefix_caching": False, "gpu_memory_utilization": 0.9, "max_num_batched_tokens": 2048}
+    e = _vllm(**MINIMAX, system="h100_sxm", precision="fp8", concurrency=64, measured_date="2026-03-27")
+    assert e == {"enable_prefix_caching": False, "gpu_memory_utilization": 0.9, "max_num_seqs": 256}
+    e = _vllm(**MINIMAX, system="h200_sxm", precision="fp8", concurrency=64, measured_date="2026-03-27")
+    assert e == {"enable_prefix_caching": False, "gpu_memory_utilization": 0.95}
+
+
+def test_vllm_gptoss_llama_kimi_flags_follow_the_launch_scripts():
+    one = {"source": IX, "gpus": 1, "attention_tp": 1}
+    e = _vllm(**one, model="openai/gpt-oss-120b", system="b200_sxm", precision="fp4", concurrency=64)
+    assert e == {"enable_prefix_caching": False, "max_num_seqs": 512, "max_num_batched_tokens": 8192,
+                 "gpu_memory_utilization": 0.9, "max_model_len": 2068}
+    e = _vllm(**one, model="openai/gpt-oss-120b", system="h100_sxm", precision="fp4", concurrency=64, isl=8192)
+    assert e["max_num_seqs"] == 64 and e["max_model_len"] == 10240
+    e = _vllm(**one, model="openai/gpt-oss-120b", system="h200_sxm", precision="fp4", concurrency=64, isl=8192)
+    assert e["max_num_seqs"] == 64 and e["max_model_len"] == 8192 + 1024 + 200
+    llama = {"source": IX, "model": "meta-llama/Llama-3.1-70B", "gpus": 2, "attention_tp": 2}
+    e = _vllm(**llama, system="b200_sxm", precision="fp8", concurrency=16)
+    assert e == {"enable_prefix_caching": False, "max_num_seqs": 512, "max_num_batched_tokens": 8192,
+                 "gpu_memory_utilization": 0.9}
+    assert _vllm(**llama, system="b200_sxm", precision="fp4")["max_model_len"] == 2068
+    e = _vllm(**llama, system="h100_sxm", precision="fp8", concurrency=16)
+    assert e["max_num_seqs"] == 16 and e["max_model_len"] == 10240
+    kimi = {"source": IX, "model": "moonshotai/Kimi-K2.5", "gpus": 8, "attention_tp": 8}
+    e = _vllm(**kimi, system="h200_sxm", precision="int4", concurrency=32, measured_date="2026-03-02")
+    assert e == {"enable_prefix_caching": False, "max_num_seqs": 32, "gpu_memory_utilization": 0.95,
+                 "max_num_batched_tokens": 8192}
+    e = _vllm(**kimi, system="b200_sxm", precision="fp4", concurrency=32, measured_date="2026-03-27")
+    assert e["gpu_memory_utilization"] == 0.9 and e["max_num_batched_tokens"] == 8192
+    e = _vllm(**kimi, system="b200_sxm", precision="fp4", isl=8192, osl=1024, measured_date="2026-04-20")
+    assert e["max_num_batched_tokens"] == 16384
+
+
+def test_vllm_rows_without_a_script_keep_the_old_rule():
+    old = {"max_num_seqs": 48, "max_num_batched_tokens": 8192, "enable_prefix_caching": False,
+           "gpu_memory_utilization": 0.9}
+    assert _vllm(source="aic_silicon_sample/nvidia", model="Qwen/Qwen3-32B", system="h100_sxm", precision="",
+                 gpus=2, attention_tp=2, concurrency=48, workload="fixed_lengths_unverified") == old
+    # an InferenceX row of a model no vLLM script here covers
+    assert _vllm(source=IX, model="Qwen/Qwen3-32B", system="h100_sxm", precision="", gpus=2, attention_tp=2,
+                 concurrency=48) == old

