@@ -272,3 +272,28 @@ def test_vllm_rows_without_a_script_keep_the_old_rule():
     # an InferenceX row of a model no vLLM script here covers
     assert _vllm(source=IX, model="Qwen/Qwen3-32B", system="h100_sxm", precision="", gpus=2, attention_tp=2,
                  concurrency=48) == old
+
+
+def _vllm_kv(**kw) -> str | None:
+    p = point_config(row(**({"backend": "vllm", "moe_ep": 1} | kw)))
+    assert p.status == "ok"
+    return p.config["deployment"]["kv_dtype"]
+
+
+def test_vllm_kv_dtype_follows_the_launch_scripts():
+    # scripts without --kv-cache-dtype fp8 run vLLM's auto (bf16): MiniMax on Hopper, early fp8 B200
+    assert _vllm_kv(**MINIMAX, system="h200_sxm", precision="fp8", measured_date="2026-03-27") == "bf16"
+    assert _vllm_kv(**MINIMAX, system="b200_sxm", precision="fp8", measured_date="2026-03-11") == "bf16"
+    assert _vllm_kv(**MINIMAX, system="b200_sxm", precision="fp8", measured_date="2026-04-21") == "fp8"
+    gptoss = {"source": IX, "model": "openai/gpt-oss-120b", "gpus": 1, "attention_tp": 1, "precision": "fp4"}
+    assert _vllm_kv(**gptoss, system="h100_sxm", measured_date="2026-03-20") == "bf16"
+    assert _vllm_kv(**gptoss, system="b200_sxm", measured_date="2025-11-10") == "bf16"
+    assert _vllm_kv(**gptoss, system="b200_sxm", measured_date="2026-02-10") == "fp8"
+    kimi = {"source": IX, "model": "moonshotai/Kimi-K2.5", "gpus": 8, "attention_tp": 8, "moe_ep": 8}
+    assert _vllm_kv(**(kimi | {"precision": "int4", "system": "h200_sxm"})) == "bf16"
+    assert _vllm_kv(**(kimi | {"precision": "fp4", "system": "b200_sxm", "measured_date": "2026-04-21"})) == "fp8"
+    llama = {"source": IX, "model": "meta-llama/Llama-3.1-70B", "gpus": 4, "attention_tp": 4, "precision": "fp8"}
+    assert _vllm_kv(**llama, system="h100_sxm", measured_date="2025-10-20") == "fp8"
+    # rows no script covers keep the README's --kv-cache-dtype fp8
+    assert _vllm_kv(source="aic_silicon_sample/nvidia", model="Qwen/Qwen3-32B", system="h100_sxm",
+                    precision="fp8", gpus=2, attention_tp=2) == "fp8"

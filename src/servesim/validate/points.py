@@ -392,6 +392,31 @@ def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
     return {"name": engine, **opts}
 
 
+def vllm_inferencex_kv_dtype(row: dict[str, str]) -> str:
+    """KV precision of an InferenceX vLLM run: ``fp8`` where its launch script passes
+    ``--kv-cache-dtype fp8``, else vLLM's ``auto`` (the model's activation dtype, bf16).
+
+    Scripts without the flag (versions in effect on the row's date, as for
+    :func:`vllm_inferencex_options`): MiniMax-M2.5 on H100 / H200 and fp8 on B200 before
+    2026-04-03; Kimi-K2.5 int4 (B200, H200), fp4 on B300 and on B200 before 2026-04-20; gpt-oss
+    on H100 / H200, and on B200 before 2026-02 (``single_node/gptoss_fp4_b200.sh`` adds it).
+    The Llama-3.1-70B scripts and the later MiniMax / Kimi ones pass it.
+    """
+    model = row["model"].lower()
+    precision = (row.get("precision") or "").strip().lower()
+    system = (row.get("system") or "").strip().lower()
+    date = (row.get("measured_date") or "").strip()
+    auto = False
+    if "minimax-m2" in model:
+        auto = system in ("h100_sxm", "h200_sxm") or (system == "b200_sxm" and precision == "fp8"
+                                                       and date < "2026-04-03")
+    elif "kimi-k2" in model:
+        auto = precision == "int4" or system == "b300_sxm" or (system == "b200_sxm" and date < "2026-04-20")
+    elif "gpt-oss" in model:
+        auto = system in ("h100_sxm", "h200_sxm") or date < "2026-02"
+    return "bf16" if auto else "fp8"
+
+
 def kv_dtype_for(backend: str, precision: str, gpu: str | None = None) -> str | None:
     """The point's KV precision; None leaves the engine's "auto" default.
 
@@ -441,7 +466,8 @@ def point_config(row: dict[str, str], mode: str = "fast") -> Point:
         "tp": gpus,
         "ep": ep,
         "weight_dtype": precision,
-        "kv_dtype": kv_dtype_for(backend, precision, SYSTEM_TO_GPU[system]),
+        "kv_dtype": vllm_inferencex_kv_dtype(row) if backend == "vllm" and vllm_inferencex_options(row) is not None
+        else kv_dtype_for(backend, precision, SYSTEM_TO_GPU[system]),
     }
     if adp > 1:
         from servesim.config.schema import DeploymentConfig
