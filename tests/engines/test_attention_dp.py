@@ -222,6 +222,25 @@ def random_requests(seed: int, n: int = 80):
     return reqs
 
 
+def fast_and_step_agree(factory, reqs, st):
+    """Run ``reqs`` in step and in fast mode and check what must agree: ranks, token times,
+    generated counts, pass counts; every request ends in exactly one terminal state, the fast
+    run's invariants hold and it ends empty.  Returns (slow, slow engine, fast, fast engine)."""
+    slow, eng_s, w_s = simulate(factory, copy.deepcopy(reqs), st, fast=False)
+    fast, eng_f, w_f = simulate(factory, copy.deepcopy(reqs), st, fast=True)
+    assert ranks_of(fast) == ranks_of(slow)
+    for name in ("first_token", "second_token", "last_token", "finish", "first_scheduled"):
+        np.testing.assert_allclose(fast.column(name), slow.column(name), rtol=1e-9, equal_nan=True)
+    assert (fast.column("generated") == slow.column("generated")).all()
+    status = fast.column("status")[:fast.size]
+    assert (status == Status.COMPLETED).sum() + (status == Status.REJECTED).sum() == len(reqs)
+    eng_f.check_invariants()
+    snap = eng_f.snapshot()
+    assert snap.running == snap.waiting == 0
+    assert w_f.passes == w_s.passes
+    return slow, eng_s, fast, eng_f
+
+
 @pytest.mark.parametrize("kind", ["sglang", "vllm", "trtllm"])
 @pytest.mark.parametrize("model", ["linear", "analytic"])
 def test_fast_mode_matches_step_mode(kind, model, moe_model):
@@ -233,23 +252,12 @@ def test_fast_mode_matches_step_mode(kind, model, moe_model):
     def factory(rec):
         return dp_engine(kind, rec, kv=12_000)
 
-    slow, eng_s, w_s = simulate(factory, copy.deepcopy(reqs), st, fast=False)
-    fast, eng_f, w_f = simulate(factory, copy.deepcopy(reqs), st, fast=True)
-    assert ranks_of(fast) == ranks_of(slow)
-    for name in ("first_token", "second_token", "last_token", "finish", "first_scheduled"):
-        np.testing.assert_allclose(fast.column(name), slow.column(name), rtol=1e-9, equal_nan=True)
-    assert (fast.column("generated") == slow.column("generated")).all()
+    slow, eng_s, fast, eng_f = fast_and_step_agree(factory, reqs, st)
     assert (fast.column("retractions") == slow.column("retractions")).all()
-    # (e) every request ends in exactly one terminal state; each rank's KV is conserved
-    status = fast.column("status")[:fast.size]
-    assert (status == Status.COMPLETED).sum() + (status == Status.REJECTED).sum() == len(reqs)
-    eng_f.check_invariants()
     eng_s.check_invariants()
     snap = eng_f.snapshot()
-    assert snap.running == snap.waiting == 0
     assert snap.kv_capacity_tokens == sum(e.snapshot().kv_capacity_tokens for e in eng_f.ranks)
     assert snap.prompt_tokens == eng_f.prompt_tokens == sum(e.prompt_tokens for e in eng_f.ranks) > 0
-    assert w_f.passes == w_s.passes
 
 
 def test_fast_forward_is_used_with_ranks(moe_model):
@@ -394,19 +402,8 @@ def test_adp_balance_fast_mode_matches_step_mode(opts, dp):
     def factory(rec):
         return dp_engine("trtllm", rec, dp=dp, kv=12_000, attention_dp_enable_balance=True, **opts)
 
-    slow, eng_s, w_s = simulate(factory, copy.deepcopy(reqs), st, fast=False)
-    fast, eng_f, w_f = simulate(factory, copy.deepcopy(reqs), st, fast=True)
-    assert ranks_of(fast) == ranks_of(slow)
-    for name in ("first_token", "second_token", "last_token", "finish", "first_scheduled"):
-        np.testing.assert_allclose(fast.column(name), slow.column(name), rtol=1e-9, equal_nan=True)
-    assert (fast.column("generated") == slow.column("generated")).all()
-    status = fast.column("status")[:fast.size]
-    assert (status == Status.COMPLETED).sum() + (status == Status.REJECTED).sum() == len(reqs)
-    assert (slow.column("status")[:slow.size] == status).all()
-    eng_f.check_invariants()
-    snap = eng_f.snapshot()
-    assert snap.running == snap.waiting == 0
-    assert w_f.passes == w_s.passes
+    slow, eng_s, fast, eng_f = fast_and_step_agree(factory, reqs, st)
+    assert (slow.column("status")[:slow.size] == fast.column("status")[:fast.size]).all()
     assert (eng_f.balance.waited, eng_f.balance.batched) == (eng_s.balance.waited, eng_s.balance.batched)
     # the balance changed something: contexts were held
     plain, _, _ = simulate(lambda r: dp_engine("trtllm", r, dp=dp, kv=12_000, **opts), copy.deepcopy(reqs), st,
