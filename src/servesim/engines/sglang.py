@@ -292,7 +292,7 @@ class SGLangEngine(Engine):
     def _poll(self) -> None:
         """The scheduler iteration's pull of arrived requests (``scheduler_recv_interval``)."""
         due = self.recv.tick(self._last_decoded)
-        if not due and self.inbox and not (self.waiting or self.running or self.chunked is not None or self.ready):
+        if not due and self.inbox and not self._has_pulled_work():
             self.recv.pull_now()  # an idle scheduler spins to its next pull in microseconds
             due = True
         if due and self.inbox:
@@ -342,8 +342,12 @@ class SGLangEngine(Engine):
             else:
                 self._run_append(sr)
 
+    def _has_pulled_work(self) -> bool:
+        """Work the scheduler already holds (not counting requests still in its socket)."""
+        return bool(self.waiting or self.running or self.chunked is not None or self.ready)
+
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self.chunked is not None or self.ready or self.inbox)
+        return self._has_pulled_work() or bool(self.inbox)
 
     # -- scheduling -----------------------------------------------------------------------
     def schedule(self, now: float) -> PassPlan | None:

@@ -392,9 +392,10 @@ def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
     return {"name": engine, **opts}
 
 
-def vllm_inferencex_kv_dtype(row: dict[str, str]) -> str:
+def vllm_inferencex_kv_dtype(row: dict[str, str]) -> str | None:
     """KV precision of an InferenceX vLLM run: ``fp8`` where its launch script passes
-    ``--kv-cache-dtype fp8``, else vLLM's ``auto`` (the model's activation dtype, bf16).
+    ``--kv-cache-dtype fp8``, else vLLM's ``auto`` (the model's activation dtype, bf16); None
+    for rows no script covers (:func:`vllm_inferencex_options`).
 
     Scripts without the flag (versions in effect on the row's date, as for
     :func:`vllm_inferencex_options`): MiniMax-M2.5 on H100 / H200 and fp8 on B200 before
@@ -402,6 +403,8 @@ def vllm_inferencex_kv_dtype(row: dict[str, str]) -> str:
     on H100 / H200, and on B200 before 2026-02 (``single_node/gptoss_fp4_b200.sh`` adds it).
     The Llama-3.1-70B scripts and the later MiniMax / Kimi ones pass it.
     """
+    if vllm_inferencex_options(row) is None:
+        return None
     model = row["model"].lower()
     precision = (row.get("precision") or "").strip().lower()
     system = (row.get("system") or "").strip().lower()
@@ -466,8 +469,8 @@ def point_config(row: dict[str, str], mode: str = "fast") -> Point:
         "tp": gpus,
         "ep": ep,
         "weight_dtype": precision,
-        "kv_dtype": vllm_inferencex_kv_dtype(row) if backend == "vllm" and vllm_inferencex_options(row) is not None
-        else kv_dtype_for(backend, precision, SYSTEM_TO_GPU[system]),
+        "kv_dtype": (backend == "vllm" and vllm_inferencex_kv_dtype(row))
+        or kv_dtype_for(backend, precision, SYSTEM_TO_GPU[system]),
     }
     if adp > 1:
         from servesim.config.schema import DeploymentConfig
