@@ -14,7 +14,7 @@ TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_si
         "vocab_size": 32000}
 
 # a params set with no overheads and perfect efficiencies, so hand computations are exact
-IDEAL = AnalyticParams(gemm_eff_max=1.0, gemm_half_tokens=0.0, moe_eff_scale=1.0, mem_eff=1.0,
+IDEAL = AnalyticParams(gemm_eff_max=1.0, gemm_half_tokens=0.0, moe_eff_scale=1.0, moe_half_tokens=0.0, mem_eff=1.0,
                        attn_prefill_eff_max=1.0, attn_prefill_half_tokens=0.0, attn_decode_mem_eff=1.0,
                        attn_decode_compute_eff=1.0, attn_decode_ctx_overhead_tokens=0.0,
                        elementwise_bytes_per_token=0.0, pass_overhead_s=0.0, layer_overhead_s=0.0,
@@ -78,6 +78,27 @@ def test_distinct_experts_formula():
     t1 = st.pass_time(plan(ctx=[1000]))
     t32 = st.pass_time(plan(ctx=[1000] * 32))
     assert t32 > 3 * t1 * 0.5 and t32 < 32 * t1
+
+
+def test_weight_only_4bit_moe_decode_is_memory_bound_on_hopper():
+    """gpt-oss (mxfp4 experts) on H200 has no fp4 math: experts run at the bf16 peak (W4A16).
+
+    At decode batch sizes each touched expert sees one or two rows; grouped-GEMM kernels pad
+    them to a small tile, so the pass streams expert weights and is memory bound.  With the
+    dense GEMMs' 48-row half-efficiency point the model made these passes compute bound and
+    over-predicted TPOT by 20-50% (gpt-oss-120b, vLLM, H200, tp 1, concurrency 16-64).
+    """
+    st = AnalyticStepTime(load_model("openai/gpt-oss-120b"), load_gpu("h200_sxm"), weight_dtype="mxfp4",
+                          kv_dtype="bf16")
+    moe = st._moe
+    for batch in (4, 16, 32):
+        frac = 1 - (1 - moe["k"] / moe["E"]) ** batch
+        weights = moe["local"] * frac * moe["w_s"] + batch * moe["k"] * moe["io_s"]
+        assert st._moe_time(batch) == pytest.approx(weights, rel=1e-9)
+    # at prefill sizes the same experts are compute bound
+    tokens = 8192
+    assign = tokens * moe["k"]
+    assert st._moe_time(tokens) > 1.5 * (moe["local"] * moe["w_s"] + assign * moe["io_s"])
 
 
 def test_decode_memory_bound_prefill_compute_bound():

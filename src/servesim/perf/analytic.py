@@ -20,7 +20,12 @@ Ops per decoder layer (per GPU of the worker):
   (reads the latent, computes over ``2·kv_lora_rank + rope`` per head);
 - linear attention: per-token recurrent update FLOPs; state read+write per request;
 - MLP, or MoE: router; routed experts as grouped GEMMs whose weights are read only for the
-  experts the pass touches — expected distinct experts ``E × (1 − (1 − k/E)^tokens)``;
+  experts the pass touches — expected distinct experts ``E × (1 − (1 − k/E)^tokens)``; their
+  compute efficiency follows the rows *each touched expert* gets, with its own half point
+  ``moe_half_tokens`` (16: grouped-GEMM kernels pad an expert's rows to a small tile — vLLM's
+  fused-MoE default tile is 16 rows at small batch — so a decode pass with one or two rows
+  per expert streams weights rather than computing; the dense GEMMs' 48 made weight-only
+  4-bit experts on Hopper, which run at the bf16 peak, compute bound at decode);
   shared experts; dense layers;
 - elementwise (norms, residuals, activation, rope) as memory traffic;
 - tensor-parallel all-reduce (2 per layer) from bytes, link bandwidth and latency; with
@@ -65,6 +70,8 @@ class AnalyticParams(BaseModel):
     gemm_eff_max: float = Field(0.80, gt=0, le=1, description="peak fraction large GEMMs reach")
     gemm_half_tokens: float = Field(48.0, ge=0, description="tokens at which GEMM compute efficiency is half of max")
     moe_eff_scale: float = Field(0.80, gt=0, le=1, description="grouped-GEMM efficiency relative to dense GEMMs")
+    moe_half_tokens: float = Field(
+        16.0, ge=0, description="rows per expert at which grouped-GEMM compute efficiency is half of max")
     mem_eff: float = Field(0.85, gt=0, le=1, description="HBM bandwidth fraction reached streaming weights/activations")
     # attention
     attn_prefill_eff_max: float = Field(0.55, gt=0, le=1, description="peak fraction of prefill (flash) attention")
@@ -276,7 +283,8 @@ class AnalyticStepTime:
         touched = moe["local"] * frac
         assign = t_total * moe["k"] / (moe["E"] / moe["local"])  # assignments on this GPU
         per_expert = t_total * moe["k"] / (moe["E"] * frac)
-        eff_m = self.p.moe_eff_scale * self._gemm_eff(per_expert)
+        p = self.p
+        eff_m = p.moe_eff_scale * p.gemm_eff_max * per_expert / (per_expert + p.moe_half_tokens)
         return max(assign * moe["flop_s"] / eff_m, touched * moe["w_s"] + assign * moe["io_s"])
 
     def _pass_overhead(self, decode_only: bool, decode_batch: int) -> float:
