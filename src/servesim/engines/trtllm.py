@@ -57,11 +57,12 @@ iteration.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
-from servesim.engines.blocks import stretch_within_free_blocks
+from servesim.engines.blocks import decode_event_buckets, stretch_within_free_blocks
 from servesim.engines.host import host_link
 from servesim.engines.trtllm_options import TRTLLMOptions
 from servesim.engines.vllm import extend_block_hashes
@@ -82,6 +83,9 @@ class TReq:
     max_new: int
     #: Tokens the context phase computes: the prompt, plus output so far after a pause.
     ctx_len: int
+    #: Blocks the request holds at its maximum length, ``ceil((prompt + max_new) / block)``:
+    #: what GUARANTEED_NO_EVICT reserves (fixed for the request's life).
+    target: int = 0
     generated: int = 0
     computed: int = 0
     #: Tokens computed in the iteration in flight.
@@ -96,6 +100,21 @@ class TReq:
     hit: int = 0
     host_hit: int = 0
     admitted_once: bool = False
+
+
+# C-level field readers for the per-pass loops over the running batch (map/sum over them
+# iterate without Python bytecode per request).
+_BLOCKS = attrgetter("blocks")
+_TARGET = attrgetter("target")
+_COMPUTED = attrgetter("computed")
+_GENERATED = attrgetter("generated")
+_MAX_NEW = attrgetter("max_new")
+_INDEX = attrgetter("req.index")
+
+
+def _indices(reqs: list[TReq]) -> np.ndarray:
+    """Recorder rows of ``reqs``, in order."""
+    return np.fromiter(map(_INDEX, reqs), dtype=np.int64, count=len(reqs))
 
 
 @dataclass(slots=True)
@@ -161,6 +180,8 @@ class TRTLLMEngine(Engine):
         self.batch_wait_timeout = options.batch_wait_timeout_iters
         self.batch_wait_tokens = options.batch_wait_max_tokens_ratio * self.max_tokens
         self.batch_wait_count = 0
+        #: Set by _capacity: how many leading requests of its list are generation steps.
+        self._lead_gens = 0
 
     def _host_event(self, event) -> None:
         """Host-tier events go wherever the GPU pool's events go (tier "host")."""
@@ -189,10 +210,11 @@ class TRTLLMEngine(Engine):
             self._reject(req, now, f"prompt exceeds max_num_tokens {self.max_tokens} with chunked context off")
             return
         max_new = max(1, min(req.output_length, self.max_len - n))
+        tr = TReq(req=req, max_new=max_new, ctx_len=n, target=self._blocks_for(n + max_new))
         if kv_ready:  # disaggregated decode: admitted by _admit_ready, no context phase
-            self.ready.append(TReq(req=req, max_new=max_new, ctx_len=n))
+            self.ready.append(tr)
             return
-        self.active.append(TReq(req=req, max_new=max_new, ctx_len=n))
+        self.active.append(tr)
 
     def _admit_ready(self, now: float) -> None:
         """Disaggregated decode: requests whose prompt KV arrived start generating.
@@ -246,7 +268,7 @@ class TRTLLMEngine(Engine):
         return self.spec.k if self.spec is not None else 0
 
     def _remaining_to_completion(self, tr: TReq) -> int:
-        return self._blocks_for(tr.req.input_length + tr.max_new) - len(tr.blocks)
+        return tr.target - len(tr.blocks)
 
     def _spec_kv_end(self, tr: TReq, drafts: int) -> int:
         """KV length a speculative step needs: its token and drafts, never past prompt + max_new.
@@ -302,6 +324,26 @@ class TRTLLMEngine(Engine):
             assert got is not None, "TensorRT-LLM model: generation step without a free block"
             tr.blocks.extend(got)
 
+    def _alloc_gens(self, gens: list[TReq]) -> None:
+        """:meth:`_alloc_gen` for each generation step, in order.
+
+        Without speculation a step needs a block exactly when its position opens one; with
+        the pool's LRU fast path (no event sinks) the blocks are taken in one call — the same
+        blocks, in the same order, as one call per request.
+        """
+        pool = self.pool
+        if self.spec is not None or not pool.lru_fast_path:
+            for tr in gens:
+                self._alloc_gen(tr)
+            return
+        bs = self.bs
+        need = [tr for tr in gens if tr.computed % bs == 0]
+        if need:
+            got = pool.allocate(len(need))
+            assert got is not None, "TensorRT-LLM model: generation step without a free block"
+            for tr, b in zip(need, got):
+                tr.blocks.append(b)
+
     def _release(self, tr: TReq) -> None:
         self.pool.free_request(tr.blocks)
         tr.blocks = []
@@ -320,26 +362,30 @@ class TRTLLMEngine(Engine):
     # -- scheduling -------------------------------------------------------------------------
     def _capacity(self) -> tuple[list[TReq], bool]:
         """The capacity scheduler: requests allowed to run this iteration, and whether any was paused."""
-        fitting: list[TReq] = []
         if self.no_evict:
-            available = self.pool.num_free_blocks
-            for tr in self.active:
-                if not tr.context:
-                    if len(fitting) >= self.max_batch:
-                        break
-                    fitting.append(tr)
-                    available -= self._remaining_to_completion(tr)
-            for tr in self.active:
+            # Generating requests first (the first max_batch of them, in arrival order), each
+            # reserving its blocks to completion; then contexts while their reservations fit.
+            active = self.active
+            fitting = [tr for tr in active if not tr.context]
+            if len(fitting) > self.max_batch:
+                del fitting[self.max_batch:]
+            self._lead_gens = len(fitting)
+            if len(fitting) == len(active) or len(fitting) >= self.max_batch:
+                return fitting, False
+            available = self.pool.num_free_blocks - (sum(map(_TARGET, fitting)) - sum(map(len, map(_BLOCKS, fitting))))
+            for tr in active:
                 if not tr.context:
                     continue
                 if len(fitting) >= self.max_batch:
                     break
-                need = self._remaining_to_completion(tr)
+                need = tr.target - len(tr.blocks)
                 if need > available:
                     break
                 fitting.append(tr)
                 available -= need
             return fitting, False
+        self._lead_gens = 0
+        fitting = []
         free = self.pool.num_free_blocks
         reqs = list(self.active)
         paused = False
@@ -372,14 +418,19 @@ class TRTLLMEngine(Engine):
             self._admit_ready(now)
         fitting, paused = self._capacity()
         budget = self.max_tokens
-        tokens = 0
-        gens: list[TReq] = []
+        step_tokens = 1 + self._drafts()  # a generation step verifies its drafts too
+        # The leading generation steps cost step_tokens each: take as many as the budget
+        # allows at once (the walk below would stop at the first that does not fit).
+        lead = self._lead_gens
+        n_take = min(lead, budget // step_tokens, self.max_batch)
+        gens: list[TReq] = fitting[:n_take]
+        tokens = n_take * step_tokens
+        count = n_take
         tentative: list[TReq] = []
         contexts: list[TReq] = []
-        count = 0
         context_fit = False
-        step_tokens = 1 + self._drafts()  # a generation step verifies its drafts too
-        for tr in fitting:
+        rest = fitting[lead:] if n_take == lead and count < self.max_batch else ()
+        for tr in rest:
             if tr.context:
                 context_fit = True
                 if not tr.blocks:
@@ -400,7 +451,6 @@ class TRTLLMEngine(Engine):
             else:
                 if tokens + step_tokens > budget:
                     break
-                tr.sched = step_tokens
                 tokens += step_tokens
                 gens.append(tr)
             count += 1
@@ -450,8 +500,7 @@ class TRTLLMEngine(Engine):
             self.rec.scheduled(tr.req.index, now, tr.computed, tr.host_hit * self.bs)
             tr.hit = 0
             tr.host_hit = 0
-        for tr in gens:
-            self._alloc_gen(tr)
+        self._alloc_gens(gens)
         batch = _TBatch(contexts=contexts, gens=gens, context_fit=context_fit, paused=paused, held=held)
         self._last = batch
         kw = {}
@@ -498,11 +547,9 @@ class TRTLLMEngine(Engine):
         if not speculative:
             for tr in batch.gens:
                 tr.computed += 1
-                tr.sched = 0
-                emitted.append(tr)
+            emitted.extend(batch.gens)
         if emitted:
-            idx = np.fromiter((tr.req.index for tr in emitted), dtype=np.int64, count=len(emitted))
-            self.rec.emit(idx, end)
+            self.rec.emit(_indices(emitted), end)
             for tr in emitted:
                 tr.generated += 1
             self._finish_done(emitted, end)
@@ -526,7 +573,7 @@ class TRTLLMEngine(Engine):
             if len(tr.blocks) > keep:
                 self.pool.free_request(tr.blocks[keep:])
                 del tr.blocks[keep:]
-        self.rec.emit(np.fromiter((tr.req.index for tr in gens), dtype=np.int64, count=n), end, acc)
+        self.rec.emit(_indices(gens), end, acc)
         self._finish_done(gens, end)
 
     def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
@@ -535,26 +582,36 @@ class TRTLLMEngine(Engine):
         reqs = batch.gens
         k = int(ends.size)
         bs = self.bs
-        c0 = [tr.computed for tr in reqs]
-        events: list[tuple[int, int]] = []
-        for j, c in enumerate(c0):
-            events.extend((s, j) for s in range((-c) % bs or bs, k, bs))
-        events.sort()
-        for s, j in events:
-            tr = reqs[j]
-            tr.computed = c0[j] + s
-            self.pool.now = float(ends[s - 1])
-            self._alloc_gen(tr)
-        self.pool.now = float(ends[-1])
-        for j, tr in enumerate(reqs):
-            tr.computed = c0[j] + k
+        c0 = list(map(_COMPUTED, reqs))
+        # Pass s (1..k-1; pass 0 allocated in schedule) opens a block for request j when
+        # c0[j] + s is a multiple of the block size: walk the passes in order, requests in
+        # batch order within a pass, as a pass-by-pass run allocates them.
+        buckets = decode_event_buckets(c0, 1, k, bs, caching=False)
+        pool = self.pool
+        if pool.lru_fast_path:  # pool.now is unused: all the stretch's blocks in one call
+            order = [j for s in range(1, k) for j, _kind in buckets[s % bs]]
+            if order:
+                got = pool.allocate(len(order))
+                assert got is not None, "TensorRT-LLM model: generation step without a free block"
+                for j, b in zip(order, got):
+                    reqs[j].blocks.append(b)
+        else:
+            for s in range(1, k):
+                bucket = buckets[s % bs]
+                if bucket:
+                    pool.now = float(ends[s - 1])
+                    for j, _kind in bucket:
+                        tr = reqs[j]
+                        tr.computed = c0[j] + s
+                        self._alloc_gen(tr)
+        pool.now = float(ends[-1])
+        for tr, c in zip(reqs, c0):
+            tr.computed = c + k
             tr.generated += k
-            tr.sched = 0
         if batch.held:  # the passes after the first held their contexts too
             self.batch_wait_count += k - 1
             assert self.batch_wait_count <= self.batch_wait_timeout, "batch waiting: a stretch ran past a release"
-        idx = np.fromiter((tr.req.index for tr in reqs), dtype=np.int64, count=len(reqs))
-        self.rec.emit_stretch(idx, ends)
+        self.rec.emit_stretch(_indices(reqs), ends)
         self._finish_done(reqs, float(ends[-1]))
 
     def _finish_done(self, reqs: list[TReq], end: float) -> None:
@@ -584,17 +641,17 @@ class TRTLLMEngine(Engine):
             return 1
         gens = batch.gens
         n = len(gens)
-        n_gen_active = sum(1 for tr in self.active if not tr.context)
-        if n == 0 or n != n_gen_active:
+        if n == 0:
             return 1
-        if n != len(self.active) and not self.no_evict:
+        if n != len(self.active) and (not self.no_evict or n != sum(1 for tr in self.active if not tr.context)):
             return 1
         # Under GUARANTEED_NO_EVICT a context request that failed its reservation keeps
         # failing: each generation block moves one block from "free" to "held", so the
         # blocks left after the generating requests' reservations do not change.
         bs = self.bs
-        c = np.fromiter((tr.computed for tr in gens), dtype=np.int64, count=n)
-        left = np.fromiter((tr.max_new - tr.generated for tr in gens), dtype=np.int64, count=n)
+        c = np.fromiter(map(_COMPUTED, gens), dtype=np.int64, count=n)
+        left = np.fromiter(map(_MAX_NEW, gens), dtype=np.int64, count=n)
+        left -= np.fromiter(map(_GENERATED, gens), dtype=np.int64, count=n)
         limit = int(left.min())
         if batch.held:
             # held passes in a row, this one included: while the counter is below the timeout
