@@ -62,7 +62,7 @@ from operator import attrgetter
 import numpy as np
 
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
-from servesim.engines.blocks import decode_event_buckets, stretch_within_free_blocks
+from servesim.engines.blocks import stretch_block_events, stretch_within_free_blocks
 from servesim.engines.host import host_link
 from servesim.engines.trtllm_options import TRTLLMOptions
 from servesim.engines.vllm import extend_block_hashes
@@ -584,26 +584,24 @@ class TRTLLMEngine(Engine):
         bs = self.bs
         c0 = list(map(_COMPUTED, reqs))
         # Pass s (1..k-1; pass 0 allocated in schedule) opens a block for request j when
-        # c0[j] + s is a multiple of the block size: walk the passes in order, requests in
-        # batch order within a pass, as a pass-by-pass run allocates them.
-        buckets = decode_event_buckets(c0, 1, k, bs, caching=False)
+        # c0[j] + s is a multiple of the block size; keys s * n + j sorted: passes in order,
+        # requests in batch order within a pass, as a pass-by-pass run allocates them.
+        n = len(reqs)
+        keys = stretch_block_events(c0, k, bs, caching=False)
         pool = self.pool
         if pool.lru_fast_path:  # pool.now is unused: all the stretch's blocks in one call
-            order = [j for s in range(1, k) for j, _kind in buckets[s % bs]]
-            if order:
-                got = pool.allocate(len(order))
+            if keys:
+                got = pool.allocate(len(keys))
                 assert got is not None, "TensorRT-LLM model: generation step without a free block"
-                for j, b in zip(order, got):
-                    reqs[j].blocks.append(b)
+                for key, b in zip(keys, got):
+                    reqs[key % n].blocks.append(b)
         else:
-            for s in range(1, k):
-                bucket = buckets[s % bs]
-                if bucket:
-                    pool.now = float(ends[s - 1])
-                    for j, _kind in bucket:
-                        tr = reqs[j]
-                        tr.computed = c0[j] + s
-                        self._alloc_gen(tr)
+            for key in keys:
+                s, j = divmod(key, n)
+                tr = reqs[j]
+                tr.computed = c0[j] + s
+                pool.now = float(ends[s - 1])
+                self._alloc_gen(tr)
         pool.now = float(ends[-1])
         for tr, c in zip(reqs, c0):
             tr.computed = c + k
