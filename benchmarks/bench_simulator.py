@@ -7,6 +7,21 @@ Each workload runs in a fresh child process so that peak RSS is its own.  CPU se
     python benchmarks/bench_simulator.py                     # all workloads
     python benchmarks/bench_simulator.py --only synthetic-10k --engine sglang
     python benchmarks/bench_simulator.py --mode step          # pass-by-pass baseline
+    python benchmarks/bench_simulator.py --aisimulate VENV/bin/aisimulate --requests 100000
+
+``--aisimulate EXE`` runs workload 1 through servesim and through NVIDIA's AISimulate
+(``pip install --pre aisimulate`` into a separate virtual environment; a development
+release, e.g. 0.13.0.dev202610270000000085 — the 0.13.0 release is an installer stub that
+fetches its wheel from another index) and prints the CPU-time ratio measured in the same
+run.  AISimulate's built-in synthetic traffic takes fixed lengths and one global prefix, so
+both simulators replay the same Mooncake-format trace of workload 1 (``write_workload1_trace``):
+Poisson arrivals, uniform lengths, 60% of requests opening with one of 64 prefixes of two
+512-token blocks.  Both run as whole commands (``servesim predict``, ``aisimulate predict``)
+with per-request output on; CPU = user + system of the process and the children it waited
+for (as ``/usr/bin/time`` reports), peak RSS = the largest single process.  Each simulator
+keeps its own engine defaults (AISimulate: 8,192 batched tokens, 256 sequences, round-robin
+placement, operator tables shipped in its wheel; servesim: the engine models' defaults and
+the analytic model with the bundled calibration).
 
 Workloads (docs/performance.md):
   synthetic-N   Poisson 8 req/s, input U[1000, 4000], output U[200, 1000], 60% of requests
@@ -19,9 +34,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import random
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -93,13 +111,104 @@ def child(cfg: dict, mode: str) -> None:
     }))
 
 
+# -- servesim vs AISimulate on workload 1 -------------------------------------------------------
+TRACE_BLOCK = 512
+
+
+def write_workload1_trace(n: int, path: Path, seed: int = 1) -> None:
+    """Workload 1 as a Mooncake-format trace: Poisson 8 req/s, input U{1000..4000}, output
+    U{200..1000}; 60% of prompts open with one of 64 prefixes of 1,024 tokens (two blocks of
+    512), every other block is unique.  A prefixed prompt shorter than 1,024 tokens is the start
+    of its prefix (the prefix counts within the input length)."""
+    rng = random.Random(seed)
+    groups, prefix_blocks, share = 64, 1024 // TRACE_BLOCK, 0.6
+    next_id = groups * prefix_blocks
+    t = 0.0
+    with open(path, "w") as f:
+        for _ in range(n):
+            t += rng.expovariate(8.0)
+            isl, osl = rng.randint(1000, 4000), rng.randint(200, 1000)
+            n_blocks = -(-isl // TRACE_BLOCK)
+            ids = []
+            if rng.random() < share:
+                g = rng.randrange(groups)
+                ids = list(range(g * prefix_blocks, (g + 1) * prefix_blocks))[:n_blocks]
+            while len(ids) < n_blocks:
+                ids.append(next_id)
+                next_id += 1
+            f.write(json.dumps({"timestamp": round(t * 1000.0, 3), "input_length": isl,
+                                "output_length": osl, "hash_ids": ids}) + "\n")
+
+
+def run_measured(cmd: list[str], log: Path) -> dict:
+    """Run ``cmd`` (output to ``log``); CPU seconds of it and its waited-for children, peak RSS, wall."""
+    t0 = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        _pid, status, ru = os.wait4(proc.pid, 0)  # rusage of the process tree it waited for
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return {"rc": proc.returncode, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_mb": ru.ru_maxrss / 1024,
+            "wall_s": time.perf_counter() - t0, "log": log}
+
+
+def compare_aisimulate(exe: str, n: int, engines: list[str]) -> int:
+    """Workload 1 through both simulators, same trace, per-request output on; prints the ratio."""
+    import yaml
+
+    with tempfile.TemporaryDirectory(prefix="w1-") as tmp:
+        tmpd = Path(tmp)
+        trace = tmpd / f"workload1_{n}.jsonl"
+        write_workload1_trace(n, trace)
+        print(f"workload 1 as a trace: {n:,} requests ({trace.stat().st_size / 1e6:.0f} MB)")
+        print(f"{'simulator':11} {'engine':7} {'cpu s':>8} {'wall s':>8} {'rss MB':>8} {'us/req':>8}")
+        for engine in engines:
+            ss_cfg = {"seed": 1,
+                      "workload": {"kind": "trace", "path": str(trace), "block_size": TRACE_BLOCK},
+                      "deployment": {"model": "Qwen/Qwen3-32B", "gpu": "h200_sxm", "tp": 1, "workers": 4,
+                                     "weight_dtype": "fp8", "kv_dtype": "fp8", "engine": {"name": engine}},
+                      "output": {"dir": str(tmpd / f"servesim_{engine}"), "requests": True, "timeseries": False}}
+            ai_cfg = {"traffic": {"source": {"type": "trace", "format": "mooncake", "paths": [str(trace)],
+                                             "block_size": TRACE_BLOCK},
+                                  "load": {"type": "trace_timestamps"}},
+                      "engine": {"mode": "aggregated", "model": "Qwen/Qwen3-32B-FP8", "hardware": "h200_sxm",
+                                 "backend": engine, "kvcache_quant_mode": "fp8",
+                                 "workers": {"aggregated": {"parallelism": {"replicas": 4, "tensor": 1}}}}}
+            ss_path, ai_path = tmpd / f"servesim_{engine}.yaml", tmpd / f"aisimulate_{engine}.yaml"
+            ss_path.write_text(yaml.safe_dump(ss_cfg))
+            ai_path.write_text(yaml.safe_dump(ai_cfg))
+            ss_exe = str(Path(sys.executable).with_name("servesim"))
+            runs = {
+                "servesim": run_measured([ss_exe, "predict", str(ss_path), "--quiet"],
+                                         tmpd / f"servesim_{engine}.log"),
+                "aisimulate": run_measured([exe, "predict", "-c", str(ai_path), "--output-dir",
+                                            str(tmpd / f"aisimulate_{engine}"), "--overwrite",
+                                            "--capture-per-request"], tmpd / f"aisimulate_{engine}.log"),
+            }
+            for name, r in runs.items():
+                if r["rc"] != 0:
+                    tail = r["log"].read_text().strip().splitlines()[-1:]
+                    print(f"{name:11} {engine:7} failed (exit {r['rc']}): {tail}")
+                    continue
+                print(f"{name:11} {engine:7} {r['cpu_s']:>8.2f} {r['wall_s']:>8.2f} {r['peak_rss_mb']:>8.0f} "
+                      f"{r['cpu_s'] / n * 1e6:>8.0f}")
+            if runs["servesim"]["rc"] == 0 and runs["aisimulate"]["rc"] == 0:
+                a, b = runs["servesim"], runs["aisimulate"]
+                print(f"{'ratio':11} {engine:7} servesim / AISimulate: CPU {a['cpu_s'] / b['cpu_s']:.3f}, "
+                      f"peak RSS {a['peak_rss_mb'] / b['peak_rss_mb']:.3f}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", action="append", choices=sorted(WORKLOADS), help="workload(s) to run")
     ap.add_argument("--engine", action="append", choices=("sglang", "vllm", "trtllm"))
     ap.add_argument("--mode", choices=("fast", "step"), default="fast")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--aisimulate", metavar="EXE", help="compare with AISimulate on workload 1 (see above)")
+    ap.add_argument("--requests", type=int, default=10_000, help="requests of workload 1 for --aisimulate")
     args = ap.parse_args()
+    if args.aisimulate:
+        return compare_aisimulate(args.aisimulate, args.requests, args.engine or ["sglang", "vllm"])
     if args.child:
         name, engine = args.child.split(":")
         child(WORKLOADS[name](engine), args.mode)
