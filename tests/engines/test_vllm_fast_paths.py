@@ -26,7 +26,7 @@ from servesim.engines.blocks import decode_event_buckets
 from servesim.engines.vllm import VLLMEngine
 from servesim.engines.vllm_options import VLLMOptions
 from servesim.metrics.recorder import RequestRecorder
-from simharness import random_block_workload
+from simharness import drive_lockstep, random_block_workload
 
 
 class GeneralPathEngine(VLLMEngine):
@@ -59,9 +59,7 @@ def engine_state(eng: VLLMEngine) -> tuple:
             pool._seq, eng.retractions)
 
 
-def plan_state(plan) -> tuple | None:
-    if plan is None:
-        return None
+def plan_state(plan) -> tuple:
     return (plan.prefill_new.tolist(), plan.prefill_cached.tolist(), plan.decode_ctx.tolist(),
             plan.is_decode_only, [vr.req.index for vr in plan.requests.reqs])
 
@@ -83,43 +81,9 @@ def make_engines(opt: VLLMOptions, kv: int) -> list[tuple[VLLMEngine, RequestRec
     return out
 
 
-def drive_lockstep(engines, reqs, rng: random.Random, step: float = 0.01, max_passes: int = 5000) -> int:
-    """Run the engines side by side on the same arrivals and stretch lengths; compare after each pass."""
-    for eng, rec in engines:
-        for r in reqs:
-            rec.register(r.index, r.request_id, None, 0, r.input_length, r.output_length, False)
-    now, i, passes = 0.0, 0, 0
-    while passes < max_passes:
-        while i < len(reqs) and reqs[i].arrival <= now:
-            for eng, rec in engines:
-                rec.arrived(reqs[i].index, now)
-                eng.add_request(reqs[i], now)
-            i += 1
-        plans = [eng.schedule(now) for eng, _ in engines]
-        states = {repr(plan_state(p)) for p in plans}
-        assert len(states) == 1, states
-        assert len({repr(engine_state(eng)) for eng, _ in engines}) == 1
-        if plans[0] is None:
-            if i < len(reqs):
-                now = max(now, reqs[i].arrival)
-                continue
-            break
-        limits = {eng.decode_stretch_limit() for eng, _ in engines}
-        assert len(limits) == 1
-        k = rng.randint(1, limits.pop()) if plans[0].is_decode_only else 1
-        ends = now + step * np.arange(1, k + 1)
-        for (eng, _), plan in zip(engines, plans):
-            if k == 1:
-                eng.complete(plan, float(ends[0]))
-            else:
-                eng.complete_stretch(plan, ends)
-            eng.check_invariants()
-        assert len({repr(engine_state(eng)) for eng, _ in engines}) == 1
-        now = float(ends[-1])
-        passes += 1
-    cols = [{name: rec.column(name).tobytes() for name in ("first_token", "last_token", "finish", "generated")}
-            for _, rec in engines]  # bytes: NaN (no token yet) equals NaN
-    assert all(c == cols[0] for c in cols)
+def drive(engines, reqs, rng: random.Random) -> int:
+    passes, _stretches = drive_lockstep(engines, reqs, rng, plan_state, engine_state,
+                                        columns=("first_token", "last_token", "finish", "generated"))
     return passes
 
 
@@ -129,7 +93,7 @@ def test_fast_paths_equal_general_paths(seed: int, n: int) -> None:
     rng = random.Random(seed)
     reqs = random_block_workload(rng, n, max_out=80)
     opt, kv = random_options(rng)
-    drive_lockstep(make_engines(opt, kv), reqs, rng)
+    drive(make_engines(opt, kv), reqs, rng)
 
 
 def test_fast_paths_on_a_long_decode_batch() -> None:
@@ -138,7 +102,7 @@ def test_fast_paths_on_a_long_decode_batch() -> None:
     reqs = random_block_workload(rng, 24, max_in=60, max_out=200)
     opt = VLLMOptions(block_size=4, max_num_batched_tokens=512, max_num_seqs=32, max_model_len=400)
     assert VLLMEngine.FAST_DECODES_MIN <= 24  # the last engine crosses its own minimum both ways
-    assert drive_lockstep(make_engines(opt, 4 * 600), reqs, rng) > 50
+    assert drive(make_engines(opt, 4 * 600), reqs, rng) > 50
 
 
 def events_pass_by_pass(computed: list[int], first: int, k: int, bs: int, caching: bool) -> list[tuple]:
