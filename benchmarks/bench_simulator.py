@@ -153,8 +153,14 @@ def run_measured(cmd: list[str], log: Path) -> dict:
 
 def compare_aisimulate(exe: str, n: int, engines: list[str]) -> int:
     """Workload 1 through both simulators, same trace, per-request output on; prints the ratio."""
+    import shutil
+
     import yaml
 
+    if shutil.which(exe) is None:
+        print(f"--aisimulate: {exe!r} is not an executable; expected the aisimulate command of a virtual "
+              "environment with AISimulate installed (see this script's docstring)", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="w1-") as tmp:
         tmpd = Path(tmp)
         trace = tmpd / f"workload1_{n}.jsonl"
@@ -176,9 +182,9 @@ def compare_aisimulate(exe: str, n: int, engines: list[str]) -> int:
             ss_path, ai_path = tmpd / f"servesim_{engine}.yaml", tmpd / f"aisimulate_{engine}.yaml"
             ss_path.write_text(yaml.safe_dump(ss_cfg))
             ai_path.write_text(yaml.safe_dump(ai_cfg))
-            ss_exe = str(Path(sys.executable).with_name("servesim"))
+            servesim_cli = [sys.executable, "-c", "import sys; from servesim.cli import main; sys.exit(main())"]
             runs = {
-                "servesim": run_measured([ss_exe, "predict", str(ss_path), "--quiet"],
+                "servesim": run_measured([*servesim_cli, "predict", str(ss_path), "--quiet"],
                                          tmpd / f"servesim_{engine}.log"),
                 "aisimulate": run_measured([exe, "predict", "-c", str(ai_path), "--output-dir",
                                             str(tmpd / f"aisimulate_{engine}"), "--overwrite",
