@@ -88,7 +88,8 @@ class TReq:
     target: int = 0
     generated: int = 0
     computed: int = 0
-    #: Tokens computed in the iteration in flight.
+    #: Context tokens computed in the iteration in flight (a generation step always computes
+    #: ``1 + drafts`` tokens and does not record them here).
     sched: int = 0
     context: bool = True
     blocks: list[int] = field(default_factory=list)
@@ -566,7 +567,6 @@ class TRTLLMEngine(Engine):
         left = np.fromiter((tr.max_new - tr.generated for tr in gens), dtype=np.int64, count=n)
         acc = np.minimum(self.spec.draw(n), left)
         for tr, a in zip(gens, acc.tolist()):
-            tr.sched = 0
             tr.computed += a
             tr.generated += a
             keep = self._blocks_for(tr.computed)
