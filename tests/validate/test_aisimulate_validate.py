@@ -1,0 +1,150 @@
+"""The AISimulate side-by-side (benchmarks/aisimulate_validate.py) gives AISimulate servesim's workload.
+
+AISimulate itself is not installed here (it lives in its own virtual environment), so a
+stand-in executable plays it: it reads the config and trace the script wrote and answers
+with per-request lines computed from the trace, which pins down what the script sends
+(requests, concurrency, scheduler limits) and how it reads the answer (warm-up left out,
+TPOT as the benchmark client defines it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from servesim.validate.points import point_config
+from servesim.workload.config import parse_workload
+from servesim.workload.source import build_source
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "aisimulate_validate.py"
+
+ROW = {"id": "p1", "source": "x/inferencex", "quality": "", "model": "meta-llama/Llama-3.1-70B",
+       "system": "b200_sxm", "backend": "vllm", "backend_version": "", "image": "", "precision": "fp8",
+       "mode": "agg", "gpus": "4", "pp": "1", "attention_tp": "4", "attention_dp": "1", "moe_tp": "4",
+       "moe_ep": "1", "parallel_note": "", "concurrency": "8", "isl": "1024", "osl": "64",
+       "workload": "inferencex_random", "range_ratio": "0.8", "num_prompts": "80",
+       "measured_mean_ttft_ms": "100.0", "measured_mean_tpot_ms": "10.0"}
+
+#: Plays ``aisimulate predict -c CFG --output-dir DIR ...``: request i (1-based line of the
+#: trace) gets TTFT = i ms and TPOT = 2 ms, and the scheduler limits are echoed to a file.
+FAKE = '''
+import json, sys, yaml
+from pathlib import Path
+args = sys.argv[1:]
+cfg = yaml.safe_load(open(args[args.index("-c") + 1]))
+out = Path(args[args.index("--output-dir") + 1]); out.mkdir(parents=True)
+(out / "seen.json").write_text(json.dumps(cfg))
+lines = open(cfg["traffic"]["source"]["paths"][0]).read().splitlines()
+with open(out / "requests.jsonl", "w") as f:
+    for i, line in enumerate(lines, 1):
+        r = json.loads(line)
+        ttft = float(i)
+        e2e = ttft + 2.0 * (r["output_length"] - 1)
+        f.write(json.dumps({"session_id": f"request_{i}", "ttft_ms": ttft, "e2e_latency_ms": e2e,
+                            "output_length": r["output_length"], "terminal_status": "completed"}) + "\\n")
+'''
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("aisimulate_validate", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def fake_exe(tmp_path: Path, body: str) -> str:
+    exe = tmp_path / "aisimulate"
+    exe.write_text(f"#!{sys.executable}\n{body}")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_trace_holds_servesims_requests_for_the_point(bench, tmp_path: Path) -> None:
+    config = point_config(ROW).config
+    reqs, warmup = bench.closed_loop_requests(config)
+    ours = list(build_source(parse_workload(config["workload"]), seed=config["seed"]).requests())
+    assert reqs == [(r.input_length, r.output_length) for r in ours]
+    assert warmup == sum(r.warmup for r in ours) == 16 and len(reqs) == 96
+    bench.write_trace(reqs, tmp_path / "t.jsonl")
+    lines = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert [(x["input_length"], x["output_length"]) for x in lines] == reqs
+    assert all(x["timestamp"] == 0 for x in lines)
+    ids = [h for x in lines for h in x["hash_ids"]]
+    assert len(ids) == len(set(ids))  # random prompts: nothing to reuse
+    assert all(len(x["hash_ids"]) == -(-x["input_length"] // bench.TRACE_BLOCK) for x in lines)
+
+
+def test_config_carries_the_points_engine_flags_and_layout(bench, tmp_path: Path) -> None:
+    point = point_config(ROW)
+    eng = point.config["deployment"]["engine"]
+    cfg = bench.aisimulate_config(ROW, point.config, tmp_path / "t.jsonl", None)
+    e = cfg["engine"]
+    assert e["model"] == "meta-llama/Meta-Llama-3.1-70B"  # the id AISimulate bundles
+    assert (e["hardware"], e["backend"], e["gemm_quant_mode"], e["kvcache_quant_mode"]) == \
+        ("b200_sxm", "vllm", "fp8", "fp8")
+    w = e["workers"]["aggregated"]
+    assert w["scheduler"] == {"max_sequences": eng["max_num_seqs"],
+                              "max_batched_tokens": eng["max_num_batched_tokens"]}
+    assert w["kv_cache"]["prefix_caching"] is False
+    assert w["parallelism"] == {"tensor": 4, "attention_data": 1, "moe_tensor": 4, "moe_expert": 1}
+    assert cfg["traffic"]["load"] == {"type": "concurrency", "concurrency": 8}
+    sample = {"model_path": "x/y", "gemm_quant_mode": "fp8_block", "moe_quant_mode": "fp8_block"}
+    assert bench.aisimulate_config(ROW, point.config, tmp_path / "t.jsonl", sample)["engine"]["gemm_quant_mode"] \
+        == "fp8_block"
+    oss = dict(ROW, model="openai/gpt-oss-120b", precision="fp4", system="h100_sxm")
+    e = bench.aisimulate_config(oss, point_config(oss).config, tmp_path / "t.jsonl", sample)["engine"]
+    assert (e["gemm_quant_mode"], e["moe_quant_mode"]) == ("bfloat16", "w4a16_mxfp4")
+    trt = dict(oss, system="b200_sxm", backend="trtllm")
+    e = bench.aisimulate_config(trt, point_config(trt).config, tmp_path / "t.jsonl", sample)["engine"]
+    assert (e["gemm_quant_mode"], e["moe_quant_mode"]) == ("bfloat16", "w4a8_mxfp4_mxfp8")
+    kimi = dict(ROW, model="moonshotai/Kimi-K2.5", precision="int4", moe_tp="1", moe_ep="4")
+    e = bench.aisimulate_config(kimi, point_config(kimi).config, tmp_path / "t.jsonl", sample)["engine"]
+    assert (e["gemm_quant_mode"], e["moe_quant_mode"]) == ("bfloat16", "int4_wo")
+
+
+def test_trtllm_without_chunked_context_turns_chunked_prefill_off(bench, tmp_path: Path) -> None:
+    trt = dict(ROW, backend="trtllm", source="x/nvidia", workload="fixed_lengths_unverified")
+    point = point_config(trt)
+    cfg = bench.aisimulate_config(trt, point.config, tmp_path / "t.jsonl", None)
+    eng = point.config["deployment"]["engine"]
+    assert cfg["engine"]["enable_chunked_prefill"] is bool(eng.get("enable_chunked_context", False))
+    assert cfg["engine"]["workers"]["aggregated"]["scheduler"]["max_batched_tokens"] == eng["max_num_tokens"]
+
+
+def test_run_point_reads_means_of_measured_requests(bench, tmp_path: Path) -> None:
+    exe = fake_exe(tmp_path, FAKE)
+    res = bench.run_point(exe, ROW, None, str(tmp_path))
+    assert res["status"] == "ok", res["status"]
+    # measured requests are trace lines 17..96: TTFT 17..96 ms, TPOT exactly 2 ms each
+    assert float(res["predicted_mean_ttft_ms"]) == pytest.approx((17 + 96) / 2)
+    assert float(res["predicted_mean_tpot_ms"]) == pytest.approx(2.0)
+
+
+def test_run_point_reports_aisimulates_reason_and_unsupported_kinds(bench, tmp_path: Path) -> None:
+    failing = fake_exe(tmp_path, "import sys\nprint('noise')\n"
+                                 "print('aisimulate predict failed: missing performance data: MoE')\nsys.exit(1)\n")
+    res = bench.run_point(failing, ROW, None, str(tmp_path))
+    assert res["status"] == "error: missing performance data: MoE"
+    amd = bench.run_point(failing, dict(ROW, system="mi355x", backend="sglang"), None, str(tmp_path))
+    assert amd["status"].startswith("unsupported: AISimulate has no mi355x")
+
+
+def test_request_means_skip_warmup_and_unfinished(bench) -> None:
+    lines = [{"session_id": "request_1", "ttft_ms": 1000.0, "e2e_latency_ms": 2000.0, "output_length": 11,
+              "terminal_status": "completed"},
+             {"session_id": "request_2", "ttft_ms": 10.0, "e2e_latency_ms": 110.0, "output_length": 11,
+              "terminal_status": "completed"},
+             {"session_id": "request_3", "ttft_ms": 30.0, "e2e_latency_ms": 30.0, "output_length": 1,
+              "terminal_status": "completed"},
+             {"session_id": "request_4", "ttft_ms": 5.0, "e2e_latency_ms": 5.0, "output_length": 9,
+              "terminal_status": "rejected"}]
+    ttft, tpot = bench.request_means(lines, warmup=1)
+    assert ttft == pytest.approx(20.0) and tpot == pytest.approx(10.0)
+    with pytest.raises(RuntimeError):
+        bench.request_means(lines[:1], warmup=1)
