@@ -21,14 +21,13 @@ from servesim.validate.points import point_config
 from servesim.workload.config import parse_workload
 from servesim.workload.source import build_source
 
+from measured_rows import row
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "aisimulate_validate.py"
 
-ROW = {"id": "p1", "source": "x/inferencex", "quality": "", "model": "meta-llama/Llama-3.1-70B",
-       "system": "b200_sxm", "backend": "vllm", "backend_version": "", "image": "", "precision": "fp8",
-       "mode": "agg", "gpus": "4", "pp": "1", "attention_tp": "4", "attention_dp": "1", "moe_tp": "4",
-       "moe_ep": "1", "parallel_note": "", "concurrency": "8", "isl": "1024", "osl": "64",
-       "workload": "inferencex_random", "range_ratio": "0.8", "num_prompts": "80",
-       "measured_mean_ttft_ms": "100.0", "measured_mean_tpot_ms": "10.0"}
+ROW = row(model="meta-llama/Llama-3.1-70B", system="b200_sxm", backend="vllm", gpus=4, attention_tp=4,
+          moe_tp=4, moe_ep=1, concurrency=8, osl=64, num_prompts=80, measured_mean_ttft_ms=100.0,
+          measured_mean_tpot_ms=10.0)
 
 #: Plays ``aisimulate predict -c CFG --output-dir DIR ...``: request i (1-based line of the
 #: trace) gets TTFT = i ms and TPOT = 2 ms, and the scheduler limits are echoed to a file.
