@@ -21,7 +21,8 @@ How a point is given to AISimulate (``aisimulate_config``):
   concurrency; warm-up requests are left out of the means, as servesim does;
 - model, weight and MoE quantisation as NVIDIA's own evaluation sample inside the AISimulate
   wheel describes the point (``aisimulate_core/systems/silicon_sample.csv``: ``model_path``,
-  ``gemm_quant_mode``, ``moe_quant_mode``), else from the row's precision; KV precision as
+  ``gemm_quant_mode``, ``moe_quant_mode``), else from the row's precision (gpt-oss and Kimi
+  int4 are corrected to their checkpoints' actual formats: :func:`quant_modes`); KV precision as
   servesim uses for the point; layout from the row (attention tp × dp, MoE tp × ep);
 - scheduler limits from the point's engine flags (batched tokens, sequences), prefix caching
   off, chunked prefill off where the TRT-LLM flags turn chunked context off;
@@ -30,9 +31,9 @@ How a point is given to AISimulate (``aisimulate_config``):
 
 Mean TTFT and mean TPOT are computed from AISimulate's per-request output exactly as
 servesim and the benchmark client define them: TTFT = arrival → first token, TPOT =
-(end-to-end − TTFT) / (output tokens − 1), means over measured requests.  A point AISimulate
-cannot run (AMD GPUs, ATOM, a model or precision it has no data for) gets
-``status`` = ``error: <its last message>``; no point is dropped.
+(end-to-end − TTFT) / (output tokens − 1), means over measured requests.  No point is dropped:
+one AISimulate has no GPU or engine for (AMD GPUs, ATOM) gets ``status`` = ``unsupported: ...``,
+one it fails on (no measured data for a shape, does not fit) ``error: <its reason>``.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from servesim.validate.points import load_points, point_config, read_points, sample_rows, split_rows
+from servesim.validate.points import point_config, read_points, sample_rows, split_rows
 from servesim.workload.config import ClosedLoopWorkload
 from servesim.workload.recipes import generate_closed_loop
 
@@ -211,7 +212,7 @@ def failure_message(text: str) -> str:
 
 
 def run_point(exe: str, row: dict[str, str], silicon: dict[str, str] | None, workdir: str) -> dict[str, Any]:
-    """One point through AISimulate: its output row (status ``ok`` or ``error: ...``)."""
+    """One point through AISimulate: its output row (status ``ok``, ``unsupported: ...`` or ``error: ...``)."""
     out: dict[str, Any] = {k: row.get(k, "") for k in OUT_COLUMNS}
     out.update(predicted_mean_ttft_ms="", predicted_mean_tpot_ms="", host_seconds="")
     point = point_config(row)
@@ -237,8 +238,12 @@ def run_point(exe: str, row: dict[str, str], silicon: dict[str, str] | None, wor
         if proc.returncode != 0 or not result.exists():
             out["status"] = "error: " + failure_message(proc.stderr + proc.stdout)
             return out
-        with open(result) as f:
-            ttft, tpot = request_means([json.loads(line) for line in f], warmup)
+        try:
+            with open(result) as f:
+                ttft, tpot = request_means([json.loads(line) for line in f], warmup)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            out["status"] = f"error: cannot read AISimulate's requests.jsonl: {exc}"
+            return out
     out.update(predicted_mean_ttft_ms=f"{ttft:.4f}", predicted_mean_tpot_ms=f"{tpot:.4f}", status="ok")
     return out
 
@@ -292,7 +297,7 @@ def main() -> int:
     ap.add_argument("--split", choices=("fit", "holdout"), help="as servesim validate --split")
     ap.add_argument("--sample", type=int, help="as servesim validate --sample (seed 0)")
     ap.add_argument("--servesim", help="servesim validate --out CSV of the same points, for the side-by-side")
-    ap.add_argument("--out", help="write AISimulate's predictions here (servesim validate's columns)")
+    ap.add_argument("--out", help="write AISimulate's predictions here (columns named as servesim validate's)")
     ap.add_argument("--model", action="append", help="only rows of this model id (repeatable)")
     ap.add_argument("--processes", type=int, default=1)
     args = ap.parse_args()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -57,8 +56,8 @@ def bench():
     return mod
 
 
-def fake_exe(tmp_path: Path, body: str) -> str:
-    exe = tmp_path / "aisimulate"
+def fake_exe(tmp_path: Path, body: str, name: str = "aisimulate") -> str:
+    exe = tmp_path / name
     exe.write_text(f"#!{sys.executable}\n{body}")
     exe.chmod(0o755)
     return str(exe)
@@ -130,6 +129,9 @@ def test_run_point_reports_aisimulates_reason_and_unsupported_kinds(bench, tmp_p
                                  "print('aisimulate predict failed: missing performance data: MoE')\nsys.exit(1)\n")
     res = bench.run_point(failing, ROW, None, str(tmp_path))
     assert res["status"] == "error: missing performance data: MoE"
+    silent = fake_exe(tmp_path, FAKE.replace('"completed"', '"rejected"'), name="rejecting")
+    assert bench.run_point(silent, ROW, None, str(tmp_path))["status"] == \
+        "error: cannot read AISimulate's requests.jsonl: no measured request completed"
     amd = bench.run_point(failing, dict(ROW, system="mi355x", backend="sglang"), None, str(tmp_path))
     assert amd["status"].startswith("unsupported: AISimulate has no mi355x")
 
