@@ -42,6 +42,7 @@ import argparse
 import csv
 import json
 import math
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -248,16 +249,33 @@ def run_point(exe: str, row: dict[str, str], silicon: dict[str, str] | None, wor
     return out
 
 
-def _ape(pred: str, meas: str) -> float | None:
+def _rel_error(pred: str, meas: str) -> float | None:
+    """Signed relative error pred / meas - 1, None where either is missing."""
     try:
         p, m = float(pred), float(meas)
     except (TypeError, ValueError):
         return None
-    return abs(p / m - 1.0) if m > 0 and math.isfinite(p) else None
+    return p / m - 1.0 if m > 0 and math.isfinite(p) else None
+
+
+def _errors(rows: list[dict[str, Any]], preds: list[dict[str, Any]], metric: str) -> list[float]:
+    out = []
+    for r, src in zip(rows, preds):
+        e = _rel_error(src[f"predicted_mean_{metric}_ms"], r[f"measured_mean_{metric}_ms"])
+        if e is not None:
+            out.append(e)
+    return out
+
+
+def _mape_bias(errs: list[float]) -> str:
+    if not errs:
+        return "- | -"
+    return f"{100 * sum(abs(e) for e in errs) / len(errs):.0f}% | {100 * sum(errs) / len(errs):+.0f}%"
 
 
 def compare(aisim: list[dict[str, Any]], servesim_csv: str | None) -> None:
-    """MAPE of TTFT and TPOT for AISimulate and (if given) servesim on the points both simulated."""
+    """Markdown table: MAPE and signed bias of TTFT and TPOT for AISimulate and (if given)
+    servesim, on the points both simulated: overall, per workload kind, per GPU/engine."""
     ours: dict[str, dict[str, str]] = {}
     if servesim_csv:
         with open(servesim_csv, newline="") as f:
@@ -265,25 +283,29 @@ def compare(aisim: list[dict[str, Any]], servesim_csv: str | None) -> None:
     ok = [r for r in aisim if r["status"] == "ok"]
     print(f"AISimulate simulated {len(ok)} of {len(aisim)} points")
     both = [r for r in ok if r["id"] in ours] if ours else ok
-    groups: dict[str, list[dict[str, Any]]] = {"overall": both}
+    by_workload: dict[str, list[dict[str, Any]]] = {}
+    by_group: dict[str, list[dict[str, Any]]] = {}
     for r in both:
-        groups.setdefault(f"{r['system']}/{r['backend']}", []).append(r)
-    head = "| group | n | AISimulate TTFT | AISimulate TPOT |"
-    head += " servesim TTFT | servesim TPOT |" if ours else ""
-    print(head)
-    print("|---|---:|---:|---:|" + ("---:|---:|" if ours else ""))
-    for name, rows in sorted(groups.items(), key=lambda kv: (kv[0] != "overall", kv[0])):
-        cells = []
-        for source in ([None, "s"] if ours else [None]):
-            for metric in ("ttft", "tpot"):
-                errs = []
-                for r in rows:
-                    src = r if source is None else ours[r["id"]]
-                    e = _ape(src[f"predicted_mean_{metric}_ms"], r[f"measured_mean_{metric}_ms"])
-                    if e is not None:
-                        errs.append(e)
-                cells.append(f"{100 * sum(errs) / len(errs):.0f}%" if errs else "-")
+        by_workload.setdefault(r["workload"], []).append(r)
+        by_group.setdefault(f"{r['system']}/{r['backend']}", []).append(r)
+    groups = {"overall": both, **dict(sorted(by_workload.items())), **dict(sorted(by_group.items()))}
+    sources = [("AISimulate", None)] + ([("servesim", ours)] if ours else [])
+    cols = [f"{name} {m} MAPE | {name} {m} bias" for m in ("TTFT", "TPOT") for name, _ in sources]
+    print("| points | n | " + " | ".join(cols) + " |")
+    print("|---|---:|" + "---:|---:|" * len(cols))
+    for name, rows in groups.items():
+        cells = [_mape_bias(_errors(rows, rows if table is None else [table[r["id"]] for r in rows], metric))
+                 for metric in ("ttft", "tpot") for _, table in sources]
         print(f"| {name} | {len(rows)} | " + " | ".join(cells) + " |")
+    for metric in ("ttft", "tpot"):
+        line = []
+        for name, table in sources:
+            errs = sorted(abs(e) for e in _errors(both, both if table is None else [table[r["id"]] for r in both],
+                                                  metric))
+            if errs:
+                within = 100 * sum(e <= 0.2 for e in errs) / len(errs)
+                line.append(f"{name} {within:.0f}% within 20%, median {100 * statistics.median(errs):.0f}%")
+        print(f"{metric.upper()}: " + "; ".join(line))
 
 
 def _worker(args: tuple[str, dict[str, str], dict[str, str] | None, str]) -> dict[str, Any]:

@@ -149,3 +149,20 @@ def test_request_means_skip_warmup_and_unfinished(bench) -> None:
     assert ttft == pytest.approx(20.0) and tpot == pytest.approx(10.0)
     with pytest.raises(RuntimeError):
         bench.request_means(lines[:1], warmup=1)
+
+
+def test_compare_scores_both_simulators_on_common_points(bench, tmp_path: Path, capsys) -> None:
+    def res(i: str, ttft: str, tpot: str, status: str = "ok") -> dict:
+        return {"id": i, "system": "h100_sxm", "backend": "vllm", "workload": "inferencex_random",
+                "measured_mean_ttft_ms": "100", "measured_mean_tpot_ms": "10",
+                "predicted_mean_ttft_ms": ttft, "predicted_mean_tpot_ms": tpot, "status": status}
+    aisim = [res("a", "50", "12"), res("b", "150", "9"), res("c", "", "", "error: no data")]
+    ours = tmp_path / "ours.csv"
+    ours.write_text("id,predicted_mean_ttft_ms,predicted_mean_tpot_ms,status\n"
+                    "a,110,10,ok\nb,100,11,ok\nc,100,10,ok\n")
+    bench.compare(aisim, str(ours))
+    out = capsys.readouterr().out
+    assert "AISimulate simulated 2 of 3 points" in out
+    # AISimulate: TTFT -50% / +50%, TPOT +20% / -10%; servesim: TTFT +10% / 0%, TPOT 0% / +10%
+    assert "| overall | 2 | 50% | +0% | 5% | +5% | 15% | +5% | 5% | +5% |" in out
+    assert "TTFT: AISimulate 0% within 20%, median 50%; servesim 100% within 20%, median 5%" in out
