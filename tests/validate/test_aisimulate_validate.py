@@ -1,10 +1,10 @@
 """The AISimulate side-by-side (benchmarks/aisimulate_validate.py) gives AISimulate servesim's workload.
 
-AISimulate itself is not installed here (it lives in its own virtual environment), so a
-stand-in executable plays it: it reads the config and trace the script wrote and answers
-with per-request lines computed from the trace, which pins down what the script sends
-(requests, concurrency, scheduler limits) and how it reads the answer (warm-up left out,
-TPOT as the benchmark client defines it).
+AISimulate itself is not installed here (it lives in its own virtual environment). The config
+tests pin down what the script sends (requests, concurrency, scheduler limits, quantisation);
+a stand-in executable that reads the config and trace the script wrote and answers with
+per-request lines computed from the trace pins down how it reads the answer (warm-up left out,
+TPOT as the benchmark client defines it, failures kept as statuses).
 """
 
 from __future__ import annotations
@@ -29,14 +29,13 @@ ROW = row(model="meta-llama/Llama-3.1-70B", system="b200_sxm", backend="vllm", g
           measured_mean_tpot_ms=10.0)
 
 #: Plays ``aisimulate predict -c CFG --output-dir DIR ...``: request i (1-based line of the
-#: trace) gets TTFT = i ms and TPOT = 2 ms, and the scheduler limits are echoed to a file.
+#: trace) gets TTFT = i ms and TPOT = 2 ms.
 FAKE = '''
 import json, sys, yaml
 from pathlib import Path
 args = sys.argv[1:]
 cfg = yaml.safe_load(open(args[args.index("-c") + 1]))
 out = Path(args[args.index("--output-dir") + 1]); out.mkdir(parents=True)
-(out / "seen.json").write_text(json.dumps(cfg))
 lines = open(cfg["traffic"]["source"]["paths"][0]).read().splitlines()
 with open(out / "requests.jsonl", "w") as f:
     for i, line in enumerate(lines, 1):
