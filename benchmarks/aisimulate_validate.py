@@ -148,8 +148,12 @@ def quant_modes(row: dict[str, str], silicon: dict[str, str] | None) -> tuple[st
 
 
 def aisimulate_config(row: dict[str, str], config: dict[str, Any], trace: Path,
-                      silicon: dict[str, str] | None) -> dict[str, Any]:
-    """AISimulate ``predict`` config for one point (see the module docstring)."""
+                      silicon: dict[str, str] | None, database_mode: str | None = None) -> dict[str, Any]:
+    """AISimulate ``predict`` config for one point (see the module docstring).
+
+    ``database_mode`` (AISimulate's ``timing.database_mode``; None: its default, ``SILICON``)
+    ``HYBRID`` lets it estimate the operators it has no measurement for instead of failing.
+    """
     dep = config["deployment"]
     gemm, moe = quant_modes(row, silicon)
     scheduler, mem_fraction, chunked = _scheduler(dep["engine"], int(row["concurrency"]))
@@ -175,6 +179,8 @@ def aisimulate_config(row: dict[str, str], config: dict[str, Any], trace: Path,
         engine["kvcache_quant_mode"] = kv
     if chunked is not None:
         engine["enable_chunked_prefill"] = bool(chunked)
+    if database_mode is not None:
+        engine["workers"]["aggregated"]["timing"] = {"database_mode": database_mode.upper()}
     return {
         "traffic": {"source": {"type": "trace", "format": "mooncake", "paths": [str(trace)],
                                "block_size": TRACE_BLOCK},
@@ -212,7 +218,8 @@ def failure_message(text: str) -> str:
     return (errors[-1] if errors else lines[-1] if lines else "no output")[:300]
 
 
-def run_point(exe: str, row: dict[str, str], silicon: dict[str, str] | None, workdir: str) -> dict[str, Any]:
+def run_point(exe: str, row: dict[str, str], silicon: dict[str, str] | None, workdir: str,
+              database_mode: str | None = None) -> dict[str, Any]:
     """One point through AISimulate: its output row (status ``ok``, ``unsupported: ...`` or ``error: ...``)."""
     out: dict[str, Any] = {k: row.get(k, "") for k in OUT_COLUMNS}
     out.update(predicted_mean_ttft_ms="", predicted_mean_tpot_ms="", host_seconds="")
@@ -229,7 +236,7 @@ def run_point(exe: str, row: dict[str, str], silicon: dict[str, str] | None, wor
         tmpd = Path(tmp)
         reqs, warmup = closed_loop_requests(point.config)
         write_trace(reqs, tmpd / "trace.jsonl")
-        cfg = aisimulate_config(row, point.config, tmpd / "trace.jsonl", silicon)
+        cfg = aisimulate_config(row, point.config, tmpd / "trace.jsonl", silicon, database_mode)
         (tmpd / "config.yaml").write_text(yaml.safe_dump(cfg))
         t0 = time.perf_counter()
         proc = subprocess.run([exe, "predict", "-c", str(tmpd / "config.yaml"), "--output-dir", str(tmpd / "out"),
@@ -308,7 +315,7 @@ def compare(aisim: list[dict[str, Any]], servesim_csv: str | None) -> None:
         print(f"{metric.upper()}: " + "; ".join(line))
 
 
-def _worker(args: tuple[str, dict[str, str], dict[str, str] | None, str]) -> dict[str, Any]:
+def _worker(args: tuple[str, dict[str, str], dict[str, str] | None, str, str | None]) -> dict[str, Any]:
     return run_point(*args)
 
 
@@ -321,13 +328,16 @@ def main() -> int:
     ap.add_argument("--servesim", help="servesim validate --out CSV of the same points, for the side-by-side")
     ap.add_argument("--out", help="write AISimulate's predictions here (columns named as servesim validate's)")
     ap.add_argument("--model", action="append", help="only rows of this model id (repeatable)")
+    ap.add_argument("--database-mode", choices=("silicon", "hybrid", "empirical", "sol"),
+                    help="AISimulate's timing.database_mode (default: its own, silicon; hybrid estimates "
+                         "operators it has not measured instead of failing)")
     ap.add_argument("--processes", type=int, default=1)
     args = ap.parse_args()
     rows = sample_rows(split_rows(read_points(args.points), args.split), args.sample, 0)
     if args.model:
         rows = [r for r in rows if r["model"] in args.model]
     silicon = silicon_sample(args.aisimulate)
-    work = [(args.aisimulate, r, silicon.get(r["id"]), tempfile.gettempdir()) for r in rows]
+    work = [(args.aisimulate, r, silicon.get(r["id"]), tempfile.gettempdir(), args.database_mode) for r in rows]
     results: list[dict[str, Any]] = []
     with ProcessPoolExecutor(max_workers=max(1, args.processes)) as pool:
         for i, res in enumerate(pool.map(_worker, work), 1):

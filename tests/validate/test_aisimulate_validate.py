@@ -91,6 +91,9 @@ def test_config_carries_the_points_engine_flags_and_layout(bench, tmp_path: Path
     assert w["kv_cache"]["prefix_caching"] is False
     assert w["parallelism"] == {"tensor": 4, "attention_data": 1, "moe_tensor": 4, "moe_expert": 1}
     assert cfg["traffic"]["load"] == {"type": "concurrency", "concurrency": 8}
+    assert "timing" not in w  # AISimulate's own database mode unless asked
+    hybrid = bench.aisimulate_config(ROW, point.config, tmp_path / "t.jsonl", None, "hybrid")
+    assert hybrid["engine"]["workers"]["aggregated"]["timing"] == {"database_mode": "HYBRID"}
     sample = {"model_path": "x/y", "gemm_quant_mode": "fp8_block", "moe_quant_mode": "fp8_block"}
     assert bench.aisimulate_config(ROW, point.config, tmp_path / "t.jsonl", sample)["engine"]["gemm_quant_mode"] \
         == "fp8_block"
