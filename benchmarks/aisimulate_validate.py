@@ -11,7 +11,9 @@ same workload, and prints both simulators' errors on the points both could simul
         --points ../shared/data/measured/calibration.csv --split holdout \\
         --servesim servesim_holdout.csv --out aisimulate_holdout.csv --processes 2
 
-(``--sample N`` and ``--model ID`` run a subset; about 4 s of AISimulate per point.)
+(``--sample N`` and ``--model ID`` run a subset; about 4 s of AISimulate per point.
+``--database-mode hybrid`` lets AISimulate estimate the operators it has not measured instead of
+failing on those points.)
 
 How a point is given to AISimulate (``aisimulate_config``):
 
