@@ -233,7 +233,7 @@ class TRTLLMEngine(Engine):
             free = self.pool.num_free_blocks
             if self.no_evict:
                 reserved = sum(self._remaining_to_completion(a) for a in self.active if a.blocks)
-                if self._blocks_for(tr.req.input_length + tr.max_new) > free - reserved:
+                if tr.target > free - reserved:
                     break
             elif self._blocks_for(tr.ctx_len) > free:
                 break
@@ -338,11 +338,16 @@ class TRTLLMEngine(Engine):
                 self._alloc_gen(tr)
             return
         bs = self.bs
-        need = [tr for tr in gens if tr.computed % bs == 0]
-        if need:
-            got = pool.allocate(len(need))
+        self._give_blocks([tr for tr in gens if tr.computed % bs == 0])
+
+    def _give_blocks(self, owners: list[TReq]) -> None:
+        """One fresh block for each entry of ``owners`` (a request may appear more than once),
+        taken in one allocation: the pool's LRU fast path makes that the same blocks, in the
+        same order, as one allocation per entry."""
+        if owners:
+            got = self.pool.allocate(len(owners))
             assert got is not None, "TensorRT-LLM model: generation step without a free block"
-            for tr, b in zip(need, got):
+            for tr, b in zip(owners, got):
                 tr.blocks.append(b)
 
     def _release(self, tr: TReq) -> None:
@@ -379,7 +384,7 @@ class TRTLLMEngine(Engine):
                     continue
                 if len(fitting) >= self.max_batch:
                     break
-                need = tr.target - len(tr.blocks)
+                need = self._remaining_to_completion(tr)
                 if need > available:
                     break
                 fitting.append(tr)
@@ -590,11 +595,7 @@ class TRTLLMEngine(Engine):
         keys = stretch_block_events(c0, k, bs, caching=False)
         pool = self.pool
         if pool.lru_fast_path:  # pool.now is unused: all the stretch's blocks in one call
-            if keys:
-                got = pool.allocate(len(keys))
-                assert got is not None, "TensorRT-LLM model: generation step without a free block"
-                for key, b in zip(keys, got):
-                    reqs[key % n].blocks.append(b)
+            self._give_blocks([reqs[key % n] for key in keys])
         else:
             for key in keys:
                 s, j = divmod(key, n)
