@@ -44,6 +44,7 @@ import argparse
 import csv
 import json
 import math
+import shutil
 import statistics
 import subprocess
 import sys
@@ -335,6 +336,10 @@ def main() -> int:
                          "operators it has not measured instead of failing)")
     ap.add_argument("--processes", type=int, default=1)
     args = ap.parse_args()
+    if shutil.which(args.aisimulate) is None:
+        print(f"--aisimulate: {args.aisimulate!r} is not an executable; expected the aisimulate command of "
+              "the virtual environment AISimulate is installed in (see this script's docstring)", file=sys.stderr)
+        return 2
     rows = sample_rows(split_rows(read_points(args.points), args.split), args.sample, 0)
     if args.model:
         rows = [r for r in rows if r["model"] in args.model]
