@@ -6,6 +6,7 @@ import csv
 
 import pytest
 
+from servesim.cluster.deployment import build_deployment
 from servesim.config import load_config
 from servesim.errors import ConfigError
 from servesim.validate.points import load_points, point_config, read_points, sample_rows
@@ -283,6 +284,14 @@ def test_vllm_kv_dtype_follows_the_launch_scripts():
     assert _vllm_kv(**(kimi | {"precision": "fp4", "system": "b200_sxm", "measured_date": "2026-04-21"})) == "fp8"
     llama = {"source": IX, "model": "meta-llama/Llama-3.1-70B", "gpus": 4, "attention_tp": 4, "precision": "fp8"}
     assert _vllm_kv(**llama, system="h100_sxm", measured_date="2025-10-20") == "fp8"
-    # rows no script covers keep the README's --kv-cache-dtype fp8
+    # InferenceX rows no script covers keep the README's --kv-cache-dtype fp8
     assert _vllm_kv(source="aic_silicon_sample/nvidia", model="Qwen/Qwen3-32B", system="h100_sxm",
                     precision="fp8", gpus=2, attention_tp=2) == "fp8"
+    # rows whose server flags are undocumented run vLLM's default "auto" (bf16 in the engine model)
+    undocumented = _vllm_kv(source="aic_silicon_sample/nvidia", model="Qwen/Qwen3-32B", system="h100_sxm",
+                            precision="", gpus=2, attention_tp=2, workload="fixed_lengths_unverified")
+    assert undocumented is None
+    p = point_config(row(backend="vllm", moe_ep=1, source="aic_silicon_sample/nvidia", model="Qwen/Qwen3-32B",
+                         system="h100_sxm", precision="", gpus=2, attention_tp=2,
+                         workload="fixed_lengths_unverified"))
+    assert build_deployment(load_config(p.config)).kv_dtype == "bf16"

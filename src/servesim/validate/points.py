@@ -420,7 +420,8 @@ def vllm_inferencex_kv_dtype(row: dict[str, str]) -> str | None:
     return "bf16" if auto else "fp8"
 
 
-def kv_dtype_for(backend: str, precision: str, gpu: str | None = None) -> str | None:
+def kv_dtype_for(backend: str, precision: str, gpu: str | None = None,
+                 workload: str = "inferencex_random") -> str | None:
     """The point's KV precision; None leaves the engine's "auto" default.
 
     SGLang: the InferenceX launch scripts for quantized DeepSeek-family models on Blackwell
@@ -428,8 +429,17 @@ def kv_dtype_for(backend: str, precision: str, gpu: str | None = None) -> str | 
     ``dsr1_fp4_b200.sh``), those for Hopper do not (``dsr1_fp8_h200.sh``); elsewhere SGLang
     stays on ``auto`` (see ``cluster.deployment.default_kv_dtype``).
     """
-    if backend in ("vllm", "atom"):
-        return "fp8"  # --kv-cache-dtype fp8 (README's typical vLLM flags; ATOM's documented usage)
+    if backend == "atom":
+        return "fp8"  # ATOM's documented usage
+    if backend == "vllm":
+        # --kv-cache-dtype fp8 is among the README's typical flags of the InferenceX runs; where
+        # the server flags are undocumented (fixed_lengths_unverified), vLLM's "auto": the
+        # activation dtype, bf16, for the versions and checkpoints of those rows (vLLM 0.12 and
+        # Kimi's int4 checkpoint on 0.16; "auto" follows a ModelOpt checkpoint's
+        # kv_cache_quant_algo only from vLLM PR 30785, merged after 0.12).  The KV-bound NVIDIA
+        # rows agree: Qwen3-32B bf16 H100 tp2 c128 4096/512 waits 33 s for its first token, as
+        # with bf16 KV about half of its requests fit at once (fp8 KV would fit them all).
+        return "fp8" if workload == "inferencex_random" else None
     if backend == "trtllm" and precision in ("fp8", "fp4"):
         return "fp8"
     if backend == "sglang":
@@ -470,7 +480,7 @@ def point_config(row: dict[str, str], mode: str = "fast") -> Point:
         "ep": ep,
         "weight_dtype": precision,
         "kv_dtype": (backend == "vllm" and vllm_inferencex_kv_dtype(row))
-        or kv_dtype_for(backend, precision, SYSTEM_TO_GPU[system]),
+        or kv_dtype_for(backend, precision, SYSTEM_TO_GPU[system], row.get("workload") or ""),
     }
     if adp > 1:
         from servesim.config.schema import DeploymentConfig
