@@ -700,15 +700,23 @@ class VLLMEngine(Engine):
         pool = self.pool
         table = pool._hash_to_block
         refs, block_hash = pool.refs, pool.hashes
-        pop = pool._free.popitem
+        free = pool._free
+        popleft, entries = free.q.popleft, free.entries
         on_evict = pool.on_evict
         fills = 0
         buckets = decode_event_buckets(c0, first, k, bs, self.caching)
         for s in range(first, k):
             for j, kind in buckets[s % bs]:
                 vr = reqs[j]
-                if kind == 0:  # opens a block
-                    b = pop(last=False)[0]
+                if kind == 0:  # opens a block: FreeQueue.popleft, inlined
+                    b = popleft()
+                    e = entries[b] - 1
+                    entries[b] = e
+                    while e or refs[b]:  # a stale entry
+                        b = popleft()
+                        e = entries[b] - 1
+                        entries[b] = e
+                    free.live -= 1
                     h = block_hash[b]
                     if h is not None:  # recycling a cached block evicts it
                         del table[h]
