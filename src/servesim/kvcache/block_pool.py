@@ -266,12 +266,22 @@ class FreeQueue:
 
     def __iter__(self):
         """The live blocks, head first."""
-        left = list(self.entries)
+        return iter(self._live_and_queued()[0])
+
+    def _live_and_queued(self) -> tuple[list[int], set[int]]:
+        """The live blocks in order, and every block with an entry; O(entries), not O(blocks).
+
+        Only a block's last entry can be live, so a walk from the tail keeps the first one seen."""
         refs = self.refs
-        for b in self.q:
-            left[b] -= 1
-            if left[b] == 0 and refs[b] == 0:
-                yield b
+        seen: set[int] = set()
+        live: list[int] = []
+        for b in reversed(self.q):
+            if b not in seen:
+                seen.add(b)
+                if refs[b] == 0:
+                    live.append(b)
+        live.reverse()
+        return live, seen
 
     def append(self, b: int) -> None:
         """``b`` (reference count now 0) joins at the tail."""
@@ -280,7 +290,7 @@ class FreeQueue:
         self.live += 1
 
     def remove(self, b: int) -> None:
-        """``b`` leaves the queue; the caller references it right after (its entry goes stale)."""
+        """``b``, a free block the caller has just referenced, leaves the queue (its entry goes stale)."""
         self.live -= 1
         if len(self.q) > 2 * self.live + self.STALE_SLACK:
             self.compact()
@@ -300,11 +310,12 @@ class FreeQueue:
         """Drop the stale entries, keeping the live ones in order (bounded memory).
 
         In place: hot loops hold :attr:`q`'s and :attr:`entries`' bound methods and lists."""
-        live = list(self)
+        live, queued = self._live_and_queued()
         self.q.clear()
         self.q.extend(live)
         entries = self.entries
-        entries[:] = [0] * len(entries)
+        for b in queued:
+            entries[b] = 0
         for b in live:
             entries[b] = 1
 
@@ -401,9 +412,10 @@ class BlockPool:
         if self._lru:  # no statistics: the free queue's order is the whole policy
             free = self._free
             for b in out:
-                if refs[b] == 0:
+                ref = refs[b]
+                refs[b] = ref + 1
+                if ref == 0:
                     free.remove(b)
-                refs[b] += 1
             return out
         seq, now = self._seq, self.now
         for b in out:
