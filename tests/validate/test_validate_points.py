@@ -284,14 +284,25 @@ def test_vllm_kv_dtype_follows_the_launch_scripts():
     assert _vllm_kv(**(kimi | {"precision": "fp4", "system": "b200_sxm", "measured_date": "2026-04-21"})) == "fp8"
     llama = {"source": IX, "model": "meta-llama/Llama-3.1-70B", "gpus": 4, "attention_tp": 4, "precision": "fp8"}
     assert _vllm_kv(**llama, system="h100_sxm", measured_date="2025-10-20") == "fp8"
-    # InferenceX rows no script covers keep the README's --kv-cache-dtype fp8
-    assert _vllm_kv(source="aic_silicon_sample/nvidia", model="Qwen/Qwen3-32B", system="h100_sxm",
-                    precision="fp8", gpus=2, attention_tp=2) == "fp8"
-    # rows whose server flags are undocumented run vLLM's default "auto" (bf16 in the engine model)
-    undocumented = _vllm_kv(source="aic_silicon_sample/nvidia", model="Qwen/Qwen3-32B", system="h100_sxm",
-                            precision="", gpus=2, attention_tp=2, workload="fixed_lengths_unverified")
-    assert undocumented is None
-    p = point_config(row(backend="vllm", moe_ep=1, source="aic_silicon_sample/nvidia", model="Qwen/Qwen3-32B",
-                         system="h100_sxm", precision="", gpus=2, attention_tp=2,
-                         workload="fixed_lengths_unverified"))
+    # an inferencex_random row of a model no vLLM script covers keeps the README's --kv-cache-dtype fp8
+    assert _vllm_kv(source=IX, model="Qwen/Qwen3-32B", system="h100_sxm", precision="fp8", gpus=2,
+                    attention_tp=2) == "fp8"
+
+
+NVIDIA = {"source": "aic_silicon_sample/nvidia", "workload": "fixed_lengths_unverified"}
+
+
+def test_vllm_rows_with_undocumented_flags_run_vllms_auto_kv():
+    # bf16 / fp8 / int4 checkpoints: "auto" is the activation dtype (None: the engine's bf16)
+    assert _vllm_kv(**NVIDIA, model="Qwen/Qwen3-32B", system="h100_sxm", precision="", gpus=2,
+                    attention_tp=2, backend_version="0.12.0") is None
+    assert _vllm_kv(**NVIDIA, model="nvidia/Llama-3.1-8B-Instruct-FP8", system="h200_sxm", precision="fp8",
+                    gpus=1, attention_tp=1, backend_version="0.12.0") is None
+    kimi = {"model": "moonshotai/Kimi-K2.5", "system": "b200_sxm", "gpus": 4, "attention_tp": 4, "moe_ep": 4}
+    assert _vllm_kv(**NVIDIA, **kimi, precision="int4", backend_version="0.15.1") is None
+    # NVFP4 checkpoints carry kv_cache_quant_algo FP8, which "auto" follows after vLLM 0.12
+    assert _vllm_kv(**NVIDIA, **kimi, precision="fp4", backend_version="0.17.0") == "fp8"
+    assert _vllm_kv(**NVIDIA, **kimi, precision="fp4", backend_version="0.12.0") is None
+    p = point_config(row(backend="vllm", moe_ep=1, model="Qwen/Qwen3-32B", system="h100_sxm", precision="",
+                         gpus=2, attention_tp=2, **NVIDIA))
     assert build_deployment(load_config(p.config)).kv_dtype == "bf16"

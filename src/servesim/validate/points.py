@@ -420,26 +420,58 @@ def vllm_inferencex_kv_dtype(row: dict[str, str]) -> str | None:
     return "bf16" if auto else "fp8"
 
 
-def kv_dtype_for(backend: str, precision: str, gpu: str | None = None,
-                 workload: str = "inferencex_random") -> str | None:
-    """The point's KV precision; None leaves the engine's "auto" default.
+def _version(text: str) -> tuple[int, ...]:
+    """``"0.15.1"`` → ``(0, 15, 1)``; ``()`` when the text does not start with a number."""
+    parts: list[int] = []
+    for piece in (text or "").strip().lstrip("v").split("."):
+        if not piece.isdigit():
+            break
+        parts.append(int(piece))
+    return tuple(parts)
+
+
+def vllm_kv_dtype(row: dict[str, str]) -> str | None:
+    """KV precision of a vLLM point; None leaves vLLM's ``auto`` (bf16 in the engine model).
+
+    * A row an InferenceX launch script covers: what the script passes
+      (:func:`vllm_inferencex_kv_dtype`).
+    * Other ``inferencex_random`` rows: the README's typical ``--kv-cache-dtype fp8``.
+    * Rows whose server flags are undocumented (``fixed_lengths_unverified``): vLLM's ``auto``.
+      That is the activation dtype, bf16, except that since vLLM's December 2025 change (PR
+      30785, re-landing the reverted 29980: after 0.12, before the 0.17 of the Kimi fp4 rows)
+      ``auto`` takes fp8 from a ModelOpt checkpoint's ``kv_cache_quant_algo``, which NVIDIA's
+      NVFP4 checkpoints set: fp4 rows on vLLM after 0.12 run fp8 KV.  The int4 (compressed-tensors, no KV scheme), Qwen's
+      fp8 and bf16 checkpoints stay bf16, and so does NVIDIA's Llama-3.1-8B-FP8 on vLLM 0.12.
+      The KV-bound rows agree both ways: Qwen3-32B bf16 H100 tp2 c128 4096/512 waits 33 s for
+      its first token (bf16 KV: about half of the requests fit at once; fp8 would fit them
+      all), and Kimi-K2.5 fp4 B200 tp4 c64 8192/1024 only 1.3 s (bf16 KV would leave it
+      queueing for ~20 s).
+    """
+    script = vllm_inferencex_kv_dtype(row)
+    if script is not None:
+        return script
+    if row.get("workload") == "inferencex_random":
+        return "fp8"
+    precision = (row.get("precision") or "").strip().lower()
+    if precision == "fp4" and _version(row.get("backend_version", "")) >= (0, 13):
+        return "fp8"
+    return None
+
+
+def kv_dtype_for(backend: str, precision: str, gpu: str | None = None) -> str | None:
+    """The point's KV precision where its launch flags follow the README; None leaves the
+    engine's "auto" default.  vLLM rows go through :func:`vllm_kv_dtype` first.
+
+    vLLM and ATOM: ``--kv-cache-dtype fp8`` (the README's typical vLLM flags; ATOM's documented
+    usage).  TensorRT-LLM: fp8 KV with fp8 / fp4 weights.
 
     SGLang: the InferenceX launch scripts for quantized DeepSeek-family models on Blackwell
     pass ``--kv-cache-dtype fp8_e4m3`` (``benchmarks/single_node/dsr1_fp8_b200.sh``,
     ``dsr1_fp4_b200.sh``), those for Hopper do not (``dsr1_fp8_h200.sh``); elsewhere SGLang
     stays on ``auto`` (see ``cluster.deployment.default_kv_dtype``).
     """
-    if backend == "atom":
-        return "fp8"  # ATOM's documented usage
-    if backend == "vllm":
-        # --kv-cache-dtype fp8 is among the README's typical flags of the InferenceX runs; where
-        # the server flags are undocumented (fixed_lengths_unverified), vLLM's "auto": the
-        # activation dtype, bf16, for the versions and checkpoints of those rows (vLLM 0.12 and
-        # Kimi's int4 checkpoint on 0.16; "auto" follows a ModelOpt checkpoint's
-        # kv_cache_quant_algo only from vLLM PR 30785, merged after 0.12).  The KV-bound NVIDIA
-        # rows agree: Qwen3-32B bf16 H100 tp2 c128 4096/512 waits 33 s for its first token, as
-        # with bf16 KV about half of its requests fit at once (fp8 KV would fit them all).
-        return "fp8" if workload == "inferencex_random" else None
+    if backend in ("vllm", "atom"):
+        return "fp8"
     if backend == "trtllm" and precision in ("fp8", "fp4"):
         return "fp8"
     if backend == "sglang":
@@ -479,8 +511,8 @@ def point_config(row: dict[str, str], mode: str = "fast") -> Point:
         "tp": gpus,
         "ep": ep,
         "weight_dtype": precision,
-        "kv_dtype": (backend == "vllm" and vllm_inferencex_kv_dtype(row))
-        or kv_dtype_for(backend, precision, SYSTEM_TO_GPU[system], row.get("workload") or ""),
+        "kv_dtype": (vllm_kv_dtype(row) if backend == "vllm"
+                     else kv_dtype_for(backend, precision, SYSTEM_TO_GPU[system])),
     }
     if adp > 1:
         from servesim.config.schema import DeploymentConfig
