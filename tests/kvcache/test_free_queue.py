@@ -66,10 +66,74 @@ def test_pool_recycles_in_queue_order_after_prefix_hits(policy):
     a = pool.allocate(2)
     pool.cache_full_blocks(a, [11, 12])
     pool.free_request(a)  # tail first: queue 2, 3, a[1], a[0] under LRU
-    assert pool.take_cached([11]) == [a[0]]
+    assert pool.take_cached([11, 12]) == a  # a[1] leaves the middle of the queue
     pool.free([a[0]])
+    pool.free([a[1]])
     pool.check_invariants()
     if policy == "lru":
-        assert list(pool._free) == [2, 3, a[1], a[0]]
-        assert pool.allocate(4) == [2, 3, a[1], a[0]]
+        assert list(pool._free) == [2, 3, a[0], a[1]]
+        assert pool.allocate(4) == [2, 3, a[0], a[1]]
+    pool.check_invariants()
+
+
+class _EagerCompaction(FreeQueue):
+    """Compacts on every removal: the pool must not notice."""
+
+    __slots__ = ()
+
+    def remove(self, b: int) -> None:
+        self.live -= 1
+        self.compact()
+
+
+pool_ops = st.lists(st.tuples(st.sampled_from(["alloc", "cache", "free", "take"]), st.integers(0, 12),
+                              st.integers(0, 40)), min_size=1, max_size=80)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=pool_ops, num_blocks=st.integers(1, 24))
+def test_pool_is_unchanged_by_compaction(ops, num_blocks):
+    """A pool that compacts its free queue at every removal behaves exactly as one that (here) never does.
+
+    "take" asks for a prefix of hashes some "cache" registered, so prefix hits on free blocks
+    (the removals that leave stale entries) are common."""
+    lazy, eager = BlockPool(num_blocks, 4), BlockPool(num_blocks, 4)
+    eager._free.__class__ = _EagerCompaction
+    held: list[list[int]] = []
+    registered: list[list[int]] = []  # hash lists given to cache_full_blocks
+    for op, a, b in ops:
+        if op == "alloc":
+            got = lazy.allocate(a)
+            assert eager.allocate(a) == got
+            if got:
+                held.append(got)
+        elif op == "cache" and held:
+            blocks = held[a % len(held)]
+            hashes = [1000 * b + i for i in range(len(blocks))]
+            assert lazy.cache_full_blocks(blocks, hashes) == eager.cache_full_blocks(blocks, hashes)
+            registered.append(hashes)
+        elif op == "free" and held:
+            blocks = held.pop(a % len(held))
+            lazy.free_request(blocks)
+            eager.free_request(blocks)
+        elif op == "take" and registered:
+            hashes = registered[b % len(registered)][: a + 1]
+            n = lazy.find_cached_prefix(hashes)
+            assert eager.find_cached_prefix(hashes) == n
+            if n:
+                got = lazy.take_cached(hashes[:n])
+                assert eager.take_cached(hashes[:n]) == got
+                held.append(got)
+        assert list(lazy._free) == list(eager._free)
+        assert (lazy.refs, lazy.hashes) == (eager.refs, eager.hashes)
+        lazy.check_invariants()
+        eager.check_invariants()
+
+
+def test_a_bad_block_id_leaves_the_free_count_true():
+    pool = BlockPool(4, 2)
+    a = pool.allocate(2)
+    with pytest.raises(RuntimeError):
+        pool.free([a[0], a[0]])  # the second drop of a[0] is one too many
+    assert pool.num_free_blocks == 3
     pool.check_invariants()
