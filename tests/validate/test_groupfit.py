@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from servesim.errors import ConfigError
 from servesim.validate.groupfit import GroupParams, fit_hierarchy
 from servesim.validate.points import Point
 from servesim.validate.sensitivity import (DEFAULT_BASE, KNOBS, BaseParams, PointSensitivity,
@@ -161,6 +162,20 @@ def test_sensitivities_round_trip(tmp_path):
                 assert math.isclose(a.base.mem_eff, b.base.mem_eff)
                 assert math.isclose(a.base.scheduler_pass_s, b.base.scheduler_pass_s)
     assert again[-1].status.startswith("error: not in")
+
+
+def test_sensitivities_of_a_changed_config_are_refused(tmp_path):
+    """A row measured for one config must not feed a fit of the point under another."""
+    sens = _synthetic({"h200_sxm/vllm/org/A": _rel(1.0, 1.0, 0.003, 0.02)}, n_per_group=3)
+    for s in sens:
+        s.point.config = {"deployment": {"kv_dtype": "fp8"}}
+    path = tmp_path / "s.csv"
+    write_sensitivities(sens, path)
+    points = [s.point for s in sens]
+    assert [s.status for s in read_sensitivities(path, points)] == [s.status for s in sens]
+    points[1].config = {"deployment": {"kv_dtype": None}}  # e.g. the point's KV precision changed
+    with pytest.raises(ConfigError, match=f"{points[1].id}.*re-measure"):
+        read_sensitivities(path, points)
 
 
 def test_second_round_measures_each_point_around_its_own_group_values(monkeypatch):

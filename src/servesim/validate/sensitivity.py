@@ -30,6 +30,8 @@ validate`` judges the result with real simulations.  The stream latency
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -245,6 +247,18 @@ BASE_FIELDS = ["base_mem_eff", "base_gemm_eff_max", "base_attn_prefill_eff_max",
                *(f"base_{n}" for n in OPTIONAL_BASE)]
 
 
+#: Digest of the point's servesim config at measuring time (files written before it lack the column).
+CONFIG_FIELD = "config_sha"
+
+
+def config_digest(point: Point) -> str:
+    """A short digest of the config a point is simulated with: a sensitivities row is only
+    valid for the config it was measured with (an engine flag or KV precision changed since
+    means its slopes and base are another point's)."""
+    text = json.dumps(point.config, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 @lru_cache(maxsize=None)
 def _layers_of(model: str) -> int:
     return load_model(model).num_layers
@@ -260,7 +274,7 @@ def write_sensitivities(rows: Sequence[PointSensitivity], path: str | Path) -> N
     """One CSV row per point (the raw material of a fit; re-fitting needs no simulation)."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(FIELDS + BASE_FIELDS)
+        w.writerow(FIELDS + BASE_FIELDS + [CONFIG_FIELD])
         for s in rows:
             p = s.point
             slopes_t = [s.ttft_slope[k] if s.ttft_slope else "" for k in KNOBS]
@@ -269,13 +283,16 @@ def write_sensitivities(rows: Sequence[PointSensitivity], path: str | Path) -> N
             base = ([b.mem_eff, b.gemm_eff_max, b.attn_prefill_eff_max, b.scheduler_pass_s,
                      *(getattr(b, n) for n in OPTIONAL_BASE)] if b else [""] * len(BASE_FIELDS))
             w.writerow([p.id, s.status, p.group, p.row.get("model", ""), p.row.get("precision") or "bf16", p.measured_ttft_ms,
-                        p.measured_tpot_ms, s.ttft_base, s.tpot_base, *slopes_t, *slopes_p, *base])
+                        p.measured_tpot_ms, s.ttft_base, s.tpot_base, *slopes_t, *slopes_p, *base,
+                        config_digest(p)])
 
 
 def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointSensitivity]:
     """Sensitivities written by :func:`write_sensitivities`, matched to ``points`` by id.
 
-    Points absent from the file get status ``error: not in <file>``.
+    Points absent from the file get status ``error: not in <file>``.  A row whose point is now
+    simulated with another config than the one it was measured with (its ``config_sha``) is
+    stale: that is an error naming the points to re-measure, not a silent fit to old slopes.
     """
     from servesim.errors import ConfigError
 
@@ -290,6 +307,13 @@ def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointS
                 by_id[row["id"]] = row
     except OSError as e:
         raise ConfigError(f"--sensitivities: cannot read {str(path)!r} ({e})") from None
+    stale = [p.id for p in points if p.id in by_id and by_id[p.id].get(CONFIG_FIELD)
+             and by_id[p.id][CONFIG_FIELD] != config_digest(p)]
+    if stale:
+        raise ConfigError(
+            f"{path}: {len(stale)} point(s) are now simulated with another config than their sensitivities "
+            f"were measured with (e.g. {', '.join(stale[:3])}); re-measure them (servesim calibrate --points "
+            f"<a CSV of those rows> --method sensitivity --sensitivities <new file>) and replace their rows")
     out = []
     for p in points:
         row = by_id.get(p.id)
