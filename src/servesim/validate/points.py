@@ -440,8 +440,9 @@ def vllm_kv_dtype(row: dict[str, str]) -> str | None:
       That is the activation dtype, bf16, except that since vLLM's December 2025 change (PR
       30785, re-landing the reverted 29980: after 0.12, before the 0.17 of the Kimi fp4 rows)
       ``auto`` takes fp8 from a ModelOpt checkpoint's ``kv_cache_quant_algo``, which NVIDIA's
-      NVFP4 checkpoints set: fp4 rows on vLLM after 0.12 run fp8 KV.  The int4 (compressed-tensors, no KV scheme), Qwen's
-      fp8 and bf16 checkpoints stay bf16, and so does NVIDIA's Llama-3.1-8B-FP8 on vLLM 0.12.
+      NVFP4 checkpoints set: fp4 rows on vLLM after 0.12 run fp8 KV.  The int4
+      (compressed-tensors, no KV scheme), Qwen's fp8 and bf16 checkpoints stay bf16, and so
+      does NVIDIA's Llama-3.1-8B-FP8 on vLLM 0.12.
       The KV-bound rows agree both ways: Qwen3-32B bf16 H100 tp2 c128 4096/512 waits 33 s for
       its first token (bf16 KV: about half of the requests fit at once; fp8 would fit them
       all), and Kimi-K2.5 fp4 B200 tp4 c64 8192/1024 only 1.3 s (bf16 KV would leave it
@@ -459,18 +460,17 @@ def vllm_kv_dtype(row: dict[str, str]) -> str | None:
 
 
 def kv_dtype_for(backend: str, precision: str, gpu: str | None = None) -> str | None:
-    """The point's KV precision where its launch flags follow the README; None leaves the
-    engine's "auto" default.  vLLM rows go through :func:`vllm_kv_dtype` first.
+    """The KV precision of a point on an engine other than vLLM (see :func:`vllm_kv_dtype`);
+    None leaves the engine's "auto" default.
 
-    vLLM and ATOM: ``--kv-cache-dtype fp8`` (the README's typical vLLM flags; ATOM's documented
-    usage).  TensorRT-LLM: fp8 KV with fp8 / fp4 weights.
+    ATOM: fp8 (its documented usage).  TensorRT-LLM: fp8 KV with fp8 / fp4 weights.
 
     SGLang: the InferenceX launch scripts for quantized DeepSeek-family models on Blackwell
     pass ``--kv-cache-dtype fp8_e4m3`` (``benchmarks/single_node/dsr1_fp8_b200.sh``,
     ``dsr1_fp4_b200.sh``), those for Hopper do not (``dsr1_fp8_h200.sh``); elsewhere SGLang
     stays on ``auto`` (see ``cluster.deployment.default_kv_dtype``).
     """
-    if backend in ("vllm", "atom"):
+    if backend == "atom":
         return "fp8"
     if backend == "trtllm" and precision in ("fp8", "fp4"):
         return "fp8"
