@@ -150,7 +150,7 @@ def _sha(a) -> str:
 
 
 def digest(pred) -> dict:
-    """sha256 of every per-request column, the id and reason lists, and the ITL samples."""
+    """sha256 of every per-request column, the id and reason lists, the ITL samples and the summary."""
     rec = pred.recorder
     out: dict[str, str | int] = {"requests": int(rec.size)}
     for name in (*rec.FLOAT_COLUMNS, *rec.INT_COLUMNS, *sorted(rec.extra_columns)):
@@ -161,6 +161,7 @@ def digest(pred) -> dict:
         v, w = samples.arrays()
         out[label] = _sha(v) + ":" + _sha(w)
     out["retractions_total"] = int(rec.column("retractions").sum())
+    out["summary"] = hashlib.sha256(json.dumps(pred.summary, sort_keys=True).encode()).hexdigest()
     return out
 
 

@@ -14,12 +14,15 @@ import numpy as np
 PERCENTILES = (50, 90, 95, 99)
 
 
-def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float,
+                        cum: np.ndarray | None = None) -> float:
     """Percentile ``q`` (0..100) of ``values`` repeated ``weights`` times, linear interpolation.
 
-    ``values`` must be sorted ascending and ``weights`` positive integers.
+    ``values`` must be sorted ascending and ``weights`` positive integers; ``cum``, their
+    cumulative sum, may be passed when several percentiles of one sample are wanted.
     """
-    cum = np.cumsum(weights)
+    if cum is None:
+        cum = np.cumsum(weights)
     total = int(cum[-1])
     pos = q / 100.0 * (total - 1)
     lo = math.floor(pos)
@@ -55,18 +58,56 @@ def describe(values: np.ndarray, weights: np.ndarray | None = None, scale: float
         for p, val in zip(PERCENTILES, np.percentile(v, PERCENTILES)):
             out[f"p{p}"] = float(val)
         return out
-    order = np.argsort(values, kind="stable")
-    v = np.asarray(values, dtype=np.float64)[order] * scale
-    w = np.asarray(weights, dtype=np.int64)[order]
+    # A weighted sample can hold millions of pairs (every inter-token gap of a long run), so
+    # this path copies as little as it can: no sort when the values come sorted (as
+    # WeightedSamples.arrays gives them), no filtering when every weight is positive, and
+    # one scaled copy that ends as the squared deviations.
+    v = np.asarray(values, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.int64)
+    if not _is_sorted(v):
+        order = np.argsort(v, kind="stable")
+        v, w = v[order], w[order]
+        del order
     keep = w > 0
-    v, w = v[keep], w[keep]
+    if not keep.all():
+        v, w = v[keep], w[keep]
+    del keep
+    v = v * scale
     total = int(w.sum())
-    mean = float(np.dot(v, w) / total)
-    var = float(np.dot((v - mean) ** 2, w) / total)
-    out = {"count": total, "mean": mean, "std": math.sqrt(max(var, 0.0)), "min": float(v[0]), "max": float(v[-1])}
+    out = {"count": total, "mean": float(np.dot(v, w) / total), "std": 0.0, "min": float(v[0]), "max": float(v[-1])}
+    cum = np.cumsum(w)
     for p in PERCENTILES:
-        out[f"p{p}"] = weighted_percentile(v, w, p)
+        out[f"p{p}"] = weighted_percentile(v, w, p, cum)
+    del cum
+    v -= out["mean"]  # from here on the squared deviations
+    np.square(v, out=v)
+    out["std"] = math.sqrt(max(float(np.dot(v, w) / total), 0.0))
     return out
+
+
+def _is_sorted(v: np.ndarray) -> bool:
+    return v.size < 2 or bool(np.all(v[1:] >= v[:-1]))
+
+
+def merge_sorted(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` sorted ascending with equal values merged (their weights summed).
+
+    The result equals ``numpy.unique`` with the weights summed per unique value.
+    """
+    order = np.argsort(values, kind="stable")
+    return _merge_runs(values[order], weights[order])
+
+
+def _merge_runs(v: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted ``v`` with runs of equal values merged into one (weights summed)."""
+    if v.size > 1:
+        new = np.empty(v.size, dtype=bool)
+        new[0] = True
+        np.not_equal(v[1:], v[:-1], out=new[1:])
+        if not new.all():
+            starts = np.flatnonzero(new)
+            return v[starts], np.add.reduceat(w, starts)
+    return v, w
 
 
 class WeightedSamples:
@@ -89,12 +130,23 @@ class WeightedSamples:
             self._weights.append(np.array([weight], dtype=np.int64))
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """All pairs, values sorted ascending, equal values merged (weights summed)."""
         if not self._values:
             return np.zeros(0), np.zeros(0, dtype=np.int64)
+        # At a million requests the pairs take hundreds of MB, and this runs once per summary:
+        # each chunk list is dropped as soon as it is concatenated, and each array is
+        # replaced by its sorted copy, so at most the two arrays, the sort order and one
+        # sorted copy are alive at once (numpy.unique with an inverse index needed twice that).
         v = np.concatenate(self._values)
-        w = np.concatenate(self._weights).astype(np.int64)
+        self._values = []
+        w = np.concatenate(self._weights).astype(np.int64, copy=False)
+        self._weights = []
+        order = np.argsort(v, kind="stable")
+        v = v[order]
+        w = w[order]
+        del order
         # Compact: identical values merge, keeping memory proportional to distinct gaps.
-        uv, inv = np.unique(v, return_inverse=True)
-        uw = np.bincount(inv, weights=w).astype(np.int64)
+        uv, uw = _merge_runs(v, w)
+        del v, w
         self._values, self._weights = [uv], [uw]
         return uv, uw

@@ -1,0 +1,64 @@
+"""Weighted statistics: the ITL summary must equal numpy on the expanded per-token samples."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servesim.metrics.stats import PERCENTILES, WeightedSamples, describe, merge_sorted
+
+# Gaps drawn from a small set of values, so that equal values (which must merge) are common.
+_gap = st.sampled_from([1e-3, 2.5e-3, 0.01, 0.0125, 0.02, 0.1, 1.0]) | st.floats(1e-4, 2.0)
+_pairs = st.lists(st.tuples(_gap, st.integers(0, 50)), min_size=1, max_size=200)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_pairs)
+def test_weighted_describe_equals_numpy_on_expanded_samples(pairs):
+    v = np.array([p[0] for p in pairs])
+    w = np.array([p[1] for p in pairs], dtype=np.int64)
+    got = describe(v, w, scale=1000.0)
+    expanded = np.repeat(v, w) * 1000.0
+    if expanded.size == 0:
+        assert got["count"] == 0 and got["mean"] is None
+        return
+    assert got["count"] == expanded.size
+    assert np.isclose(got["mean"], expanded.mean(), rtol=1e-12)
+    assert np.isclose(got["std"], expanded.std(), rtol=1e-9, atol=1e-9)
+    assert got["min"] == expanded.min() and got["max"] == expanded.max()
+    for p, want in zip(PERCENTILES, np.percentile(expanded, PERCENTILES)):
+        assert np.isclose(got[f"p{p}"], want, rtol=1e-12), p
+
+
+@settings(max_examples=200, deadline=None)
+@given(_pairs)
+def test_merge_sorted_equals_unique_with_summed_weights(pairs):
+    v = np.array([p[0] for p in pairs])
+    w = np.array([p[1] for p in pairs], dtype=np.int64)
+    uv, uw = merge_sorted(v, w)
+    want_v, inv = np.unique(v, return_inverse=True)
+    want_w = np.bincount(inv.ravel(), weights=w).astype(np.int64)
+    assert np.array_equal(uv, want_v)
+    assert np.array_equal(uw, want_w)
+    assert uw.dtype == np.int64
+
+
+def test_sorted_and_unsorted_input_give_identical_statistics():
+    rng = np.random.default_rng(3)
+    v = rng.random(5000)
+    w = rng.integers(1, 9, size=5000)
+    uv, uw = merge_sorted(v, w)
+    assert describe(v, w, scale=1000.0) == describe(uv, uw, scale=1000.0)
+
+
+def test_weighted_samples_merge_chunks_and_keep_accumulating():
+    s = WeightedSamples()
+    s.add(np.array([0.02, 0.01]), np.array([3, 1]))
+    s.add_one(0.01, 2)
+    s.add_one(0.5, 0)  # zero weight: nothing to count
+    v, w = s.arrays()
+    assert v.tolist() == [0.01, 0.02] and w.tolist() == [3, 3]
+    s.add(np.array([0.005]), np.array([4]))  # more after a summary: merged with the compacted pairs
+    v, w = s.arrays()
+    assert v.tolist() == [0.005, 0.01, 0.02] and w.tolist() == [4, 3, 3]
