@@ -68,18 +68,18 @@ class Prediction:
 
     def write(self, out_dir: str | Path | None = None) -> Path:
         """Write prediction.json, requests.parquet and timeseries.parquet; returns the folder."""
-        from servesim.report.files import request_table, write_json, write_parquet
+        from servesim.report.files import write_json, write_parquet, write_requests
 
         cfg = self.config.output
         out = Path(out_dir if out_dir is not None else cfg.dir or "servesim-out")
         out.mkdir(parents=True, exist_ok=True)
         write_json(self.to_json(), out / "prediction.json")
         if cfg.requests:
-            write_parquet(request_table(self.recorder), out / "requests.parquet")
+            write_requests(self.recorder, out / "requests.parquet")
         if cfg.timeseries and self.timeseries is not None:
-            import pyarrow as pa
+            from servesim.report.arrow import table
 
-            write_parquet(pa.table(self.timeseries.columns()), out / "timeseries.parquet")
+            write_parquet(table(self.timeseries.columns()), out / "timeseries.parquet")
         if self.stats.kv_events is not None:
             self.stats.kv_events.write(out / "kv_events.jsonl")
         return out

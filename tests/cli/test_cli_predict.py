@@ -154,3 +154,50 @@ def test_mooncake_conversation_on_eight_sglang_workers(tmp_path):
     req = pq.read_table(tmp_path / "m" / "requests.parquet")
     assert req.num_rows == 12031 and set(req.column_names) >= REQUEST_FIELDS
     assert set(req.column("worker").to_pylist()) == set(range(8))
+
+
+def test_requests_file_written_in_row_groups_holds_the_same_table(tmp_path):
+    """requests.parquet is written a slice at a time; the slices must add up to the whole table."""
+    from servesim.api import predict
+    from servesim.report.files import request_table, write_requests
+
+    pred = predict({**SMALL, "deployment": {**SMALL["deployment"], "engine": {"name": "vllm"}}})
+    rec = pred.recorder
+    path = tmp_path / "requests.parquet"
+    write_requests(rec, path, row_group=16)
+    written = pq.read_table(path)
+    assert pq.ParquetFile(path).num_row_groups == -(-rec.size // 16)
+    assert written.equals(request_table(rec))
+    assert written.slice(40, 16).equals(request_table(rec, 40, 56))
+
+
+def test_arrow_columns_equal_what_pyarrow_builds():
+    """report.arrow builds columns from buffers (pyarrow.array would import pandas): same arrays."""
+    import numpy as np
+    import pyarrow as pa
+
+    from servesim.report.arrow import numeric_array, string_array, table
+
+    rng = np.random.default_rng(0)
+    cols = {"f": rng.random(37), "i": rng.integers(-5, 5, 37), "i32": rng.integers(0, 9, 37).astype(np.int32),
+            "b": rng.random(37) > 0.5, "strided": rng.random(74)[::2]}
+    for name, col in cols.items():
+        assert numeric_array(col).equals(pa.array(col)), name
+    strings = ["r1", None, "", "ünïcode", "x" * 100, None]
+    assert string_array(strings).equals(pa.array(strings, type=pa.string()))
+    assert string_array([]).equals(pa.array([], type=pa.string()))
+    assert table(cols).equals(pa.table(cols))
+
+
+def test_writing_output_files_does_not_import_pandas(tmp_path):
+    """pyarrow.array imports pandas where installed (~45 MB); the output files must not need it."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("pandas")  # without pandas there is nothing to import by accident
+    cfg = write_config(tmp_path, SMALL)
+    code = ("import sys; from servesim.cli import main; "
+            f"rc = main(['predict', {str(cfg)!r}, '--out', {str(tmp_path / 'o')!r}, '--quiet']); "
+            "assert rc == 0; assert 'pandas' not in sys.modules, 'pandas was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert (tmp_path / "o" / "timeseries.parquet").exists()

@@ -11,20 +11,35 @@ import pyarrow.parquet as pq
 
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.metrics.summary import request_latencies
+from servesim.report.arrow import string_array, table
 
 STATUS_NAMES = {int(s): s.name.lower() for s in Status}
 
 
-def request_table(rec: RequestRecorder) -> pa.Table:
-    """One row per request; times in seconds of virtual time (see docs/outputs.md)."""
-    c = rec.column
-    lat = request_latencies(rec)
+#: Rows per row group of requests.parquet: the file is written one slice at a time, so a
+#: run of a million requests never holds its whole table in Arrow form next to the recorder.
+ROW_GROUP = 1 << 16
+
+
+def request_table(rec: RequestRecorder, start: int = 0, stop: int | None = None,
+                  lat: dict[str, np.ndarray] | None = None) -> pa.Table:
+    """Requests ``start:stop`` (default all), one row each; times in seconds of virtual time
+    (see docs/outputs.md).  ``lat``: :func:`request_latencies` of ``rec``, when the caller
+    builds several slices."""
+    stop = rec.size if stop is None else min(stop, rec.size)
+    rows = slice(start, stop)
+
+    def c(name: str) -> np.ndarray:
+        return rec.column(name)[rows]
+
+    if lat is None:
+        lat = request_latencies(rec)
     cols = {
-        "request_id": pa.array(rec.request_id, type=pa.string()),
-        "session_id": pa.array(rec.session_id, type=pa.string()),
+        "request_id": string_array(rec.request_id[rows]),
+        "session_id": string_array(rec.session_id[rows]),
         "turn": c("turn"),
         "worker": c("worker"),
-        "warmup": np.asarray(rec.warmup, dtype=bool),
+        "warmup": np.asarray(rec.warmup[rows], dtype=bool),
         "arrival_s": c("arrival"),
         "first_scheduled_s": c("first_scheduled"),
         "first_token_s": c("first_token"),
@@ -36,24 +51,35 @@ def request_table(rec: RequestRecorder) -> pa.Table:
         "generated_tokens": c("generated"),
         "cached_tokens": c("cached_tokens"),
         "host_cached_tokens": c("host_cached_tokens"),
-        "ttft_s": lat["ttft"],
-        "ttst_s": lat["ttst"],
-        "tpot_s": lat["tpot"],
-        "mean_itl_s": lat["mean_itl"],
-        "e2e_s": lat["e2e"],
-        "queue_s": lat["queue"],
+        "ttft_s": lat["ttft"][rows],
+        "ttst_s": lat["ttst"][rows],
+        "tpot_s": lat["tpot"][rows],
+        "mean_itl_s": lat["mean_itl"][rows],
+        "e2e_s": lat["e2e"][rows],
+        "queue_s": lat["queue"][rows],
         "retractions": c("retractions"),
-        "status": pa.array([STATUS_NAMES[int(s)] for s in c("status")], type=pa.string()),
-        "reason": pa.array(rec.reason, type=pa.string()),
+        "status": string_array([STATUS_NAMES[int(s)] for s in c("status")]),
+        "reason": string_array(rec.reason[rows]),
     }
     for name, col in rec.extra_columns.items():
-        cols[name] = col.data[: rec.size]
-    return pa.table(cols)
+        cols[name] = col.data[: rec.size][rows]
+    return table(cols)
 
 
-def write_parquet(table: pa.Table, path: Path) -> None:
+def write_requests(rec: RequestRecorder, path: Path, row_group: int = ROW_GROUP) -> None:
+    """requests.parquet, written ``row_group`` requests at a time."""
+    lat = request_latencies(rec)
+    first = request_table(rec, 0, row_group, lat)
+    with pq.ParquetWriter(path, first.schema, compression="zstd", write_statistics=True) as writer:
+        writer.write_table(first)
+        del first
+        for start in range(row_group, rec.size, row_group):
+            writer.write_table(request_table(rec, start, start + row_group, lat))
+
+
+def write_parquet(data: pa.Table, path: Path) -> None:
     # No statistics timestamps or writer metadata that vary run to run: files are byte-identical.
-    pq.write_table(table, path, compression="zstd", write_statistics=True)
+    pq.write_table(data, path, compression="zstd", write_statistics=True)
 
 
 def write_json(obj: dict, path: Path) -> None:
