@@ -19,6 +19,8 @@ import pyarrow as pa
 def numeric_array(values: np.ndarray) -> pa.Array:
     """A numpy column (numbers or booleans, no missing values) as an Arrow array."""
     a = np.ascontiguousarray(values)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"column of dtype {a.dtype}: expected numbers or booleans")
     if a.dtype == np.bool_:
         return pa.Array.from_buffers(pa.bool_(), a.size, [None, pa.py_buffer(np.packbits(a, bitorder="little"))])
     return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), a.size, [None, pa.py_buffer(a)])
