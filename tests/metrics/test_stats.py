@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.metrics.stats import PERCENTILES, WeightedSamples, describe, merge_sorted
+from servesim.metrics.stats import PERCENTILES, WeightedSamples, describe, merge_sorted, weighted_percentile
 
 # Gaps drawn from a small set of values, so that equal values (which must merge) are common.
 _gap = st.sampled_from([1e-3, 2.5e-3, 0.01, 0.0125, 0.02, 0.1, 1.0]) | st.floats(1e-4, 2.0)
@@ -62,3 +62,37 @@ def test_weighted_samples_merge_chunks_and_keep_accumulating():
     s.add(np.array([0.005]), np.array([4]))  # more after a summary: merged with the compacted pairs
     v, w = s.arrays()
     assert v.tolist() == [0.005, 0.01, 0.02] and w.tolist() == [4, 3, 3]
+
+
+def _reference_describe(values, weights, scale):
+    """The weighted summary as servesim computed it before its memory was reduced (numpy.unique
+    and bincount to merge, a full sort and filtered copies): the new code must match it bit for bit."""
+    uv, inv = np.unique(values, return_inverse=True)
+    uw = np.bincount(inv.ravel(), weights=weights).astype(np.int64)
+    order = np.argsort(uv, kind="stable")
+    v = uv[order] * scale
+    w = uw[order]
+    keep = w > 0
+    v, w = v[keep], w[keep]
+    total = int(w.sum())
+    mean = float(np.dot(v, w) / total)
+    var = float(np.dot((v - mean) ** 2, w) / total)
+    out = {"count": total, "mean": mean, "std": float(np.sqrt(max(var, 0.0))), "min": float(v[0]),
+           "max": float(v[-1])}
+    for p in PERCENTILES:
+        out[f"p{p}"] = weighted_percentile(v, w, p)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_gap, st.integers(1, 50)), min_size=1, max_size=300), st.sampled_from([1.0, 1000.0]))
+def test_itl_summary_is_bit_identical_to_the_unique_and_bincount_computation(pairs, scale):
+    s = WeightedSamples()
+    half = len(pairs) // 2
+    for chunk in (pairs[:half], pairs[half:]):
+        if chunk:
+            s.add(np.array([p[0] for p in chunk]), np.array([p[1] for p in chunk], dtype=np.int64))
+    v = np.array([p[0] for p in pairs])
+    w = np.array([p[1] for p in pairs], dtype=np.int64)
+    got = describe(*s.arrays(), scale=scale)
+    assert got == _reference_describe(v, w, scale)  # exact: ==, not isclose

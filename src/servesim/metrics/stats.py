@@ -90,12 +90,13 @@ def _is_sorted(v: np.ndarray) -> bool:
 
 
 def merge_sorted(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``values`` sorted ascending with equal values merged (their weights summed).
+    """``values`` sorted ascending with equal values merged (their weights summed, as int64).
 
-    The result equals ``numpy.unique`` with the weights summed per unique value.
+    For finite values the result equals ``numpy.unique`` with the weights summed per unique
+    value (NaNs, which inter-token gaps never are, would stay apart instead of merging).
     """
     order = np.argsort(values, kind="stable")
-    return _merge_runs(values[order], weights[order])
+    return _merge_runs(values[order], np.asarray(weights, dtype=np.int64)[order])
 
 
 def _merge_runs(v: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -134,12 +135,12 @@ class WeightedSamples:
         if not self._values:
             return np.zeros(0), np.zeros(0, dtype=np.int64)
         # At a million requests the pairs take hundreds of MB, and this runs once per summary:
-        # each chunk list is dropped as soon as it is concatenated, and each array is
-        # replaced by its sorted copy, so at most the two arrays, the sort order and one
-        # sorted copy are alive at once (numpy.unique with an inverse index needed twice that).
+        # the chunk lists are dropped once concatenated, and each array is replaced by its
+        # sorted copy, so at most four arrays of the pairs' length are alive at once
+        # (numpy.unique with an inverse index and bincount needed about twice that).
         v = np.concatenate(self._values)
-        self._values = []
         w = np.concatenate(self._weights).astype(np.int64, copy=False)
+        self._values = []  # only once both copies exist: a failed copy loses no sample
         self._weights = []
         order = np.argsort(v, kind="stable")
         v = v[order]

@@ -21,6 +21,10 @@ def numeric_array(values: np.ndarray) -> pa.Array:
     a = np.ascontiguousarray(values)
     if a.dtype.kind not in "biuf":
         raise TypeError(f"column of dtype {a.dtype}: expected numbers or booleans")
+    if a.ndim != 1:
+        raise ValueError(f"column of shape {a.shape}: expected one dimension")
+    if not a.dtype.isnative:  # Arrow reads the buffer in the machine's byte order
+        a = a.astype(a.dtype.newbyteorder("="))
     if a.dtype == np.bool_:
         return pa.Array.from_buffers(pa.bool_(), a.size, [None, pa.py_buffer(np.packbits(a, bitorder="little"))])
     return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), a.size, [None, pa.py_buffer(a)])

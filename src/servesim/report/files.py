@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -67,14 +68,23 @@ def request_table(rec: RequestRecorder, start: int = 0, stop: int | None = None,
 
 
 def write_requests(rec: RequestRecorder, path: Path, row_group: int = ROW_GROUP) -> None:
-    """requests.parquet, written ``row_group`` requests at a time."""
+    """requests.parquet, written ``row_group`` requests at a time.
+
+    The file appears under its name only once complete: a failure half way (the writer
+    would still close the file with a valid footer) leaves no short file behind.
+    """
     lat = request_latencies(rec)
-    first = request_table(rec, 0, row_group, lat)
-    with pq.ParquetWriter(path, first.schema, compression="zstd", write_statistics=True) as writer:
-        writer.write_table(first)
-        del first
-        for start in range(row_group, rec.size, row_group):
-            writer.write_table(request_table(rec, start, start + row_group, lat))
+    part = path.with_name(path.name + ".part")
+    try:
+        first = request_table(rec, 0, row_group, lat)
+        with pq.ParquetWriter(part, first.schema, compression="zstd", write_statistics=True) as writer:
+            writer.write_table(first)
+            del first
+            for start in range(row_group, rec.size, row_group):
+                writer.write_table(request_table(rec, start, start + row_group, lat))
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def write_parquet(data: pa.Table, path: Path) -> None:
