@@ -59,9 +59,13 @@ def test_weighted_samples_merge_chunks_and_keep_accumulating():
     s.add_one(0.5, 0)  # zero weight: nothing to count
     v, w = s.arrays()
     assert v.tolist() == [0.01, 0.02] and w.tolist() == [3, 3]
-    s.add(np.array([0.005]), np.array([4]))  # more after a summary: merged with the compacted pairs
+    s.add(np.array([0.005]), np.array([4], dtype=np.int32))  # more after a summary: merged with the compacted pairs
     v, w = s.arrays()
     assert v.tolist() == [0.005, 0.01, 0.02] and w.tolist() == [4, 3, 3]
+    assert w.dtype == np.int64
+    only32 = WeightedSamples()
+    only32.add(np.array([0.3, 0.1]), np.array([2, 2], dtype=np.int32))
+    assert only32.arrays()[1].dtype == np.int64  # counts leave as int64 whatever they were stored as
 
 
 def _reference_describe(values, weights, scale):
@@ -89,9 +93,9 @@ def _reference_describe(values, weights, scale):
 def test_itl_summary_is_bit_identical_to_the_unique_and_bincount_computation(pairs, scale):
     s = WeightedSamples()
     half = len(pairs) // 2
-    for chunk in (pairs[:half], pairs[half:]):
+    for chunk, dtype in ((pairs[:half], np.int32), (pairs[half:], np.int64)):  # the recorder's chunks are int32
         if chunk:
-            s.add(np.array([p[0] for p in chunk]), np.array([p[1] for p in chunk], dtype=np.int64))
+            s.add(np.array([p[0] for p in chunk]), np.array([p[1] for p in chunk], dtype=dtype))
     v = np.array([p[0] for p in pairs])
     w = np.array([p[1] for p in pairs], dtype=np.int64)
     got = describe(*s.arrays(), scale=scale)

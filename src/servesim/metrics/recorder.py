@@ -141,10 +141,10 @@ class RequestRecorder:
 
     def _flush(self) -> None:
         if self._gv:
-            self._itl.add(np.array(self._gv, dtype=np.float64), np.array(self._gw, dtype=np.int64))
+            self._itl.add(np.array(self._gv, dtype=np.float64), np.array(self._gw, dtype=np.int32))
             self._gv, self._gw = [], []
         if self._wv:
-            self._itl_warmup.add(np.array(self._wv, dtype=np.float64), np.array(self._ww, dtype=np.int64))
+            self._itl_warmup.add(np.array(self._wv, dtype=np.float64), np.array(self._ww, dtype=np.int32))
             self._wv, self._ww = [], []
 
     def emit(self, idx: np.ndarray, t: float, tokens_each: np.ndarray | int = 1) -> None:

@@ -107,7 +107,7 @@ def _merge_runs(v: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         np.not_equal(v[1:], v[:-1], out=new[1:])
         if not new.all():
             starts = np.flatnonzero(new)
-            return v[starts], np.add.reduceat(w, starts)
+            return v[starts], np.add.reduceat(w, starts, dtype=np.int64)
     return v, w
 
 
@@ -139,7 +139,7 @@ class WeightedSamples:
         # sorted copy, so at most four arrays of the pairs' length are alive at once
         # (numpy.unique with an inverse index and bincount needed about twice that).
         v = np.concatenate(self._values)
-        w = np.concatenate(self._weights).astype(np.int64, copy=False)
+        w = np.concatenate(self._weights)  # counts of one pass: int32 (the recorder's chunks)
         self._values = []  # only once both copies exist: a failed copy loses no sample
         self._weights = []
         order = np.argsort(v, kind="stable")
@@ -149,5 +149,6 @@ class WeightedSamples:
         # Compact: identical values merge, keeping memory proportional to distinct gaps.
         uv, uw = _merge_runs(v, w)
         del v, w
+        uw = uw.astype(np.int64, copy=False)
         self._values, self._weights = [uv], [uw]
         return uv, uw
