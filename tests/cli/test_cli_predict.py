@@ -170,6 +170,13 @@ def test_requests_file_written_in_row_groups_holds_the_same_table(tmp_path):
     _assert_same_table(written, request_table(rec))
     _assert_same_table(written.slice(40, 16), request_table(rec, 40, 56))
     assert not list(tmp_path.glob("*.part"))
+    # and against the recorder itself, not only against request_table
+    import numpy as np
+
+    assert written.column("request_id").to_pylist() == rec.request_id
+    assert np.array_equal(written.column("arrival_s").to_numpy(), rec.column("arrival"))
+    assert np.array_equal(written.column("generated_tokens").to_numpy(), rec.column("generated"))
+    assert written.column("status").to_pylist() == ["completed"] * rec.size
 
 
 def _assert_same_table(a, b):
