@@ -89,18 +89,12 @@ def _is_sorted(v: np.ndarray) -> bool:
     return v.size < 2 or bool(np.all(v[1:] >= v[:-1]))
 
 
-def merge_sorted(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``values`` sorted ascending with equal values merged (their weights summed, as int64).
-
-    For finite values the result equals ``numpy.unique`` with the weights summed per unique
-    value (NaNs, which inter-token gaps never are, would stay apart instead of merging).
-    """
-    order = np.argsort(values, kind="stable")
-    return _merge_runs(values[order], np.asarray(weights, dtype=np.int64)[order])
-
-
 def _merge_runs(v: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted ``v`` with runs of equal values merged into one (weights summed)."""
+    """Sorted ``v`` with runs of equal values merged into one (their weights summed in int64).
+
+    For finite values this equals ``numpy.unique`` with the weights summed per unique value
+    (NaNs, which inter-token gaps never are, would stay apart instead of merging).
+    """
     if v.size > 1:
         new = np.empty(v.size, dtype=bool)
         new[0] = True
