@@ -83,8 +83,7 @@ def test_bundled_calibrations_load_by_name():
 def test_bundled_default_is_valid():
     cal = load_calibration(None)
     assert isinstance(cal, Calibration)
-    if DEFAULT_CALIBRATION.exists():
-        assert yaml.safe_load(DEFAULT_CALIBRATION.read_text())["shared"]
+    assert yaml.safe_load(DEFAULT_CALIBRATION.read_text())["shared"]
     for gpu, engine in [("h100_sxm", "sglang"), ("b200_sxm", "vllm"), ("mi355x", "trtllm")]:
         a, f = cal.resolve(gpu, engine)
         AnalyticParams.model_validate(a)

@@ -156,12 +156,17 @@ def bundled_calibration(name: str | Path) -> Path | None:
 
 def load_calibration(path: str | Path | None = None) -> Calibration:
     """Read a calibration file, or a bundled one by name (:func:`bundled_calibrations`);
-    ``None`` is the bundled default (empty if it is missing)."""
+    ``None`` is the bundled default.
+
+    A missing bundled default is an error, not an empty calibration: an installation that
+    lost its data files would otherwise predict with uncalibrated efficiencies, silently.
+    """
     p = Path(path) if path is not None else DEFAULT_CALIBRATION
     if path is not None and not p.exists():
         p = bundled_calibration(path) or p
     if path is None and not p.exists():
-        return Calibration()
+        raise ConfigError(f"calibration: servesim's bundled default {str(p)!r} is missing: the installation "
+                          "is incomplete (reinstall servesim), or set perf.calibration: null to run uncalibrated")
     try:
         data = yaml_io.safe_load(p.read_text())
     except (OSError, yaml.YAMLError) as e:
