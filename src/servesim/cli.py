@@ -1,8 +1,9 @@
 """The ``servesim`` command.
 
-``servesim predict [CONFIG] [--set key.path=value ...] [--out DIR] [--format table|json] [--quiet]``
+``servesim predict [CONFIG] [--set key.path=value ...] [--out DIR] [--format table|json] [--quiet] [--plot]``
 runs one simulation (the bundled default example when CONFIG is omitted), prints a
-summary and writes the output files.  Errors in the user's input are printed as one
+summary and writes the output files; ``servesim plot PATH`` draws figures of an output
+folder or of ``servesim validate`` results.  Errors in the user's input are printed as one
 clear message with exit status 2; no traceback, no partial output files.
 """
 
@@ -13,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from servesim.errors import ServesimError
+from servesim.errors import ConfigError, ServesimError
 
 
 def _add_predict(sub) -> None:
@@ -26,6 +27,16 @@ def _add_predict(sub) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table", help="console summary format")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     p.add_argument("--mode", choices=("fast", "step"), help="simulation mode (overrides simulation.mode)")
+    p.add_argument("--plot", action="store_true",
+                   help="also draw latency.png and timeline.png in the output folder (servesim[plot])")
+
+
+def _add_plot(sub) -> None:
+    p = sub.add_parser("plot", help="draw figures of a predict output folder or of validate results")
+    p.add_argument("path", help="a `servesim predict` output folder (latency.png, timeline.png) or a "
+                                "`servesim validate --out` CSV (predicted against measured)")
+    p.add_argument("--out", help="folder for a run's figures (default: the run folder), or the PNG file "
+                                 "for validate results (default: the CSV's name with .png)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command")
     _add_predict(sub)
+    _add_plot(sub)
     try:
         from servesim.validate.cli import add_subcommands
     except ImportError:  # validate/calibrate not installed in this build
@@ -79,7 +91,9 @@ def _stderr_console():
     return Console(stderr=True)
 
 
-OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet", "kv_events.jsonl")
+#: What a run writes (figures only with --plot); all are removed before a run into the folder.
+OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet", "kv_events.jsonl",
+                "latency.png", "timeline.png")
 
 
 def _remove_stale_outputs(out_dir: Path) -> None:
@@ -94,11 +108,19 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from servesim.api import predict
     from servesim.config import load_config
     from servesim.report.console import render_summary
+    from servesim.report.plots import plot_run, require_matplotlib
 
     overrides = list(args.overrides)
     if args.mode:
         overrides.append(f"simulation.mode={args.mode}")
     cfg = load_config(args.config, overrides)
+    if args.plot and (args.no_files or not (args.out or cfg.output.dir)):
+        raise ConfigError("--plot draws from the output files: it needs an output folder (--out DIR or "
+                          "output.dir) and not --no-files")
+    if args.plot:
+        if not cfg.output.timeseries:
+            raise ConfigError("--plot draws timeline.png from timeseries.parquet: it needs output.timeseries: true")
+        require_matplotlib()  # a missing matplotlib is reported before the run, not after it
     if not args.no_files and (args.out or cfg.output.dir):
         _remove_stale_outputs(Path(args.out or cfg.output.dir))
     show_progress = not args.quiet and args.format == "table" and sys.stderr.isatty()
@@ -108,11 +130,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     out_dir = None
     if not args.no_files and (args.out or cfg.output.dir):
         out_dir = pred.write(args.out)
+    figures = plot_run(out_dir) if args.plot and out_dir is not None else []
     if args.quiet:
         return 0
     if args.format == "json":
         doc = {"summary": pred.summary, "host": pred.host, "deployment": pred.deployment.describe(),
-               "workload": pred.workload, "output_dir": str(out_dir) if out_dir else None}
+               "workload": pred.workload, "output_dir": str(out_dir) if out_dir else None,
+               "figures": [str(f) for f in figures]}
         print(json.dumps(doc, indent=2))
         return 0
     console = Console()
@@ -120,7 +144,25 @@ def cmd_predict(args: argparse.Namespace) -> int:
         console = Console(width=130)  # pipes and files: room for every column
     render_summary(pred.summary, pred.header(), console, pred.host)
     if out_dir is not None:
-        console.print(f"Wrote {Path(out_dir) / 'prediction.json'}, requests.parquet, timeseries.parquet")
+        console.print(f"Wrote {Path(out_dir) / 'prediction.json'}, requests.parquet, timeseries.parquet"
+                      + (f", {', '.join(f.name for f in figures)}" if figures else ""))
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from servesim.report.plots import PlotError, plot_run, plot_validation
+
+    path = Path(args.path)
+    if path.is_dir():
+        written = plot_run(path, args.out)
+        if len(written) == 1:
+            print(f"{path}: no timeseries.parquet (output.timeseries: false), timeline.png not drawn")
+    elif path.is_file():
+        written = [plot_validation(path, args.out)]
+    else:
+        raise PlotError(f"{path}: no such file or folder (expected a predict output folder or a validate CSV)")
+    for f in written:
+        print(f"Wrote {f}")
     return 0
 
 
@@ -135,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    handler = {"predict": cmd_predict}.get(args.command) or getattr(args, "handler", None)
+    handler = {"predict": cmd_predict, "plot": cmd_plot}.get(args.command) or getattr(args, "handler", None)
     try:
         return handler(args)
     except ServesimError as exc:
