@@ -4,7 +4,8 @@ Blocks evicted from the GPU are written back to host memory instead of being los
 request whose prefix misses on the GPU but hits on the host loads those blocks over PCIe
 instead of recomputing them.  The tier is indexed by the chained block hashes of
 :mod:`servesim.kvcache.hashing` (``block_size`` tokens per host block), LRU within host.
-It only answers counts and bytes; the engine prices the load (``PassPlan.host_load_bytes``).
+It only answers counts and bytes; the engine prices the load (``PassPlan.host_load_s``, over
+the link of :mod:`servesim.engines.host`).
 
 Feeding it from a :class:`~servesim.kvcache.block_pool.BlockPool`: pass
 ``on_event=tier.on_gpu_event`` (or call it from the worker's own sink) so "removed" GPU

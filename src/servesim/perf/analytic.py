@@ -34,7 +34,8 @@ Ops per decoder layer (per GPU of the worker):
 
 Per pass: LM head for one token per prefill chunk plus each decode token; a fixed overhead
 (scheduling + launch), smaller for decode-only batches that replay a CUDA graph; optional
-per-request CPU overhead; host-tier KV loads over PCIe.
+per-request CPU overhead.  (Host-tier KV loads are not priced here: the engine sets the
+plan's ``host_load_s`` from its own ``host_link_gbs`` and the worker adds or overlaps it.)
 
 Attention data parallelism (``attention_dp > 1``): a plan with per-rank sub-plans
 (``PassPlan.ranks``, from engines/attention_dp.py) is priced rank by rank — the slowest
@@ -96,7 +97,6 @@ class AnalyticParams(BaseModel):
     graph_layer_overhead_s: float = Field(2e-6, ge=0, description="per-layer overhead inside a CUDA graph")
     cuda_graph_max_batch: int = Field(512, ge=0, description="largest decode batch replayed from a CUDA graph")
     overhead_per_request_s: float = Field(0.0, ge=0, description="per-request CPU cost per pass (batch bookkeeping)")
-    host_link_gbs: float = Field(50.0, gt=0, description="host-to-GPU bandwidth for host-tier KV loads, GB/s")
 
 
 class AnalyticStepTime:
@@ -259,7 +259,6 @@ class AnalyticStepTime:
                 moe_ar = ar(gpus, nm)
                 self._a2a = (moe_ar[0] + dense[0], moe_ar[1] + dense[1])
         self._L = L
-        self._host_bw = p.host_link_gbs * 1e9
 
     # --------------------------------------------------------------- pricing
     def _gemm_eff(self, tokens: float) -> float:
@@ -395,8 +394,6 @@ class AnalyticStepTime:
             t = t + self._decode_attn(n_dec, s_full, s_cap, dtok)
         if n_chunks:
             t += self._prefill_attn(new, plan.prefill_cached.tolist())
-        if plan.host_load_bytes:
-            t += plan.host_load_bytes / self._host_bw
         return t
 
     def decode_stretch_times(self, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
@@ -478,8 +475,6 @@ class AnalyticStepTime:
             t = t + self._decode_attn(n_dec, s_full, s_cap, dtok) * self._dp
         if n_chunks:
             t += self._prefill_attn(new, plan.prefill_cached.tolist()) * self._dp
-        if plan.host_load_bytes:
-            t += plan.host_load_bytes / self._host_bw
         return t
 
     def rank_pass_time(self, plan: PassPlan) -> float:

@@ -30,8 +30,6 @@ class PassPlan:
     prefill_cached: np.ndarray = field(default_factory=lambda: _EMPTY)
     decode_ctx: np.ndarray = field(default_factory=lambda: _EMPTY)
     decode_tokens: int = 1
-    #: KV bytes loaded from a host tier before the pass can run (0 without one).
-    host_load_bytes: float = 0.0
     #: Seconds the host-tier load takes over the host link (set by the engine, which knows
     #: the link and the bytes); the worker adds it to the pass, or with
     #: ``host_load_overlap`` (layer-wise loading during compute) takes max(compute, load).
@@ -120,7 +118,6 @@ def rank_union(ranks: tuple[PassPlan | None, ...], requests: object = None) -> P
     slow = max(loads, key=lambda r: r.host_load_s) if loads else None
     return PassPlan(prefill_new=cat("prefill_new"), prefill_cached=cat("prefill_cached"),
                     decode_ctx=cat("decode_ctx"), decode_tokens=dtok,
-                    host_load_bytes=sum(r.host_load_bytes for r in live),
                     host_load_s=slow.host_load_s if slow else 0.0,
                     host_load_overlap=slow.host_load_overlap if slow else False,
                     requests=requests, ranks=tuple(ranks))
