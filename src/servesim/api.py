@@ -138,6 +138,16 @@ def run_simulation(cfg: Config, source: WorkloadSource, deployment: Deployment,
     return recorder, ts, stats
 
 
+def _uses_belady(cfg: Config) -> bool:
+    """Whether any engine of the deployment (a disaggregated pool's included) evicts by ``belady``,
+    which needs the workload's future block uses."""
+    dep = cfg.deployment
+    engines = [dep.engine]
+    if dep.disaggregation is not None:
+        engines += [p.engine for p in (dep.disaggregation.prefill, dep.disaggregation.decode) if p.engine is not None]
+    return any(e.eviction_policy == "belady" for e in engines)
+
+
 def predict(config: Config | dict | str | Path | None = None, overrides: list[str] | None = None,
             progress: Callable[[int, float], None] | None = None) -> Prediction:
     """Simulate a deployment under a workload.
@@ -148,7 +158,7 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
     t0 = time.perf_counter()
     cfg = load_config(config, overrides)
     source = build_source(cfg.workload, cfg.seed, config_base_dir(cfg))
-    oracle = next_use_oracle(source) if cfg.deployment.engine.eviction_policy == "belady" else None
+    oracle = next_use_oracle(source) if _uses_belady(cfg) else None
     deployment = build_deployment(cfg, oracle)
     recorder, ts, stats = run_simulation(cfg, source, deployment, progress)
     summary = summarize(recorder, deployment.total_gpus)

@@ -166,3 +166,13 @@ def test_held_prefix_counts_what_the_decode_worker_caches():
         eng.complete(plan, t)
     b = make_request(1, 1.0, 2600, 2, hash_ids=[1, 2, 3, 9, 10, 11])
     assert held_prefix_tokens(eng, b) == 3 * 512
+
+
+@pytest.mark.parametrize("pool", ["prefill", "decode"])
+def test_belady_in_one_pool_gets_the_workload_oracle(pool):
+    """The oracle is built when any engine evicts by belady, not only deployment.engine."""
+    c = _cfg("sglang")
+    c["deployment"]["disaggregation"][pool]["engine"] = {"name": "sglang", "eviction_policy": "belady"}
+    p = predict(c)
+    status = _col(p, "status")
+    assert status.size == 120 and (status == Status.COMPLETED).all()
