@@ -144,8 +144,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         console = Console(width=130)  # pipes and files: room for every column
     render_summary(pred.summary, pred.header(), console, pred.host)
     if out_dir is not None:
-        console.print(f"Wrote {Path(out_dir) / 'prediction.json'}, requests.parquet, timeseries.parquet"
-                      + (f", {', '.join(f.name for f in figures)}" if figures else ""))
+        # stale files were removed before the run, so what is there now is this run's
+        written = [name for name in OUTPUT_FILES if (Path(out_dir) / name).exists()]
+        console.print(f"Wrote {Path(out_dir) / written[0]}" + "".join(f", {n}" for n in written[1:]))
     return 0
 
 

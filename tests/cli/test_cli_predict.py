@@ -239,3 +239,12 @@ def test_writing_output_files_does_not_import_pandas(tmp_path):
             "assert rc == 0; assert 'pandas' not in sys.modules, 'pandas was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
     assert (tmp_path / "o" / "timeseries.parquet").exists()
+
+
+def test_summary_names_only_the_files_written(tmp_path, capsys):
+    cfg = dict(SMALL, output={"requests": False, "timeseries": False, "kv_events": True})
+    out = tmp_path / "run"
+    assert main(["predict", str(write_config(tmp_path, cfg)), "--out", str(out)]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("Wrote")][-1]
+    assert line == f"Wrote {out / 'prediction.json'}, kv_events.jsonl"
+    assert sorted(p.name for p in out.iterdir()) == ["kv_events.jsonl", "prediction.json"]
