@@ -52,10 +52,13 @@ def test_validate_and_predict_share_one_path():
 
 def test_frontend_queue_and_stream_latency_raise_ttft_not_tpot():
     cfg = _config()
-    base = simulate_point(cfg, {}, FrontendParams.zero())
-    lat = simulate_point(cfg, {}, FrontendParams.zero().model_copy(update={"first_token_overhead_s": 0.05}))
-    assert lat.ttft_ms == pytest.approx(base.ttft_ms + 50, rel=1e-3)
-    assert lat.tpot_ms == pytest.approx(base.tpot_ms, rel=0.02)
+    # one measured wave (as many prompts as the concurrency): sent together once the client has
+    # seen every warm-up end, into an idle engine, so stream latency adds exactly itself
+    base = simulate_point(cfg, {}, FrontendParams.zero(), num_prompts=8)
+    lat = simulate_point(cfg, {}, FrontendParams.zero().model_copy(update={"first_token_overhead_s": 0.05}),
+                         num_prompts=8)
+    assert lat.ttft_ms == pytest.approx(base.ttft_ms + 50, rel=1e-9)
+    assert lat.tpot_ms == pytest.approx(base.tpot_ms, rel=1e-9)
     # a slow serial tokenizer: the 8 measured requests are sent at once and queue (mean wait
     # about 4.5 tokenizations), so TTFT grows by much more than one tokenization
     fe = FrontendParams.zero().model_copy(update={"tokenize_per_token_s": 2e-4})
@@ -156,3 +159,31 @@ def test_validate_with_the_measured_tables(tmp_path):
     assert aic[0].status == "ok" and aic[0].pred_tpot > 0
     assert aic[0].pred_tpot != pytest.approx(ana[0].pred_tpot, rel=1e-6)
     assert aic[1].status.startswith("unsupported: aic:") and "attention_dp" in aic[1].status
+
+
+def test_cli_calibrate_refuses_flags_its_method_ignores(tmp_path, capsys):
+    pts = tmp_path / "points.csv"
+    _write(pts, [row(id="p0", **SMALL)])
+    out = tmp_path / "cal.yaml"
+    # the direct method's tuning flags under the default (sensitivity) method
+    assert main(["calibrate", "--points", str(pts), "--out", str(out), "--sample", "6", "--max-evals", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--sample, --max-evals only apply to --method direct" in err
+    # and the sensitivity method's under direct
+    assert main(["calibrate", "--points", str(pts), "--method", "direct", "--sensitivities", "s.csv"]) == 2
+    assert "--sensitivities only apply to --method sensitivity" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_cli_calibrate_fills_each_methods_defaults():
+    from servesim.cli import build_parser
+    from servesim.validate.cli import DIRECT_ONLY, SENSITIVITY_ONLY, _check_method_flags
+
+    args = build_parser().parse_args(["calibrate", "--points", "x.csv", "--method", "direct"])
+    _check_method_flags(args)
+    assert {k: getattr(args, k) for k in DIRECT_ONLY} == DIRECT_ONLY
+    args = build_parser().parse_args(["calibrate", "--points", "x.csv", "--min-model-points", "5"])
+    _check_method_flags(args)
+    assert args.min_model_points == 5 and args.sensitivities is None
+    assert {k: getattr(args, k) for k in DIRECT_ONLY} == dict.fromkeys(DIRECT_ONLY)  # untouched
+    assert set(SENSITIVITY_ONLY) == {"sensitivities", "base_calibration", "min_model_points"}

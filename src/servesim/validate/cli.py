@@ -6,6 +6,8 @@ import argparse
 import sys
 import time
 
+from servesim.errors import ConfigError
+
 
 def add_subcommands(sub) -> None:
     v = sub.add_parser("validate", help="simulate measured benchmark points and score the predictions")
@@ -37,19 +39,20 @@ def add_subcommands(sub) -> None:
     c.add_argument("--base-calibration", help="sensitivity method: a previous calibration; each point is "
                                               "simulated around the values it gives that point (a second "
                                               "round, default: one built-in base for all points)")
-    c.add_argument("--min-model-points", type=int, default=3,
+    c.add_argument("--min-model-points", type=int,
                    help="sensitivity method: model groups need this many points (default 3)")
-    c.add_argument("--sample", type=int, default=24, help="direct method: points per fit (default 24)")
-    c.add_argument("--shared-sample", type=int, help="points of the shared fit (default: --sample)")
     c.add_argument("--split", choices=("fit", "holdout"),
                    help="only the fit (~60%%, by id hash) or held-out (~40%%) rows of the file")
-    c.add_argument("--group-params", help="comma-separated parameters the per-group fits move (default: all)")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--fit-prompts", type=int, default=4,
-                   help="simulate this many x concurrency prompts per point while fitting (default 4)")
     c.add_argument("--min-group-points", type=int, default=8,
                    help="groups with fewer supported points use the shared fit (default 8)")
-    c.add_argument("--max-evals", type=int, default=40, help="simulation sweeps per fit (default 40)")
+    c.add_argument("--sample", type=int, help="direct method: points per fit (default 24)")
+    c.add_argument("--shared-sample", type=int, help="direct method: points of the shared fit (default: --sample)")
+    c.add_argument("--group-params",
+                   help="direct method: comma-separated parameters the per-group fits move (default: all)")
+    c.add_argument("--seed", type=int, help="direct method: seed of the point sample (default 0)")
+    c.add_argument("--fit-prompts", type=int,
+                   help="direct method: simulate this many x concurrency prompts per point (default 4)")
+    c.add_argument("--max-evals", type=int, help="direct method: simulation sweeps per fit (default 40)")
     c.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
     c.add_argument("--quiet", "-q", action="store_true")
     c.set_defaults(handler=cmd_calibrate)
@@ -80,9 +83,29 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Flags of one method only, with their defaults: given with the other method they would do nothing.
+DIRECT_ONLY = {"sample": 24, "shared_sample": None, "group_params": None, "seed": 0, "fit_prompts": 4,
+               "max_evals": 40}
+SENSITIVITY_ONLY = {"sensitivities": None, "base_calibration": None, "min_model_points": 3}
+
+
+def _check_method_flags(args: argparse.Namespace) -> None:
+    """Refuse flags the chosen method ignores, and fill in the defaults of its own."""
+    own, other = (SENSITIVITY_ONLY, DIRECT_ONLY) if args.method == "sensitivity" else (DIRECT_ONLY, SENSITIVITY_ONLY)
+    stray = [f"--{k.replace('_', '-')}" for k in other if getattr(args, k) is not None]
+    if stray:
+        other_method = "direct" if args.method == "sensitivity" else "sensitivity"
+        raise ConfigError(f"calibrate --method {args.method}: {', '.join(stray)} only apply to --method "
+                          f"{other_method}; drop them or add --method {other_method}")
+    for k, default in own.items():
+        if getattr(args, k) is None:
+            setattr(args, k, default)
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    _check_method_flags(args)
     if args.method == "sensitivity":
         return _calibrate_sensitivity(args)
     from servesim.validate.calibrate import calibrate
