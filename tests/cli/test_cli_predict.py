@@ -248,3 +248,26 @@ def test_summary_names_only_the_files_written(tmp_path, capsys):
     line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("Wrote")][-1]
     assert line == f"Wrote {out / 'prediction.json'}, kv_events.jsonl"
     assert sorted(p.name for p in out.iterdir()) == ["kv_events.jsonl", "prediction.json"]
+
+
+def test_engine_options_without_a_name_are_the_default_engines():
+    """SMALL names no engine: an override of one SGLang option must not need `name` too."""
+    from servesim.config import load_config
+
+    cfg = load_config(SMALL, ["deployment.engine.schedule_policy=lpm"])
+    assert cfg.deployment.engine.name == "sglang" and cfg.deployment.engine.schedule_policy == "lpm"
+    # a vLLM option without the name is still an SGLang config, and says so
+    from servesim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="max_num_batched_tokens"):
+        load_config(SMALL, ["deployment.engine.max_num_batched_tokens=4096"])
+
+
+def test_overrides_leave_the_callers_mapping_alone():
+    import copy
+
+    from servesim.config import load_config
+
+    before = copy.deepcopy(SMALL)
+    load_config(SMALL, ["deployment.engine.schedule_policy=lpm", "workload.arrival.rate=3"])
+    assert SMALL == before

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +98,7 @@ def load_config(source: str | Path | dict | Config | None = None, overrides: lis
         data = source.model_dump(mode="json")
         label = "<object>"
     elif isinstance(source, dict):
-        data = dict(source)
+        data = copy.deepcopy(source)  # overrides write into nested sections: never the caller's
         label = "<mapping>"
     else:
         path = Path(source) if source is not None else default_example_path()

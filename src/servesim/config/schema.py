@@ -55,9 +55,13 @@ class DeploymentConfig(_Strict):
     @field_validator("engine", mode="before")
     @classmethod
     def _engine_shorthand(cls, v: Any) -> Any:
-        """Accept ``engine: sglang`` as well as ``engine: {name: sglang, ...}``."""
+        """Accept ``engine: sglang`` as well as ``engine: {name: sglang, ...}``; options without a
+        ``name`` are the default engine's (SGLang), so ``--set deployment.engine.schedule_policy=lpm``
+        works on a config that never named its engine."""
         if isinstance(v, str):
             return {"name": v}
+        if isinstance(v, dict) and "name" not in v:
+            return {"name": "sglang", **v}
         return v
 
 
