@@ -305,7 +305,6 @@ class ClosedLoopWorkload(_Strict):
     isl: int = Field(gt=0)
     osl: int = Field(gt=0)
     range_ratio: float = Field(default=0.8, gt=0, le=1)
-    block_size: int = Field(default=512, gt=0)
 
     @property
     def resolved_num_prompts(self) -> int:

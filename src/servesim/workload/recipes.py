@@ -25,6 +25,9 @@ from .request import Request
 
 #: Requests drawn per numpy batch.
 CHUNK = 65536
+#: Tokens per prompt id.  Every block gets a fresh id, so no two requests share one and the
+#: value changes no result (it is not a config key); it only sets how many ids a prompt has.
+PROMPT_BLOCK = 512
 
 
 def length_range(length: int, range_ratio: float) -> tuple[int, int]:
@@ -37,7 +40,7 @@ def generate_closed_loop(cfg: ClosedLoopWorkload, seed: int) -> Iterator[Request
     rng = np.random.default_rng(seed)
     n_warmup = cfg.resolved_warmup
     total = n_warmup + cfg.resolved_num_prompts
-    bs = cfg.block_size
+    bs = PROMPT_BLOCK
     next_id = 0
     index = 0
     while index < total:
