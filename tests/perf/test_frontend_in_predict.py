@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from servesim.api import predict
@@ -84,3 +85,36 @@ def test_a_model_group_of_the_calibration_applies_in_predict(tmp_path):
     fp8 = _cfg(1, perf)
     fp8["deployment"]["weight_dtype"] = "fp8"
     assert predict(fp8).to_json()["deployment_resolved"]["perf"]["frontend"]["first_token_overhead_s"] == 9.0
+
+
+@pytest.mark.parametrize("stream_s", [0.0, 0.05])
+def test_closed_loop_sends_the_next_request_at_the_engines_end(stream_s):
+    """The slot frees when the engine ends the request; the recorded finish adds the stream
+    latency (``first_token_overhead_s`` is fitted as a TTFT offset, not only the stream's own
+    latency, so it must not idle the client; docs/workload.md)."""
+    fe = {"tokenize_per_token_s": 0.0, "tokenize_base_s": 0.0, "request_overhead_s": 0.0,
+          "first_token_overhead_s": stream_s}
+    pred = predict(_cfg(1, {"model": "fixed", "seconds": 0.02, "frontend": fe}))
+    arrival, finish = pred.recorder.column("arrival"), pred.recorder.column("finish")
+    assert arrival.size == 4
+    assert arrival[1:] == pytest.approx(finish[:-1] - stream_s, abs=1e-12)
+    # 1000 prompt tokens and 20 output tokens at 0.02 s per pass: the engine takes 20 passes
+    assert finish - arrival == pytest.approx(20 * 0.02 + stream_s)
+
+
+def test_session_turn_waits_its_think_time_after_the_engine_ends_the_previous_one():
+    sessions = {"turns": {"dist": "fixed", "value": 3}, "think_time_s": {"dist": "fixed", "value": 1.5},
+                "new_input": {"dist": "fixed", "value": 100}}
+    cfg = {"seed": 0,
+           "workload": {"kind": "synthetic", "num_requests": 6, "arrival": {"process": "constant", "rate": 0.1},
+                        "input": {"dist": "fixed", "value": 500}, "output": {"dist": "fixed", "value": 10},
+                        "sessions": sessions},
+           "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm", "engine": "sglang"},
+           "perf": {"model": "fixed", "seconds": 0.02, "frontend": {"first_token_overhead_s": 0.05}},
+           "output": {"dir": None}}
+    rec = predict(cfg).recorder
+    turn, arrival, finish = rec.column("turn"), rec.column("arrival"), rec.column("finish")
+    later = np.flatnonzero(turn > 0)
+    assert later.size == 4
+    for i in later:  # turns of a session are consecutive requests
+        assert arrival[i] == pytest.approx(finish[i - 1] - 0.05 + 1.5, abs=1e-9)

@@ -52,8 +52,8 @@ def test_validate_and_predict_share_one_path():
 
 def test_frontend_queue_and_stream_latency_raise_ttft_not_tpot():
     cfg = _config()
-    # one measured wave (as many prompts as the concurrency): sent together once the client has
-    # seen every warm-up end, into an idle engine, so stream latency adds exactly itself
+    # one measured wave (as many prompts as the concurrency): sent together once every warm-up
+    # has ended, into an idle engine, so stream latency adds exactly itself
     base = simulate_point(cfg, {}, FrontendParams.zero(), num_prompts=8)
     lat = simulate_point(cfg, {}, FrontendParams.zero().model_copy(update={"first_token_overhead_s": 0.05}),
                          num_prompts=8)

@@ -54,7 +54,8 @@ class TRTLLMOptions(BaseModel):
         10, ge=0, description="attention DP balance: further iterations to gather contexts once every rank has one")
     # batch waiting (PyExecutor _waiting_requests; not applied with attention DP)
     batch_wait_timeout_iters: int = Field(
-        0, ge=0, description="batch waiting: most iterations in a row that contexts are held while generation runs")
+        0, ge=0, description="batch waiting (on only when this and batch_wait_max_tokens_ratio are both > 0): "
+        "most iterations in a row that contexts are held while generation runs")
     batch_wait_max_tokens_ratio: float = Field(
-        0.0, ge=0, le=1, description="batch waiting: contexts run once the iteration's tokens reach this share of "
-        "max_num_tokens")
+        0.0, ge=0, le=1, description="batch waiting (on only when this and batch_wait_timeout_iters are both > 0): "
+        "contexts run once the iteration's tokens reach this share of max_num_tokens")
