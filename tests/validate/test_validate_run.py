@@ -187,3 +187,15 @@ def test_cli_calibrate_fills_each_methods_defaults():
     assert args.min_model_points == 5 and args.sensitivities is None
     assert {k: getattr(args, k) for k in DIRECT_ONLY} == dict.fromkeys(DIRECT_ONLY)  # untouched
     assert set(SENSITIVITY_ONLY) == {"sensitivities", "base_calibration", "min_model_points"}
+
+
+def test_cli_validate_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    pts = tmp_path / "points.csv"
+    _write(pts, [row(id="p0", **SMALL), row(id="p1", **{**SMALL, "concurrency": 2})])
+    out, png = tmp_path / "res.csv", tmp_path / "fig" / "res.png"
+    assert main(["validate", "--points", str(pts), "--out", str(out), "--plot", str(png), "--quiet"]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"figure in {png}" in capsys.readouterr().out
+    assert main(["validate", "--points", str(pts), "--plot", str(png)]) == 2
+    assert "give --out results.csv too" in capsys.readouterr().err

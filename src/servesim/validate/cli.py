@@ -20,6 +20,8 @@ def add_subcommands(sub) -> None:
     v.add_argument("--calibration", help="calibration YAML, or a bundled one by name: default (all rows), "
                                          "fit-split (fit rows only; default: default)")
     v.add_argument("--markdown", action="store_true", help="print the score table as Markdown")
+    v.add_argument("--plot", metavar="PNG", help="also draw predicted against measured TTFT and TPOT into this "
+                                                 "PNG (needs --out; pip install 'servesim[plot]')")
     v.add_argument("--perf-model", choices=("analytic", "aic"), default="analytic",
                    help="step-time model: analytic (calibrated, default) or aic (measured operator tables, "
                         "pip install 'servesim[aic]'; the calibration's frontend values still apply)")
@@ -67,6 +69,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from servesim.validate.points import load_points
     from servesim.validate.run import format_report, validate_points, write_rows
 
+    if args.plot:
+        if not args.out:
+            raise ConfigError("validate --plot draws from the results file: give --out results.csv too")
+        from servesim.report.plots import require_matplotlib
+
+        require_matplotlib()  # before the run, not after it
     cal = load_calibration(args.calibration)
     points = load_points(args.points, args.sample, args.seed, split=args.split)
     t0 = time.perf_counter()
@@ -80,6 +88,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         write_rows(rows, args.out)
     print(format_report(rows, markdown=args.markdown))
     print(f"\n{len(rows)} points in {time.perf_counter() - t0:.0f} s" + (f"; rows in {args.out}" if args.out else ""))
+    if args.plot:
+        from servesim.report.plots import plot_validation
+
+        print(f"figure in {plot_validation(args.out, args.plot)}")
     return 0
 
 
