@@ -196,3 +196,32 @@ def test_sessions_property(seed, block_size, n):
     reqs = requests(cfg, seed)
     assert len(reqs) == n
     check_sessions(reqs, block_size)
+
+
+def test_lengths_stay_within_max_tokens_however_wide_the_distribution():
+    """A wide lognormal or a huge fixed value once overflowed int64 into negative lengths."""
+    import numpy as np
+
+    from servesim.workload.config import parse_workload as _parse
+    from servesim.workload.distributions import sample_lengths
+    from servesim.workload.request import MAX_TOKENS
+
+    wide = _parse({"kind": "synthetic", "num_requests": 1, "arrival": {"process": "poisson", "rate": 1},
+                   "input": {"dist": "lognormal", "median": 100, "sigma": 50},
+                   "output": {"dist": "fixed", "value": 1e19}})
+    rng = np.random.default_rng(0)
+    lengths = sample_lengths(wide.input, rng, 10_000)
+    assert lengths.min() >= 1 and lengths.max() == MAX_TOKENS  # the tail is clipped, not wrapped
+    assert (sample_lengths(wide.output, rng, 3) == MAX_TOKENS).all()
+
+
+def test_lengths_above_max_tokens_are_config_errors():
+    from pydantic import ValidationError
+
+    from servesim.workload.config import parse_workload as _parse
+
+    for bad in ({"kind": "closed_loop", "recipe": "fixed", "concurrency": 1, "isl": 10**9, "osl": 10},
+                {"kind": "synthetic", "num_requests": 1, "arrival": {"process": "poisson", "rate": 1},
+                 "input": {"dist": "fixed", "value": 10, "max": 10**9}, "output": {"dist": "fixed", "value": 1}}):
+        with pytest.raises(ValidationError, match="100000000"):
+            _parse(bad)

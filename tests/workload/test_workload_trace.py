@@ -49,8 +49,10 @@ def test_reads_basic_fields(tmp_path):
     "bad_line, field, fragment",
     [
         ('{"timestamp": 0, "input_length": 100, "output_len', None, "invalid JSON"),
-        (row(5, out=-3), "output_length", "expected an integer >= 1, got -3"),
+        (row(5, out=-3), "output_length", "expected an integer from 1 to 100,000,000, got -3"),
         (row(5, out=0), "output_length", "got 0"),
+        (row(5, inp=10**30), "input_length", "expected an integer from 1 to 100,000,000"),
+        (row(5, out=2**63), "output_length", "got 9223372036854775808"),
         ({"timestamp": 5, "input_length": 100}, "output_length", "missing"),
         ({"input_length": 100, "output_length": 1}, "timestamp", "missing"),
         (row(5, inp=12.5), "input_length", "got 12.5"),
@@ -212,3 +214,26 @@ def test_real_conversation_trace():
         n += 1
     assert n == 12031
     assert abs(total_in / n - 12035) < 1
+
+
+def test_unreadable_files_are_workload_errors_naming_the_file(tmp_path):
+    import gzip
+
+    good = b"".join(json.dumps(row(i)).encode() + b"\n" for i in range(3000))
+    fake = tmp_path / "plain.jsonl.gz"
+    fake.write_bytes(good)
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gzip.compress(good)[: len(gzip.compress(good)) // 2])
+    for path in (fake, cut):
+        with pytest.raises(WorkloadError, match=f"{path}: not a complete gzip file"):
+            read_all(path)
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(json.dumps(row(0)).encode() + b"\n" + b'{"timestamp": 1, "request_id": "\xe9"}\n')
+    with pytest.raises(WorkloadError, match=f"{latin}:2: not UTF-8 text"):
+        read_all(latin)
+
+
+def test_a_byte_order_mark_is_dropped(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(row(0)).encode() + b"\n" + json.dumps(row(1)).encode() + b"\n")
+    assert [r.arrival for r in read_all(path)] == [0.0, 0.001]

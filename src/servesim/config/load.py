@@ -68,11 +68,13 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 
 def read_yaml(path: Path) -> dict:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
         data = yaml_io.safe_load(text)
     except yaml.YAMLError as exc:

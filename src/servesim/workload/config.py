@@ -23,6 +23,8 @@ from typing import Annotated, Any, Literal, Mapping, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from .request import MAX_TOKENS
+
 
 class _Strict(BaseModel):
     """Base of every workload model: unknown keys are errors, not silently ignored."""
@@ -105,8 +107,9 @@ class _Exponential(_Strict):
 class _LengthClip(_Strict):
     """Clipping of a token-count distribution: results lie in ``[min, max]``."""
 
-    min: int = Field(default=1, ge=1)
-    max: int | None = Field(default=None, ge=1)
+    min: int = Field(default=1, ge=1, le=MAX_TOKENS)
+    max: int | None = Field(default=None, ge=1, le=MAX_TOKENS,
+                            description=f"None: {MAX_TOKENS:,} tokens, the most any workload length may be")
 
     @model_validator(mode="after")
     def _clip_ordered(self) -> "_LengthClip":
@@ -249,7 +252,7 @@ class PrefixSharing(_Strict):
     """
 
     num_groups: int = Field(gt=0)
-    length: int = Field(gt=0)
+    length: int = Field(gt=0, le=MAX_TOKENS)
     share: float = Field(ge=0, le=1)
 
 
@@ -302,8 +305,8 @@ class ClosedLoopWorkload(_Strict):
     concurrency: int = Field(gt=0)
     num_prompts: int | None = Field(default=None, gt=0)
     warmup: int | None = Field(default=None, ge=0)
-    isl: int = Field(gt=0)
-    osl: int = Field(gt=0)
+    isl: int = Field(gt=0, le=MAX_TOKENS)
+    osl: int = Field(gt=0, le=MAX_TOKENS)
     range_ratio: float = Field(default=0.8, gt=0, le=1)
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .request import MAX_TOKENS
 from .config import (
     ArrivalProcess,
     _DurationClip,
@@ -41,9 +42,10 @@ def _raw(dist: object, rng: np.random.Generator, n: int, integer_uniform: bool) 
 
 
 def sample_lengths(dist: _LengthClip, rng: np.random.Generator, n: int) -> np.ndarray:
-    """``n`` token counts (int64): draws rounded to the nearest integer, clipped to [min, max]."""
+    """``n`` token counts (int64): draws rounded to the nearest integer, clipped to [min, max]
+    (``max`` defaults to :data:`MAX_TOKENS`: a wide lognormal's tail must not overflow int64)."""
     values = np.rint(_raw(dist, rng, n, integer_uniform=True))
-    upper = dist.max if dist.max is not None else np.inf
+    upper = dist.max if dist.max is not None else MAX_TOKENS
     return np.clip(values, dist.min, upper).astype(np.int64)
 
 

@@ -13,6 +13,11 @@ from dataclasses import dataclass, field
 # Id spaces for blocks that must never match anything else.  Trace ids are >= 0.
 OUTPUT_ID_BASE = -(1 << 60)
 
+#: Largest input or output length a workload may give (tokens).  No model's context comes
+#: near it; a larger value is an input mistake, and would overflow the simulator's integer
+#: columns or build millions of block ids before any engine could reject the request.
+MAX_TOKENS = 100_000_000
+
 
 def output_block_id(request_index: int, block: int) -> int:
     """A block id for generated tokens of one request: unique, never shared."""

@@ -27,11 +27,12 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import zlib
 from pathlib import Path
 from typing import IO, Any, Iterator
 
 from ..errors import WorkloadError
-from .request import Request
+from .request import MAX_TOKENS, Request
 
 _MISSING = object()
 
@@ -58,15 +59,16 @@ class _Row:
         got = "it is missing" if value is _MISSING else f"got {_show(value)}"
         return WorkloadError(f"{self.where}: field '{field}': expected {expected}, {got}")
 
-    def integer(self, field: str, minimum: int, required: bool = True) -> int | None:
+    def integer(self, field: str, minimum: int, required: bool = True, maximum: int | None = None) -> int | None:
         value = self.obj.get(field, _MISSING)
+        expected = f"an integer >= {minimum}" if maximum is None else f"an integer from {minimum} to {maximum:,}"
         if value is _MISSING:
             if required:
-                raise self.fail(field, f"an integer >= {minimum}")
+                raise self.fail(field, expected)
             return None
         as_int = _as_int(value)
-        if as_int is None or as_int < minimum:
-            raise self.fail(field, f"an integer >= {minimum}", value)
+        if as_int is None or as_int < minimum or (maximum is not None and as_int > maximum):
+            raise self.fail(field, expected, value)
         return as_int
 
     def number(self, field: str, required: bool = True) -> float | None:
@@ -105,10 +107,36 @@ def _as_int(value: Any) -> int | None:
     return None
 
 
-def _open(path: Path) -> IO[str]:
+def _open(path: Path) -> IO[bytes]:
+    """The trace as bytes: :func:`_lines` decodes line by line, so a bad byte has a line number."""
     if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, "r", encoding="utf-8")
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def _lines(fh: IO[bytes], path: Path) -> Iterator[tuple[int, str]]:
+    """Numbered lines of an open trace as text (a leading byte-order mark dropped); a file that
+    cannot be read or decoded stops with a :class:`WorkloadError` naming it and, for text that
+    is not UTF-8, the line."""
+    line_no = 0
+    lines = iter(fh)
+    while True:
+        try:
+            raw = next(lines)
+        except StopIteration:
+            return
+        except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+            raise WorkloadError(f"{path}: not a complete gzip file ({exc}); a trace named .gz must be "
+                                "gzip-compressed JSON lines") from None
+        except OSError as exc:
+            raise WorkloadError(f"{path}: cannot read ({exc})") from None
+        line_no += 1
+        try:
+            line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
+            raise WorkloadError(f"{path}:{line_no}: not UTF-8 text ({exc.reason} at column {exc.start + 1}); "
+                                "traces are UTF-8 JSON lines") from None
+        yield line_no, line
 
 
 def _parse_hash_ids(row: _Row, input_length: int, block_size: int) -> tuple[int, ...] | None:
@@ -184,7 +212,7 @@ def _read(
     if limit is not None and limit <= 0:
         return
     with _open(path) as fh:
-        for line_no, line in enumerate(fh, start=1):
+        for line_no, line in _lines(fh, path):
             if not line.strip():
                 continue
             where = f"{path}:{line_no}"
@@ -198,8 +226,8 @@ def _read(
 
             session_id = row.key("session_id")
             later_turn = session_id is not None and session_id in sessions
-            input_length = row.integer("input_length", 1)
-            output_length = row.integer("output_length", 1)
+            input_length = row.integer("input_length", 1, maximum=MAX_TOKENS)
+            output_length = row.integer("output_length", 1, maximum=MAX_TOKENS)
             assert input_length is not None and output_length is not None
             hash_ids = _parse_hash_ids(row, input_length, block_size)
             request_id = row.key("request_id") or f"L{line_no}"
