@@ -96,10 +96,17 @@ OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet", "kv
                 "latency.png", "timeline.png")
 
 
-def _remove_stale_outputs(out_dir: Path) -> None:
-    """A failed run must not leave an earlier run's files looking like its result."""
-    for name in OUTPUT_FILES:
-        (out_dir / name).unlink(missing_ok=True)
+def _prepare_output_dir(out_dir: Path, source: str) -> None:
+    """Create the output folder before the run (a run is not wasted on a folder that cannot
+    be written) and remove an earlier run's files, which must not pass for this one's."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"{source}: {out_dir} is a file, expected a folder for the output files")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in OUTPUT_FILES:
+            (out_dir / name).unlink(missing_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot write the output folder {out_dir} ({exc.strerror or exc})") from None
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -114,22 +121,24 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.mode:
         overrides.append(f"simulation.mode={args.mode}")
     cfg = load_config(args.config, overrides)
-    if args.plot and (args.no_files or not (args.out or cfg.output.dir)):
+    if args.out == "":
+        raise ConfigError("--out: expected an output folder name, got ''")
+    out_arg = args.out if args.out is not None else cfg.output.dir
+    if args.plot and (args.no_files or not out_arg):
         raise ConfigError("--plot draws from the output files: it needs an output folder (--out DIR or "
                           "output.dir) and not --no-files")
     if args.plot:
         if not cfg.output.timeseries:
             raise ConfigError("--plot draws timeline.png from timeseries.parquet: it needs output.timeseries: true")
         require_matplotlib()  # a missing matplotlib is reported before the run, not after it
-    if not args.no_files and (args.out or cfg.output.dir):
-        _remove_stale_outputs(Path(args.out or cfg.output.dir))
+    writes = not args.no_files and (args.out is not None or cfg.output.dir)
+    if writes:
+        _prepare_output_dir(Path(out_arg), "--out" if args.out is not None else "output.dir")
     show_progress = not args.quiet and args.format == "table" and sys.stderr.isatty()
     total = None
     with _Progress(total, show_progress) as progress:
         pred = predict(cfg, progress=progress if show_progress else None)
-    out_dir = None
-    if not args.no_files and (args.out or cfg.output.dir):
-        out_dir = pred.write(args.out)
+    out_dir = pred.write(out_arg) if writes else None
     figures = plot_run(out_dir) if args.plot and out_dir is not None else []
     if args.quiet:
         return 0

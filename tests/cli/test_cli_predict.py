@@ -271,3 +271,22 @@ def test_overrides_leave_the_callers_mapping_alone():
     before = copy.deepcopy(SMALL)
     load_config(SMALL, ["deployment.engine.schedule_policy=lpm", "workload.arrival.rate=3"])
     assert SMALL == before
+
+
+def test_unusable_output_folders_and_config_files_are_clear_errors(tmp_path, capsys):
+    cfg = str(write_config(tmp_path, SMALL))
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+    cases = [
+        (["--out", str(a_file)], "is a file, expected a folder"),
+        (["--out", ""], "expected an output folder name"),
+        (["--out", str(a_file / "sub")], "cannot write the output folder"),
+    ]
+    for extra, needle in cases:
+        assert main(["predict", cfg, "--quiet", *extra]) == 2
+        assert needle in capsys.readouterr().err
+    assert a_file.read_text() == "x"
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    assert main(["predict", str(binary)]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err

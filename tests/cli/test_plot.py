@@ -176,3 +176,13 @@ def test_missing_matplotlib_says_how_to_install_it(tmp_path, monkeypatch, capsys
     assert main(["predict", str(write_config(tmp_path, SMALL)), "--out", str(out), "--plot"]) == 2
     assert "pip install 'servesim[plot]'" in capsys.readouterr().err
     assert not (out / "prediction.json").exists()  # reported before the run, not after it
+
+
+@pytest.mark.parametrize("content", [b"", b"a,b\n", b"\x89\x00\xff", "{}".format(",".join(plots.VALIDATION_COLUMNS)).encode() + b"\n"])
+def test_plot_refuses_files_that_are_not_validate_results(tmp_path, capsys, content):
+    path = tmp_path / "x.csv"
+    path.write_bytes(content)
+    assert main(["plot", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and ("missing column" in err or "not a CSV" in err or "no points" in err)
+    assert not (tmp_path / "x.png").exists()

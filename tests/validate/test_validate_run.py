@@ -199,3 +199,12 @@ def test_cli_validate_plot(tmp_path, capsys):
     assert f"figure in {png}" in capsys.readouterr().out
     assert main(["validate", "--points", str(pts), "--plot", str(png)]) == 2
     assert "give --out results.csv too" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", ""])
+def test_cli_validate_refuses_a_measured_value_that_is_not_positive(tmp_path, capsys, value):
+    """Errors are relative to the measured means: a zero once divided by zero mid-report."""
+    pts = tmp_path / "points.csv"
+    _write(pts, [row(id="p0", **SMALL), {**row(id="p1", **SMALL), "measured_mean_tpot_ms": value}])
+    assert main(["validate", "--points", str(pts), "--quiet"]) == 2
+    assert f"line 3: column measured_mean_tpot_ms must be a number > 0 (found {value!r})" in capsys.readouterr().err

@@ -131,14 +131,15 @@ def timeline_series(timeseries: dict[str, np.ndarray], requests: dict[str, np.nd
     }
 
 
+#: The columns of a ``servesim validate --out`` file that the figure reads.
+VALIDATION_COLUMNS = ("backend", "status", "measured_mean_ttft_ms", "measured_mean_tpot_ms",
+                      "predicted_mean_ttft_ms", "predicted_mean_tpot_ms")
+
+
 def validation_pairs(rows: list[dict[str, str]], source: str = "results") -> dict[str, dict[str, np.ndarray]]:
     """``{metric: {"measured", "predicted", "backend"}}`` of the rows with status ``ok`` and both values."""
-    need = ("backend", "status", "measured_mean_ttft_ms", "measured_mean_tpot_ms",
-            "predicted_mean_ttft_ms", "predicted_mean_tpot_ms")
     if rows:
-        missing = [c for c in need if c not in rows[0]]
-        if missing:
-            raise PlotError(f"{source}: missing column(s) {missing}; is it a `servesim validate --out` file?")
+        _check_columns(list(rows[0]), source)
     out: dict[str, dict[str, np.ndarray]] = {}
     for metric in ("ttft", "tpot"):
         meas, pred, backend = [], [], []
@@ -152,6 +153,12 @@ def validation_pairs(rows: list[dict[str, str]], source: str = "results") -> dic
                 backend.append(r["backend"])
         out[metric] = {"measured": np.array(meas), "predicted": np.array(pred), "backend": np.array(backend)}
     return out
+
+
+def _check_columns(columns: list[str] | None, source: str) -> None:
+    missing = [c for c in VALIDATION_COLUMNS if c not in (columns or [])]
+    if missing:
+        raise PlotError(f"{source}: missing column(s) {missing}; is it a `servesim validate --out` file?")
 
 
 def _float(text: str) -> float:
@@ -251,10 +258,16 @@ def plot_validation(results_csv: str | Path, out_path: str | Path | None = None)
     """Write predicted-against-measured scatter plots of a ``servesim validate --out`` CSV."""
     src = Path(results_csv)
     try:
-        with src.open(newline="") as f:
-            rows = list(csv.DictReader(f))
+        with src.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            _check_columns(reader.fieldnames, str(src))
+            rows = list(reader)
     except OSError as e:
         raise PlotError(f"{src}: cannot read ({e.strerror or e})") from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise PlotError(f"{src}: not a CSV file ({e}); expected a `servesim validate --out` file") from None
+    if not rows:
+        raise PlotError(f"{src}: no points (only a header); nothing to draw")
     pairs = validation_pairs(rows, str(src))
     out = Path(out_path) if out_path is not None else src.with_suffix(".png")
     plt = require_matplotlib()

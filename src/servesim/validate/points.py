@@ -36,6 +36,7 @@ simulate it (``unsupported: <reason>``).  The mapping:
 from __future__ import annotations
 
 import csv
+import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,9 +137,11 @@ def read_points(path: str | Path) -> list[dict[str, str]]:
     for i, r in enumerate(rows, start=2):
         for c in ("measured_mean_ttft_ms", "measured_mean_tpot_ms", "concurrency", "isl", "osl"):
             try:
-                float(r[c])
+                value = float(r[c])
             except (TypeError, ValueError):
-                raise ConfigError(f"{p}, line {i}: column {c} must be a number (found {r[c]!r})") from None
+                value = math.nan
+            if not (math.isfinite(value) and value > 0):  # errors are relative to the measured values
+                raise ConfigError(f"{p}, line {i}: column {c} must be a number > 0 (found {r[c]!r})")
     return rows
 
 
