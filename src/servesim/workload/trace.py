@@ -61,14 +61,13 @@ class _Row:
 
     def integer(self, field: str, minimum: int, required: bool = True, maximum: int | None = None) -> int | None:
         value = self.obj.get(field, _MISSING)
-        expected = f"an integer >= {minimum}" if maximum is None else f"an integer from {minimum} to {maximum:,}"
         if value is _MISSING:
             if required:
-                raise self.fail(field, expected)
+                raise self.fail(field, _integer_range(minimum, maximum))
             return None
         as_int = _as_int(value)
         if as_int is None or as_int < minimum or (maximum is not None and as_int > maximum):
-            raise self.fail(field, expected, value)
+            raise self.fail(field, _integer_range(minimum, maximum), value)
         return as_int
 
     def number(self, field: str, required: bool = True) -> float | None:
@@ -96,6 +95,10 @@ class _Row:
         return str(value)
 
 
+def _integer_range(minimum: int, maximum: int | None) -> str:
+    return f"an integer >= {minimum}" if maximum is None else f"an integer from {minimum} to {maximum:,}"
+
+
 def _as_int(value: Any) -> int | None:
     """``value`` as an int if it is an integral JSON number (not a bool), else None."""
     if isinstance(value, bool):
@@ -119,24 +122,22 @@ def _lines(fh: IO[bytes], path: Path) -> Iterator[tuple[int, str]]:
     cannot be read or decoded stops with a :class:`WorkloadError` naming it and, for text that
     is not UTF-8, the line."""
     line_no = 0
-    lines = iter(fh)
-    while True:
-        try:
-            raw = next(lines)
-        except StopIteration:
-            return
-        except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
-            raise WorkloadError(f"{path}: not a complete gzip file ({exc}); a trace named .gz must be "
-                                "gzip-compressed JSON lines") from None
-        except OSError as exc:
-            raise WorkloadError(f"{path}: cannot read ({exc})") from None
-        line_no += 1
-        try:
-            line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
-        except UnicodeDecodeError as exc:
-            raise WorkloadError(f"{path}:{line_no}: not UTF-8 text ({exc.reason} at column {exc.start + 1}); "
-                                "traces are UTF-8 JSON lines") from None
-        yield line_no, line
+    encoding = "utf-8-sig"
+    try:  # around the loop (not each read): the consumer's own errors never pass through here
+        for raw in fh:
+            line_no += 1
+            try:
+                line = raw.decode(encoding)
+            except UnicodeDecodeError as exc:
+                raise WorkloadError(f"{path}:{line_no}: not UTF-8 text ({exc.reason} at column {exc.start + 1}); "
+                                    "traces are UTF-8 JSON lines") from None
+            encoding = "utf-8"
+            yield line_no, line
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise WorkloadError(f"{path}: not a complete gzip file ({exc}); a trace named .gz must be "
+                            "gzip-compressed JSON lines") from None
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read ({exc})") from None
 
 
 def _parse_hash_ids(row: _Row, input_length: int, block_size: int) -> tuple[int, ...] | None:
