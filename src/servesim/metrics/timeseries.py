@@ -1,4 +1,9 @@
-"""Per-worker time series, sampled at pass ends no more often than a set interval."""
+"""Per-worker time series, sampled at pass ends no more often than a set interval, and when a worker goes idle.
+
+Without the idle rows a worker's last busy sample would stand for every idle stretch after
+it (the throttle usually skips the pass end that empties it), and a plot carrying samples
+forward would draw an idle worker as busy.
+"""
 
 from __future__ import annotations
 
@@ -19,12 +24,22 @@ class TimeSeries:
         self._last_t: dict[int, float] = {}
         self._last_passes: dict[int, int] = {}
         self._last_tokens: dict[int, int] = {}
+        #: Workers whose latest row is an idle one (the next busy sample is not throttled).
+        self._idle: set[int] = set()
 
-    def sample(self, worker, now: float) -> None:
+    def sample(self, worker, now: float, idle: bool = False) -> None:
+        """Record the worker's state at a pass end (throttled), or as it goes ``idle`` (once per idle stretch)."""
         wid = worker.worker_id
-        last = self._last_t.get(wid)
-        if last is not None and now - last < self.interval:
-            return
+        if idle:
+            if wid in self._idle:
+                return
+            self._idle.add(wid)
+        elif wid in self._idle:
+            self._idle.discard(wid)  # busy again: recorded at once
+        else:
+            last = self._last_t.get(wid)
+            if last is not None and now - last < self.interval:
+                return
         snap = worker.engine.snapshot()
         passes = worker.passes - self._last_passes.get(wid, 0)
         tokens = worker.tokens - self._last_tokens.get(wid, 0)

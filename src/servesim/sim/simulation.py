@@ -273,7 +273,11 @@ class Simulation:
             return
         for wid in sorted(self._dirty):
             worker = self.workers[wid]
-            if worker.busy or not worker.engine.has_work():
+            if worker.busy:
+                continue
+            if not worker.engine.has_work():
+                if self.ts is not None:
+                    self.ts.sample(worker, now, idle=True)
                 continue
             end = worker.start_pass(now)
             if end is not None:
