@@ -237,3 +237,9 @@ def test_a_byte_order_mark_is_dropped(tmp_path):
     path = tmp_path / "bom.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(row(0)).encode() + b"\n" + json.dumps(row(1)).encode() + b"\n")
     assert [r.arrival for r in read_all(path)] == [0.0, 0.001]
+
+
+def test_old_mac_line_endings_are_lines(tmp_path):
+    path = tmp_path / "cr.jsonl"
+    path.write_bytes(b"\r".join(json.dumps(row(i)).encode() for i in range(3)) + b"\r")
+    assert [r.arrival for r in read_all(path)] == [0.0, 0.001, 0.002]

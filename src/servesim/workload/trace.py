@@ -110,28 +110,29 @@ def _as_int(value: Any) -> int | None:
     return None
 
 
-def _open(path: Path) -> IO[bytes]:
-    """The trace as bytes: :func:`_lines` decodes line by line, so a bad byte has a line number."""
+def _open(path: Path) -> IO[str]:
+    """The trace as text with universal newlines; ``utf-8-sig`` drops a byte-order mark, and
+    ``surrogateescape`` keeps a byte that is not UTF-8 for :func:`_lines` to report with its line
+    (a strict decoder fails on the whole chunk it reads, before any line number is known)."""
     if path.name.endswith(".gz"):
-        return gzip.open(path, "rb")
-    return open(path, "rb")
+        return gzip.open(path, "rt", encoding="utf-8-sig", errors="surrogateescape")
+    return open(path, "r", encoding="utf-8-sig", errors="surrogateescape")
 
 
-def _lines(fh: IO[bytes], path: Path) -> Iterator[tuple[int, str]]:
-    """Numbered lines of an open trace as text (a leading byte-order mark dropped); a file that
-    cannot be read or decoded stops with a :class:`WorkloadError` naming it and, for text that
-    is not UTF-8, the line."""
+def _lines(fh: IO[str], path: Path) -> Iterator[tuple[int, str]]:
+    """Numbered lines of an open trace; a file that cannot be read or decoded stops with a
+    :class:`WorkloadError` naming it and, for text that is not UTF-8, the line and column."""
     line_no = 0
-    encoding = "utf-8-sig"
     try:  # around the loop (not each read): the consumer's own errors never pass through here
-        for raw in fh:
+        for line in fh:
             line_no += 1
-            try:
-                line = raw.decode(encoding)
-            except UnicodeDecodeError as exc:
-                raise WorkloadError(f"{path}:{line_no}: not UTF-8 text ({exc.reason} at column {exc.start + 1}); "
-                                    "traces are UTF-8 JSON lines") from None
-            encoding = "utf-8"
+            if not line.isascii():
+                try:
+                    line.encode("utf-8")
+                except UnicodeEncodeError as exc:  # an escaped byte (surrogate) that was not UTF-8
+                    byte = ord(line[exc.start]) - 0xDC00
+                    raise WorkloadError(f"{path}:{line_no}: not UTF-8 text (byte 0x{byte:02x} at column "
+                                        f"{exc.start + 1}); traces are UTF-8 JSON lines") from None
             yield line_no, line
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise WorkloadError(f"{path}: not a complete gzip file ({exc}); a trace named .gz must be "
