@@ -128,8 +128,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise ConfigError("--plot draws from the output files: it needs an output folder (--out DIR or "
                           "output.dir) and not --no-files")
     if args.plot:
-        if not cfg.output.timeseries:
-            raise ConfigError("--plot draws timeline.png from timeseries.parquet: it needs output.timeseries: true")
+        if not cfg.output.requests:
+            raise ConfigError("--plot draws from requests.parquet: it needs output.requests: true")
         require_matplotlib()  # a missing matplotlib is reported before the run, not after it
     writes = not args.no_files and (args.out is not None or cfg.output.dir)
     if writes:

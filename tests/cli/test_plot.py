@@ -136,9 +136,16 @@ def test_plot_without_timeseries_draws_latency_only(tmp_path, capsys):
     assert main(["plot", str(out)]) == 0
     assert _is_png(out / "latency.png") and not (out / "timeline.png").exists()
     assert "timeline.png not drawn" in capsys.readouterr().out
-    # predict --plot says up front what it needs
-    assert main(["predict", str(write_config(tmp_path, cfg)), "--out", str(out), "--plot"]) == 2
-    assert "output.timeseries: true" in capsys.readouterr().err
+    # predict --plot likewise draws what the files allow
+    out2 = tmp_path / "run2"
+    assert main(["predict", str(write_config(tmp_path, cfg)), "--out", str(out2), "--plot"]) == 0
+    assert _is_png(out2 / "latency.png") and not (out2 / "timeline.png").exists()
+    assert "latency.png" in capsys.readouterr().out
+    # and says up front, before running, when requests.parquet will be missing
+    no_requests = dict(SMALL, output={"requests": False})
+    assert main(["predict", str(write_config(tmp_path, no_requests)), "--out", str(tmp_path / "r3"), "--plot"]) == 2
+    assert "output.requests: true" in capsys.readouterr().err
+    assert not (tmp_path / "r3" / "prediction.json").exists()
 
 
 def test_plot_validate_results(tmp_path):
@@ -186,3 +193,59 @@ def test_plot_refuses_files_that_are_not_validate_results(tmp_path, capsys, cont
     err = capsys.readouterr().err
     assert str(path) in err and ("missing column" in err or "not a CSV" in err or "no points" in err)
     assert not (tmp_path / "x.png").exists()
+
+
+def test_timeline_shows_idle_workers_as_idle():
+    """Workers record a row as they go idle, so a sparse run's timeline is not busy throughout."""
+    from servesim.api import predict
+
+    cfg = {"seed": 3, "output": {"dir": None},
+           "workload": {"kind": "synthetic", "num_requests": 20, "arrival": {"process": "constant", "rate": 0.2},
+                        "input": {"dist": "fixed", "value": 300}, "output": {"dist": "fixed", "value": 20}},
+           "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm"}}
+    pred = predict(cfg)
+    rec = pred.recorder
+    requests = {"arrival_s": rec.column("arrival"), "finish_s": rec.column("finish"),
+                "status": np.array(["completed"] * 20), "warmup": np.zeros(20, bool)}
+    s = timeline_series(pred.timeseries.columns(), requests)
+    busy = ((rec.column("first_scheduled")[:, None] <= s["time_s"]) & (s["time_s"] < rec.column("finish")[:, None])).any(0)
+    assert busy.mean() < 0.2  # requests take well under a second of every five
+    assert ((s["running"] > 0) == busy).mean() > 0.95  # the timeline agrees with the requests' own intervals
+
+
+def test_plot_out_names(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "results.csv"
+    rows = _validate_rows()
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    folder = tmp_path / "figs"
+    folder.mkdir()
+    for out, expected in ((folder, folder / "results.png"), (tmp_path / "noext", tmp_path / "noext.png")):
+        assert main(["plot", str(path), "--out", str(out)]) == 0
+        assert _is_png(expected) and f"Wrote {expected}" in capsys.readouterr().out
+    assert main(["plot", str(path), "--out", ""]) == 2
+    assert "expected a file name" in capsys.readouterr().err
+    # a run's figures need a folder
+    run = tmp_path / "run"
+    assert main(["predict", str(write_config(tmp_path, SMALL)), "--out", str(run), "--quiet"]) == 0
+    assert main(["plot", str(run), "--out", str(path)]) == 2
+    assert "is a file, expected a folder" in capsys.readouterr().err
+    assert main(["plot", str(run), "--out", str(path / "sub")]) == 2
+    assert "cannot write figures" in capsys.readouterr().err
+
+
+def test_titles_describe_each_pool_of_a_disaggregated_run(tmp_path):
+    import copy
+    import json
+
+    cfg = copy.deepcopy(SMALL)
+    cfg["deployment"]["disaggregation"] = {"prefill": {"workers": 3, "tp": 2},
+                                           "decode": {"workers": 1, "engine": {"name": "vllm"}}}
+    out = tmp_path / "run"
+    assert main(["predict", str(write_config(tmp_path, cfg)), "--out", str(out), "--quiet"]) == 0
+    assert json.loads((out / "prediction.json").read_text())["config"]["deployment"]["disaggregation"]
+    assert plots._title(out) == ("meta-llama/Llama-3.1-8B-Instruct, disaggregated (prefill: 3 × h100_sxm sglang, "
+                                 "tp 2; decode: 1 × h100_sxm vllm, tp 1)")

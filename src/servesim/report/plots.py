@@ -169,15 +169,31 @@ def _float(text: str) -> float:
 
 
 # ---------------------------------------------------------------------------------- figures
+def _layout(spec: dict, fallback: dict) -> str:
+    """``N × <gpu> <engine>, tp T[, attention dp D]`` of a deployment or a disaggregated pool."""
+    def get(key: str):
+        v = spec.get(key)
+        return v if v is not None else fallback.get(key)
+
+    engine = get("engine") or {}
+    engine = engine.get("name", "") if isinstance(engine, dict) else engine
+    text = f"{get('workers') or 1} × {get('gpu')} {engine}, tp {get('tp') or 1}"
+    dp = get("attention_dp") or 1
+    return text + (f", attention dp {dp}" if dp > 1 else "")
+
+
 def _title(run_dir: Path) -> str:
+    """The run's model and layout from its prediction.json (per pool when disaggregated)."""
     path = run_dir / "prediction.json"
     try:
         dep = json.loads(path.read_text())["config"]["deployment"]
     except (OSError, ValueError, KeyError, TypeError):
         return str(run_dir)
-    engine = dep.get("engine", {})
-    engine = engine.get("name", "") if isinstance(engine, dict) else engine
-    return f"{dep.get('model', '')} on {dep.get('gpu', '')}, {engine}, tp {dep.get('tp', 1)}, {dep.get('workers', 1)} worker(s)"
+    dis = dep.get("disaggregation")
+    if dis:
+        pools = "; ".join(f"{name}: {_layout(dis.get(name) or {}, dep)}" for name in ("prefill", "decode"))
+        return f"{dep.get('model', '')}, disaggregated ({pools})"
+    return f"{dep.get('model', '')}: {_layout(dep, {})}"
 
 
 #: The figures :func:`plot_run` writes into a run's folder.
@@ -191,19 +207,59 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
     false``) gets the latency figure only (the caller sees which were written).
     """
     run_dir = Path(run_dir)
-    out = Path(out_dir) if out_dir is not None else run_dir
+    out = _figure_folder(out_dir) if out_dir is not None else run_dir
     cols = ["status", "warmup", "arrival_s", "finish_s"] + [c for c, _ in LATENCY_COLUMNS]
     requests = _read_parquet(run_dir / "requests.parquet", cols)
     ts_path = run_dir / "timeseries.parquet"
     series = (_read_parquet(ts_path, ["time_s", "worker", "running", "waiting", "kv_usage"])
               if ts_path.exists() else None)
     plt = require_matplotlib()
-    out.mkdir(parents=True, exist_ok=True)
+    _writable(out)
     title = _title(run_dir)
     written = [_draw_latency(plt, latency_cdfs(requests), title, out / RUN_FIGURES[0])]
     if series is not None:
         written.append(_draw_timeline(plt, timeline_series(series, requests), title, out / RUN_FIGURES[1]))
     return written
+
+
+def _figure_folder(out_dir: str | Path) -> Path:
+    """``--out`` of a run's figures: a folder, not an existing file or an empty name."""
+    if str(out_dir) == "":
+        raise PlotError("--out: expected a folder for the figures, got ''")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise PlotError(f"--out: {out} is a file, expected a folder for the figures")
+    return out
+
+
+def _figure_file(out_path: str | Path | None, src: Path) -> Path:
+    """Where a results CSV's figure goes: ``<csv>.png`` by default; into a folder as
+    ``<csv stem>.png``; a name without a suffix gets ``.png`` (as matplotlib would add)."""
+    if out_path is None:
+        return src.with_suffix(".png")
+    if str(out_path) == "":
+        raise PlotError("--out: expected a file name for the figure, got ''")
+    out = Path(out_path)
+    if out.is_dir():
+        return out / f"{src.stem}.png"
+    return out if out.suffix else out.with_suffix(".png")
+
+
+def _writable(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PlotError(f"cannot write figures to {folder} ({exc.strerror or exc})") from None
+
+
+def _save(fig, plt, path: Path) -> Path:
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise PlotError(f"cannot write {path} ({exc.strerror or exc})") from None
+    finally:
+        plt.close(fig)
+    return path
 
 
 def _draw_latency(plt, cdfs: dict[str, np.ndarray], title: str, path: Path) -> Path:
@@ -227,9 +283,7 @@ def _draw_latency(plt, cdfs: dict[str, np.ndarray], title: str, path: Path) -> P
                         xytext=(3, 0), textcoords="offset points")
         ax.set_ylim(0, 1.02)
     fig.suptitle(title, fontsize=10)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, plt, path)
 
 
 def _draw_timeline(plt, s: dict[str, np.ndarray], title: str, path: Path) -> Path:
@@ -249,9 +303,7 @@ def _draw_timeline(plt, s: dict[str, np.ndarray], title: str, path: Path) -> Pat
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper right", fontsize=8)
     fig.suptitle(title, fontsize=10)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, plt, path)
 
 
 def plot_validation(results_csv: str | Path, out_path: str | Path | None = None) -> Path:
@@ -269,8 +321,9 @@ def plot_validation(results_csv: str | Path, out_path: str | Path | None = None)
     if not rows:
         raise PlotError(f"{src}: no points (only a header); nothing to draw")
     pairs = validation_pairs(rows, str(src))
-    out = Path(out_path) if out_path is not None else src.with_suffix(".png")
+    out = _figure_file(out_path, src)
     plt = require_matplotlib()
+    _writable(out.parent)
     fig, axes = plt.subplots(1, 2, figsize=(11, 5.2), constrained_layout=True)
     for ax, (metric, label) in zip(axes, (("ttft", "mean TTFT (ms)"), ("tpot", "mean TPOT (ms)"))):
         p = pairs[metric]
@@ -295,7 +348,4 @@ def plot_validation(results_csv: str | Path, out_path: str | Path | None = None)
         ax.grid(True, alpha=0.3, which="both")
     n_other = sum(1 for r in rows if r["status"] != "ok")
     fig.suptitle(f"{src.name}: {len(rows)} points, {n_other} not simulated (status other than ok)", fontsize=10)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, plt, out)
