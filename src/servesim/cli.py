@@ -131,7 +131,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if not cfg.output.requests:
             raise ConfigError("--plot draws from requests.parquet: it needs output.requests: true")
         require_matplotlib()  # a missing matplotlib is reported before the run, not after it
-    writes = not args.no_files and (args.out is not None or cfg.output.dir)
+    writes = not args.no_files and bool(args.out is not None or cfg.output.dir)
     if writes:
         _prepare_output_dir(Path(out_arg), "--out" if args.out is not None else "output.dir")
     show_progress = not args.quiet and args.format == "table" and sys.stderr.isatty()
