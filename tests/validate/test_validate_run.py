@@ -208,3 +208,28 @@ def test_cli_validate_refuses_a_measured_value_that_is_not_positive(tmp_path, ca
     _write(pts, [row(id="p0", **SMALL), {**row(id="p1", **SMALL), "measured_mean_tpot_ms": value}])
     assert main(["validate", "--points", str(pts), "--quiet"]) == 2
     assert f"line 3: column measured_mean_tpot_ms must be a number > 0 (found {value!r})" in capsys.readouterr().err
+
+
+def test_cli_calibrate_then_validate_with_the_result(tmp_path, capsys):
+    """The user's loop: fit a calibration on measured points, then score with it."""
+    pts = tmp_path / "points.csv"
+    _write(pts, [row(id=f"p{i}", **{**SMALL, "concurrency": c, "measured_mean_ttft_ms": 50 + 10 * c,
+                                    "measured_mean_tpot_ms": 8 + 0.2 * c})
+                 for i, c in enumerate([1, 2, 4, 8, 16, 4])])
+    cal, sens = tmp_path / "cal.yaml", tmp_path / "sens.csv"
+    args = ["calibrate", "--points", str(pts), "--out", str(cal), "--sensitivities", str(sens),
+            "--min-group-points", "2", "--quiet"]
+    assert main(args) == 0 and cal.exists() and sens.exists()
+    first = cal.read_text()
+    assert main(args) == 0  # the second run reads the sensitivities instead of simulating
+    assert cal.read_text() == first
+    capsys.readouterr()
+
+    def overall(calibration: str) -> list[str]:
+        assert main(["validate", "--points", str(pts), "--calibration", calibration, "--quiet"]) == 0
+        line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("overall"))
+        return line.split()
+
+    fitted, default = overall(str(cal)), overall("default")
+    ttft_mape = 2  # column of the overall row: group, n, TTFT MAPE, ...
+    assert float(fitted[ttft_mape].rstrip("%")) < float(default[ttft_mape].rstrip("%"))  # fitted on these points
