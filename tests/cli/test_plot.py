@@ -88,6 +88,16 @@ def _validate_rows():
     ]
 
 
+def _write_results(path):
+    """A small `servesim validate --out` file."""
+    rows = _validate_rows()
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
 def test_validation_pairs_take_the_simulated_points_only():
     pairs = validation_pairs(_validate_rows())
     assert pairs["ttft"]["measured"].tolist() == [100.0, 200.0]
@@ -150,12 +160,7 @@ def test_plot_without_timeseries_draws_latency_only(tmp_path, capsys):
 
 def test_plot_validate_results(tmp_path):
     pytest.importorskip("matplotlib")
-    path = tmp_path / "results.csv"
-    rows = _validate_rows()
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    path = _write_results(tmp_path / "results.csv")
     assert main(["plot", str(path)]) == 0
     assert _is_png(tmp_path / "results.png")
 
@@ -215,12 +220,7 @@ def test_timeline_shows_idle_workers_as_idle():
 
 def test_plot_out_names(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    path = tmp_path / "results.csv"
-    rows = _validate_rows()
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    path = _write_results(tmp_path / "results.csv")
     folder = tmp_path / "figs"
     folder.mkdir()
     for out, expected in ((folder, folder / "results.png"), (tmp_path / "noext", tmp_path / "noext.png")):
