@@ -147,6 +147,7 @@ IX = "aic_silicon_sample/inferencex"
 
 
 def _trt(**kw) -> dict:
+    kw.setdefault("measured_date", "2026-03-01")
     p = point_config(row(backend="trtllm", **kw))
     assert p.status == "ok"
     load_config(p.config)
@@ -170,6 +171,11 @@ def test_trtllm_deepseek_flags_follow_the_launch_scripts():
     e = _trt(source="inferencex_fixture", model="deepseek-ai/DeepSeek-R1-0528", system="b200_sxm", precision="fp4",
              concurrency=8000, isl=1024)
     assert e["max_num_tokens"] == 9088 and e["free_gpu_memory_fraction"] == 0.8  # 1024 + 8000 + 64 -> 9088
+    # before 2026-01-21 (PR 258) the *_trt_slurm.sh scripts passed the round-up without the 8192 floor
+    assert _trt(source=IX, system="b200_sxm", precision="fp4", concurrency=64,
+                measured_date="2026-01-14")["max_num_tokens"] == 1152
+    assert _trt(source=IX, system="b200_sxm", precision="fp4", concurrency=64,
+                measured_date="2026-01-21")["max_num_tokens"] == 8192
     # attention DP: the scripts' ADP balance
     e = _trt(source=IX, system="b200_sxm", precision="fp4", attention_tp=1, attention_dp=8)
     assert e["attention_dp_enable_balance"] is True and e["attention_dp_timeout_iters"] == 60
@@ -306,3 +312,27 @@ def test_vllm_rows_with_undocumented_flags_run_vllms_auto_kv():
     p = point_config(row(backend="vllm", moe_ep=1, model="Qwen/Qwen3-32B", system="h100_sxm", precision="",
                          gpus=2, attention_tp=2, **NVIDIA))
     assert build_deployment(load_config(p.config)).kv_dtype == "bf16"
+
+
+def test_gpt_oss_h200_trtllm_runs_bf16_kv_as_its_script_says():
+    """gptoss_fp4_h200_trt_slurm.sh: kv_cache_config dtype auto, and the mxfp4 checkpoint has no KV scheme."""
+    def kv(system: str, source: str = IX) -> str | None:
+        p = point_config(row(backend="trtllm", source=source, model="openai/gpt-oss-120b", precision="fp4",
+                             system=system, gpus=4, attention_tp=4, moe_ep=1, measured_date="2025-12-15"))
+        return p.config["deployment"]["kv_dtype"]
+
+    assert kv("h200_sxm") == "bf16"
+    assert kv("b200_sxm") == "fp8"  # the B200 script sets dtype: fp8
+    assert kv("h200_sxm", source="aic_silicon_sample/nvidia") == "fp8"  # undocumented flags: the default rule
+
+
+def test_minimax_fp4_b200_rows_of_2026_04_03_ran_pr_996s_script():
+    def eng(date: str) -> dict:
+        p = point_config(row(backend="vllm", source=IX, model="MiniMaxAI/MiniMax-M2.5", precision="fp4",
+                             system="b200_sxm", gpus=4, attention_tp=4, moe_ep=1, isl=1024, measured_date=date))
+        return p.config["deployment"]["engine"]
+
+    early, later = eng("2026-04-03"), eng("2026-04-08")
+    assert early["gpu_memory_utilization"] == 0.95 and early["block_size"] == 32
+    assert "max_num_batched_tokens" not in early
+    assert later["gpu_memory_utilization"] == 0.9 and later["max_num_batched_tokens"] == 2048

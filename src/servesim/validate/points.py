@@ -214,13 +214,17 @@ def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
     if "deepseek" in model and (precision, system) in (("fp4", "b200_sxm"), ("fp8", "b200_sxm"),
                                                        ("fp8", "h200_sxm")):
         # benchmarks/dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh, dsr1_fp8_h200_trt.sh:
-        # --max_num_tokens = max(8192, (CONC + ISL + 64) rounded up to 64), no --max_batch_size
+        # --max_num_tokens = max(8192, (CONC + ISL + 64) rounded up to 64) from 2026-01-21
+        # (commit 64af5a771, PR 258); before, the *_trt_slurm.sh versions passed the round-up
+        # alone (1,152 for 1k/1k at CONC 64); no --max_batch_size
         # (TensorRT-LLM's 2048); kv_cache_config.free_gpu_memory_fraction 0.8 (fp4 B200),
         # 0.75 (fp8 H200), fp8 B200: 0.8, 0.7 for 1k/1k and 1k/8k at CONC >= 256, 0.75 for
         # 8k/1k at TP 4; fp8 B200 1k/1k at 64 <= CONC < 256 (DELAY_BATCHING) adds
         # batch_wait_timeout_iters 40, batch_wait_max_tokens_ratio 0.8 (the executor skips
         # batch waiting with attention DP).  DeepSeek-V3 rows are taken as run by the same scripts.
-        opts["max_num_tokens"] = max(8192, _round_up(conc + isl + 64, 64))
+        date = (row.get("measured_date") or "").strip()
+        tokens = _round_up(conc + isl + 64, 64)
+        opts["max_num_tokens"] = tokens if date < "2026-01-21" else max(8192, tokens)
         fraction = 0.8
         if precision == "fp8" and system == "h200_sxm":
             fraction = 0.75
@@ -297,6 +301,11 @@ def vllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
                 # single_node/minimaxm2.5_fp8_b200.sh before 2026-04-03 (the v0.17.0 rows):
                 # --gpu-memory-utilization 0.95, vLLM's default token budget and seats
                 opts["gpu_memory_utilization"] = 0.95
+            elif precision == "fp4" and system == "b200_sxm" and date < "2026-04-07":
+                # minimaxm2.5_fp4_b200.sh as PR 996's branch had it (08bcde8f1, 2026-04-02; the
+                # rows of 2026-04-03 ran its nightly image): --gpu-memory-utilization 0.95
+                # --block-size=32, no --max-num-batched-tokens; 0.90 and 2 x ISL from a9c199207
+                opts.update(gpu_memory_utilization=0.95, block_size=32)
             else:
                 # single_node/minimaxm2.5_fp8_b200.sh (from 2026-04-03), minimaxm2.5_fp8_b300.sh,
                 # minimaxm2.5_fp4_b200.sh, minimaxm2.5_fp4_b300.sh: --gpu-memory-utilization 0.90
@@ -423,6 +432,19 @@ def vllm_inferencex_kv_dtype(row: dict[str, str]) -> str | None:
     return "bf16" if auto else "fp8"
 
 
+def trtllm_kv_dtype(row: dict[str, str]) -> str | None:
+    """KV precision of a TensorRT-LLM row: :func:`kv_dtype_for`, except where the InferenceX script
+    says otherwise.  ``gptoss_fp4_h200_trt_slurm.sh`` (2025-11, 2025-12 versions) sets
+    ``kv_cache_config.dtype: auto`` and the mxfp4 checkpoint carries no KV quantisation, so the
+    cache is bf16 (the B200 script sets ``dtype: fp8``)."""
+    system = (row.get("system") or "").strip().lower()
+    precision = (row.get("precision") or "").strip().lower() or "bf16"
+    if ("gpt-oss" in row["model"].lower() and system == "h200_sxm"
+            and trtllm_inferencex_options(row) is not None):
+        return "bf16"
+    return kv_dtype_for("trtllm", precision, SYSTEM_TO_GPU.get(system))
+
+
 def _version(text: str) -> tuple[int, ...]:
     """``"0.15.1"`` → ``(0, 15, 1)``; ``()`` when the text does not start with a number."""
     parts: list[int] = []
@@ -514,7 +536,7 @@ def point_config(row: dict[str, str], mode: str = "fast") -> Point:
         "tp": gpus,
         "ep": ep,
         "weight_dtype": precision,
-        "kv_dtype": (vllm_kv_dtype(row) if backend == "vllm"
+        "kv_dtype": (vllm_kv_dtype(row) if backend == "vllm" else trtllm_kv_dtype(row) if backend == "trtllm"
                      else kv_dtype_for(backend, precision, SYSTEM_TO_GPU[system])),
     }
     if adp > 1:
