@@ -157,7 +157,7 @@ def _trt(**kw) -> dict:
 
 
 def test_trtllm_deepseek_flags_follow_the_launch_scripts():
-    # dsr1_fp8_b200_trt.sh: 1k/1k at 64 <= conc < 256 adds batch waiting; max_num_tokens
+    # dsr1_fp8_b200_trt.sh: 1k/1k at conc >= 64 adds batch waiting; max_num_tokens
     # max(8192, round_up_64(conc + isl + 64)); no --max_batch_size (TensorRT-LLM's default)
     e = _trt(source=IX, system="b200_sxm", precision="fp8", concurrency=128)
     assert e == {"enable_block_reuse": False, "max_num_tokens": 8192, "free_gpu_memory_fraction": 0.8,
@@ -166,7 +166,7 @@ def test_trtllm_deepseek_flags_follow_the_launch_scripts():
              gpus=4, attention_tp=4, moe_ep=4)
     assert e["max_num_tokens"] == 8192 + 256 + 64 and e["free_gpu_memory_fraction"] == 0.75
     assert "batch_wait_timeout_iters" not in e and "max_batch_size" not in e
-    assert _trt(source=IX, system="b200_sxm", precision="fp8", concurrency=512)["free_gpu_memory_fraction"] == 0.7
+    assert _trt(source=IX, system="b200_sxm", precision="fp8", concurrency=512, osl=8192)["free_gpu_memory_fraction"] == 0.7
     assert _trt(source=IX, system="h200_sxm", precision="fp8")["free_gpu_memory_fraction"] == 0.75
     e = _trt(source="inferencex_fixture", model="deepseek-ai/DeepSeek-R1-0528", system="b200_sxm", precision="fp4",
              concurrency=8000, isl=1024)
@@ -336,3 +336,14 @@ def test_minimax_fp4_b200_rows_of_2026_04_03_ran_pr_996s_script():
     assert early["gpu_memory_utilization"] == 0.95 and early["block_size"] == 32
     assert "max_num_batched_tokens" not in early
     assert later["gpu_memory_utilization"] == 0.9 and later["max_num_batched_tokens"] == 2048
+
+
+def test_trtllm_deepseek_fp8_b200_cases_follow_the_script_of_the_rows_date():
+    """dsr1_fp8_b200_trt.sh from 2026-01-29: DELAY_BATCHING for 1k/1k at every CONC >= 64, the 0.7
+    memory fraction for 1k/8k at CONC >= 256 only; the earlier slurm script had neither."""
+    kw = dict(source=IX, system="b200_sxm", precision="fp8")
+    e = _trt(concurrency=512, **kw)
+    assert e["batch_wait_timeout_iters"] == 40 and e["free_gpu_memory_fraction"] == 0.8
+    assert _trt(concurrency=256, osl=8192, **kw)["free_gpu_memory_fraction"] == 0.7
+    early = _trt(concurrency=128, measured_date="2026-01-14", **kw)
+    assert "batch_wait_timeout_iters" not in early and early["free_gpu_memory_fraction"] == 0.8

@@ -197,9 +197,8 @@ def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
     Read from the stored versions of the scripts in SemiAnalysisAI/InferenceX.  The rows carry
     no script version; the scripts' git history was checked against the rows'
     ``measured_date`` where versions differ (Llama fp4: 16384 tokens from 2025-09-18; DeepSeek
-    fp8 B200: the case-dependent memory fraction and batch waiting from 2026-01-29; every row
-    where they take effect is dated 2026-01-29 or later, the two earlier ones with batch
-    waiting run attention DP, where the executor ignores it).  Every script sets
+    fp8 B200: the case-dependent memory fraction and batch waiting from 2026-01-29; DeepSeek's
+    8,192-token floor from 2026-01-21).  Every script sets
     ``enable_block_reuse: false`` and leaves chunked context off; a flag a script does not
     pass keeps TensorRT-LLM's default (the option's).
     """
@@ -218,8 +217,8 @@ def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
         # (commit 64af5a771, PR 258); before, the *_trt_slurm.sh versions passed the round-up
         # alone (1,152 for 1k/1k at CONC 64); no --max_batch_size
         # (TensorRT-LLM's 2048); kv_cache_config.free_gpu_memory_fraction 0.8 (fp4 B200),
-        # 0.75 (fp8 H200), fp8 B200: 0.8, 0.7 for 1k/1k and 1k/8k at CONC >= 256, 0.75 for
-        # 8k/1k at TP 4; fp8 B200 1k/1k at 64 <= CONC < 256 (DELAY_BATCHING) adds
+        # 0.75 (fp8 H200), fp8 B200: 0.8, and from 2026-01-29 (ec7bafaae, PR 594) 0.7 for 1k/8k
+        # at CONC >= 256 and 0.75 for 8k/1k at TP 4, and for 1k/1k at CONC >= 64 DELAY_BATCHING:
         # batch_wait_timeout_iters 40, batch_wait_max_tokens_ratio 0.8 (the executor skips
         # batch waiting with attention DP).  DeepSeek-V3 rows are taken as run by the same scripts.
         date = (row.get("measured_date") or "").strip()
@@ -228,12 +227,12 @@ def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
         fraction = 0.8
         if precision == "fp8" and system == "h200_sxm":
             fraction = 0.75
-        elif precision == "fp8":
-            if isl == 1024 and osl in (1024, 8192) and conc >= 256:
+        elif precision == "fp8" and date >= "2026-01-29":
+            if isl == 1024 and osl == 8192 and conc >= 256:
                 fraction = 0.7
             elif isl == 8192 and osl == 1024 and tp == 4:
                 fraction = 0.75
-            if isl == 1024 and osl == 1024 and 64 <= conc < 256:
+            if isl == 1024 and osl == 1024 and conc >= 64:
                 opts.update(batch_wait_timeout_iters=40, batch_wait_max_tokens_ratio=0.8)
         opts["free_gpu_memory_fraction"] = fraction
         return opts
