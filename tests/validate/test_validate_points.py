@@ -347,3 +347,14 @@ def test_trtllm_deepseek_fp8_b200_cases_follow_the_script_of_the_rows_date():
     assert _trt(concurrency=256, osl=8192, **kw)["free_gpu_memory_fraction"] == 0.7
     early = _trt(concurrency=128, measured_date="2026-01-14", **kw)
     assert "batch_wait_timeout_iters" not in early and early["free_gpu_memory_fraction"] == 0.8
+
+
+def test_sglang_deepseek_fp4_blackwell_flags_follow_the_script():
+    """dsr1_fp4_b200(_docker).sh, unchanged 2025-11 .. 2026-05: 0.85, chunk 16384, 256 running requests."""
+    p = point_config(row(source=IX, system="b200_sxm", precision="fp4", concurrency=512, gpus=4, attention_tp=4,
+                         moe_ep=4))
+    eng = p.config["deployment"]["engine"]
+    assert (eng["mem_fraction_static"], eng["chunked_prefill_size"], eng["max_prefill_tokens"],
+            eng["max_running_requests"], eng["scheduler_recv_interval"]) == (0.85, 16384, 16384, 256, 30)
+    fp8 = point_config(row(source=IX, system="b200_sxm", precision="fp8")).config["deployment"]["engine"]
+    assert fp8["mem_fraction_static"] == 0.82 and fp8["chunked_prefill_size"] == 32768

@@ -366,11 +366,17 @@ def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
             if row["system"] in ("b200_sxm", "b300_sxm") and _int(row, "attention_dp") <= 1:
                 # InferenceX's Blackwell DeepSeek launch scripts (benchmarks/dsr1_fp4_b200.sh,
                 # dsr1_fp8_b200.sh): --scheduler-recv-interval 30 at concurrency >= 16, else 10
-                # (10 for fp8 at tp 4).  Their other flags (chunk size, memory fraction, running
-                # requests) differ between the stored script versions and, taken from the
-                # latest, made the held-out SGLang B200 rows worse (TPOT 12% -> 16%): not used.
+                # (10 for fp8 at tp 4).  The fp4 scripts' other flags are below; the fp8 ones
+                # (running requests and chunk size by TP) are not mapped yet.
                 fp8_tp4 = _int(row, "gpus") == 4 and (row.get("precision") or "").lower() == "fp8"
                 opts["scheduler_recv_interval"] = 30 if conc >= 16 and not fp8_tp4 else 10
+                if ((row.get("precision") or "").lower() == "fp4"
+                        and (row.get("source") or "").strip() in INFERENCEX_SOURCES):
+                    # dsr1_fp4_b200(_docker).sh, every version 2025-11 .. 2026-05 (the same flags):
+                    # --mem-fraction-static 0.85 --chunked-prefill-size 16384 --max-running-requests 256,
+                    # no --max-prefill-tokens (SGLang's 16384)
+                    opts.update(mem_fraction_static=0.85, chunked_prefill_size=16384, max_prefill_tokens=16384,
+                                max_running_requests=256)
     elif backend == "trtllm":
         opts = trtllm_inferencex_options(row)
         if opts is None:
