@@ -187,6 +187,11 @@ def _engine_fields(name: str) -> set[str] | None:
 INFERENCEX_SOURCES = ("aic_silicon_sample/inferencex", "inferencex_fixture")
 
 
+def _from_inferencex(row: dict[str, str]) -> bool:
+    """The row was run by InferenceX's launch scripts (so their flags apply)."""
+    return (row.get("source") or "").strip() in INFERENCEX_SOURCES
+
+
 def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
@@ -202,7 +207,7 @@ def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
     ``enable_block_reuse: false`` and leaves chunked context off; a flag a script does not
     pass keeps TensorRT-LLM's default (the option's).
     """
-    if (row.get("source") or "").strip() not in INFERENCEX_SOURCES:
+    if not _from_inferencex(row):
         return None
     model = row["model"].lower()
     precision = (row.get("precision") or "").strip().lower()
@@ -276,7 +281,7 @@ def vllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
     16).  Prefix caching stays off: the scripts dated before 2026-03-27 left vLLM's default
     (on), which changes nothing for InferenceX's random prompts (no shared blocks).
     """
-    if (row.get("source") or "").strip() not in INFERENCEX_SOURCES:
+    if not _from_inferencex(row):
         return None
     model = row["model"].lower()
     precision = (row.get("precision") or "").strip().lower()
@@ -363,15 +368,15 @@ def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
                 "mem_fraction_static": 0.82}
         if "deepseek" in model:
             opts["max_running_requests"] = min(512, max(256, conc))
+            precision = (row.get("precision") or "").lower()
             if row["system"] in ("b200_sxm", "b300_sxm") and _int(row, "attention_dp") <= 1:
                 # InferenceX's Blackwell DeepSeek launch scripts (benchmarks/dsr1_fp4_b200.sh,
                 # dsr1_fp8_b200.sh): --scheduler-recv-interval 30 at concurrency >= 16, else 10
                 # (10 for fp8 at tp 4).  The fp4 scripts' other flags are below; the fp8 ones
                 # (running requests and chunk size by TP) are not mapped yet.
-                fp8_tp4 = _int(row, "gpus") == 4 and (row.get("precision") or "").lower() == "fp8"
+                fp8_tp4 = _int(row, "gpus") == 4 and precision == "fp8"
                 opts["scheduler_recv_interval"] = 30 if conc >= 16 and not fp8_tp4 else 10
-                if ((row.get("precision") or "").lower() == "fp4"
-                        and (row.get("source") or "").strip() in INFERENCEX_SOURCES):
+                if precision == "fp4" and _from_inferencex(row):
                     # dsr1_fp4_b200(_docker).sh, every version 2025-11 .. 2026-05 (the same flags):
                     # --mem-fraction-static 0.85 --chunked-prefill-size 16384 --max-running-requests 256,
                     # no --max-prefill-tokens (SGLang's 16384)
@@ -444,8 +449,7 @@ def trtllm_kv_dtype(row: dict[str, str]) -> str | None:
     cache is bf16 (the B200 script sets ``dtype: fp8``)."""
     system = (row.get("system") or "").strip().lower()
     precision = (row.get("precision") or "").strip().lower() or "bf16"
-    if ("gpt-oss" in row["model"].lower() and system == "h200_sxm"
-            and trtllm_inferencex_options(row) is not None):
+    if "gpt-oss" in row["model"].lower() and system == "h200_sxm" and _from_inferencex(row):
         return "bf16"
     return kv_dtype_for("trtllm", precision, SYSTEM_TO_GPU.get(system))
 
