@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from servesim.errors import ConfigError, ServesimError
+from servesim.report.plots import RUN_FIGURES
 
 
 def _add_predict(sub) -> None:
@@ -92,8 +93,7 @@ def _stderr_console():
 
 
 #: What a run writes (figures only with --plot); all are removed before a run into the folder.
-OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet", "kv_events.jsonl",
-                "latency.png", "timeline.png")
+OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet", "kv_events.jsonl") + RUN_FIGURES
 
 
 def _prepare_output_dir(out_dir: Path, source: str) -> None:
