@@ -79,7 +79,8 @@ def test_attention_dp():
 
 def test_atom_is_simulated_by_the_sglang_model():
     p = point_config(row(backend="atom", system="mi355x"))
-    assert p.status == "ok" and p.backend == "atom" and p.engine == "sglang" and p.group == "mi355x/sglang"
+    # simulated by SGLang's model, calibrated in a group of its own (the measured server)
+    assert p.status == "ok" and p.backend == "atom" and p.engine == "sglang" and p.group == "mi355x/atom"
     eng = p.config["deployment"]["engine"]
     assert eng["name"] == "sglang" and eng["disable_radix_cache"] is True
     assert p.config["deployment"]["kv_dtype"] == "fp8"

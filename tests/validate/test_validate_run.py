@@ -233,3 +233,17 @@ def test_cli_calibrate_then_validate_with_the_result(tmp_path, capsys):
     fitted, default = overall(str(cal)), overall("default")
     ttft_mape = 2  # column of the overall row: group, n, TTFT MAPE, ...
     assert float(fitted[ttft_mape].rstrip("%")) < float(default[ttft_mape].rstrip("%"))  # fitted on these points
+
+
+def test_atom_rows_take_the_atom_groups_values_and_sglang_rows_do_not():
+    """Calibration groups follow the measured server: an ATOM row resolves ``mi355x/atom``, an
+    SGLang row on the same GPU ``mi355x/sglang`` (one shared group mixed two servers)."""
+    from servesim.perf.calibration import Calibration
+    from servesim.validate.run import validate_points
+
+    cal = Calibration(groups={"mi355x/atom": {"frontend": {"first_token_overhead_s": 2.0}}})
+    small = dict(system="mi355x", concurrency=2, num_prompts=4, isl=128, osl=8)
+    atom, sglang = (point_config(row(backend=b, **small)) for b in ("atom", "sglang"))
+    r_atom, r_sglang = validate_points([atom, sglang], cal)
+    assert r_atom.status == r_sglang.status == "ok"
+    assert r_atom.pred_ttft >= 2000.0 > r_sglang.pred_ttft

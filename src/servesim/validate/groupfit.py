@@ -10,7 +10,9 @@ fit moves four parameters per group against the linear surrogate instead of re-s
   kernels; per model too, since models differ in kernels per layer), and
   ``first_token_overhead_s`` (additive on TTFT).
 
-Groups form a tree: ``shared`` → ``<gpu>/<engine>`` → ``<gpu>/<engine>/<model>@<precision>``.
+Groups form a tree: ``shared`` → ``<gpu>/<engine>`` → ``<gpu>/<engine>/<model>@<precision>``, with
+``<engine>`` the measured server (:attr:`Point.group`: ATOM rows, simulated by the SGLang model,
+fit ``<gpu>/atom``).
 Each level is fitted on its own points with a prior that pulls it toward its parent's values
 (a Gaussian prior in log-time-scale and in seconds), so a group with a handful of points moves
 only as far as its points insist, and a group without enough points keeps its parent's values.

@@ -89,8 +89,10 @@ class Point:
 
     @property
     def group(self) -> str:
-        """Calibration group key ``<gpu>/<engine>``."""
-        return f"{self.gpu}/{self.engine}"
+        """Calibration group key ``<gpu>/<backend>``: the measured server, not the model that
+        simulates it.  ATOM rows fit a group of their own: ATOM prefills several times faster
+        than SGLang on the same MI355X, and one shared group pulled SGLang's TTFT down by ~75%."""
+        return f"{self.gpu}/{self.backend}"
 
     @property
     def model(self) -> str:
