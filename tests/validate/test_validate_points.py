@@ -359,3 +359,26 @@ def test_sglang_deepseek_fp4_blackwell_flags_follow_the_script():
             eng["max_running_requests"], eng["scheduler_recv_interval"]) == (0.85, 16384, 16384, 256, 30)
     fp8 = point_config(row(source=IX, system="b200_sxm", precision="fp8")).config["deployment"]["engine"]
     assert fp8["mem_fraction_static"] == 0.82 and fp8["chunked_prefill_size"] == 32768
+
+
+def _sglang_engine(**kw) -> dict:
+    return point_config(row(source=IX, **kw)).config["deployment"]["engine"]
+
+
+def test_sglang_deepseek_fp8_flags_follow_the_scripts():
+    """dsr1_fp8_b200.sh / dsr1_fp8_b300.sh at tp 4: 32 running requests, 0.95, chunk 8192, receive interval
+    10; tp 8 keeps the README's rule (the c256 rows contradict the scripts' 128 seats).  dsr1_fp8_h200.sh:
+    512 running for 1k/1k, else 256."""
+    for system in ("b200_sxm", "b300_sxm"):
+        tp8 = _sglang_engine(system=system, precision="fp8", concurrency=256)
+        assert (tp8["max_running_requests"], tp8["mem_fraction_static"], tp8["chunked_prefill_size"],
+                tp8["max_prefill_tokens"], tp8["scheduler_recv_interval"]) == (256, 0.82, 32768, 32768, 30)
+        tp4 = _sglang_engine(system=system, precision="fp8", concurrency=32, gpus=4, attention_tp=4, moe_ep=4,
+                             isl=8192)
+        assert (tp4["max_running_requests"], tp4["mem_fraction_static"], tp4["chunked_prefill_size"],
+                tp4["max_prefill_tokens"], tp4["scheduler_recv_interval"]) == (32, 0.95, 8192, 8192, 10)
+    assert _sglang_engine(system="h200_sxm", precision="fp8")["max_running_requests"] == 512
+    assert _sglang_engine(system="h200_sxm", precision="fp8", isl=8192)["max_running_requests"] == 256
+    # rows no InferenceX script ran keep the README's typical flags
+    other = point_config(row(system="b200_sxm", precision="fp8", concurrency=256)).config["deployment"]["engine"]
+    assert other["max_running_requests"] == 256 and other["scheduler_recv_interval"] == 30

@@ -9,7 +9,7 @@ simulate it (``unsupported: <reason>``).  The mapping:
 - ``backend`` → ``deployment.engine.name`` (vllm, sglang, trtllm); ``atom`` (AMD's ROCm engine,
   built like nano-vLLM: prefill-first passes that do not mix with decode, preemption on
   memory) is modelled by the closest scheduler, SGLang's, with ATOM's defaults
-  (:data:`BACKEND_AS_ENGINE`); its calibration group is ``<gpu>/sglang``;
+  (:data:`BACKEND_AS_ENGINE`); its calibration group is ``<gpu>/atom`` (:attr:`Point.group`);
 - ``precision`` → ``weight_dtype`` (empty: bf16); ``kv_dtype`` is fp8 where the point's server
   flags set fp8 KV: vLLM runs used ``--kv-cache-dtype fp8`` (README) and TRT-LLM quantized
   checkpoints carry an fp8 KV cache; SGLang: fp8 for fp8/fp4 checkpoints on Blackwell (the
@@ -25,8 +25,9 @@ simulate it (``unsupported: <reason>``).  The mapping:
   max_num_batched_tokens 8192, no prefix caching, gpu_memory_utilization 0.9, or for rows the
   InferenceX launch scripts ran, each family's flags from its script at the row's date
   (:func:`vllm_inferencex_options`); SGLang radix cache off, chunked prefill and max prefill
-  tokens 32768, mem_fraction_static 0.82, max_running_requests for DeepSeek, the scripts'
-  scheduler receive interval for DeepSeek on Blackwell; TRT-LLM: for rows the InferenceX launch scripts ran,
+  tokens 32768, mem_fraction_static 0.82, max_running_requests for DeepSeek, and the InferenceX
+  DeepSeek scripts' flags on Blackwell and H200 (:func:`_sglang_deepseek_script_flags`); TRT-LLM:
+  for rows the InferenceX launch scripts ran,
   each model family's flags from its script (max_num_tokens, max_batch_size,
   free_gpu_memory_fraction, batch waiting, block reuse off; :func:`trtllm_inferencex_options`),
   otherwise max_batch_size = concurrency and max_num_tokens = isl + osl + 200; with attention
@@ -354,6 +355,41 @@ def vllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
     return None
 
 
+def _sglang_deepseek_script_flags(row: dict[str, str]) -> dict[str, Any]:
+    """SGLang flags of InferenceX's DeepSeek launch scripts that differ from the README's typical ones.
+
+    Blackwell (``dsr1_fp4_b200.sh``, ``dsr1_fp8_b200.sh``, ``dsr1_fp8_b300.sh``; attention dp off):
+    ``--scheduler-recv-interval`` 30 at concurrency >= 16, else 10 (always 10 for fp8 at tp 4).
+    fp4, every version 2025-11 .. 2026-05: ``--mem-fraction-static 0.85 --chunked-prefill-size
+    16384 --max-running-requests 256`` and no ``--max-prefill-tokens`` (SGLang's 16384).  fp8 at tp 4
+    (B200 from 2026-01-13, B300 from 2026-04-17): 32 running requests, 0.95, chunk and prefill budget
+    8192.  fp8 at tp 8 the scripts say 128 running requests (0.82 and 32768 as the README), but the
+    rows at concurrency 256 contradict it (B200 DeepSeek-R1 1k/1k c256: 2.1 s mean TTFT measured, where
+    128 seats would queue half the requests for a ~30 s lifetime; those rows are not in InferenceX's
+    sweep of that date, which stops at 64), so tp 8 keeps the README's rule.  H200 fp8
+    (``dsr1_fp8_h200.sh``, 2025-10 .. 2026-06): 512 running requests for 1k/1k, else 256.
+    """
+    conc = _int(row, "concurrency")
+    precision = (row.get("precision") or "").lower()
+    system = row["system"]
+    opts: dict[str, Any] = {}
+    if system in ("b200_sxm", "b300_sxm") and _int(row, "attention_dp") <= 1:
+        tp4 = _int(row, "gpus") == 4
+        opts["scheduler_recv_interval"] = 30 if conc >= 16 and not (tp4 and precision == "fp8") else 10
+        if not _from_inferencex(row):
+            return opts
+        if precision == "fp4":
+            opts.update(mem_fraction_static=0.85, chunked_prefill_size=16384, max_prefill_tokens=16384,
+                        max_running_requests=256)
+        elif precision == "fp8" and tp4:
+            opts.update(mem_fraction_static=0.95, chunked_prefill_size=8192, max_prefill_tokens=8192,
+                        max_running_requests=32)
+    elif system == "h200_sxm" and precision == "fp8" and _from_inferencex(row):
+        one_k = _int(row, "isl") == 1024 and _int(row, "osl") == 1024
+        opts["max_running_requests"] = 512 if one_k else 256
+    return opts
+
+
 def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
     """The engine section for a point, from the README's documented server flags."""
     conc = _int(row, "concurrency")
@@ -370,20 +406,7 @@ def engine_options(backend: str, row: dict[str, str]) -> dict[str, Any]:
                 "mem_fraction_static": 0.82}
         if "deepseek" in model:
             opts["max_running_requests"] = min(512, max(256, conc))
-            precision = (row.get("precision") or "").lower()
-            if row["system"] in ("b200_sxm", "b300_sxm") and _int(row, "attention_dp") <= 1:
-                # InferenceX's Blackwell DeepSeek launch scripts (benchmarks/dsr1_fp4_b200.sh,
-                # dsr1_fp8_b200.sh): --scheduler-recv-interval 30 at concurrency >= 16, else 10
-                # (10 for fp8 at tp 4).  The fp4 scripts' other flags are below; the fp8 ones
-                # (running requests and chunk size by TP) are not mapped yet.
-                fp8_tp4 = _int(row, "gpus") == 4 and precision == "fp8"
-                opts["scheduler_recv_interval"] = 30 if conc >= 16 and not fp8_tp4 else 10
-                if precision == "fp4" and _from_inferencex(row):
-                    # dsr1_fp4_b200(_docker).sh, every version 2025-11 .. 2026-05 (the same flags):
-                    # --mem-fraction-static 0.85 --chunked-prefill-size 16384 --max-running-requests 256,
-                    # no --max-prefill-tokens (SGLang's 16384)
-                    opts.update(mem_fraction_static=0.85, chunked_prefill_size=16384, max_prefill_tokens=16384,
-                                max_running_requests=256)
+            opts.update(_sglang_deepseek_script_flags(row))
     elif backend == "trtllm":
         opts = trtllm_inferencex_options(row)
         if opts is None:
