@@ -42,15 +42,19 @@ class Prediction:
     host: dict = field(default_factory=dict)
 
     def header(self) -> dict:
+        """The console's title line; a disaggregated deployment shows its two pools (the
+        deployment's own ``tp`` and ``workers`` do not apply to it)."""
         d = self.config.deployment
-        return {
-            "model": d.model,
-            "gpu": d.gpu,
-            "engine": d.engine.name,
-            "tp": d.tp,
-            "workers": d.workers,
-            "workload": self.workload,
-        }
+        head: dict = {"model": d.model, "gpu": d.gpu, "engine": d.engine.name}
+        dis = d.disaggregation
+        if dis is None:
+            head.update(tp=d.tp, workers=d.workers)
+        else:
+            for name, pool in (("prefill", dis.prefill), ("decode", dis.decode)):
+                tp = pool.tp if pool.tp is not None else d.tp
+                head[name] = f"{pool.workers} × tp {tp}" + (f" ({pool.gpu})" if pool.gpu else "")
+        head["workload"] = self.workload
+        return head
 
     def to_json(self) -> dict:
         """prediction.json's content: summary, resolved config and versions."""

@@ -257,12 +257,17 @@ class RequestRecorder:
         c["finish"].data[index] = t
         self.reason[index] = reason
 
-    def close_unfinished(self, t: float, reason: str) -> int:
-        """Mark every request still pending as unfinished; returns how many."""
+    def close_unfinished(self, t: float, reason: str, not_arrived: str | None = None) -> int:
+        """Mark every request still pending as unfinished; returns how many.
+
+        ``not_arrived``: the reason given instead to pending requests that never arrived
+        (no arrival time: the workload would have sent them later).
+        """
         st = self.cols["status"].data[: self.size]
         pending = np.flatnonzero(st == Status.PENDING)
-        for i in pending:
-            self.finished(int(i), t, Status.UNFINISHED, reason)
+        arrived = ~np.isnan(self.cols["arrival"].data[pending])
+        for i, came in zip(pending.tolist(), arrived.tolist()):
+            self.finished(i, t, Status.UNFINISHED, reason if came or not_arrived is None else not_arrived)
         return int(pending.size)
 
     # -- results ----------------------------------------------------------------------

@@ -6,8 +6,10 @@ Definitions (also in docs/outputs.md):
 * TPOT of a request = (last token - first token) / (generated tokens - 1), for requests
   with at least two tokens; ITL = every gap between consecutive token emissions.
 * End-to-end latency = finish - arrival; queue time = first scheduled - arrival.
-* Latencies are over completed, non-warm-up requests.  Throughputs divide completed
-  requests' tokens by the measured span: first measured arrival to last measured finish.
+* Latencies are over completed, non-warm-up requests, except ITL, which pools every gap of
+  every non-warm-up request, including the gaps a request cut by the time limit saw before
+  the cut (a server-side view).  Throughputs divide completed requests' tokens by the measured
+  span: first measured arrival to last measured finish.  Retractions count measured requests.
 """
 
 from __future__ import annotations
@@ -18,6 +20,15 @@ import numpy as np
 
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.metrics.stats import describe
+
+
+def measured_span(rec: RequestRecorder, measured: np.ndarray, done: np.ndarray) -> float:
+    """Seconds from the first measured arrival to the last completed measured finish (0 when
+    none completed): the duration every throughput divides by, in ``predict`` and ``validate``."""
+    finish = rec.column("finish")[done]
+    if not finish.size:
+        return 0.0
+    return float(np.nanmax(finish)) - float(np.nanmin(rec.column("arrival")[measured]))
 
 
 def request_latencies(rec: RequestRecorder) -> dict[str, np.ndarray]:
@@ -98,13 +109,7 @@ def summarize(rec: RequestRecorder, total_gpus: int) -> dict:
         "e2e_ms": stat("e2e"),
         "queue_ms": stat("queue"),
     }
-    arrival = rec.column("arrival")[measured]
-    finish = rec.column("finish")[done]
-    if finish.size:
-        start = float(np.nanmin(arrival))
-        span = float(np.nanmax(finish)) - start
-    else:
-        span = 0.0
+    span = measured_span(rec, measured, done)
     inp = int(rec.column("input_length")[done].sum())
     out = int(rec.column("generated")[done].sum())
     n_done = int(done.sum())
@@ -128,7 +133,7 @@ def summarize(rec: RequestRecorder, total_gpus: int) -> dict:
     prompt_tokens = int(rec.column("input_length")[scheduled].sum())
     cached = int(rec.column("cached_tokens")[scheduled].sum())
     host_cached = int(rec.column("host_cached_tokens")[scheduled].sum())
-    retr = rec.column("retractions")
+    retr = rec.column("retractions")[measured]
     reasons = Counter(rec.reason[i] for i in np.flatnonzero(status == Status.REJECTED))
     unfinished_reasons = Counter(rec.reason[i] for i in np.flatnonzero(status == Status.UNFINISHED))
     counts = {

@@ -222,6 +222,8 @@ class Simulation:
             if progress is not None:
                 progress(self._terminated, now)
         self.stats.events += n_events
+        if self.stats.stopped_early:  # the loop stopped at the first event past the limit
+            now = max_t
         self.stats.sim_end = now
         self._close(now)
         self.stats.wall_seconds = wallclock.perf_counter() - t0
@@ -286,11 +288,13 @@ class Simulation:
 
     def _close(self, now: float) -> None:
         """Everything not terminal when the loop stops becomes unfinished, counted."""
+        not_arrived = None
         if self.stats.stopped_early:
             reason = "simulation time limit reached"
+            not_arrived = "not arrived before the simulation time limit"
         else:
             reason = "never schedulable (stuck in queue at end of run)"
         # Drain the source so every input request is counted.
         while self._pull() is not None:
             pass
-        self.rec.close_unfinished(now, reason)
+        self.rec.close_unfinished(now, reason, not_arrived)

@@ -18,7 +18,7 @@ import numpy as np
 from servesim.cluster.deployment import build_deployment
 from servesim.config import load_config
 from servesim.metrics.recorder import RequestRecorder, Status
-from servesim.metrics.summary import request_latencies
+from servesim.metrics.summary import measured_span, request_latencies
 from servesim.perf.frontend import FrontendParams
 from servesim.workload.source import build_source
 
@@ -88,9 +88,7 @@ def score(rec: RequestRecorder, total_gpus: int, host_seconds: float = 0.0) -> P
     ttft = lat["ttft"][done]
     tpot = lat["tpot"][done]
     tpot = tpot[~np.isnan(tpot)]
-    arrival = rec.column("arrival")[done]
-    finish = rec.column("finish")[done]
-    span = float(finish.max() - arrival.min())
+    span = measured_span(rec, ~rec.is_warmup, done)
     tokens = float(rec.column("input_length")[done].sum() + rec.column("generated")[done].sum())
     return PointResult(ttft_ms=float(ttft.mean()) * 1e3,
                        tpot_ms=float(tpot.mean()) * 1e3 if tpot.size else math.nan,

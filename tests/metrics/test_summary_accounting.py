@@ -1,0 +1,81 @@
+"""Summary accounting at the edges: a time-limited run, warm-up retractions, the console
+header of a disaggregated deployment, and one throughput span for predict and validate."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from servesim.api import predict
+from servesim.metrics.recorder import Status
+from servesim.validate.simulate import score
+
+NO_FILES = ["output.dir=null"]
+
+
+def test_a_time_limited_run_ends_at_the_limit_and_names_requests_that_never_arrived():
+    limit = 20.0
+    pred = predict(None, NO_FILES + ["workload.num_requests=400", f"simulation.max_sim_time_s={limit}"])
+    assert pred.summary["run"]["sim_end_s"] == limit  # not the first event past it
+    rec = pred.recorder
+    unfinished = np.flatnonzero(rec.column("status") == Status.UNFINISHED)
+    arrival = rec.column("arrival")
+    reasons = {rec.reason[i] for i in unfinished}
+    assert reasons == {"simulation time limit reached", "not arrived before the simulation time limit"}
+    for i in unfinished:
+        came = not np.isnan(arrival[i])
+        assert came == (rec.reason[i] == "simulation time limit reached")
+        if came:
+            assert arrival[i] <= limit
+    by_reason = pred.summary["requests"]["unfinished_by_reason"]
+    assert sum(by_reason.values()) == unfinished.size
+
+
+def _closed_loop_with_retractions() -> dict:
+    return {
+        "seed": 0,
+        "workload": {"kind": "closed_loop", "recipe": "fixed", "concurrency": 48, "num_prompts": 96,
+                     "warmup": 48, "isl": 2048, "osl": 512},
+        "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm",
+                       "engine": {"name": "vllm", "gpu_memory_utilization": 0.245}},
+        "output": {"dir": None},
+    }
+
+
+def test_retractions_count_measured_requests_only():
+    pred = predict(_closed_loop_with_retractions())
+    rec = pred.recorder
+    retr = rec.column("retractions")
+    warm = rec.is_warmup
+    assert retr[warm].sum() > 0 and retr[~warm].sum() > 0  # both kinds retract in this run
+    r = pred.summary["retractions"]
+    assert r["total"] == int(retr[~warm].sum())
+    assert r["requests_retracted"] == int((retr[~warm] > 0).sum())
+
+
+def test_validate_and_predict_divide_throughput_by_the_same_span():
+    """The span starts at the first measured arrival, also when that request was rejected."""
+    cfg = {"seed": 0,
+           "workload": {"kind": "synthetic", "num_requests": 30, "arrival": {"process": "poisson", "rate": 4.0},
+                        "input": {"dist": "uniform", "low": 100, "high": 3000}, "output": {"dist": "fixed", "value": 32}},
+           "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm",
+                          "engine": {"name": "sglang", "context_length": 1500}},
+           "output": {"dir": None}}
+    pred = predict(cfg)
+    rec = pred.recorder
+    first = int(np.nanargmin(rec.column("arrival")))
+    assert rec.column("status")[first] == Status.REJECTED  # what makes the two definitions differ
+    res = score(rec, pred.deployment.total_gpus)
+    assert res.tput_per_gpu == pred.summary["throughput"]["total_tokens_per_s_per_gpu"]
+
+
+def test_a_disaggregated_header_shows_its_pools_not_the_ignored_tp_and_workers():
+    cfg = {
+        "workload": {"kind": "synthetic", "num_requests": 20, "arrival": {"process": "poisson", "rate": 5.0},
+                     "input": {"dist": "fixed", "value": 512}, "output": {"dist": "fixed", "value": 16}},
+        "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm", "tp": 1, "workers": 1,
+                       "disaggregation": {"prefill": {"workers": 2, "tp": 1}, "decode": {"workers": 1, "tp": 2}}},
+        "output": {"dir": None},
+    }
+    head = predict(cfg).header()
+    assert head["prefill"] == "2 × tp 1" and head["decode"] == "1 × tp 2"
+    assert "tp" not in head and "workers" not in head
