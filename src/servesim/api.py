@@ -52,7 +52,10 @@ class Prediction:
         else:
             for name, pool in (("prefill", dis.prefill), ("decode", dis.decode)):
                 tp = pool.tp if pool.tp is not None else d.tp
-                head[name] = f"{pool.workers} × tp {tp}" + (f" ({pool.gpu})" if pool.gpu else "")
+                dp = pool.attention_dp if pool.attention_dp is not None else d.attention_dp
+                own = [x for x in (pool.gpu, pool.engine.name if pool.engine else None) if x]
+                head[name] = (f"{pool.workers} × tp {tp}" + (f" × dp {dp}" if dp > 1 else "")
+                              + (f" ({', '.join(own)})" if own else ""))
         head["workload"] = self.workload
         return head
 

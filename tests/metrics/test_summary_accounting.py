@@ -79,3 +79,29 @@ def test_a_disaggregated_header_shows_its_pools_not_the_ignored_tp_and_workers()
     head = predict(cfg).header()
     assert head["prefill"] == "2 × tp 1" and head["decode"] == "1 × tp 2"
     assert "tp" not in head and "workers" not in head
+    cfg["deployment"]["disaggregation"]["decode"] = {"workers": 1, "tp": 1, "attention_dp": 2,
+                                                     "engine": {"name": "vllm"}}
+    assert predict(cfg).header()["decode"] == "1 × tp 1 × dp 2 (vllm)"
+
+
+def _limited(engine: str, mode: str):
+    return predict(None, NO_FILES + ["workload.num_requests=150", "simulation.max_sim_time_s=9.5",
+                                     f"deployment.engine.name={engine}", f"simulation.mode={mode}"])
+
+
+def test_a_time_limit_cuts_fast_mode_where_it_cuts_step_mode():
+    """A decode stretch is committed only at its end: at the limit the fast mode must still commit
+    the passes that ended before it, as the step mode did, and count the pass in flight as busy."""
+    for engine in ("sglang", "vllm", "trtllm"):
+        step, fast = _limited(engine, "step"), _limited(engine, "fast")
+        a, b = step.recorder, fast.recorder
+        assert (a.column("status") == Status.UNFINISHED).any()
+        for name in ("arrival", "first_token", "second_token", "last_token", "finish"):
+            np.testing.assert_allclose(a.column(name), b.column(name), rtol=1e-9, err_msg=f"{engine} {name}")
+        for name in ("generated", "emissions", "status"):
+            assert a.column(name).tolist() == b.column(name).tolist(), (engine, name)
+        assert a.reason == b.reason
+        for wa, wb in zip(step.summary["workers"], fast.summary["workers"]):
+            assert (wa["passes"], wa["tokens"]) == (wb["passes"], wb["tokens"]), engine
+            assert abs(wa["busy_s"] - wb["busy_s"]) < 1e-9, engine
+            assert 0 < wa["utilization"] <= 1.0

@@ -247,3 +247,13 @@ def test_atom_rows_take_the_atom_groups_values_and_sglang_rows_do_not():
     r_atom, r_sglang = validate_points([atom, sglang], cal)
     assert r_atom.status == r_sglang.status == "ok"
     assert r_atom.pred_ttft >= 2000.0 > r_sglang.pred_ttft
+
+
+def test_sensitivity_rounds_measure_atom_rows_around_the_atom_group():
+    from servesim.perf.calibration import Calibration
+    from servesim.validate.sensitivity import BaseParams
+
+    cal = Calibration(groups={"mi355x/atom": {"analytic": {"mem_eff": 0.33}}})
+    atom, sglang = (point_config(row(backend=b, system="mi355x")) for b in ("atom", "sglang"))
+    assert BaseParams.for_point(cal, atom).mem_eff == 0.33
+    assert BaseParams.for_point(cal, sglang).mem_eff != 0.33

@@ -84,6 +84,23 @@ class Worker:
         self.epoch += 1
         return float(self.ends[-1])
 
+    def close_at(self, t: float) -> None:
+        """The run stops at ``t`` (the time limit) while this worker may be busy.
+
+        Commits the passes of the stretch in flight that ended by ``t``: a stretch is committed
+        only at its end, so without this the fast mode would drop passes the step mode commits.
+        The pass still running at ``t`` counts as busy time up to ``t`` and is not committed.
+        """
+        if not self.busy:
+            return
+        start = self.start
+        done = int(np.searchsorted(self.ends, t, side="right"))
+        if done:
+            self.ends = self.ends[:done]
+            start = self.finish_pass()
+        self.busy_time += t - start
+        self.busy = False
+
     def finish_pass(self) -> float:
         """Commit the pass or stretch in flight; returns its end time."""
         plan = self.plan

@@ -263,11 +263,14 @@ class RequestRecorder:
         ``not_arrived``: the reason given instead to pending requests that never arrived
         (no arrival time: the workload would have sent them later).
         """
-        st = self.cols["status"].data[: self.size]
+        c = self.cols
+        st = c["status"].data[: self.size]
         pending = np.flatnonzero(st == Status.PENDING)
-        arrived = ~np.isnan(self.cols["arrival"].data[pending])
+        st[pending] = int(Status.UNFINISHED)
+        c["finish"].data[pending] = t
+        arrived = ~np.isnan(c["arrival"].data[pending])
         for i, came in zip(pending.tolist(), arrived.tolist()):
-            self.finished(i, t, Status.UNFINISHED, reason if came or not_arrived is None else not_arrived)
+            self.reason[i] = reason if came or not_arrived is None else not_arrived
         return int(pending.size)
 
     # -- results ----------------------------------------------------------------------

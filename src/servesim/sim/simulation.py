@@ -292,6 +292,11 @@ class Simulation:
         if self.stats.stopped_early:
             reason = "simulation time limit reached"
             not_arrived = "not arrived before the simulation time limit"
+            for worker in self.workers:  # what step mode would have committed by the limit
+                worker.close_at(now)
+                self._drain_terminated(worker, now)
+            for index, sent in self._sent.items():  # sent by the client, still in the API server
+                self.rec.arrived(index, sent)
         else:
             reason = "never schedulable (stuck in queue at end of run)"
         # Drain the source so every input request is counted.

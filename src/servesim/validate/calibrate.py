@@ -157,7 +157,8 @@ def calibrate(points: Sequence[Point], sample: int | None = 24, seed: int = 0, f
               fit: Sequence[FitParam] = DEFAULT_FIT, shared_sample: int | None = None,
               group_params: Sequence[str] | None = None,
               log: Callable[[str], None] | None = None, source: str = "") -> Calibration:
-    """Fit a :class:`Calibration` (shared + per ``<gpu>/<engine>`` groups) to measured points.
+    """Fit a :class:`Calibration` (shared + per ``<gpu>/<engine>`` groups, ``<engine>`` the measured
+    server: :attr:`Point.group`) to measured points.
 
     ``sample`` caps the points each fit simulates (seeded choice); ``None`` uses them all.
     ``group_params`` (names like ``mem_eff``) restricts the per-group fits to those

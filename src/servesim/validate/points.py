@@ -362,8 +362,8 @@ def _sglang_deepseek_script_flags(row: dict[str, str]) -> dict[str, Any]:
     ``--scheduler-recv-interval`` 30 at concurrency >= 16, else 10 (always 10 for fp8 at tp 4).
     fp4, every version 2025-11 .. 2026-05: ``--mem-fraction-static 0.85 --chunked-prefill-size
     16384 --max-running-requests 256`` and no ``--max-prefill-tokens`` (SGLang's 16384).  fp8 at tp 4
-    (B200 from 2026-01-13, B300 from 2026-04-17): 32 running requests, 0.95, chunk and prefill budget
-    8192.  fp8 at tp 8 the scripts say 128 running requests (0.82 and 32768 as the README), but the
+    (the scripts' only tp 4 case; B200 ran tp 4 from 2026-01-13, B300's script dates from 2026-04-17,
+    so no earlier tp 4 row exists): 32 running requests, 0.95, chunk and prefill budget 8192.  fp8 at tp 8 the scripts say 128 running requests (0.82 and 32768 as the README), but the
     rows at concurrency 256 contradict it (B200 DeepSeek-R1 1k/1k c256: 2.1 s mean TTFT measured, where
     128 seats would queue half the requests for a ~30 s lifetime; those rows are not in InferenceX's
     sweep of that date, which stops at 64), so tp 8 keeps the README's rule.  H200 fp8
