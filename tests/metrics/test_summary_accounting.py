@@ -105,3 +105,14 @@ def test_a_time_limit_cuts_fast_mode_where_it_cuts_step_mode():
             assert (wa["passes"], wa["tokens"]) == (wb["passes"], wb["tokens"]), engine
             assert abs(wa["busy_s"] - wb["busy_s"]) < 1e-9, engine
             assert 0 < wa["utilization"] <= 1.0
+
+
+def test_requests_still_in_the_api_server_at_the_limit_count_as_sent():
+    """A slow tokenizer holds most sent requests in the frontend at the limit: they arrived (the
+    client sent them), so they are cut by the limit, not 'not arrived'."""
+    pred = predict(None, NO_FILES + ["workload.num_requests=300", "workload.sessions=null",
+                                     "simulation.max_sim_time_s=10", "perf.frontend.tokenize_per_token_s=5e-3"])
+    by_reason = pred.summary["requests"]["unfinished_by_reason"]
+    # Poisson at 12/s for 10 s sends ~120; the tokenizer lets a handful through
+    assert by_reason["simulation time limit reached"] > 90
+    assert by_reason["not arrived before the simulation time limit"] < 210
