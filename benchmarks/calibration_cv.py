@@ -28,7 +28,7 @@ def surrogate_mape(cal, sens: Sequence[PointSensitivity]) -> tuple[float, float]
     et, ep = [], []
     for s in sens:
         p = s.point
-        a, f = cal.resolve(p.gpu, p.backend, p.model, p.precision)
+        a, f = p.calibration_values(cal)
         ttft, tpot = s.predict_resolved(a, f, DEFAULT_BASE)
         et.append(abs(ttft - p.measured_ttft_ms) / p.measured_ttft_ms)
         ep.append(abs(tpot - p.measured_tpot_ms) / p.measured_tpot_ms)

@@ -41,10 +41,13 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesim.errors import ConfigError
 from servesim.hardware import load_gpu
+
+if TYPE_CHECKING:
+    from servesim.perf.calibration import Calibration
 
 #: The columns a points file must have.
 REQUIRED_COLUMNS = ("id", "model", "system", "backend", "precision", "gpus", "attention_tp", "attention_dp",
@@ -94,6 +97,11 @@ class Point:
         simulates it.  ATOM rows fit a group of their own: ATOM prefills several times faster
         than SGLang on the same MI355X, and one shared group pulled SGLang's TTFT down by ~75%."""
         return f"{self.gpu}/{self.backend}"
+
+    def calibration_values(self, cal: Calibration) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(analytic, frontend) overrides ``cal`` gives this point: its groups are keyed by
+        the measured server, as :attr:`group` is (one place for validate, sensitivity and CV)."""
+        return cal.resolve(self.gpu, self.backend, self.model, self.precision)
 
     @property
     def model(self) -> str:
@@ -363,8 +371,9 @@ def _sglang_deepseek_script_flags(row: dict[str, str]) -> dict[str, Any]:
     fp4, every version 2025-11 .. 2026-05: ``--mem-fraction-static 0.85 --chunked-prefill-size
     16384 --max-running-requests 256`` and no ``--max-prefill-tokens`` (SGLang's 16384).  fp8 at tp 4
     (the scripts' only tp 4 case; B200 ran tp 4 from 2026-01-13, B300's script dates from 2026-04-17,
-    so no earlier tp 4 row exists): 32 running requests, 0.95, chunk and prefill budget 8192.  fp8 at tp 8 the scripts say 128 running requests (0.82 and 32768 as the README), but the
-    rows at concurrency 256 contradict it (B200 DeepSeek-R1 1k/1k c256: 2.1 s mean TTFT measured, where
+    so no earlier tp 4 row exists): 32 running requests, 0.95, chunk and prefill budget 8192.  fp8 at
+    tp 8 the scripts say 128 running requests (0.82 and 32768 as the README), but the rows at
+    concurrency 256 contradict it (B200 DeepSeek-R1 1k/1k c256: 2.1 s mean TTFT measured, where
     128 seats would queue half the requests for a ~30 s lifetime; those rows are not in InferenceX's
     sweep of that date, which stops at 64), so tp 8 keeps the README's rule.  H200 fp8
     (``dsr1_fp8_h200.sh``, 2025-10 .. 2026-06): 512 running requests for 1k/1k, else 256.

@@ -84,7 +84,7 @@ def _validate_one(args: tuple[Point, Calibration, str]) -> Row:
     if p.status != "ok":
         row.status = p.status
     else:
-        analytic, frontend = cal.resolve(p.gpu, p.backend, p.model, p.precision)
+        analytic, frontend = p.calibration_values(cal)
         try:
             res = simulate_point(p.config, analytic, frontend, perf_model=perf_model)
         except ServesimError as e:

@@ -93,7 +93,7 @@ class BaseParams:
         A second sensitivity round measures each point around these, so the linear
         surrogate is taken near where the previous fit put the point's group.
         """
-        analytic, frontend = cal.resolve(point.gpu, point.backend, point.model, point.precision)
+        analytic, frontend = point.calibration_values(cal)
         return cls._of(analytic, frontend)
 
     @classmethod
