@@ -383,3 +383,35 @@ def test_sglang_deepseek_fp8_flags_follow_the_scripts():
     # rows no InferenceX script ran keep the README's typical flags
     other = point_config(row(system="b200_sxm", precision="fp8", concurrency=256)).config["deployment"]["engine"]
     assert other["max_running_requests"] == 256 and other["scheduler_recv_interval"] == 30
+
+
+def test_fixed_vllm_rows_spread_their_output_lengths_and_other_engines_do_not():
+    """The NVIDIA vLLM fixed-length rows measure TTFTs no lockstep schedule allows (FIXED_VLLM_OUTPUT_SPREAD)."""
+    from servesim.validate.points import FIXED_VLLM_OUTPUT_SPREAD
+
+    qwen = {"model": "Qwen/Qwen3-32B", "system": "h100_sxm", "precision": "", "gpus": 2, "attention_tp": 2,
+            "moe_ep": 1}
+    vllm = point_config(row(backend="vllm", **qwen, **NVIDIA))
+    assert vllm.config["workload"]["recipe"] == "fixed"
+    assert vllm.config["workload"]["output_spread"] == FIXED_VLLM_OUTPUT_SPREAD == 0.02
+    for backend in ("sglang", "trtllm"):
+        p = point_config(row(backend=backend, **qwen, **NVIDIA))
+        assert "output_spread" not in p.config["workload"], backend
+    ix = point_config(row(backend="vllm", **qwen, source=IX))
+    assert ix.config["workload"]["recipe"] == "inferencex_random" and "output_spread" not in ix.config["workload"]
+
+
+def test_output_spread_breaks_the_lockstep_waves_of_a_fixed_closed_loop():
+    """Exact lengths: each wave's 16 prompts queue behind each other's prefill; a 2% spread staggers them."""
+    import copy
+
+    from servesim.validate.simulate import simulate_point
+
+    qwen = {"model": "Qwen/Qwen3-32B", "system": "h100_sxm", "precision": "", "gpus": 8, "attention_tp": 8,
+            "moe_ep": 1}
+    config = point_config(row(backend="vllm", **qwen, **NVIDIA, concurrency=16, isl=1024, osl=256)).config
+    lockstep = copy.deepcopy(config)
+    lockstep["workload"]["output_spread"] = 0.0
+    waves, spread = simulate_point(lockstep), simulate_point(config)
+    assert spread.ttft_ms < 0.6 * waves.ttft_ms
+    assert abs(spread.tpot_ms / waves.tpot_ms - 1) < 0.15  # the passes themselves barely change

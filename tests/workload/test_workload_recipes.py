@@ -51,3 +51,24 @@ def test_deterministic():
     b = [(r.input_length, r.output_length) for r in build_source(closed(), seed=9).requests()]
     c = [(r.input_length, r.output_length) for r in build_source(closed(), seed=10).requests()]
     assert a == b and a != c
+
+
+def test_fixed_output_spread_draws_outputs_from_its_range():
+    reqs = list(build_source(closed(recipe="fixed", isl=100, osl=200, output_spread=0.05), seed=1).requests())
+    outs = [r.output_length for r in reqs]
+    assert all(r.input_length == 100 for r in reqs)  # inputs stay exact
+    assert min(outs) >= math.floor(0.95 * 200) and max(outs) <= 200
+    assert len(set(outs)) > 5  # the range is actually used
+    again = [r.output_length for r in build_source(closed(recipe="fixed", isl=100, osl=200, output_spread=0.05),
+                                                   seed=1).requests()]
+    assert outs == again
+
+
+def test_output_spread_is_for_the_fixed_recipe_only():
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="output_spread applies to recipe 'fixed' only"):
+        closed(output_spread=0.02)
+    with pytest.raises(ValidationError):
+        closed(recipe="fixed", output_spread=1.0)

@@ -295,7 +295,12 @@ class ClosedLoopWorkload(_Strict):
     """A benchmark client keeping ``concurrency`` requests in flight (see recipes.py).
 
     ``inferencex_random`` draws each length uniformly from the integers
-    ``[floor(range_ratio * L), L]``; ``fixed`` uses exactly ``isl``/``osl``.
+    ``[floor(range_ratio * L), L]``; ``fixed`` uses exactly ``isl``/``osl``, except that
+    ``output_spread`` > 0 draws each output length uniformly from the integers
+    ``[floor((1 - output_spread) * osl), osl]``.  Exact lengths make a closed loop run in
+    lockstep (a wave of requests finishes in one pass and the next wave arrives together);
+    a small spread desynchronises it, as real runs often are for reasons a fixed-length
+    recipe does not record (docs/validation.md).
     ``num_prompts`` defaults to 10 x concurrency; ``warmup`` to 2 x concurrency for
     ``inferencex_random`` and 0 for ``fixed``.
     """
@@ -308,6 +313,14 @@ class ClosedLoopWorkload(_Strict):
     isl: int = Field(gt=0, le=MAX_TOKENS)
     osl: int = Field(gt=0, le=MAX_TOKENS)
     range_ratio: float = Field(default=0.8, gt=0, le=1)
+    output_spread: float = Field(default=0.0, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _spread_only_for_fixed(self) -> "ClosedLoopWorkload":
+        if self.output_spread and self.recipe != "fixed":
+            raise ValueError("output_spread applies to recipe 'fixed' only "
+                             "(inferencex_random spreads lengths with range_ratio)")
+        return self
 
     @property
     def resolved_num_prompts(self) -> int:

@@ -10,7 +10,8 @@ metrics), then the measured ones.  All have ``arrival = 0`` (ready at the start)
   the integers ``[floor(range_ratio * L), L]`` with L = isl or osl; prompts are random
   tokens, so every prompt block has a fresh id (no prefix reuse).
 - ``fixed``: every request has exactly ``isl`` input and ``osl`` output tokens, also
-  with fresh ids.
+  with fresh ids; with ``output_spread`` > 0 the output length is drawn uniformly from the
+  integers ``[floor((1 - output_spread) * osl), osl]`` instead.
 """
 
 from __future__ import annotations
@@ -52,7 +53,11 @@ def generate_closed_loop(cfg: ClosedLoopWorkload, seed: int) -> Iterator[Request
             outputs = rng.integers(lo, hi + 1, size=n).tolist()
         else:
             inputs = [cfg.isl] * n
-            outputs = [cfg.osl] * n
+            if cfg.output_spread:
+                lo = max(1, math.floor((1 - cfg.output_spread) * cfg.osl))
+                outputs = rng.integers(lo, cfg.osl + 1, size=n).tolist()
+            else:
+                outputs = [cfg.osl] * n
         for input_length, output_length in zip(inputs, outputs):
             n_blocks = -(-input_length // bs)
             yield Request(

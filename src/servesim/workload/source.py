@@ -109,6 +109,8 @@ def build_source(
         )
         if cfg.recipe == "inferencex_random":
             desc += f", range_ratio {cfg.range_ratio:g}"
+        elif cfg.output_spread:
+            desc += f", output_spread {cfg.output_spread:g}"
         return WorkloadSource(
             mode="closed",
             concurrency=cfg.concurrency,
