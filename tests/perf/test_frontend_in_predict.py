@@ -118,3 +118,19 @@ def test_session_turn_waits_its_think_time_after_the_engine_ends_the_previous_on
     assert later.size == 4
     for i in later:  # turns of a session are consecutive requests
         assert arrival[i] == pytest.approx(finish[i - 1] - 0.05 + 1.5, abs=1e-9)
+
+
+def test_per_request_scheduler_time_counts_the_busiest_attention_rank():
+    """Each attention-DP rank runs its own scheduler in parallel: the pass waits for the busiest one."""
+    from servesim.perf.plan import PassPlan, rank_union
+
+    class Zero:
+        def pass_time(self, plan):
+            return 0.0
+
+    st = SchedulerOverheadStepTime(Zero(), 1e-3, 1e-5)
+    one = PassPlan(decode_ctx=np.full(6, 100), prefill_new=np.array([50]), prefill_cached=np.array([0]))
+    assert st.pass_time(one) == pytest.approx(1e-3 + 7 * 1e-5)
+    ranks = rank_union((PassPlan(decode_ctx=np.full(2, 10)), None, PassPlan(decode_ctx=np.full(5, 10))))
+    assert ranks.decode_ctx.size == 7
+    assert st.pass_time(ranks) == pytest.approx(1e-3 + 5 * 1e-5)

@@ -110,8 +110,16 @@ class Frontend:
         return SchedulerOverheadStepTime(model, p.scheduler_pass_s, p.scheduler_per_request_s)
 
 
+def scheduled_requests(plan: PassPlan) -> int:
+    """Requests one scheduler handles in ``plan``: with attention data parallelism each rank has
+    its own scheduler process working in parallel, so the busiest rank's count."""
+    if plan.ranks is not None:
+        return max((r.prefill_new.size + r.decode_ctx.size for r in plan.ranks if r is not None), default=0)
+    return plan.prefill_new.size + plan.decode_ctx.size
+
+
 class SchedulerOverheadStepTime:
-    """A step-time model plus serial scheduler CPU time per pass."""
+    """A step-time model plus serial scheduler CPU time per pass (and per request in it)."""
 
     def __init__(self, inner: StepTimeModel, pass_s: float, per_request_s: float) -> None:
         self.inner = inner
@@ -119,8 +127,7 @@ class SchedulerOverheadStepTime:
         self.per_request_s = per_request_s
 
     def pass_time(self, plan: PassPlan) -> float:
-        n = plan.prefill_new.size + plan.decode_ctx.size
-        return self.inner.pass_time(plan) + self.pass_s + self.per_request_s * n
+        return self.inner.pass_time(plan) + self.pass_s + self.per_request_s * scheduled_requests(plan)
 
     def decode_stretch_times(self, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
         extra = self.pass_s + self.per_request_s * decode_ctx.size
@@ -128,7 +135,7 @@ class SchedulerOverheadStepTime:
 
     def rank_stretch_times(self, plan: PassPlan, steps: int) -> np.ndarray:
         """Attention-DP decode stretches (see :func:`servesim.perf.plan.plan_stretch_times`)."""
-        extra = self.pass_s + self.per_request_s * plan.decode_ctx.size
+        extra = self.pass_s + self.per_request_s * scheduled_requests(plan)
         return plan_stretch_times(self.inner, plan, steps) + extra
 
     def __getattr__(self, name: str):  # diagnostics of the wrapped model stay reachable

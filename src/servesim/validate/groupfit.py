@@ -1,14 +1,15 @@
 """Hierarchical calibration from per-point sensitivities (``servesim calibrate --method sensitivity``).
 
 Given each point's base prediction and slopes (:mod:`servesim.validate.sensitivity`), the
-fit moves four parameters per group against the linear surrogate instead of re-simulating:
+fit moves these parameters per group against the linear surrogate instead of re-simulating:
 
 - ``mem_eff`` (through the ``mem`` time scale), ``gemm_eff_max`` and ``attn_prefill_eff_max``
   (together, through the ``prefill`` scale), ``scheduler_pass_s`` (additive per pass; shared
   and GPU/engine groups only: it is the engine's CPU cost), ``graph_layer_overhead_s`` with
   ``layer_overhead_s`` (additive per layer of every pass: the GPU's fixed cost of a layer's
-  kernels; per model too, since models differ in kernels per layer), and
-  ``first_token_overhead_s`` (additive on TTFT).
+  kernels; per model too, since models differ in kernels per layer), ``scheduler_per_request_s``
+  (additive per request of every pass; like ``scheduler_pass_s`` the engine's CPU cost, so shared
+  and GPU/engine groups only), and ``first_token_overhead_s`` (additive on TTFT).
 
 Groups form a tree: ``shared`` → ``<gpu>/<engine>`` → ``<gpu>/<engine>/<model>@<precision>``, with
 ``<engine>`` the measured server (:attr:`Point.group`: ATOM rows, simulated by the SGLang model,
@@ -40,11 +41,12 @@ GEMM_EFF_BOUNDS = (0.25, 0.95)
 SCHED_BOUNDS_S = (0.0, 0.02)
 STREAM_BOUNDS_S = (0.0, 3.0)
 LAYER_BOUNDS_S = (0.0, 300e-6)
+REQ_BOUNDS_S = (0.0, 100e-6)
 #: Prior widths toward the parent group: log time scale (mem, prefill), seconds of scheduler
-#: time, seconds of stream latency, seconds per layer.
-PRIOR_SIGMA = np.array([0.5, 0.5, 3e-3, 0.3, 40e-6])
+#: time, seconds of stream latency, seconds per layer, seconds per request and pass.
+PRIOR_SIGMA = np.array([0.5, 0.5, 3e-3, 0.3, 40e-6, 30e-6])
 #: The engine's own CPU cost, not a model's: fixed below GPU/engine groups.
-ENGINE_ONLY = np.array([False, False, True, False, False])
+ENGINE_ONLY = np.array([False, False, True, False, False, True])
 #: GPU/engine groups hold tens of points and differ much from the shared fit: a weaker prior.
 GPU_ENGINE_PRIOR_WEIGHT = 0.3
 #: Pull of each group toward its parent, relative to PRIOR_SIGMA (split-half cross-validation
@@ -57,7 +59,7 @@ UNVERIFIED_WEIGHT = 0.5
 @dataclass
 class GroupParams:
     """One group's values: log time scales of the memory and prefill work (log 1/efficiency)
-    and three additive times.  Absolute, so points measured around different bases (a second
+    and four additive times.  Absolute, so points measured around different bases (a second
     round, :meth:`BaseParams.for_point`) share one parameter space."""
 
     log_inv_mem: float  # log(1 / mem_eff)
@@ -65,18 +67,20 @@ class GroupParams:
     sched_s: float  # absolute scheduler_pass_s
     stream_s: float  # absolute first_token_overhead_s
     layer_s: float  # absolute graph_layer_overhead_s; layer_overhead_s moves with it
+    req_s: float = 0.0  # absolute scheduler_per_request_s
 
     def vector(self) -> np.ndarray:
-        return np.array([self.log_inv_mem, self.log_inv_gemm, self.sched_s, self.stream_s, self.layer_s])
+        return np.array([self.log_inv_mem, self.log_inv_gemm, self.sched_s, self.stream_s, self.layer_s,
+                         self.req_s])
 
     @classmethod
     def of(cls, x: np.ndarray) -> "GroupParams":
-        return cls(*(float(v) for v in x[:5]))
+        return cls(*(float(v) for v in x[:6]))
 
     @classmethod
     def at(cls, base: BaseParams, stream_s: float) -> "GroupParams":
         return cls(-math.log(base.mem_eff), -math.log(base.gemm_eff_max), base.scheduler_pass_s, stream_s,
-                   base.graph_layer_overhead_s)
+                   base.graph_layer_overhead_s, base.scheduler_per_request_s)
 
     @property
     def mem_eff(self) -> float:
@@ -94,15 +98,16 @@ class GroupParams:
         analytic = {"mem_eff": self.mem_eff, "gemm_eff_max": self.gemm_eff_max,
                     "attn_prefill_eff_max": self.gemm_eff_max * ratio,
                     "graph_layer_overhead_s": self.layer_s, "layer_overhead_s": self.layer_s + eager_extra}
-        frontend = {"scheduler_pass_s": self.sched_s, "first_token_overhead_s": self.stream_s}
+        frontend = {"scheduler_pass_s": self.sched_s, "first_token_overhead_s": self.stream_s,
+                    "scheduler_per_request_s": self.req_s}
         return analytic, frontend
 
 
 def _bounds() -> tuple[np.ndarray, np.ndarray]:
     lo = [-math.log(MEM_EFF_BOUNDS[1]), -math.log(GEMM_EFF_BOUNDS[1]), SCHED_BOUNDS_S[0], STREAM_BOUNDS_S[0],
-          LAYER_BOUNDS_S[0]]
+          LAYER_BOUNDS_S[0], REQ_BOUNDS_S[0]]
     hi = [-math.log(MEM_EFF_BOUNDS[0]), -math.log(GEMM_EFF_BOUNDS[0]), SCHED_BOUNDS_S[1], STREAM_BOUNDS_S[1],
-          LAYER_BOUNDS_S[1]]
+          LAYER_BOUNDS_S[1], REQ_BOUNDS_S[1]]
     return np.array(lo), np.array(hi)
 
 
@@ -122,7 +127,8 @@ def _residuals(x: np.ndarray, pts: Sequence[PointSensitivity], base: BaseParams,
     out = np.empty(2 * len(pts))
     log = objective == "log"
     for i, s in enumerate(pts):
-        ttft, tpot = s.predict_at(mem_eff, gemm_eff, g.sched_s, g.stream_s, base, graph_layer_overhead_s=g.layer_s)
+        ttft, tpot = s.predict_at(mem_eff, gemm_eff, g.sched_s, g.stream_s, base, graph_layer_overhead_s=g.layer_s,
+                                  scheduler_per_request_s=g.req_s)
         w = _weight(s)
         mt, mp = s.point.measured_ttft_ms, s.point.measured_tpot_ms
         ttft, tpot = max(ttft, 1e-3), max(tpot, 1e-3)
@@ -136,8 +142,9 @@ def fit_group(pts: Sequence[PointSensitivity], base: BaseParams, prior: GroupPar
               objective: str = "relative") -> tuple[GroupParams, float]:
     """Least-squares values of one group under a Gaussian prior centred on ``prior``.
 
-    ``fit_sched`` False keeps the parent's ``scheduler_pass_s``: it is the engine's CPU cost,
-    not a model's, and on one model's points it is the per-layer time times a constant.
+    ``fit_sched`` False keeps the parent's ``scheduler_pass_s`` and ``scheduler_per_request_s``:
+    they are the engine's CPU cost, not a model's, and on one model's points the per-pass one is
+    the per-layer time times a constant.
     """
     lo, hi = _bounds()
     centre = prior.vector()

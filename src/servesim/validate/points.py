@@ -618,7 +618,7 @@ def point_config(row: dict[str, str], mode: str = "fast") -> Point:
 #: H100 tp 8 c16 1024/1024: 101 ms measured, >= 102 ms for two 8,192-token prefill passes at 100% of
 #: peak), so their requests were desynchronised by something the rows do not record; a 2% spread of
 #: output lengths desynchronises the simulated loop alike.  Chosen on the fit split (TTFT MAPE of those
-#: rows 61% -> 36%; 1% gave 37%, 4% 36% with a larger negative bias).  SGLang's fixed rows keep exact
+#: rows 61% -> 36%; 1% gave 37%, 4% 36% with a larger negative bias; spreading inputs alone: no change).  SGLang's fixed rows keep exact
 #: lengths: their measured TTFTs need the lockstep waves (Qwen3-32B H100: 12% MAPE in lockstep, 61%
 #: with the spread); TensorRT-LLM's fixed rows, which the spread leaves about where they were (fit
 #: split TTFT MAPE 95% -> 96%), keep exact lengths too (docs/validation.md).

@@ -10,6 +10,10 @@ TPOT respond.  Each knob scales one group of costs:
 - ``prefill``: ``1 / gemm_eff_max`` and ``1 / attn_prefill_eff_max`` together — compute-bound
   prefill work;
 - ``sched``: ``scheduler_pass_s`` — serial CPU time added to every pass;
+- ``req``: ``scheduler_per_request_s`` — serial CPU time added to every pass per request in it
+  (batch bookkeeping, sampling and output hand-off scale with the batch: at hundreds of running
+  requests this is milliseconds per pass, and it is why measured SGLang TPOT at concurrency
+  >= 64 sits above the GPU work alone);
 - ``layer`` (derived, not simulated): ``graph_layer_overhead_s`` and ``layer_overhead_s``
   together — the fixed GPU time of each layer of every pass (small kernels do not run faster
   than a few microseconds however little work they get).  Moving it by Δ adds ``L × Δ`` to
@@ -46,10 +50,12 @@ from servesim.validate.run import check_point
 from servesim.validate.simulate import simulate_point
 
 #: The knobs, and how each variant run moves the base parameters.
-KNOBS = ("mem", "prefill", "sched")
+KNOBS = ("mem", "prefill", "sched", "req")
 #: Relative step of each knob's time scale in its variant run (mem: 1/mem_eff × 1/1.3, ...).
 MEM_STEP = 1 / 1.3
 PREFILL_STEP = 1 / 0.75
+#: Seconds per request and pass the ``req`` variant adds to ``scheduler_per_request_s``.
+REQ_STEP_S = 20e-6
 
 
 @dataclass
@@ -64,10 +70,13 @@ class BaseParams:
     #: Per-layer fixed GPU time of CUDA-graph decode passes and of eager passes (the ``layer`` knob).
     graph_layer_overhead_s: float = AnalyticParams().graph_layer_overhead_s
     layer_overhead_s: float = AnalyticParams().layer_overhead_s
+    #: Scheduler CPU time per request in a pass (the ``req`` knob).
+    scheduler_per_request_s: float = 0.0
 
     def variants(self) -> dict[str, tuple[dict, dict]]:
         """(analytic, frontend) parameters of the base run and of each knob's run."""
-        fe = dict(self.frontend) | {"first_token_overhead_s": 0.0, "scheduler_pass_s": self.scheduler_pass_s}
+        fe = dict(self.frontend) | {"first_token_overhead_s": 0.0, "scheduler_pass_s": self.scheduler_pass_s,
+                                    "scheduler_per_request_s": self.scheduler_per_request_s}
         base_a = {"mem_eff": self.mem_eff, "gemm_eff_max": self.gemm_eff_max,
                   "attn_prefill_eff_max": self.attn_prefill_eff_max,
                   "graph_layer_overhead_s": self.graph_layer_overhead_s,
@@ -79,6 +88,7 @@ class BaseParams:
             "prefill": (base_a | {"gemm_eff_max": self.gemm_eff_max / PREFILL_STEP,
                                   "attn_prefill_eff_max": self.attn_prefill_eff_max / PREFILL_STEP}, fe),
             "sched": (base_a, fe | {"scheduler_pass_s": self.scheduler_pass_s + sched_step}),
+            "req": (base_a, fe | {"scheduler_per_request_s": self.scheduler_per_request_s + REQ_STEP_S}),
         }
 
     @classmethod
@@ -102,6 +112,7 @@ class BaseParams:
         return cls(mem_eff=a.get("mem_eff", d.mem_eff), gemm_eff_max=a.get("gemm_eff_max", d.gemm_eff_max),
                    attn_prefill_eff_max=a.get("attn_prefill_eff_max", d.attn_prefill_eff_max),
                    scheduler_pass_s=f.pop("scheduler_pass_s", d.scheduler_pass_s),
+                   scheduler_per_request_s=f.pop("scheduler_per_request_s", d.scheduler_per_request_s),
                    frontend={k: v for k, v in f.items() if k != "first_token_overhead_s"},
                    graph_layer_overhead_s=a.get("graph_layer_overhead_s", d.graph_layer_overhead_s),
                    layer_overhead_s=a.get("layer_overhead_s", d.layer_overhead_s))
@@ -110,7 +121,8 @@ class BaseParams:
         return {"mem_eff": self.mem_eff, "gemm_eff_max": self.gemm_eff_max,
                 "attn_prefill_eff_max": self.attn_prefill_eff_max, "scheduler_pass_s": self.scheduler_pass_s,
                 "graph_layer_overhead_s": self.graph_layer_overhead_s,
-                "layer_overhead_s": self.layer_overhead_s, "frontend": dict(self.frontend)}
+                "layer_overhead_s": self.layer_overhead_s,
+                "scheduler_per_request_s": self.scheduler_per_request_s, "frontend": dict(self.frontend)}
 
     def _mem_step(self) -> float:
         """The mem variant's time scale: faster by MEM_STEP, or slower by as much where a
@@ -120,7 +132,7 @@ class BaseParams:
     def knob_deltas(self) -> dict[str, float]:
         """How far each variant moved its knob, in the knob's own unit."""
         return {"mem": self._mem_step() - 1.0, "prefill": PREFILL_STEP - 1.0,
-                "sched": max(self.scheduler_pass_s, 1e-3)}
+                "sched": max(self.scheduler_pass_s, 1e-3), "req": REQ_STEP_S}
 
 
 #: The base the shipped calibration was measured around: the earlier quick shared fit
@@ -146,15 +158,17 @@ class PointSensitivity:
 
     def predict_at(self, mem_eff: float, gemm_eff_max: float, scheduler_pass_s: float,
                    stream_s: float, default_base: BaseParams, *,
-                   graph_layer_overhead_s: float | None = None) -> tuple[float, float]:
+                   graph_layer_overhead_s: float | None = None,
+                   scheduler_per_request_s: float | None = None) -> tuple[float, float]:
         """Surrogate (TTFT, TPOT) in ms at absolute parameter values (the prefill knob
         moves ``gemm_eff_max`` and ``attn_prefill_eff_max`` together; ``None`` keeps the
         base's value)."""
         b = self.base or default_base
         layer = 0.0 if graph_layer_overhead_s is None else graph_layer_overhead_s - b.graph_layer_overhead_s
+        req = 0.0 if scheduler_per_request_s is None else scheduler_per_request_s - b.scheduler_per_request_s
         return self.predict(b.mem_eff / mem_eff, b.gemm_eff_max / gemm_eff_max,
                             scheduler_pass_s - b.scheduler_pass_s, stream_s,
-                            layer_delta_s=layer)
+                            layer_delta_s=layer, req_delta_s=req)
 
     def predict_resolved(self, analytic: dict, frontend: dict, default_base: BaseParams) -> tuple[float, float]:
         """Surrogate (TTFT, TPOT) in ms at the values a calibration resolves for this point
@@ -163,17 +177,20 @@ class PointSensitivity:
         return self.predict_at(analytic.get("mem_eff", b.mem_eff), analytic.get("gemm_eff_max", b.gemm_eff_max),
                                frontend.get("scheduler_pass_s", b.scheduler_pass_s),
                                frontend.get("first_token_overhead_s", 0.0), default_base,
-                               graph_layer_overhead_s=analytic.get("graph_layer_overhead_s"))
+                               graph_layer_overhead_s=analytic.get("graph_layer_overhead_s"),
+                               scheduler_per_request_s=frontend.get("scheduler_per_request_s"))
 
     def predict(self, mem: float, prefill: float, sched_delta_s: float, stream_s: float, *,
-                layer_delta_s: float = 0.0) -> tuple[float, float]:
+                layer_delta_s: float = 0.0, req_delta_s: float = 0.0) -> tuple[float, float]:
         """Surrogate (TTFT, TPOT) in ms at knob values relative to the point's base.
 
         ``mem`` and ``prefill`` are time scales relative to the base (1 = base), ``sched_delta_s``
         seconds added to the base ``scheduler_pass_s``, ``stream_s`` the stream latency,
-        ``layer_delta_s`` seconds added to every layer of every pass (``layers`` × that per pass).
+        ``layer_delta_s`` seconds added to every layer of every pass (``layers`` × that per pass),
+        ``req_delta_s`` seconds added to the base ``scheduler_per_request_s``.
         """
-        d = {"mem": mem - 1.0, "prefill": prefill - 1.0, "sched": sched_delta_s + self.layers * layer_delta_s}
+        d = {"mem": mem - 1.0, "prefill": prefill - 1.0, "sched": sched_delta_s + self.layers * layer_delta_s,
+             "req": req_delta_s}
         ttft = self.ttft_base + sum(self.ttft_slope[k] * d[k] for k in KNOBS) + stream_s * 1e3
         tpot = self.tpot_base + sum(self.tpot_slope[k] * d[k] for k in KNOBS)
         return ttft, tpot
@@ -242,7 +259,7 @@ FIELDS = ["id", "status", "group", "model", "weight_dtype", "measured_ttft_ms", 
           "ttft_base", "tpot_base"] + [f"ttft_d_{k}" for k in KNOBS] + [f"tpot_d_{k}" for k in KNOBS]
 #: The point's own base (optional columns: files from a single-base run may lack them).
 #: Base values added with later knobs: files written before them lack the columns (defaults apply).
-OPTIONAL_BASE = ("graph_layer_overhead_s", "layer_overhead_s")
+OPTIONAL_BASE = ("graph_layer_overhead_s", "layer_overhead_s", "scheduler_per_request_s")
 BASE_FIELDS = ["base_mem_eff", "base_gemm_eff_max", "base_attn_prefill_eff_max", "base_scheduler_pass_s",
                *(f"base_{n}" for n in OPTIONAL_BASE)]
 
@@ -301,6 +318,9 @@ def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointS
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
             missing = set(FIELDS) - set(reader.fieldnames or [])
+            if missing == {"ttft_d_req", "tpot_d_req"}:
+                raise ConfigError(f"{path}: written before the 'req' knob (scheduler_per_request_s) existed; "
+                                  f"re-measure it (servesim calibrate --method sensitivity --sensitivities NEW.csv)")
             if missing:
                 raise ConfigError(f"{path}: not a sensitivities file (missing columns {sorted(missing)})")
             for row in reader:
