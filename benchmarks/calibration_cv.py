@@ -6,7 +6,7 @@ are split in two by a hash of the row id; each half is fitted and the other half
 choose the residual (relative vs log) and the prior scale; the honest figure remains
 ``servesim validate`` on the held-out rows.
 
-    python benchmarks/calibration_cv.py --sensitivities sens_fit.csv \\
+    python benchmarks/calibration_cv.py --sensitivities sens_fit_r4.csv \\
         --points ../shared/data/measured/calibration.csv
 """
 

@@ -231,7 +231,6 @@ def test_mem_variant_stays_a_valid_efficiency():
         assert b.knob_deltas()["mem"] == pytest.approx(b.mem_eff / b.variants()["mem"][0]["mem_eff"] - 1)
 
 
-
 def test_req_variant_adds_scheduler_time_per_request_and_old_files_are_refused(tmp_path):
     """The req variant moves scheduler_per_request_s by REQ_STEP_S (its delta); a sensitivities file
     written before the knob existed is refused with what to do, not fitted with a zero slope."""
@@ -242,7 +241,6 @@ def test_req_variant_adds_scheduler_time_per_request_and_old_files_are_refused(t
     assert base_fe["scheduler_per_request_s"] == 7e-6
     assert req_fe["scheduler_per_request_s"] == pytest.approx(7e-6 + REQ_STEP_S)
     assert b.knob_deltas()["req"] == REQ_STEP_S
-    assert BaseParams.for_point.__doc__  # the point's own value is its base (below)
     from servesim.perf.calibration import Calibration
 
     cal = Calibration(shared={"analytic": {}, "frontend": {"scheduler_per_request_s": 9e-6}})
@@ -251,3 +249,33 @@ def test_req_variant_adds_scheduler_time_per_request_and_old_files_are_refused(t
     old.write_text(",".join(f for f in FIELDS if not f.endswith("_req")) + "\n")
     with pytest.raises(ConfigError, match="before the 'req' knob"):
         read_sensitivities(old, [])
+
+
+def test_per_request_time_is_the_engines_and_model_groups_inherit_it():
+    """Two models under one GPU/engine: the engine group fits one scheduler_per_request_s and both
+    model groups keep it (ENGINE_ONLY), while their memory efficiencies are their own.  (The engine
+    group's single mem_eff cannot fit both models, so its per-request time is only near the truth.)"""
+    truth = {"h200_sxm/sglang/org/A": _rel(1.3, 1.0, 0.001, 0.05, req_s=20e-6),
+             "h200_sxm/sglang/org/B": _rel(0.8, 1.0, 0.001, 0.05, req_s=20e-6)}
+    cal = fit_hierarchy(_synthetic(truth, n_per_group=20), DEFAULT_BASE, min_group_points=5,
+                        min_model_points=3, prior_scale=0.0)
+    engine = cal.groups["h200_sxm/sglang"]["frontend"]["scheduler_per_request_s"]
+    assert engine == pytest.approx(20e-6, rel=0.2)
+    mem = {}
+    for model in ("org/A", "org/B"):
+        a, f = cal.resolve("h200_sxm", "sglang", model, "fp8")
+        assert f["scheduler_per_request_s"] == engine
+        mem[model] = a["mem_eff"]
+    want = truth["h200_sxm/sglang/org/B"].mem_eff / truth["h200_sxm/sglang/org/A"].mem_eff
+    assert mem["org/B"] / mem["org/A"] == pytest.approx(want, rel=0.1)
+
+
+def test_surrogate_at_a_calibrations_values_moves_with_its_per_request_time():
+    """predict_resolved (used by benchmarks/calibration_cv.py) reads scheduler_per_request_s."""
+    s = PointSensitivity(_point(0, "h200_sxm", "sglang", "m"), "ok", ttft_base=100.0, tpot_base=10.0,
+                         ttft_slope={"mem": 0.0, "prefill": 0.0, "sched": 0.0, "req": 2e4},
+                         tpot_slope={"mem": 0.0, "prefill": 0.0, "sched": 0.0, "req": 1e5})
+    base_a, base_f = {}, {"scheduler_pass_s": DEFAULT_BASE.scheduler_pass_s}
+    assert s.predict_resolved(base_a, base_f, DEFAULT_BASE) == pytest.approx((100.0, 10.0))
+    ttft, tpot = s.predict_resolved(base_a, base_f | {"scheduler_per_request_s": 10e-6}, DEFAULT_BASE)
+    assert ttft == pytest.approx(100.2) and tpot == pytest.approx(11.0)

@@ -57,8 +57,7 @@ def test_fixed_output_spread_draws_outputs_from_its_range():
     reqs = list(build_source(closed(recipe="fixed", isl=100, osl=200, output_spread=0.05), seed=1).requests())
     outs = [r.output_length for r in reqs]
     assert all(r.input_length == 100 for r in reqs)  # inputs stay exact
-    assert min(outs) >= math.floor(0.95 * 200) and max(outs) <= 200
-    assert len(set(outs)) > 5  # the range is actually used
+    assert set(outs) == set(range(math.floor(0.95 * 200), 201))  # the whole range, both ends included
     again = [r.output_length for r in build_source(closed(recipe="fixed", isl=100, osl=200, output_spread=0.05),
                                                    seed=1).requests()]
     assert outs == again
@@ -72,3 +71,8 @@ def test_output_spread_is_for_the_fixed_recipe_only():
         closed(output_spread=0.02)
     with pytest.raises(ValidationError):
         closed(recipe="fixed", output_spread=1.0)
+
+
+def test_output_spread_never_draws_an_empty_output():
+    reqs = list(build_source(closed(recipe="fixed", isl=10, osl=1, output_spread=0.5), seed=0).requests())
+    assert {r.output_length for r in reqs} == {1}

@@ -16,8 +16,9 @@ calibration fits, instead of folding them into GPU efficiency:
   ``first_token_overhead_s`` after the engine emitted it (detokenization, HTTP streaming);
   TTFT and end-to-end latency grow by that constant, TPOT does not change.
 - :class:`SchedulerOverheadStepTime`: wraps a step-time model and adds
-  ``scheduler_pass_s + scheduler_per_request_s × requests`` of CPU time to each pass,
-  unless ``async_scheduling`` hides it behind the GPU.
+  ``scheduler_pass_s + scheduler_per_request_s × requests`` of CPU time to each pass
+  (with attention data parallelism, the busiest rank's requests: each rank has its own
+  scheduler), unless ``async_scheduling`` hides it behind the GPU.
 
 All times are seconds.  ``Frontend()`` uses typical defaults; ``Frontend.disabled()`` is
 exactly zero (the engine-only view, identical to a run without a frontend).

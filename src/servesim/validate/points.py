@@ -60,6 +60,18 @@ SYSTEM_TO_GPU = {
 }
 ENGINES = ("sglang", "vllm", "trtllm")
 UNSUPPORTED_BACKENDS: dict[str, str] = {}
+#: Output-length spread (``workload.output_spread``) of the ``fixed_lengths_unverified`` vLLM rows.
+#: Lockstep (exact lengths) over-predicts their TTFT for every model (median +36% on the fit rows), and
+#: one row is measured below any lockstep schedule (Qwen3-32B H100 tp 8 c16 1024/1024: 101 ms measured,
+#: >= 102 ms for two 8,192-token prefill passes at 100% of peak): their requests were desynchronised by
+#: something the rows do not record.  A 2% spread of output lengths desynchronises the simulated loop
+#: alike.  Chosen on the fit split (TTFT MAPE of those rows 61% -> 36%; 1% gave 37%, 4% 36% with a
+#: larger negative bias; spreading inputs alone changed nothing).  SGLang's fixed rows keep exact
+#: lengths: their measured TTFTs need the lockstep waves (Qwen3-32B H100: 12% MAPE in lockstep, 61% with
+#: the spread); TensorRT-LLM's, which the spread leaves about where they were (fit split TTFT MAPE 95% ->
+#: 96%), too (docs/validation.md).
+FIXED_VLLM_OUTPUT_SPREAD = 0.02
+
 #: Backends simulated by another engine's scheduler model (see module docstring).
 BACKEND_AS_ENGINE = {"atom": "sglang"}
 
@@ -600,7 +612,7 @@ def point_config(row: dict[str, str], mode: str = "fast") -> Point:
         notes.append("fixed lengths; client settings undocumented (warm-up assumed = concurrency)")
         if backend == "vllm":
             workload["output_spread"] = FIXED_VLLM_OUTPUT_SPREAD
-            notes.append(f"vLLM: output lengths spread by {FIXED_VLLM_OUTPUT_SPREAD:g} (desynchronised client)")
+            notes.append(f"vLLM: output lengths uniform on [floor({1 - FIXED_VLLM_OUTPUT_SPREAD:g} x osl), osl]")
     else:
         return Point(row, None, f"unsupported: workload {row.get('workload')!r}")
     config = {
@@ -612,17 +624,6 @@ def point_config(row: dict[str, str], mode: str = "fast") -> Point:
     }
     return Point(row, config, "ok", notes)
 
-
-#: Output-length spread (``workload.output_spread``) of the ``fixed_lengths_unverified`` vLLM rows.
-#: Their measured TTFTs lie below what any lockstep schedule of exact lengths allows (e.g. Qwen3-32B
-#: H100 tp 8 c16 1024/1024: 101 ms measured, >= 102 ms for two 8,192-token prefill passes at 100% of
-#: peak), so their requests were desynchronised by something the rows do not record; a 2% spread of
-#: output lengths desynchronises the simulated loop alike.  Chosen on the fit split (TTFT MAPE of those
-#: rows 61% -> 36%; 1% gave 37%, 4% 36% with a larger negative bias; spreading inputs alone: no change).  SGLang's fixed rows keep exact
-#: lengths: their measured TTFTs need the lockstep waves (Qwen3-32B H100: 12% MAPE in lockstep, 61%
-#: with the spread); TensorRT-LLM's fixed rows, which the spread leaves about where they were (fit
-#: split TTFT MAPE 95% -> 96%), keep exact lengths too (docs/validation.md).
-FIXED_VLLM_OUTPUT_SPREAD = 0.02
 
 #: Share of rows in the ``fit`` part of :func:`split_rows` (the rest is ``holdout``).
 FIT_FRACTION = 0.6

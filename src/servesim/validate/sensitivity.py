@@ -12,8 +12,8 @@ TPOT respond.  Each knob scales one group of costs:
 - ``sched``: ``scheduler_pass_s`` — serial CPU time added to every pass;
 - ``req``: ``scheduler_per_request_s`` — serial CPU time added to every pass per request in it
   (batch bookkeeping, sampling and output hand-off scale with the batch: at hundreds of running
-  requests this is milliseconds per pass, and it is why measured SGLang TPOT at concurrency
-  >= 64 sits above the GPU work alone);
+  requests this is milliseconds per pass, which can account for measured SGLang TPOT at
+  concurrency >= 64 sitting above the GPU work alone);
 - ``layer`` (derived, not simulated): ``graph_layer_overhead_s`` and ``layer_overhead_s``
   together — the fixed GPU time of each layer of every pass (small kernels do not run faster
   than a few microseconds however little work they get).  Moving it by Δ adds ``L × Δ`` to
@@ -319,8 +319,9 @@ def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointS
             reader = csv.DictReader(f)
             missing = set(FIELDS) - set(reader.fieldnames or [])
             if missing == {"ttft_d_req", "tpot_d_req"}:
-                raise ConfigError(f"{path}: written before the 'req' knob (scheduler_per_request_s) existed; "
-                                  f"re-measure it (servesim calibrate --method sensitivity --sensitivities NEW.csv)")
+                raise ConfigError(f"{path}: written before the 'req' knob (scheduler_per_request_s) existed, so it "
+                                  f"has no slopes for it; re-measure: servesim calibrate --points <CSV> --method "
+                                  f"sensitivity [--base-calibration <previous>.yaml] --sensitivities <new file>")
             if missing:
                 raise ConfigError(f"{path}: not a sensitivities file (missing columns {sorted(missing)})")
             for row in reader:

@@ -299,7 +299,7 @@ class ClosedLoopWorkload(_Strict):
     ``output_spread`` > 0 draws each output length uniformly from the integers
     ``[floor((1 - output_spread) * osl), osl]``.  Exact lengths make a closed loop run in
     lockstep (a wave of requests finishes in one pass and the next wave arrives together);
-    a small spread desynchronises it, as real runs often are for reasons a fixed-length
+    a small spread desynchronises it, as some measured runs were, for reasons a fixed-length
     recipe does not record (docs/validation.md).
     ``num_prompts`` defaults to 10 x concurrency; ``warmup`` to 2 x concurrency for
     ``inferencex_random`` and 0 for ``fixed``.

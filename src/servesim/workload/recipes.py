@@ -54,8 +54,8 @@ def generate_closed_loop(cfg: ClosedLoopWorkload, seed: int) -> Iterator[Request
         else:
             inputs = [cfg.isl] * n
             if cfg.output_spread:
-                lo = max(1, math.floor((1 - cfg.output_spread) * cfg.osl))
-                outputs = rng.integers(lo, cfg.osl + 1, size=n).tolist()
+                lo, hi = length_range(cfg.osl, 1 - cfg.output_spread)
+                outputs = rng.integers(lo, hi + 1, size=n).tolist()
             else:
                 outputs = [cfg.osl] * n
         for input_length, output_length in zip(inputs, outputs):
