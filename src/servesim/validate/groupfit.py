@@ -138,17 +138,17 @@ def _residuals(x: np.ndarray, pts: Sequence[PointSensitivity], base: BaseParams,
 
 
 def fit_group(pts: Sequence[PointSensitivity], base: BaseParams, prior: GroupParams,
-              prior_weight: float = 1.0, fit_sched: bool = True,
+              prior_weight: float = 1.0, fit_engine_costs: bool = True,
               objective: str = "relative") -> tuple[GroupParams, float]:
     """Least-squares values of one group under a Gaussian prior centred on ``prior``.
 
-    ``fit_sched`` False keeps the parent's ``scheduler_pass_s`` and ``scheduler_per_request_s``:
+    ``fit_engine_costs`` False keeps the parent's ``scheduler_pass_s`` and ``scheduler_per_request_s``:
     they are the engine's CPU cost, not a model's, and on one model's points the per-pass one is
     the per-layer time times a constant.
     """
     lo, hi = _bounds()
     centre = prior.vector()
-    free = ~ENGINE_ONLY | fit_sched
+    free = ~ENGINE_ONLY | fit_engine_costs
     x_full = np.clip(centre, lo, hi)
 
     def full(x: np.ndarray) -> np.ndarray:
@@ -208,7 +208,8 @@ def fit_hierarchy(sens: Sequence[PointSensitivity], base: BaseParams, min_group_
             mpts = by_model[mkey]
             if len(mpts) < min_model_points:
                 continue
-            mp, mrms = fit_group(mpts, base, gp, prior_weight=prior_scale, fit_sched=False, objective=objective)
+            mp, mrms = fit_group(mpts, base, gp, prior_weight=prior_scale, fit_engine_costs=False,
+                                 objective=objective)
             _store(cal, mkey, mp, base, mrms)
             say(f"  {mkey}: {len(mpts)} points, rms error {mrms:.3f}")
     return cal
