@@ -46,6 +46,27 @@ def test_model_groups_apply_on_top_of_gpu_engine():
     assert cal.group_of("b200_sxm", "vllm", "Qwen/Qwen3-32B") == "shared"
 
 
+def test_model_groups_are_found_by_architecture_and_exact_names_win():
+    """A group keyed by an architecture (DeepSeek-V3) applies to its other checkpoints; a group
+    under a checkpoint's own name applies on top of it."""
+    doc = {**DOC, "groups": {**DOC["groups"],
+                             "h200_sxm/sglang/deepseek-ai/DeepSeek-V3@fp8": {"analytic": {"mem_eff": 0.6},
+                                                                            "frontend": {"first_token_overhead_s": 0.2}},
+                             "h200_sxm/sglang/deepseek-ai/DeepSeek-R1-0528@fp8": {"analytic": {"mem_eff": 0.7}}}}
+    cal = parse_calibration(doc)
+    a, f = cal.resolve("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1", "fp8")
+    assert a["mem_eff"] == 0.6 and f["first_token_overhead_s"] == 0.2
+    assert cal.group_of("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1", "fp8") == \
+        "h200_sxm/sglang/deepseek-ai/DeepSeek-V3@fp8"
+    a, f = cal.resolve("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1-0528", "fp8")
+    assert a["mem_eff"] == 0.7 and f["first_token_overhead_s"] == 0.2
+    assert cal.group_of("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1-0528", "fp8") == \
+        "h200_sxm/sglang/deepseek-ai/DeepSeek-R1-0528@fp8"
+    # another architecture, and a model given by a path, keep the GPU/engine group
+    assert cal.resolve("h200_sxm", "sglang", "Qwen/Qwen3-32B", "fp8") == cal.resolve("h200_sxm", "sglang")
+    assert cal.resolve("h200_sxm", "sglang", "/models/my-model", "fp8") == cal.resolve("h200_sxm", "sglang")
+
+
 def test_roundtrip(tmp_path):
     path = tmp_path / "c.yaml"
     parse_calibration(DOC).save(path)

@@ -155,6 +155,26 @@ def test_small_model_groups_keep_their_parent():
     assert cal.resolve("h200_sxm", "vllm", "org/Lonely", "fp8") == cal.resolve("h200_sxm", "vllm")
 
 
+def test_a_checkpoint_without_a_group_gets_its_architectures():
+    """Model groups are fitted per checkpoint name (runs of DeepSeek-V3, -R1 and -R1-0528 came
+    from different campaigns and differ); one with too few points of its own resolves to the
+    group of its architecture (DeepSeek-V3's shapes), not to the GPU/engine group."""
+    v3 = _synthetic({"h200_sxm/trtllm/deepseek-ai/DeepSeek-V3": _rel(1.3, 0.9, 0.002, 0.12)}, n_per_group=6)
+    few = _synthetic({"h200_sxm/trtllm/deepseek-ai/DeepSeek-R1-0528": _rel(1.0, 1.0, 0.002, 0.3)},
+                     n_per_group=2, seed=1)
+    dense = _synthetic({"h200_sxm/trtllm/org/A": _rel(0.8, 1.2, 0.002, 0.03)}, n_per_group=8, seed=2)
+    for tag, group in (("-0528", few), ("-dense", dense)):
+        for s in group:
+            s.point.row["id"] += tag
+    cal = fit_hierarchy(v3 + few + dense, DEFAULT_BASE, min_group_points=5, min_model_points=3, prior_scale=0.0)
+    assert "h200_sxm/trtllm/deepseek-ai/DeepSeek-R1-0528@fp8" not in cal.groups
+    own = cal.resolve("h200_sxm", "trtllm", "deepseek-ai/DeepSeek-V3", "fp8")
+    assert own != cal.resolve("h200_sxm", "trtllm")
+    assert cal.resolve("h200_sxm", "trtllm", "deepseek-ai/DeepSeek-R1-0528", "fp8") == own
+    assert cal.group_of("h200_sxm", "trtllm", "deepseek-ai/DeepSeek-R1-0528", "fp8") == \
+        "h200_sxm/trtllm/deepseek-ai/DeepSeek-V3@fp8"
+
+
 def test_sensitivities_round_trip(tmp_path):
     sens = _synthetic({"h200_sxm/vllm/org/A": _rel(1.0, 1.0, 0.003, 0.02)}, n_per_group=3, own_bases=True)
     sens[0].base = None  # a point measured around the common base
