@@ -6,7 +6,7 @@ import pytest
 
 from servesim.hardware import load_gpu
 from servesim.models import load_model, parse_config
-from servesim.perf.analytic import AnalyticParams, AnalyticStepTime
+from servesim.perf.analytic import AnalyticParams, AnalyticStepTime, expected_busiest_touched
 from servesim.perf.plan import PassPlan, StepTimeModel, stretch_by_steps
 
 TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
@@ -99,6 +99,45 @@ def test_weight_only_4bit_moe_decode_is_memory_bound_on_hopper():
     tokens = 8192
     assign = tokens * moe["k"]
     assert st._moe_time(tokens) > 1.5 * (moe["local"] * moe["w_s"] + assign * moe["io_s"])
+
+
+def test_busiest_expert_rank_matches_simulated_routing():
+    """The expected largest count of touched experts over expert-parallel ranks, against random
+    routing (each token picks k distinct experts uniformly), and its limits."""
+    E, k, ranks = 256, 8, 8
+    local = E // ranks
+    rng = np.random.default_rng(7)
+    for tokens in (1, 4, 16, 64):
+        trials = 4000
+        picks = np.argsort(rng.random((trials, tokens, E)), axis=2)[:, :, :k]
+        touched = np.zeros((trials, E), dtype=bool)
+        np.put_along_axis(touched, picks.reshape(trials, -1), True, axis=1)
+        simulated = touched.reshape(trials, ranks, local).sum(axis=2).max(axis=1).mean()
+        frac = 1 - (1 - k / E) ** tokens
+        assert expected_busiest_touched(local, frac, ranks) == pytest.approx(simulated, rel=0.02), tokens
+    frac = 1 - (1 - k / E) ** 4
+    assert expected_busiest_touched(local, frac, 1) == pytest.approx(local * frac)
+    assert local * frac < expected_busiest_touched(local, frac, ranks) <= local
+    assert expected_busiest_touched(local, 1.0, ranks) == local
+    # more ranks to wait for: a larger expected maximum
+    assert expected_busiest_touched(local, frac, 16) > expected_busiest_touched(local, frac, 8)
+
+
+def test_expert_parallel_decode_waits_for_the_busiest_rank():
+    """At small decode batches an expert-parallel layer reads the weights of the busiest rank's
+    touched experts, not the average rank's; once every expert is touched (large batches) the
+    two are the same."""
+    model, gpu = load_model("deepseek-v3"), load_gpu("b200")
+    st = AnalyticStepTime(model, gpu, tp=8, ep=8, weight_dtype="fp8", kv_dtype="fp8")
+    average = AnalyticStepTime(model, gpu, tp=8, ep=8, weight_dtype="fp8", kv_dtype="fp8")
+    average._moe["ep"] = 1  # the average rank: local × P(touched) experts
+    moe = st._moe
+    frac = 1 - (1 - 8 / 256) ** 4
+    # weight-bound decode of 4 tokens: 6.6 experts on the busiest of 8 ranks, 3.8 on average
+    assert st._moe_time(4) == pytest.approx(
+        expected_busiest_touched(32, frac, 8) * moe["w_s"] + 4 * 8 / 8 * moe["io_s"], rel=1e-9)
+    assert st._moe_time(4) > 1.5 * average._moe_time(4)
+    assert st._moe_time(4096) == pytest.approx(average._moe_time(4096), rel=1e-9)
 
 
 def test_decode_memory_bound_prefill_compute_bound():

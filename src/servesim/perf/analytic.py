@@ -26,7 +26,9 @@ Ops per decoder layer (per GPU of the worker):
   fused-MoE default tile is 16 rows at small batch — so a decode pass with one or two rows
   per expert streams weights rather than computing; the dense GEMMs' 48 made weight-only
   4-bit experts on Hopper, which run at the bf16 peak, compute bound at decode);
-  shared experts; dense layers;
+  with expert parallelism the layer waits for the rank that touches the most of its local
+  experts (:func:`expected_busiest_touched`: at decode, a few dozen assignments over 256
+  experts leave some ranks with twice the average); shared experts; dense layers;
 - elementwise (norms, residuals, activation, rope) as memory traffic;
 - tensor-parallel all-reduce (2 per layer) from bytes, link bandwidth and latency; with
   attention data parallelism, expert-parallel all-to-all (dispatch + combine) instead of the
@@ -60,6 +62,23 @@ from servesim.models.arch import ModelArch
 from servesim.perf.memory import Layout, attention_params_per_gpu
 from servesim.perf.plan import PassPlan
 from servesim.perf.precision import compute_precision, kv_bytes, layer_dtypes, weight_bytes
+
+
+def expected_busiest_touched(local: int, frac: float, ranks: int) -> float:
+    """Expected largest number of touched experts on any of ``ranks`` expert-parallel ranks.
+
+    Each rank holds ``local`` experts and each expert is touched with probability ``frac``
+    (independently: uniform routing), so a rank's count is Binomial(local, frac) and the
+    expected maximum of ``ranks`` of them is ``sum_j (1 - F(j - 1) ** ranks)``.  Equals
+    ``local * frac`` for one rank.
+    """
+    if ranks <= 1 or frac <= 0.0 or frac >= 1.0:
+        return local * min(max(frac, 0.0), 1.0)
+    j = np.arange(local + 1, dtype=np.float64)
+    log_pmf = (math.lgamma(local + 1) - np.array([math.lgamma(x + 1) + math.lgamma(local - x + 1) for x in j])
+               + j * math.log(frac) + (local - j) * math.log1p(-frac))
+    cdf = np.minimum(np.cumsum(np.exp(log_pmf)), 1.0)
+    return float(np.sum(1.0 - cdf[:-1] ** ranks))
 
 
 class AnalyticParams(BaseModel):
@@ -172,7 +191,7 @@ class AnalyticStepTime:
             per_expert = 3 * h * m.moe_intermediate_size / lay.moe_tp
             wb = weight_bytes(dt["routed_experts"])
             self._moe = dict(
-                E=E, k=k, local=E / lay.ep,
+                E=E, k=k, local=E / lay.ep, ep=lay.ep, busiest={},
                 flop_s=nm * 2.0 * per_expert / peak("routed_experts"),  # per assignment on this GPU
                 w_s=nm * per_expert * wb / self._bw_eff,  # per touched local expert
                 io_s=nm * (2 * h + 3 * m.moe_intermediate_size / lay.moe_tp) * 2.0 / self._bw_eff,
@@ -280,6 +299,14 @@ class AnalyticStepTime:
             return 0.0
         frac = -math.expm1(t_total * self._moe_log_miss)  # P(an expert is touched)
         touched = moe["local"] * frac
+        if moe["ep"] > 1:  # the layer waits for the rank with the most touched experts
+            busiest = moe["busiest"]
+            hit = busiest.get(t_total)
+            if hit is None:
+                if len(busiest) > 100_000:
+                    busiest.clear()
+                hit = busiest[t_total] = expected_busiest_touched(int(round(moe["local"])), frac, moe["ep"])
+            touched = hit
         assign = t_total * moe["k"] / (moe["E"] / moe["local"])  # assignments on this GPU
         per_expert = t_total * moe["k"] / (moe["E"] * frac)
         p = self.p
