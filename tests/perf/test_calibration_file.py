@@ -62,6 +62,9 @@ def test_model_groups_are_found_by_architecture_and_exact_names_win():
     assert a["mem_eff"] == 0.7 and f["first_token_overhead_s"] == 0.2
     assert cal.group_of("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1-0528", "fp8") == \
         "h200_sxm/sglang/deepseek-ai/DeepSeek-R1-0528@fp8"
+    # a short name finds the canonical id's group
+    a, f = cal.resolve("h200_sxm", "sglang", "DeepSeek-R1-0528", "fp8")
+    assert a["mem_eff"] == 0.7 and f["first_token_overhead_s"] == 0.2
     # another architecture, and a model given by a path, keep the GPU/engine group
     assert cal.resolve("h200_sxm", "sglang", "Qwen/Qwen3-32B", "fp8") == cal.resolve("h200_sxm", "sglang")
     assert cal.resolve("h200_sxm", "sglang", "/models/my-model", "fp8") == cal.resolve("h200_sxm", "sglang")

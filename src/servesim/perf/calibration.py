@@ -40,7 +40,7 @@ import yaml
 
 from servesim import yaml_io
 from servesim.errors import ConfigError
-from servesim.models.arch import architecture_id
+from servesim.models.arch import architecture_id, resolve_name
 
 DEFAULT_CALIBRATION = Path(__file__).parent / "calibrations" / "default.yaml"
 
@@ -88,11 +88,16 @@ def precision_key(precision: str | None) -> str:
 def group_keys(gpu: str, engine: str, model: str | None = None, precision: str | None = None) -> list[str]:
     """Group keys that apply to a deployment, least specific first.
 
-    A model's groups come under its architecture's id, then (if it differs) its own name.
+    A model's groups come under its architecture's id, then its canonical id (a short name such
+    as ``DeepSeek-R1`` resolves to ``deepseek-ai/DeepSeek-R1``), then the name as given; within
+    each, the group without precision before the one with it.  Every key that exists applies,
+    later ones overriding: the files ``servesim calibrate`` writes hold only ``@precision``
+    model groups, each with every fitted value, so there the most specific existing group wins.
     """
     keys = [f"*/{engine}", f"{gpu}/*", f"{gpu}/{engine}"]
     if model:
-        for name in dict.fromkeys((architecture_id(model), model)):
+        hit = resolve_name(model)  # a short or differently cased name → its canonical id
+        for name in dict.fromkeys((architecture_id(model),) + ((hit[0],) if hit else ()) + (model,)):
             keys.append(f"{gpu}/{engine}/{name}")
             keys.append(f"{gpu}/{engine}/{name}@{precision_key(precision)}")
     return keys
