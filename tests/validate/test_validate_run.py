@@ -175,6 +175,20 @@ def test_cli_calibrate_refuses_flags_its_method_ignores(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_cli_calibrate_without_scipy_says_which_extra_to_install(tmp_path, capsys, monkeypatch):
+    """scipy is the optional ``calibrate`` extra: without it the command stops with the install
+    line before any simulation, for both methods."""
+    import sys
+
+    pts = tmp_path / "points.csv"
+    _write(pts, [row(id="p0", **SMALL)])
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)  # makes the import fail
+    for method in ("sensitivity", "direct"):
+        assert main(["calibrate", "--points", str(pts), "--method", method, "--out", str(tmp_path / "c.yaml")]) == 2
+        assert "pip install 'servesim[calibrate]'" in capsys.readouterr().err
+    assert not (tmp_path / "c.yaml").exists()
+
+
 def test_cli_calibrate_fills_each_methods_defaults():
     from servesim.cli import build_parser
     from servesim.validate.cli import DIRECT_ONLY, SENSITIVITY_ONLY, _check_method_flags

@@ -114,10 +114,19 @@ def _check_method_flags(args: argparse.Namespace) -> None:
             setattr(args, k, default)
 
 
+def _require_scipy() -> None:
+    """Both fitting methods solve with scipy's least squares, an optional dependency."""
+    try:
+        import scipy.optimize  # noqa: F401
+    except ImportError:
+        raise ConfigError("servesim calibrate needs scipy: pip install 'servesim[calibrate]'") from None
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     _check_method_flags(args)
+    _require_scipy()
     if args.method == "sensitivity":
         return _calibrate_sensitivity(args)
     from servesim.validate.calibrate import calibrate
