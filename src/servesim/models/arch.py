@@ -18,7 +18,6 @@ light indexer scores the whole context.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from dataclasses import dataclass, field, replace
@@ -482,18 +481,6 @@ def resolve_name(name: str) -> tuple[str, str] | None:
     if canon is None:
         return None
     return canon, ALIASES.get(canon, canon)
-
-
-@functools.lru_cache(maxsize=None)
-def architecture_id(name: str) -> str:
-    """The bundled config a model name shares its shapes with, or the name itself when unknown.
-
-    Checkpoints of one architecture (DeepSeek-V3, -R1, -R1-0528 and their NVIDIA FP4 twins;
-    an FP8 re-release) run the same kernels on the same shapes, so a calibration group fitted
-    for one applies to another that has none (:func:`servesim.perf.calibration.group_keys`).
-    """
-    hit = resolve_name(name)
-    return hit[1] if hit else name
 
 
 def _read_json(path: Path, where: str) -> dict:

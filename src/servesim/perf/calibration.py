@@ -18,7 +18,7 @@ Every matching group applies, the more specific on top: ``shared`` < ``*/engine`
 groups capture what an op-level model misses for one model on one stack (its kernels' real
 efficiency, its server's fixed latency); a model without a group falls back to its GPU/engine.
 A model group is found under the model's own id and under its architecture's id
-(:func:`servesim.models.arch.architecture_id`: ``deepseek-ai/DeepSeek-R1-0528`` and
+(the bundled config :func:`servesim.models.arch.resolve_name` gives: ``deepseek-ai/DeepSeek-R1-0528`` and
 ``nvidia/DeepSeek-R1-NVFP4`` share ``deepseek-ai/DeepSeek-V3``'s shapes), the architecture's
 first and the exact name on top: a checkpoint that calibration saw too few points of takes its
 architecture's values rather than only its GPU/engine's.  (Fitted files key model groups by
@@ -40,7 +40,7 @@ import yaml
 
 from servesim import yaml_io
 from servesim.errors import ConfigError
-from servesim.models.arch import architecture_id, resolve_name
+from servesim.models.arch import resolve_name
 
 DEFAULT_CALIBRATION = Path(__file__).parent / "calibrations" / "default.yaml"
 
@@ -96,8 +96,8 @@ def group_keys(gpu: str, engine: str, model: str | None = None, precision: str |
     """
     keys = [f"*/{engine}", f"{gpu}/*", f"{gpu}/{engine}"]
     if model:
-        hit = resolve_name(model)  # a short or differently cased name → its canonical id
-        for name in dict.fromkeys((architecture_id(model),) + ((hit[0],) if hit else ()) + (model,)):
+        hit = resolve_name(model)  # (canonical id, bundled id = the architecture) of a known name
+        for name in dict.fromkeys((hit[1], hit[0], model) if hit else (model,)):
             keys.append(f"{gpu}/{engine}/{name}")
             keys.append(f"{gpu}/{engine}/{name}@{precision_key(precision)}")
     return keys
