@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -466,8 +467,13 @@ def bundled_models() -> list[str]:
     return sorted(p.stem.replace("__", "/") for p in BUNDLED_DIR.glob("*.json"))
 
 
+@lru_cache(maxsize=1)
 def _name_table() -> dict[str, str]:
-    """Lower-cased accepted name → canonical id (bundled id or alias key)."""
+    """Lower-cased accepted name → canonical id (bundled id or alias key).
+
+    Built once per process: the bundled folder ships with the package and does not change
+    while it runs (every calibration lookup and model load resolves a name through it).
+    """
     table: dict[str, str] = {}
     for hf_id in list(bundled_models()) + list(ALIASES):
         table.setdefault(hf_id.lower(), hf_id)
