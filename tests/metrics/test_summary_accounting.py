@@ -116,3 +116,21 @@ def test_requests_still_in_the_api_server_at_the_limit_count_as_sent():
     # Poisson at 12/s for 10 s sends ~120; the tokenizer lets a handful through
     assert by_reason["simulation time limit reached"] > 90
     assert by_reason["not arrived before the simulation time limit"] < 210
+
+
+def test_prefix_reuse_is_undefined_not_zero_when_no_prompt_ran():
+    """A ratio over zero prompt tokens has no value: the summary says None, the console "n/a"."""
+    from rich.console import Console
+
+    from servesim.report.console import render_summary
+
+    pred = predict(None, NO_FILES + ["workload.num_requests=5", "simulation.max_sim_time_s=1e-6",
+                                     "deployment.workers=2"])
+    assert pred.summary["cache"]["prompt_tokens"] == 0
+    assert pred.summary["cache"]["prefix_reuse_ratio"] is None
+    assert [w["prefix_reuse_ratio"] for w in pred.summary["workers"]] == [None, None]
+    console = Console(record=True, width=200)
+    render_summary(pred.summary, {}, console)
+    text = console.export_text()
+    reuse_row = next(line for line in text.splitlines() if "Prefix-cache reuse" in line)
+    assert "n/a" in reuse_row

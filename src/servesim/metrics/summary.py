@@ -74,7 +74,7 @@ def worker_breakdown(rec: RequestRecorder, workers, sim_end: float) -> list[dict
             "utilization": w.busy_time / sim_end if sim_end > 0 else 0.0,
             "passes": w.passes,
             "tokens": w.tokens,
-            "prefix_reuse_ratio": int(cached[sched].sum()) / prompt if prompt else 0.0,
+            "prefix_reuse_ratio": int(cached[sched].sum()) / prompt if prompt else None,  # undefined: no prompt ran
         })
     return out
 
@@ -153,7 +153,7 @@ def summarize(rec: RequestRecorder, total_gpus: int) -> dict:
         "prompt_tokens": prompt_tokens,
         "cached_tokens": cached,
         "host_cached_tokens": host_cached,
-        "prefix_reuse_ratio": cached / prompt_tokens if prompt_tokens else 0.0,
+        "prefix_reuse_ratio": cached / prompt_tokens if prompt_tokens else None,  # undefined: no prompt ran
     }
     return {
         "requests": counts,

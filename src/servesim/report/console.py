@@ -24,6 +24,11 @@ def _fmt(v, digits: int = 2) -> str:
     return f"{v:,.{digits}f}"
 
 
+def _percent(ratio: float | None, sign: str = "%") -> str:
+    """A ratio as a percentage with one decimal; "n/a" where it is undefined (None)."""
+    return "n/a" if ratio is None else f"{ratio * 100:.1f}{sign}"
+
+
 def render_summary(summary: dict, header: dict, console: Console, host: dict | None = None) -> None:
     """Print the summary tables."""
     title = " | ".join(f"{k}: {v}" for k, v in header.items())
@@ -51,7 +56,7 @@ def render_summary(summary: dict, header: dict, console: Console, host: dict | N
                        ("total_tokens_per_s", "Total token throughput (tok/s)")):
         t.add_row(label, f"{_fmt(thr[key])}   ({_fmt(thr[key + '_per_gpu'])} per GPU)")
     cache = summary["cache"]
-    t.add_row("Prefix-cache reuse", f"{cache['prefix_reuse_ratio'] * 100:.1f}% "
+    t.add_row("Prefix-cache reuse", f"{_percent(cache['prefix_reuse_ratio'])} "
               f"({_fmt(cache['cached_tokens'])} of {_fmt(cache['prompt_tokens'])} prompt tokens)")
     r = summary["retractions"]
     t.add_row("Retractions / preemptions", f"{_fmt(r['total'])} ({_fmt(r['requests_retracted'])} requests)")
@@ -72,7 +77,7 @@ def render_summary(summary: dict, header: dict, console: Console, host: dict | N
             wt.add_column(col, justify="right")
         for w in workers[:32]:
             wt.add_row(str(w["worker"]), str(w["gpus"]), _fmt(w["requests"]), f"{w['utilization'] * 100:.1f}",
-                       _fmt(w["passes"]), _fmt(w["tokens"]), f"{w['prefix_reuse_ratio'] * 100:.1f}")
+                       _fmt(w["passes"]), _fmt(w["tokens"]), _percent(w["prefix_reuse_ratio"], sign=""))
         if len(workers) > 32:
             wt.add_row("...", "", "", "", "", "", "")
         console.print(wt)
