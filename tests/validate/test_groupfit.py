@@ -15,11 +15,12 @@ from servesim.validate.sensitivity import (DEFAULT_BASE, KNOBS, BaseParams, Poin
 
 
 def _rel(mem_scale: float, prefill_scale: float, sched_s: float, stream_s: float,
-         layer_s: float = DEFAULT_BASE.graph_layer_overhead_s, req_s: float = 0.0) -> GroupParams:
+         layer_s: float = DEFAULT_BASE.graph_layer_overhead_s, req_s: float = 0.0,
+         running_s: float = 0.0) -> GroupParams:
     """Group values given as time scales relative to DEFAULT_BASE (additive ones absolute)."""
     return GroupParams(-math.log(DEFAULT_BASE.mem_eff) + math.log(mem_scale),
                        -math.log(DEFAULT_BASE.gemm_eff_max) + math.log(prefill_scale), sched_s, stream_s,
-                       layer_s, req_s)
+                       layer_s, req_s, running_s)
 
 
 def _point(i: int, gpu: str, engine: str, model: str, precision: str = "fp8") -> Point:
@@ -52,7 +53,7 @@ def _synthetic(truth: dict[str, GroupParams], n_per_group: int = 12, seed: int =
             p = _point(i, gpu, engine, model)
             i += 1
             s = PointSensitivity(p, "ok", ttft_base=float(rng.uniform(50, 500)), tpot_base=float(rng.uniform(5, 40)),
-                                 layers=LAYERS.get(model, 40))
+                                 layers=LAYERS.get(model, 40), first_token_running=float(rng.uniform(1, 256)))
             # slopes: ms per unit of each knob, physically signed (slower scales → longer times)
             # req: ms per (second per request and pass) = the sched slope times the batch size
             batch = float(rng.choice([1, 4, 16, 64, 256]))
@@ -67,7 +68,8 @@ def _synthetic(truth: dict[str, GroupParams], n_per_group: int = 12, seed: int =
                                     float(rng.uniform(0.0, 0.01)), {},
                                     scheduler_per_request_s=float(rng.uniform(0.0, 30e-6)))
             ttft, tpot = s.predict_at(g.mem_eff, g.gemm_eff_max, g.sched_s, g.stream_s, DEFAULT_BASE,
-                                      graph_layer_overhead_s=g.layer_s, scheduler_per_request_s=g.req_s)
+                                      graph_layer_overhead_s=g.layer_s, scheduler_per_request_s=g.req_s,
+                                      stream_per_running_s=g.running_s)
             p.row["measured_mean_ttft_ms"] = str(ttft)
             p.row["measured_mean_tpot_ms"] = str(tpot)
             out.append(s)
@@ -126,8 +128,8 @@ def test_fit_recovers_known_group_values(prior_scale, tol, own_bases):
     around its own base, as in a second round); full-strength priors bias them a little (the
     per-request scheduler time and the memory time both grow with the batch, so a prior on one
     moves the other: up to 12% here)."""
-    truth = {"h200_sxm/vllm/org/A": _rel(1.4, 1.1, 0.001, 0.08, layer_s=40e-6, req_s=5e-6),
-             "b200_sxm/trtllm/org/B": _rel(0.8, 1.3, 0.004, 0.15, layer_s=70e-6, req_s=25e-6)}
+    truth = {"h200_sxm/vllm/org/A": _rel(1.4, 1.1, 0.001, 0.08, layer_s=40e-6, req_s=5e-6, running_s=300e-6),
+             "b200_sxm/trtllm/org/B": _rel(0.8, 1.3, 0.004, 0.15, layer_s=70e-6, req_s=25e-6, running_s=80e-6)}
     sens = _synthetic(truth, n_per_group=30, own_bases=own_bases)
     cal = fit_hierarchy(sens, DEFAULT_BASE, min_group_points=5, min_model_points=3, prior_scale=prior_scale)
     for key, g in truth.items():
@@ -140,6 +142,7 @@ def test_fit_recovers_known_group_values(prior_scale, tol, own_bases):
                             _per_pass_s(g.sched_s, g.layer_s, model), rel_tol=3 * tol), key
         assert math.isclose(got_f["first_token_overhead_s"], want_f["first_token_overhead_s"], rel_tol=tol), key
         assert math.isclose(got_f["scheduler_per_request_s"], g.req_s, rel_tol=3 * tol), key
+        assert math.isclose(got_f["stream_per_running_s"], g.running_s, rel_tol=3 * tol), key
         assert f"{gpu}/{engine}/{model}@fp8" in cal.groups
 
 
@@ -187,6 +190,7 @@ def test_sensitivities_round_trip(tmp_path):
         if a.status == "ok":
             assert math.isclose(a.ttft_base, b.ttft_base) and all(
                 math.isclose(a.tpot_slope[k], b.tpot_slope[k]) for k in KNOBS)
+            assert math.isclose(a.first_token_running, b.first_token_running)
             assert (a.base is None) == (b.base is None)
             if a.base is not None:
                 assert math.isclose(a.base.mem_eff, b.base.mem_eff)
@@ -219,7 +223,7 @@ def test_second_round_measures_each_point_around_its_own_group_values(monkeypatc
 
     def fake_simulate(config, analytic, frontend):  # TTFT ∝ 1/mem_eff, TPOT ∝ 1/gemm_eff_max
         seen.setdefault(config["id"], []).append(analytic["mem_eff"])
-        return type("R", (), {"completed": 1, "ttft_ms": 10.0 / analytic["mem_eff"],
+        return type("R", (), {"completed": 1, "ttft_ms": 10.0 / analytic["mem_eff"], "first_token_running": 3.0,
                               "tpot_ms": 1.0 / analytic["gemm_eff_max"]})()
 
     monkeypatch.setattr(sv, "simulate_point", fake_simulate)

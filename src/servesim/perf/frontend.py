@@ -14,7 +14,15 @@ calibration fits, instead of folding them into GPU efficiency:
   requests at once, the last one waits behind all the others: TTFT grows with concurrency.
 - :meth:`Frontend.apply_stream_latency`: the client sees every token
   ``first_token_overhead_s`` after the engine emitted it (detokenization, HTTP streaming);
-  TTFT and end-to-end latency grow by that constant, TPOT does not change.
+  TTFT and end-to-end latency grow by that constant, TPOT does not change.  On top of it,
+  ``stream_per_running_s`` for every request decoding when the request's first token came out:
+  the API server and the client handle a pass's outputs one request after another (vLLM lists
+  the running requests before the newly scheduled ones), so a request that joins a large batch
+  sees its tokens later by its place in that order.  Held for the request's lifetime, it shifts
+  TTFT and end-to-end latency, not TPOT (:func:`running_at_first_token`).  The bundled
+  calibrations put it at 0.3-2 ms per request, more than output handling alone costs (about
+  0.1 ms): fitted, it also carries the rest of the measured growth of TTFT with concurrency
+  that the engine models do not produce (docs/validation.md).
 - :class:`SchedulerOverheadStepTime`: wraps a step-time model and adds
   ``scheduler_pass_s + scheduler_per_request_s × requests`` of CPU time to each pass
   (with attention data parallelism, the busiest rank's requests: each rank has its own
@@ -42,6 +50,9 @@ class FrontendParams(BaseModel):
     tokenize_per_token_s: float = Field(1.5e-6, ge=0, description="serial tokenizer cost per prompt token")
     first_token_overhead_s: float = Field(
         20e-3, ge=0, description="detokenize + stream latency the client sees on every token (so on TTFT and e2e)")
+    stream_per_running_s: float = Field(
+        0.0, ge=0, description="extra stream latency of a request per request decoding when its first token came out "
+                               "(outputs of a pass are streamed one request after another)")
     scheduler_pass_s: float = Field(0.0, ge=0, description="scheduler CPU time per pass not overlapped with the GPU")
     scheduler_per_request_s: float = Field(0.0, ge=0, description="scheduler CPU time per request in the pass")
     async_scheduling: bool = Field(False, description="the engine overlaps scheduling with the GPU pass")
@@ -49,12 +60,13 @@ class FrontendParams(BaseModel):
     @classmethod
     def zero(cls) -> "FrontendParams":
         return cls(request_overhead_s=0.0, tokenize_base_s=0.0, tokenize_per_token_s=0.0,
-                   first_token_overhead_s=0.0, scheduler_pass_s=0.0, scheduler_per_request_s=0.0)
+                   first_token_overhead_s=0.0, stream_per_running_s=0.0, scheduler_pass_s=0.0,
+                   scheduler_per_request_s=0.0)
 
 
 #: Parameters calibration may fit (the rest are switches).
 FRONTEND_FIT_FIELDS = ("request_overhead_s", "tokenize_base_s", "tokenize_per_token_s", "first_token_overhead_s",
-                       "scheduler_pass_s", "scheduler_per_request_s")
+                       "stream_per_running_s", "scheduler_pass_s", "scheduler_per_request_s")
 
 
 class Frontend:
@@ -78,7 +90,8 @@ class Frontend:
     @property
     def is_zero(self) -> bool:
         p = self.p
-        return not (p.request_overhead_s or p.tokenize_base_s or p.tokenize_per_token_s or p.first_token_overhead_s)
+        return not (p.request_overhead_s or p.tokenize_base_s or p.tokenize_per_token_s or p.first_token_overhead_s
+                    or p.stream_per_running_s)
 
     def tokenize_seconds(self, input_length: int) -> float:
         return self.p.tokenize_base_s + self.p.tokenize_per_token_s * input_length
@@ -93,15 +106,21 @@ class Frontend:
         return self._free_at + self.p.request_overhead_s
 
     def apply_stream_latency(self, recorder) -> None:
-        """Shift every client-observed token time by ``first_token_overhead_s`` (once, after the run)."""
+        """Shift every client-observed token time by ``first_token_overhead_s`` plus
+        ``stream_per_running_s`` × the requests decoding at the request's first token (once,
+        after the run; each request's tokens move together, so its inter-token gaps stay)."""
         d = self.p.first_token_overhead_s
-        if not d:
+        per_running = self.p.stream_per_running_s
+        if not d and not per_running:
             return
-        for name in ("first_token", "second_token", "last_token"):
-            recorder.column(name)[:] += d  # NaN stays NaN
-        fin = recorder.column("finish")
         has_tok = ~np.isnan(recorder.column("first_token"))
-        fin[has_tok] += d
+        shift = np.full(has_tok.size, float(d))
+        if per_running:
+            shift += per_running * np.nan_to_num(running_at_first_token(recorder))
+        for name in ("first_token", "second_token", "last_token"):
+            recorder.column(name)[:] += shift  # NaN stays NaN
+        fin = recorder.column("finish")
+        fin[has_tok] += shift[has_tok]
 
     def wrap_step_time(self, model: StepTimeModel) -> StepTimeModel:
         """The step-time model plus the scheduler's per-pass CPU time (unless async)."""
@@ -109,6 +128,29 @@ class Frontend:
         if p.async_scheduling or (p.scheduler_pass_s == 0 and p.scheduler_per_request_s == 0):
             return model
         return SchedulerOverheadStepTime(model, p.scheduler_pass_s, p.scheduler_per_request_s)
+
+
+def running_at_first_token(recorder) -> np.ndarray:
+    """Per request, how many requests of its worker were in the pass that emitted its first
+    token: those that had their first token before it and their last not before it, plus the
+    request itself.  NaN for a request that never got a token.
+
+    Warm-up requests count (they fill batches too).  Taken from the engine's token times
+    before any stream latency is added.
+    """
+    first = recorder.column("first_token")
+    last = recorder.column("last_token")
+    worker = recorder.column("worker")
+    out = np.full(first.size, np.nan)
+    has_tok = ~np.isnan(first)
+    for w in np.unique(worker[has_tok]):
+        mine = has_tok & (worker == w)
+        starts = np.sort(first[mine])
+        ends = np.sort(np.where(np.isnan(last[mine]), np.inf, last[mine]))
+        t = first[mine]
+        # started strictly before t, minus ended strictly before t: running through t
+        out[mine] = np.searchsorted(starts, t, side="left") - np.searchsorted(ends, t, side="left") + 1.0
+    return out
 
 
 def scheduled_requests(plan: PassPlan) -> int:

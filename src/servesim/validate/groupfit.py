@@ -9,7 +9,9 @@ fit moves these parameters per group against the linear surrogate instead of re-
   ``layer_overhead_s`` (additive per layer of every pass: the GPU's fixed cost of a layer's
   kernels; per model too, since models differ in kernels per layer), ``scheduler_per_request_s``
   (additive per request of every pass; like ``scheduler_pass_s`` the engine's CPU cost, so shared
-  and GPU/engine groups only), and ``first_token_overhead_s`` (additive on TTFT).
+  and GPU/engine groups only), ``first_token_overhead_s`` (additive on TTFT) and
+  ``stream_per_running_s`` (additive on TTFT per request decoding at the first token: the API
+  server's and client's serial handling of a pass's outputs, so shared and GPU/engine groups only).
 
 Groups form a tree: ``shared`` → ``<gpu>/<engine>`` → ``<gpu>/<engine>/<model>@<precision>``, with
 ``<engine>`` the measured server (:attr:`Point.group`: ATOM rows, simulated by the SGLang model,
@@ -42,11 +44,13 @@ SCHED_BOUNDS_S = (0.0, 0.02)
 STREAM_BOUNDS_S = (0.0, 3.0)
 LAYER_BOUNDS_S = (0.0, 300e-6)
 REQ_BOUNDS_S = (0.0, 100e-6)
+RUNNING_BOUNDS_S = (0.0, 2e-3)
 #: Prior widths toward the parent group: log time scale (mem, prefill), seconds of scheduler
-#: time, seconds of stream latency, seconds per layer, seconds per request and pass.
-PRIOR_SIGMA = np.array([0.5, 0.5, 3e-3, 0.3, 40e-6, 30e-6])
-#: The engine's own CPU cost, not a model's: fixed below GPU/engine groups.
-ENGINE_ONLY = np.array([False, False, True, False, False, True])
+#: time, seconds of stream latency, seconds per layer, seconds per request and pass, seconds of
+#: stream latency per running request.
+PRIOR_SIGMA = np.array([0.5, 0.5, 3e-3, 0.3, 40e-6, 30e-6, 1e-3])
+#: The engine's (and its API server's) own cost, not a model's: fixed below GPU/engine groups.
+ENGINE_ONLY = np.array([False, False, True, False, False, True, True])
 #: GPU/engine groups hold tens of points and differ much from the shared fit: a weaker prior.
 GPU_ENGINE_PRIOR_WEIGHT = 0.3
 #: Pull of each group toward its parent, relative to PRIOR_SIGMA (split-half cross-validation
@@ -68,19 +72,20 @@ class GroupParams:
     stream_s: float  # absolute first_token_overhead_s
     layer_s: float  # absolute graph_layer_overhead_s; layer_overhead_s moves with it
     req_s: float = 0.0  # absolute scheduler_per_request_s
+    running_s: float = 0.0  # absolute stream_per_running_s
 
     def vector(self) -> np.ndarray:
         return np.array([self.log_inv_mem, self.log_inv_gemm, self.sched_s, self.stream_s, self.layer_s,
-                         self.req_s])
+                         self.req_s, self.running_s])
 
     @classmethod
     def of(cls, x: np.ndarray) -> "GroupParams":
-        return cls(*(float(v) for v in x[:6]))
+        return cls(*(float(v) for v in x[:7]))
 
     @classmethod
-    def at(cls, base: BaseParams, stream_s: float) -> "GroupParams":
+    def at(cls, base: BaseParams, stream_s: float, running_s: float = 0.0) -> "GroupParams":
         return cls(-math.log(base.mem_eff), -math.log(base.gemm_eff_max), base.scheduler_pass_s, stream_s,
-                   base.graph_layer_overhead_s, base.scheduler_per_request_s)
+                   base.graph_layer_overhead_s, base.scheduler_per_request_s, running_s)
 
     @property
     def mem_eff(self) -> float:
@@ -99,15 +104,15 @@ class GroupParams:
                     "attn_prefill_eff_max": self.gemm_eff_max * ratio,
                     "graph_layer_overhead_s": self.layer_s, "layer_overhead_s": self.layer_s + eager_extra}
         frontend = {"scheduler_pass_s": self.sched_s, "first_token_overhead_s": self.stream_s,
-                    "scheduler_per_request_s": self.req_s}
+                    "scheduler_per_request_s": self.req_s, "stream_per_running_s": self.running_s}
         return analytic, frontend
 
 
 def _bounds() -> tuple[np.ndarray, np.ndarray]:
     lo = [-math.log(MEM_EFF_BOUNDS[1]), -math.log(GEMM_EFF_BOUNDS[1]), SCHED_BOUNDS_S[0], STREAM_BOUNDS_S[0],
-          LAYER_BOUNDS_S[0], REQ_BOUNDS_S[0]]
+          LAYER_BOUNDS_S[0], REQ_BOUNDS_S[0], RUNNING_BOUNDS_S[0]]
     hi = [-math.log(MEM_EFF_BOUNDS[0]), -math.log(GEMM_EFF_BOUNDS[0]), SCHED_BOUNDS_S[1], STREAM_BOUNDS_S[1],
-          LAYER_BOUNDS_S[1], REQ_BOUNDS_S[1]]
+          LAYER_BOUNDS_S[1], REQ_BOUNDS_S[1], RUNNING_BOUNDS_S[1]]
     return np.array(lo), np.array(hi)
 
 
@@ -128,7 +133,7 @@ def _residuals(x: np.ndarray, pts: Sequence[PointSensitivity], base: BaseParams,
     log = objective == "log"
     for i, s in enumerate(pts):
         ttft, tpot = s.predict_at(mem_eff, gemm_eff, g.sched_s, g.stream_s, base, graph_layer_overhead_s=g.layer_s,
-                                  scheduler_per_request_s=g.req_s)
+                                  scheduler_per_request_s=g.req_s, stream_per_running_s=g.running_s)
         w = _weight(s)
         mt, mp = s.point.measured_ttft_ms, s.point.measured_tpot_ms
         ttft, tpot = max(ttft, 1e-3), max(tpot, 1e-3)
@@ -182,7 +187,8 @@ def fit_hierarchy(sens: Sequence[PointSensitivity], base: BaseParams, min_group_
     ``objective``: the residual, ``relative`` or ``log`` (:func:`_residuals`).
     """
     ok = [s for s in sens if s.status == "ok" and math.isfinite(s.tpot_base) and math.isfinite(s.ttft_base)]
-    start = GroupParams.at(base, float(base.frontend.get("first_token_overhead_s", 0.02)))
+    start = GroupParams.at(base, float(base.frontend.get("first_token_overhead_s", 0.02)),
+                           float(base.frontend.get("stream_per_running_s", 0.0)))
     shared, rms = fit_group(ok, base, start, prior_weight=0.0, objective=objective)
     say(f"shared: {len(ok)} points, rms {objective} error {rms:.3f}")
     a, f = shared.overrides(base)

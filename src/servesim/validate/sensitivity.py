@@ -28,7 +28,9 @@ point's TTFT and TPOT are modelled as linear in the knob values around the base
 (``value = base + Σ slope_k × (knob_k − knob_k,base)``).  The fit (``validate/groupfit.py``)
 then searches group parameters against that surrogate in microseconds, and ``servesim
 validate`` judges the result with real simulations.  The stream latency
-``first_token_overhead_s`` needs no run at all: it adds exactly to every TTFT.
+``first_token_overhead_s`` needs no run at all: it adds exactly to every TTFT; nor does
+``stream_per_running_s``, which adds that many seconds per request decoding at each request's
+first token: its TTFT slope is the base run's mean of that count (``first_token_running``).
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ class BaseParams:
 
     def variants(self) -> dict[str, tuple[dict, dict]]:
         """(analytic, frontend) parameters of the base run and of each knob's run."""
-        fe = dict(self.frontend) | {"first_token_overhead_s": 0.0, "scheduler_pass_s": self.scheduler_pass_s,
+        fe = dict(self.frontend) | {"first_token_overhead_s": 0.0, "stream_per_running_s": 0.0,
+                                    "scheduler_pass_s": self.scheduler_pass_s,
                                     "scheduler_per_request_s": self.scheduler_per_request_s}
         base_a = {"mem_eff": self.mem_eff, "gemm_eff_max": self.gemm_eff_max,
                   "attn_prefill_eff_max": self.attn_prefill_eff_max,
@@ -113,7 +116,8 @@ class BaseParams:
                    attn_prefill_eff_max=a.get("attn_prefill_eff_max", d.attn_prefill_eff_max),
                    scheduler_pass_s=f.pop("scheduler_pass_s", d.scheduler_pass_s),
                    scheduler_per_request_s=f.pop("scheduler_per_request_s", d.scheduler_per_request_s),
-                   frontend={k: v for k, v in f.items() if k != "first_token_overhead_s"},
+                   frontend={k: v for k, v in f.items()
+                             if k not in ("first_token_overhead_s", "stream_per_running_s")},
                    graph_layer_overhead_s=a.get("graph_layer_overhead_s", d.graph_layer_overhead_s),
                    layer_overhead_s=a.get("layer_overhead_s", d.layer_overhead_s))
 
@@ -155,20 +159,24 @@ class PointSensitivity:
     base: BaseParams | None = None
     #: Layers of the point's model: the ``layer`` knob's slope is ``layers`` × the ``sched`` slope.
     layers: int = 0
+    #: Mean requests decoding at a measured request's first token in the base run: TTFT grows by
+    #: this × ``stream_per_running_s`` (0 in files written before the column: no slope).
+    first_token_running: float = 0.0
 
     def predict_at(self, mem_eff: float, gemm_eff_max: float, scheduler_pass_s: float,
                    stream_s: float, default_base: BaseParams, *,
                    graph_layer_overhead_s: float | None = None,
-                   scheduler_per_request_s: float | None = None) -> tuple[float, float]:
+                   scheduler_per_request_s: float | None = None,
+                   stream_per_running_s: float = 0.0) -> tuple[float, float]:
         """Surrogate (TTFT, TPOT) in ms at absolute parameter values (the prefill knob
         moves ``gemm_eff_max`` and ``attn_prefill_eff_max`` together; ``None`` keeps the
-        base's value)."""
+        base's value; the two stream latencies are absolute)."""
         b = self.base or default_base
         layer = 0.0 if graph_layer_overhead_s is None else graph_layer_overhead_s - b.graph_layer_overhead_s
         req = 0.0 if scheduler_per_request_s is None else scheduler_per_request_s - b.scheduler_per_request_s
         return self.predict(b.mem_eff / mem_eff, b.gemm_eff_max / gemm_eff_max,
                             scheduler_pass_s - b.scheduler_pass_s, stream_s,
-                            layer_delta_s=layer, req_delta_s=req)
+                            layer_delta_s=layer, req_delta_s=req, stream_per_running_s=stream_per_running_s)
 
     def predict_resolved(self, analytic: dict, frontend: dict, default_base: BaseParams) -> tuple[float, float]:
         """Surrogate (TTFT, TPOT) in ms at the values a calibration resolves for this point
@@ -178,30 +186,34 @@ class PointSensitivity:
                                frontend.get("scheduler_pass_s", b.scheduler_pass_s),
                                frontend.get("first_token_overhead_s", 0.0), default_base,
                                graph_layer_overhead_s=analytic.get("graph_layer_overhead_s"),
-                               scheduler_per_request_s=frontend.get("scheduler_per_request_s"))
+                               scheduler_per_request_s=frontend.get("scheduler_per_request_s"),
+                               stream_per_running_s=frontend.get("stream_per_running_s", 0.0))
 
     def predict(self, mem: float, prefill: float, sched_delta_s: float, stream_s: float, *,
-                layer_delta_s: float = 0.0, req_delta_s: float = 0.0) -> tuple[float, float]:
+                layer_delta_s: float = 0.0, req_delta_s: float = 0.0,
+                stream_per_running_s: float = 0.0) -> tuple[float, float]:
         """Surrogate (TTFT, TPOT) in ms at knob values relative to the point's base.
 
         ``mem`` and ``prefill`` are time scales relative to the base (1 = base), ``sched_delta_s``
         seconds added to the base ``scheduler_pass_s``, ``stream_s`` the stream latency,
         ``layer_delta_s`` seconds added to every layer of every pass (``layers`` × that per pass),
-        ``req_delta_s`` seconds added to the base ``scheduler_per_request_s``.
+        ``req_delta_s`` seconds added to the base ``scheduler_per_request_s``,
+        ``stream_per_running_s`` seconds per request decoding at the first token.
         """
         d = {"mem": mem - 1.0, "prefill": prefill - 1.0, "sched": sched_delta_s + self.layers * layer_delta_s,
              "req": req_delta_s}
-        ttft = self.ttft_base + sum(self.ttft_slope[k] * d[k] for k in KNOBS) + stream_s * 1e3
+        stream_ms = (stream_s + stream_per_running_s * self.first_token_running) * 1e3
+        ttft = self.ttft_base + sum(self.ttft_slope[k] * d[k] for k in KNOBS) + stream_ms
         tpot = self.tpot_base + sum(self.tpot_slope[k] * d[k] for k in KNOBS)
         return ttft, tpot
 
 
-def _run_one(args: tuple[Point, dict[str, tuple[dict, dict]]]) -> tuple[str, dict[str, tuple[float, float]]]:
+def _run_one(args: tuple[Point, dict[str, tuple[dict, dict]]]) -> tuple[str, dict[str, tuple[float, float, float]]]:
     point, variants = args
     check_point(point)
     if point.status != "ok":
         return point.status, {}
-    out: dict[str, tuple[float, float]] = {}
+    out: dict[str, tuple[float, float, float]] = {}
     for name, (analytic, frontend) in variants.items():
         try:
             res = simulate_point(point.config, analytic, frontend)
@@ -209,7 +221,7 @@ def _run_one(args: tuple[Point, dict[str, tuple[dict, dict]]]) -> tuple[str, dic
             return f"error: {' '.join(str(e).split())}", {}
         if not res.completed:
             return "error: no measured request completed", {}
-        out[name] = (res.ttft_ms, res.tpot_ms)
+        out[name] = (res.ttft_ms, res.tpot_ms, res.first_token_running)
     return "ok", out
 
 
@@ -248,7 +260,7 @@ def measure_sensitivities(points: Sequence[Point], base: BaseParams | Callable[[
         deltas = b.knob_deltas()
         if status == "ok":
             b = runs["base"]
-            s.ttft_base, s.tpot_base = b
+            s.ttft_base, s.tpot_base, s.first_token_running = b
             s.ttft_slope = {k: (runs[k][0] - b[0]) / deltas[k] for k in KNOBS}
             s.tpot_slope = {k: (runs[k][1] - b[1]) / deltas[k] for k in KNOBS}
         out.append(s)
@@ -266,6 +278,8 @@ BASE_FIELDS = ["base_mem_eff", "base_gemm_eff_max", "base_attn_prefill_eff_max",
 
 #: Digest of the point's servesim config at measuring time (files written before it lack the column).
 CONFIG_FIELD = "config_sha"
+#: The base run's mean requests decoding at a first token (files written before it lack the column).
+RUNNING_FIELD = "first_token_running"
 
 
 def config_digest(point: Point) -> str:
@@ -291,7 +305,7 @@ def write_sensitivities(rows: Sequence[PointSensitivity], path: str | Path) -> N
     """One CSV row per point (the raw material of a fit; re-fitting needs no simulation)."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(FIELDS + BASE_FIELDS + [CONFIG_FIELD])
+        w.writerow(FIELDS + BASE_FIELDS + [CONFIG_FIELD, RUNNING_FIELD])
         for s in rows:
             p = s.point
             slopes_t = [s.ttft_slope[k] if s.ttft_slope else "" for k in KNOBS]
@@ -301,7 +315,7 @@ def write_sensitivities(rows: Sequence[PointSensitivity], path: str | Path) -> N
                      *(getattr(b, n) for n in OPTIONAL_BASE)] if b else [""] * len(BASE_FIELDS))
             w.writerow([p.id, s.status, p.group, p.row.get("model", ""), p.row.get("precision") or "bf16", p.measured_ttft_ms,
                         p.measured_tpot_ms, s.ttft_base, s.tpot_base, *slopes_t, *slopes_p, *base,
-                        config_digest(p)])
+                        config_digest(p), s.first_token_running if s.status == "ok" else ""])
 
 
 def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointSensitivity]:
@@ -351,6 +365,7 @@ def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointS
                     setattr(s.base, name, float(row[f"base_{name}"]))
         if s.status == "ok":
             s.ttft_base, s.tpot_base = float(row["ttft_base"]), float(row["tpot_base"])
+            s.first_token_running = float(row.get(RUNNING_FIELD) or 0.0)
             s.ttft_slope = {k: float(row[f"ttft_d_{k}"]) for k in KNOBS}
             s.tpot_slope = {k: float(row[f"tpot_d_{k}"]) for k in KNOBS}
         out.append(s)

@@ -19,7 +19,7 @@ from servesim.cluster.deployment import build_deployment
 from servesim.config import load_config
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.metrics.summary import measured_span, request_latencies
-from servesim.perf.frontend import FrontendParams
+from servesim.perf.frontend import FrontendParams, running_at_first_token
 from servesim.workload.source import build_source
 
 
@@ -30,6 +30,10 @@ class PointResult:
     tput_per_gpu: float
     completed: int
     host_seconds: float
+    #: Mean over the measured requests of the requests decoding at their first token
+    #: (:func:`servesim.perf.frontend.running_at_first_token`): the TTFT slope of
+    #: ``stream_per_running_s``, which calibration fits without re-simulating.
+    first_token_running: float = math.nan
 
 
 def build_config(config: dict[str, Any], analytic: dict[str, Any] | None = None,
@@ -93,4 +97,5 @@ def score(rec: RequestRecorder, total_gpus: int, host_seconds: float = 0.0) -> P
     return PointResult(ttft_ms=float(ttft.mean()) * 1e3,
                        tpot_ms=float(tpot.mean()) * 1e3 if tpot.size else math.nan,
                        tput_per_gpu=tokens / span / total_gpus if span > 0 else math.nan,
-                       completed=n, host_seconds=host_seconds)
+                       completed=n, host_seconds=host_seconds,
+                       first_token_running=float(running_at_first_token(rec)[done].mean()))
