@@ -324,7 +324,9 @@ def _worker(args: tuple[str, dict[str, str], dict[str, str] | None, str, str | N
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--aisimulate", required=True, metavar="EXE", help="the aisimulate command of its venv")
+    ap.add_argument("--aisimulate", metavar="EXE", help="the aisimulate command of its venv")
+    ap.add_argument("--reuse", metavar="CSV", help="compare an earlier --out file of AISimulate's predictions "
+                    "instead of running it again (they are deterministic; only servesim's side changed)")
     ap.add_argument("--points", required=True, help="calibration.csv-format measured points")
     ap.add_argument("--split", choices=("fit", "holdout"), help="as servesim validate --split")
     ap.add_argument("--sample", type=int, help="as servesim validate --sample (seed 0)")
@@ -336,7 +338,11 @@ def main() -> int:
                          "operators it has not measured instead of failing)")
     ap.add_argument("--processes", type=int, default=1)
     args = ap.parse_args()
-    if shutil.which(args.aisimulate) is None:
+    if args.reuse:
+        with open(args.reuse, newline="") as f:
+            compare(list(csv.DictReader(f)), args.servesim)
+        return 0
+    if not args.aisimulate or shutil.which(args.aisimulate) is None:
         print(f"--aisimulate: {args.aisimulate!r} is not an executable; expected the aisimulate command of "
               "the virtual environment AISimulate is installed in (see this script's docstring)", file=sys.stderr)
         return 2

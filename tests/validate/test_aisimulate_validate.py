@@ -168,3 +168,20 @@ def test_compare_scores_both_simulators_on_common_points(bench, tmp_path: Path, 
     # AISimulate: TTFT -50% / +50%, TPOT +20% / -10%; servesim: TTFT +10% / 0%, TPOT 0% / +10%
     assert "| overall | 2 | 50% | +0% | 5% | +5% | 15% | +5% | 5% | +5% |" in out
     assert "TTFT: AISimulate 0% within 20%, median 50%; servesim 100% within 20%, median 5%" in out
+
+
+def test_reuse_compares_an_earlier_aisimulate_file_without_running_it(bench, tmp_path: Path, capsys,
+                                                                      monkeypatch) -> None:
+    """--reuse: AISimulate's predictions are deterministic, so a servesim refit is compared with
+    its earlier --out file; no --aisimulate executable is needed."""
+    cols = ("id,system,backend,workload,measured_mean_ttft_ms,measured_mean_tpot_ms,"
+            "predicted_mean_ttft_ms,predicted_mean_tpot_ms,status\n")
+    theirs = tmp_path / "aisim.csv"
+    theirs.write_text(cols + "a,h100_sxm,vllm,inferencex_random,100,10,50,12,ok\n"
+                             "b,h100_sxm,vllm,inferencex_random,100,10,150,9,ok\n")
+    ours = tmp_path / "ours.csv"
+    ours.write_text("id,predicted_mean_ttft_ms,predicted_mean_tpot_ms,status\na,110,10,ok\nb,100,11,ok\n")
+    monkeypatch.setattr(sys, "argv", ["aisimulate_validate.py", "--points", "unused.csv", "--reuse", str(theirs),
+                                      "--servesim", str(ours)])
+    assert bench.main() == 0
+    assert "| overall | 2 | 50% | +0% | 5% | +5% | 15% | +5% | 5% | +5% |" in capsys.readouterr().out
