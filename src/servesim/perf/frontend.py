@@ -135,8 +135,9 @@ def running_at_first_token(recorder) -> np.ndarray:
     token: those that had their first token before it and their last not before it, plus the
     request itself.  NaN for a request that never got a token.
 
-    Warm-up requests count (they fill batches too).  Taken from the engine's token times
-    before any stream latency is added.
+    Warm-up requests count (they fill batches too).  Meant for the engine's token times:
+    :meth:`Frontend.apply_stream_latency` counts before it shifts them, and the base runs of the
+    sensitivity fit carry no stream latency.
     """
     first = recorder.column("first_token")
     last = recorder.column("last_token")
