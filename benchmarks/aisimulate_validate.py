@@ -11,6 +11,10 @@ same workload, and prints both simulators' errors on the points both could simul
         --points ../shared/data/measured/calibration.csv --split holdout \\
         --servesim servesim_holdout.csv --out aisimulate_holdout.csv --processes 2
 
+After a servesim refit, ``--reuse aisimulate_holdout.csv --servesim new_holdout.csv`` compares
+AISimulate's earlier ``--out`` file with the new servesim rows without running AISimulate again (its
+predictions depend only on the points' configs and requests; the measured values are the file's).
+
 (``--sample N`` and ``--model ID`` run a subset; about 4 s of AISimulate per point.
 ``--database-mode hybrid`` lets AISimulate estimate the operators it has not measured instead of
 failing on those points.)
@@ -327,7 +331,7 @@ def main() -> int:
     ap.add_argument("--aisimulate", metavar="EXE", help="the aisimulate command of its venv")
     ap.add_argument("--reuse", metavar="CSV", help="compare an earlier --out file of AISimulate's predictions "
                     "instead of running it again (they are deterministic; only servesim's side changed)")
-    ap.add_argument("--points", required=True, help="calibration.csv-format measured points")
+    ap.add_argument("--points", help="calibration.csv-format measured points (not read with --reuse)")
     ap.add_argument("--split", choices=("fit", "holdout"), help="as servesim validate --split")
     ap.add_argument("--sample", type=int, help="as servesim validate --sample (seed 0)")
     ap.add_argument("--servesim", help="servesim validate --out CSV of the same points, for the side-by-side")
@@ -342,6 +346,8 @@ def main() -> int:
         with open(args.reuse, newline="") as f:
             compare(list(csv.DictReader(f)), args.servesim)
         return 0
+    if not args.points:
+        ap.error("--points is required (unless --reuse compares an earlier file)")
     if not args.aisimulate or shutil.which(args.aisimulate) is None:
         print(f"--aisimulate: {args.aisimulate!r} is not an executable; expected the aisimulate command of "
               "the virtual environment AISimulate is installed in (see this script's docstring)", file=sys.stderr)

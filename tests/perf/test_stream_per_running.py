@@ -25,17 +25,48 @@ class _Recorder:
 
 
 def _hand_built() -> _Recorder:
-    # request: A      B    C    D (other worker)  E (no token)
-    return _Recorder(first=[1.0, 2.0, 3.0, 3.0, np.nan], last=[5.0, 3.0, 4.0, 6.0, np.nan],
-                     worker=[0, 0, 0, 1, 0])
+    # request: A      B    C    D (other worker)  E (no token)  F (joins with C)
+    return _Recorder(first=[1.0, 2.0, 3.0, 3.0, np.nan, 3.0], last=[5.0, 3.0, 4.0, 6.0, np.nan, 3.5],
+                     worker=[0, 0, 0, 1, 0, 0])
 
 
 def test_running_counts_the_requests_decoding_through_the_first_token_on_the_same_worker():
     n = running_at_first_token(_hand_built())
-    # A: alone; B: A decodes; C: A and B (B's last token comes out in that very pass); D: alone on
-    # worker 1 although A, B, C are busy on worker 0; E never got a token
-    assert n[:4].tolist() == [1.0, 2.0, 3.0, 1.0]
+    # A: alone; B: A decodes; C: A and B (B's last token comes out in that very pass), not F, which
+    # gets its first token in the same pass; D: alone on worker 1 although worker 0 is busy; E
+    # never got a token
+    assert n[[0, 1, 2, 3, 5]].tolist() == [1.0, 2.0, 3.0, 1.0, 3.0]
     assert math.isnan(n[4])
+
+
+def _brute_force(first, last, worker):
+    out = np.full(first.size, np.nan)
+    for i in np.flatnonzero(~np.isnan(first)):
+        same = (worker == worker[i]) & ~np.isnan(first)
+        out[i] = 1 + np.count_nonzero(same & (first < first[i]) & (first[i] <= last))
+    return out
+
+
+def test_disaggregated_requests_are_counted_on_the_decode_worker_that_streams_them():
+    """Two prefill workers feed one decode worker: every request joins that worker's batch."""
+    from servesim.api import predict
+
+    cfg = {"seed": 0,
+           "workload": {"kind": "synthetic", "num_requests": 80, "arrival": {"process": "poisson", "rate": 8.0},
+                        "input": {"dist": "uniform", "low": 200, "high": 2000},
+                        "output": {"dist": "uniform", "low": 20, "high": 200}},
+           "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm", "engine": "vllm",
+                          "disaggregation": {"prefill": {"workers": 2}, "decode": {"workers": 1}}},
+           "output": {"dir": None}}
+    rec = predict(cfg).recorder
+    decode = rec.column("decode_worker")
+    assert np.unique(decode[decode >= 0]).size == 1 and np.unique(rec.column("worker")).size == 2
+    streaming = np.where(decode >= 0, decode, rec.column("worker"))
+    got = running_at_first_token(rec)
+    want = _brute_force(rec.column("first_token"), rec.column("last_token"), streaming)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert got[~np.isnan(got)].tolist() == want[~np.isnan(want)].tolist()
+    assert np.nanmax(got) > 5  # a shared decode batch, not two prefill workers' halves
 
 
 def test_stream_latency_moves_a_requests_tokens_together():
@@ -43,7 +74,7 @@ def test_stream_latency_moves_a_requests_tokens_together():
     gaps_before = rec.column("second_token") - rec.column("first_token")
     fe = Frontend(FrontendParams(first_token_overhead_s=0.01, stream_per_running_s=0.002))
     fe.apply_stream_latency(rec)
-    want = 0.01 + 0.002 * np.array([1.0, 2.0, 3.0, 1.0])
+    want = 0.01 + 0.002 * np.array([1.0, 2.0, 3.0, 1.0])  # A, B, C, D
     assert rec.column("first_token")[:4] == pytest.approx([1.0, 2.0, 3.0, 3.0] + want)
     assert rec.column("last_token")[:4] == pytest.approx([5.0, 3.0, 4.0, 6.0] + want)
     assert rec.column("finish")[:4] == pytest.approx([5.0, 3.0, 4.0, 6.0] + want)

@@ -181,7 +181,6 @@ def test_reuse_compares_an_earlier_aisimulate_file_without_running_it(bench, tmp
                              "b,h100_sxm,vllm,inferencex_random,100,10,150,9,ok\n")
     ours = tmp_path / "ours.csv"
     ours.write_text("id,predicted_mean_ttft_ms,predicted_mean_tpot_ms,status\na,110,10,ok\nb,100,11,ok\n")
-    monkeypatch.setattr(sys, "argv", ["aisimulate_validate.py", "--points", "unused.csv", "--reuse", str(theirs),
-                                      "--servesim", str(ours)])
+    monkeypatch.setattr(sys, "argv", ["aisimulate_validate.py", "--reuse", str(theirs), "--servesim", str(ours)])
     assert bench.main() == 0
     assert "| overall | 2 | 50% | +0% | 5% | +5% | 15% | +5% | 5% | +5% |" in capsys.readouterr().out

@@ -303,3 +303,14 @@ def test_surrogate_at_a_calibrations_values_moves_with_its_per_request_time():
     assert s.predict_resolved(base_a, base_f, DEFAULT_BASE) == pytest.approx((100.0, 10.0))
     ttft, tpot = s.predict_resolved(base_a, base_f | {"scheduler_per_request_s": 10e-6}, DEFAULT_BASE)
     assert ttft == pytest.approx(100.2) and tpot == pytest.approx(11.0)
+
+
+def test_a_file_without_the_running_count_is_refused(tmp_path):
+    """A table written before first_token_running existed would fit stream_per_running_s at 0 while
+    the other parameters absorbed its share: refused with what to do."""
+    from servesim.validate.sensitivity import BASE_FIELDS, CONFIG_FIELD, FIELDS
+
+    old = tmp_path / "old.csv"
+    old.write_text(",".join(FIELDS + BASE_FIELDS + [CONFIG_FIELD]) + "\n")
+    with pytest.raises(ConfigError, match="before the 'first_token_running' column"):
+        read_sensitivities(old, [])

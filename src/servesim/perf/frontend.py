@@ -20,9 +20,11 @@ calibration fits, instead of folding them into GPU efficiency:
   the running requests before the newly scheduled ones), so a request that joins a large batch
   sees its tokens later by its place in that order.  Held for the request's lifetime, it shifts
   TTFT and end-to-end latency, not TPOT (:func:`running_at_first_token`).  The bundled
-  calibrations put it at 0.3-2 ms per request, more than output handling alone costs (about
-  0.1 ms): fitted, it also carries the rest of the measured growth of TTFT with concurrency
-  that the engine models do not produce (docs/validation.md).
+  calibrations put it at up to 2 ms per request (0.6 ms shared; the bound for three SGLang
+  groups, about 0 for a few), more than output handling alone costs (about 0.1 ms): fitted, it
+  also carries the rest of the measured growth of TTFT with concurrency that the engine models
+  do not produce (docs/validation.md).  Like the constant, it is applied after the run, so it
+  does not hold a closed-loop client's slot or delay a session's next turn.
 - :class:`SchedulerOverheadStepTime`: wraps a step-time model and adds
   ``scheduler_pass_s + scheduler_per_request_s × requests`` of CPU time to each pass
   (with attention data parallelism, the busiest rank's requests: each rank has its own
@@ -135,20 +137,28 @@ def running_at_first_token(recorder) -> np.ndarray:
     token: those that had their first token before it and their last not before it, plus the
     request itself.  NaN for a request that never got a token.
 
-    Warm-up requests count (they fill batches too).  Meant for the engine's token times:
-    :meth:`Frontend.apply_stream_latency` counts before it shifts them, and the base runs of the
-    sensitivity fit carry no stream latency.
+    The worker is the one that streams the request's tokens: in a disaggregated deployment its
+    decode worker (``decode_worker``; a request that never reached one keeps its prefill
+    worker).  Warm-up requests count (they fill batches too), and so does a request that was
+    retracted between its first and last token (an approximation: it was not in every pass).
+    Meant for the engine's token times: :meth:`Frontend.apply_stream_latency` counts before it
+    shifts them, and the base runs of the sensitivity fit carry no stream latency.
     """
     first = recorder.column("first_token")
     last = recorder.column("last_token")
     worker = recorder.column("worker")
+    if "decode_worker" in getattr(recorder, "extra_columns", {}):
+        decode = recorder.column("decode_worker")
+        worker = np.where(decode >= 0, decode, worker)
     out = np.full(first.size, np.nan)
-    has_tok = ~np.isnan(first)
-    for w in np.unique(worker[has_tok]):
-        mine = has_tok & (worker == w)
-        starts = np.sort(first[mine])
-        ends = np.sort(np.where(np.isnan(last[mine]), np.inf, last[mine]))
+    has_tok = np.flatnonzero(~np.isnan(first))
+    # one sort by worker, then each worker's slice: O(n log n) however many workers
+    order = has_tok[np.argsort(worker[has_tok], kind="stable")]
+    _, starts_at = np.unique(worker[order], return_index=True)
+    for mine in np.split(order, starts_at[1:]):
         t = first[mine]
+        starts = np.sort(t)
+        ends = np.sort(np.where(np.isnan(last[mine]), np.inf, last[mine]))
         # started strictly before t, minus ended strictly before t: running through t
         out[mine] = np.searchsorted(starts, t, side="left") - np.searchsorted(ends, t, side="left") + 1.0
     return out

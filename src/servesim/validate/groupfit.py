@@ -147,9 +147,9 @@ def fit_group(pts: Sequence[PointSensitivity], base: BaseParams, prior: GroupPar
               objective: str = "relative") -> tuple[GroupParams, float]:
     """Least-squares values of one group under a Gaussian prior centred on ``prior``.
 
-    ``fit_engine_costs`` False keeps the parent's ``scheduler_pass_s`` and ``scheduler_per_request_s``:
-    they are the engine's CPU cost, not a model's, and on one model's points the per-pass one is
-    the per-layer time times a constant.
+    ``fit_engine_costs`` False keeps the parent's ``scheduler_pass_s``, ``scheduler_per_request_s``
+    and ``stream_per_running_s``: they are the engine's (and its API server's) cost, not a model's,
+    and on one model's points the per-pass one is the per-layer time times a constant.
     """
     lo, hi = _bounds()
     centre = prior.vector()

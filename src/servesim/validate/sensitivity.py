@@ -160,7 +160,7 @@ class PointSensitivity:
     #: Layers of the point's model: the ``layer`` knob's slope is ``layers`` × the ``sched`` slope.
     layers: int = 0
     #: Mean requests decoding at a measured request's first token in the base run: TTFT grows by
-    #: this × ``stream_per_running_s`` (0 in files written before the column: no slope).
+    #: this × ``stream_per_running_s``.
     first_token_running: float = 0.0
 
     def predict_at(self, mem_eff: float, gemm_eff_max: float, scheduler_pass_s: float,
@@ -338,6 +338,11 @@ def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointS
                                   f"sensitivity [--base-calibration <previous>.yaml] --sensitivities <new file>")
             if missing:
                 raise ConfigError(f"{path}: not a sensitivities file (missing columns {sorted(missing)})")
+            if RUNNING_FIELD not in (reader.fieldnames or []):
+                raise ConfigError(f"{path}: written before the '{RUNNING_FIELD}' column (the TTFT slope of "
+                                  f"stream_per_running_s) existed, so a fit would leave that parameter at 0; "
+                                  f"re-measure: servesim calibrate --points <CSV> --method sensitivity "
+                                  f"[--base-calibration <previous>.yaml] --sensitivities <new file>")
             for row in reader:
                 by_id[row["id"]] = row
     except OSError as e:
@@ -365,7 +370,7 @@ def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointS
                     setattr(s.base, name, float(row[f"base_{name}"]))
         if s.status == "ok":
             s.ttft_base, s.tpot_base = float(row["ttft_base"]), float(row["tpot_base"])
-            s.first_token_running = float(row.get(RUNNING_FIELD) or 0.0)
+            s.first_token_running = float(row[RUNNING_FIELD])
             s.ttft_slope = {k: float(row[f"ttft_d_{k}"]) for k in KNOBS}
             s.tpot_slope = {k: float(row[f"tpot_d_{k}"]) for k in KNOBS}
         out.append(s)

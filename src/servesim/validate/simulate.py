@@ -30,9 +30,10 @@ class PointResult:
     tput_per_gpu: float
     completed: int
     host_seconds: float
-    #: Mean over the measured requests of the requests decoding at their first token
-    #: (:func:`servesim.perf.frontend.running_at_first_token`): the TTFT slope of
-    #: ``stream_per_running_s``, which calibration fits without re-simulating.
+    #: Mean over the completed measured requests of the requests decoding at their first token
+    #: (:func:`servesim.perf.frontend.running_at_first_token`), counted on the run's final token
+    #: times: in a run without ``stream_per_running_s`` (the sensitivity base runs) it is the TTFT
+    #: slope of that parameter, which calibration fits without re-simulating.
     first_token_running: float = math.nan
 
 
