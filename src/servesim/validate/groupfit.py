@@ -83,9 +83,10 @@ class GroupParams:
         return cls(*(float(v) for v in x[:7]))
 
     @classmethod
-    def at(cls, base: BaseParams, stream_s: float, running_s: float = 0.0) -> "GroupParams":
+    def at(cls, base: BaseParams, stream_s: float) -> "GroupParams":
+        """The base's values; ``stream_per_running_s`` starts at 0 (bases never carry it)."""
         return cls(-math.log(base.mem_eff), -math.log(base.gemm_eff_max), base.scheduler_pass_s, stream_s,
-                   base.graph_layer_overhead_s, base.scheduler_per_request_s, running_s)
+                   base.graph_layer_overhead_s, base.scheduler_per_request_s)
 
     @property
     def mem_eff(self) -> float:
@@ -187,8 +188,7 @@ def fit_hierarchy(sens: Sequence[PointSensitivity], base: BaseParams, min_group_
     ``objective``: the residual, ``relative`` or ``log`` (:func:`_residuals`).
     """
     ok = [s for s in sens if s.status == "ok" and math.isfinite(s.tpot_base) and math.isfinite(s.ttft_base)]
-    start = GroupParams.at(base, float(base.frontend.get("first_token_overhead_s", 0.02)),
-                           float(base.frontend.get("stream_per_running_s", 0.0)))
+    start = GroupParams.at(base, float(base.frontend.get("first_token_overhead_s", 0.02)))
     shared, rms = fit_group(ok, base, start, prior_weight=0.0, objective=objective)
     say(f"shared: {len(ok)} points, rms {objective} error {rms:.3f}")
     a, f = shared.overrides(base)
