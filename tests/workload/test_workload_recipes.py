@@ -76,3 +76,41 @@ def test_output_spread_is_for_the_fixed_recipe_only():
 def test_output_spread_never_draws_an_empty_output():
     reqs = list(build_source(closed(recipe="fixed", isl=10, osl=1, output_spread=0.5), seed=0).requests())
     assert {r.output_length for r in reqs} == {1}
+
+
+def test_prompt_pool_repeats_whole_prompts_from_a_fixed_set():
+    """AIPerf-style client: K entries made once, every request (warm-up included) repeats one."""
+    cfg = closed(recipe="fixed", isl=1100, osl=50, prompt_pool=5, num_prompts=400, warmup=32)
+    reqs = list(build_source(cfg, seed=7).requests())
+    assert len(reqs) == 432 and [r.index for r in reqs] == list(range(432))
+    prompts = {r.hash_ids for r in reqs}
+    assert len(prompts) == 5  # 432 draws from 5 entries: all of them appear, nothing else
+    assert all(len(p) == 3 for p in prompts)  # 1100 tokens = three 512-token blocks
+    ids = [i for p in prompts for i in p]
+    assert len(ids) == len(set(ids))  # entries share no block: no prefix across entries
+    assert all(r.input_length == 1100 and r.output_length == 50 for r in reqs)
+    # the choice is uniform: every entry is drawn roughly 432 / 5 times
+    counts = [sum(r.hash_ids == p for r in reqs) for p in prompts]
+    assert min(counts) > 50 and max(counts) < 125
+
+
+def test_prompt_pool_entries_keep_their_own_lengths_and_the_run_is_reproducible():
+    cfg = closed(prompt_pool=3, num_prompts=60, warmup=0)  # inferencex_random lengths, drawn per entry
+    reqs = list(build_source(cfg, seed=1).requests())
+    by_prompt: dict[tuple, set] = {}
+    for r in reqs:
+        by_prompt.setdefault(r.hash_ids, set()).add((r.input_length, r.output_length))
+        assert len(r.hash_ids) == -(-r.input_length // 512)
+    assert len(by_prompt) == 3 and all(len(v) == 1 for v in by_prompt.values())
+    again = list(build_source(cfg, seed=1).requests())
+    assert [(r.hash_ids, r.output_length) for r in again] == [(r.hash_ids, r.output_length) for r in reqs]
+    other = list(build_source(cfg, seed=2).requests())
+    assert [r.hash_ids for r in other] != [r.hash_ids for r in reqs]
+
+
+def test_prompt_pool_must_be_positive():
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        closed(prompt_pool=0)

@@ -303,6 +303,13 @@ class ClosedLoopWorkload(_Strict):
     recipe does not record (docs/validation.md).
     ``num_prompts`` defaults to 10 x concurrency; ``warmup`` to 2 x concurrency for
     ``inferencex_random`` and 0 for ``fixed``.
+
+    ``prompt_pool`` = K makes the client send only K distinct prompts: K entries (each with
+    its own lengths, drawn by the recipe's rules) are made once, and every request, warm-up
+    included, repeats one of them chosen uniformly at random.  That is what AIPerf does by
+    default (100 synthetic entries, ``--num-dataset-entries``, reused until the run ends),
+    so with a prefix cache on, most prompts of a long run are cache hits.  Unset: every
+    request has a prompt of its own.
     """
 
     kind: Literal["closed_loop"]
@@ -314,6 +321,7 @@ class ClosedLoopWorkload(_Strict):
     osl: int = Field(gt=0, le=MAX_TOKENS)
     range_ratio: float = Field(default=0.8, gt=0, le=1)
     output_spread: float = Field(default=0.0, ge=0, lt=1)
+    prompt_pool: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _spread_only_for_fixed(self) -> "ClosedLoopWorkload":

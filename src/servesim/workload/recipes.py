@@ -12,6 +12,10 @@ metrics), then the measured ones.  All have ``arrival = 0`` (ready at the start)
 - ``fixed``: every request has exactly ``isl`` input and ``osl`` output tokens, also
   with fresh ids; with ``output_spread`` > 0 the output length is drawn uniformly from the
   integers ``[floor((1 - output_spread) * osl), osl]`` instead.
+
+With ``prompt_pool`` = K, the recipe's rules make K entries (lengths and prompt ids) once, and
+each request repeats an entry drawn uniformly at random, as AIPerf reuses its synthetic dataset
+entries: requests that repeat an entry share its whole prompt, so a prefix cache can serve it.
 """
 
 from __future__ import annotations
@@ -36,39 +40,66 @@ def length_range(length: int, range_ratio: float) -> tuple[int, int]:
     return max(1, math.floor(range_ratio * length)), length
 
 
+def _draw_lengths(cfg: ClosedLoopWorkload, rng: np.random.Generator, n: int) -> tuple[list[int], list[int]]:
+    """Input and output lengths of ``n`` prompts by the recipe's rules."""
+    if cfg.recipe == "inferencex_random":
+        lo, hi = length_range(cfg.isl, cfg.range_ratio)
+        inputs = rng.integers(lo, hi + 1, size=n).tolist()
+        lo, hi = length_range(cfg.osl, cfg.range_ratio)
+        outputs = rng.integers(lo, hi + 1, size=n).tolist()
+        return inputs, outputs
+    inputs = [cfg.isl] * n
+    if cfg.output_spread:
+        lo, hi = length_range(cfg.osl, 1 - cfg.output_spread)
+        return inputs, rng.integers(lo, hi + 1, size=n).tolist()
+    return inputs, [cfg.osl] * n
+
+
+def _prompts(cfg: ClosedLoopWorkload, rng: np.random.Generator, total: int) -> Iterator[tuple[int, int, tuple[int, ...]]]:
+    """``(input_length, output_length, hash_ids)`` of each of ``total`` requests in send order.
+
+    Without a pool every prompt gets fresh block ids; with ``prompt_pool`` = K the K entries
+    are drawn first and each request repeats one chosen uniformly at random.
+    """
+    bs = PROMPT_BLOCK
+    next_id = 0
+
+    def fresh(inputs: list[int], outputs: list[int]) -> Iterator[tuple[int, int, tuple[int, ...]]]:
+        nonlocal next_id
+        for input_length, output_length in zip(inputs, outputs):
+            n_blocks = -(-input_length // bs)
+            yield input_length, output_length, tuple(range(next_id, next_id + n_blocks))
+            next_id += n_blocks
+
+    if cfg.prompt_pool:
+        pool = list(fresh(*_draw_lengths(cfg, rng, cfg.prompt_pool)))
+        done = 0
+        while done < total:
+            n = min(CHUNK, total - done)
+            for k in rng.integers(0, len(pool), size=n).tolist():
+                yield pool[k]
+            done += n
+        return
+    done = 0
+    while done < total:
+        n = min(CHUNK, total - done)
+        yield from fresh(*_draw_lengths(cfg, rng, n))
+        done += n
+
+
 def generate_closed_loop(cfg: ClosedLoopWorkload, seed: int) -> Iterator[Request]:
     """Warm-up then measured requests of the recipe, in send order, indices 0..N-1."""
     rng = np.random.default_rng(seed)
     n_warmup = cfg.resolved_warmup
     total = n_warmup + cfg.resolved_num_prompts
-    bs = PROMPT_BLOCK
-    next_id = 0
-    index = 0
-    while index < total:
-        n = min(CHUNK, total - index)
-        if cfg.recipe == "inferencex_random":
-            lo, hi = length_range(cfg.isl, cfg.range_ratio)
-            inputs = rng.integers(lo, hi + 1, size=n).tolist()
-            lo, hi = length_range(cfg.osl, cfg.range_ratio)
-            outputs = rng.integers(lo, hi + 1, size=n).tolist()
-        else:
-            inputs = [cfg.isl] * n
-            if cfg.output_spread:
-                lo, hi = length_range(cfg.osl, 1 - cfg.output_spread)
-                outputs = rng.integers(lo, hi + 1, size=n).tolist()
-            else:
-                outputs = [cfg.osl] * n
-        for input_length, output_length in zip(inputs, outputs):
-            n_blocks = -(-input_length // bs)
-            yield Request(
-                index=index,
-                request_id=f"{'w' if index < n_warmup else 'r'}{index}",
-                arrival=0.0,
-                input_length=input_length,
-                output_length=output_length,
-                hash_ids=tuple(range(next_id, next_id + n_blocks)),
-                block_size=bs,
-                warmup=index < n_warmup,
-            )
-            next_id += n_blocks
-            index += 1
+    for index, (input_length, output_length, hash_ids) in enumerate(_prompts(cfg, rng, total)):
+        yield Request(
+            index=index,
+            request_id=f"{'w' if index < n_warmup else 'r'}{index}",
+            arrival=0.0,
+            input_length=input_length,
+            output_length=output_length,
+            hash_ids=hash_ids,
+            block_size=PROMPT_BLOCK,
+            warmup=index < n_warmup,
+        )

@@ -111,6 +111,8 @@ def build_source(
             desc += f", range_ratio {cfg.range_ratio:g}"
         elif cfg.output_spread:
             desc += f", output_spread {cfg.output_spread:g}"
+        if cfg.prompt_pool:
+            desc += f", {cfg.prompt_pool} distinct prompts reused at random"
         return WorkloadSource(
             mode="closed",
             concurrency=cfg.concurrency,
