@@ -23,15 +23,18 @@ How a point is given to AISimulate (``aisimulate_config``):
 
 - the requests are servesim's own for the point (:func:`servesim.validate.points.point_config`,
   the recipe's warm-up then measured requests, same seed), written as a Mooncake trace
-  (unique block ids: random prompts) and replayed by AISimulate's closed loop at the point's
-  concurrency; warm-up requests are left out of the means, as servesim does;
+  (servesim's block ids: unique for random prompts, repeated where the point's client reuses a
+  pool of prompts) and replayed by AISimulate's closed loop at the point's concurrency; warm-up
+  requests are left out of the means, as servesim does;
 - model, weight and MoE quantisation as NVIDIA's own evaluation sample inside the AISimulate
   wheel describes the point (``aisimulate_core/systems/silicon_sample.csv``: ``model_path``,
   ``gemm_quant_mode``, ``moe_quant_mode``), else from the row's precision (gpt-oss and Kimi
   int4 are corrected to their checkpoints' actual formats: :func:`quant_modes`); KV precision as
   servesim uses for the point; layout from the row (attention tp × dp, MoE tp × ep);
 - scheduler limits from the point's engine flags (batched tokens, sequences), prefix caching
-  off, chunked prefill off where the TRT-LLM flags turn chunked context off;
+  as the flags leave it (off, except for the prompt-pool campaigns of
+  ``validate/points.py:reuses_prompt_pool``), chunked prefill off where the TRT-LLM flags turn
+  chunked context off;
 - every other setting is AISimulate's default (its measured operator tables, its engine
   models).
 
@@ -60,7 +63,7 @@ from typing import Any
 
 from servesim.validate.points import point_config, read_points, sample_rows, split_rows
 from servesim.workload.config import ClosedLoopWorkload
-from servesim.workload.recipes import generate_closed_loop
+from servesim.workload.recipes import PROMPT_BLOCK, generate_closed_loop
 
 #: Tokens per hash id in the traces written for AISimulate (its Mooncake default).
 TRACE_BLOCK = 512
@@ -98,22 +101,32 @@ def silicon_sample(exe: str) -> dict[str, dict[str, str]]:
         return {r["id"]: r for r in csv.DictReader(f)}
 
 
-def closed_loop_requests(config: dict[str, Any]) -> tuple[list[tuple[int, int]], int]:
-    """The (input, output) lengths servesim sends for a point, in send order, and the warm-up count."""
+def closed_loop_requests(config: dict[str, Any]) -> tuple[list[tuple[int, int, tuple[int, ...]]], int]:
+    """The (input, output, prompt block ids) servesim sends for a point, in send order, and the
+    warm-up count.  Ids are servesim's own: fresh per request, or repeated where the point's client
+    reuses a pool of prompts (``workload.prompt_pool``)."""
     wl = ClosedLoopWorkload(**config["workload"])
-    reqs = [(r.input_length, r.output_length) for r in generate_closed_loop(wl, config.get("seed", 0))]
+    reqs = [(r.input_length, r.output_length, r.hash_ids) for r in generate_closed_loop(wl, config.get("seed", 0))]
     return reqs, wl.resolved_warmup
 
 
-def write_trace(reqs: list[tuple[int, int]], path: Path) -> None:
-    """Mooncake-format lines, all ready at t = 0, every prompt block a fresh id (random prompts)."""
-    next_id = 0
+def write_trace(reqs: list[tuple[int, int, tuple[int, ...]]], path: Path) -> None:
+    """Mooncake-format lines, all ready at t = 0, with the requests' own prompt block ids."""
+    assert PROMPT_BLOCK == TRACE_BLOCK, "servesim's prompt ids are per TRACE_BLOCK tokens"
     with open(path, "w") as f:
-        for isl, osl in reqs:
-            n = -(-isl // TRACE_BLOCK)
+        for isl, osl, ids in reqs:
             f.write(json.dumps({"timestamp": 0, "input_length": isl, "output_length": osl,
-                                "hash_ids": list(range(next_id, next_id + n))}) + "\n")
-            next_id += n
+                                "hash_ids": list(ids)}) + "\n")
+
+
+def prefix_caching(engine: dict[str, Any]) -> bool:
+    """Whether the point's engine flags leave a prefix cache on (servesim's engine defaults otherwise)."""
+    name = engine["name"]
+    if name == "vllm":
+        return bool(engine.get("enable_prefix_caching", True))
+    if name == "trtllm":
+        return bool(engine.get("enable_block_reuse", True))
+    return not engine.get("disable_radix_cache", False)
 
 
 def aisimulate_model(model: str) -> str:
@@ -164,7 +177,7 @@ def aisimulate_config(row: dict[str, str], config: dict[str, Any], trace: Path,
     dep = config["deployment"]
     gemm, moe = quant_modes(row, silicon)
     scheduler, mem_fraction, chunked = _scheduler(dep["engine"], int(row["concurrency"]))
-    kv_cache: dict[str, Any] = {"prefix_caching": False}
+    kv_cache: dict[str, Any] = {"prefix_caching": prefix_caching(dep["engine"])}
     if mem_fraction is not None:
         kv_cache["capacity"] = {"memory_fraction": float(mem_fraction)}
     engine: dict[str, Any] = {

@@ -66,15 +66,30 @@ def test_trace_holds_servesims_requests_for_the_point(bench, tmp_path: Path) -> 
     config = point_config(ROW).config
     reqs, warmup = bench.closed_loop_requests(config)
     ours = list(build_source(parse_workload(config["workload"]), seed=config["seed"]).requests())
-    assert reqs == [(r.input_length, r.output_length) for r in ours]
+    assert reqs == [(r.input_length, r.output_length, r.hash_ids) for r in ours]
     assert warmup == sum(r.warmup for r in ours) == 16 and len(reqs) == 96
     bench.write_trace(reqs, tmp_path / "t.jsonl")
     lines = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
-    assert [(x["input_length"], x["output_length"]) for x in lines] == reqs
+    assert [(x["input_length"], x["output_length"], tuple(x["hash_ids"])) for x in lines] == reqs
     assert all(x["timestamp"] == 0 for x in lines)
     ids = [h for x in lines for h in x["hash_ids"]]
     assert len(ids) == len(set(ids))  # random prompts: nothing to reuse
     assert all(len(x["hash_ids"]) == -(-x["input_length"] // bench.TRACE_BLOCK) for x in lines)
+
+
+def test_a_prompt_pool_point_replays_its_repeated_prompts_with_the_cache_on(bench, tmp_path: Path) -> None:
+    """Points whose client reused 100 prompts (validate/points.py:reuses_prompt_pool) give AISimulate
+    the same repeated block ids and a prefix cache, so both simulators see the same reuse."""
+    row = dict(ROW, source="aic_silicon_sample/nvidia", workload="fixed_lengths_unverified", system="h200_sxm",
+               backend_version="0.12.0", num_prompts="")
+    config = point_config(row).config
+    reqs, warmup = bench.closed_loop_requests(config)
+    assert len({ids for _, _, ids in reqs}) <= 100 < len(reqs) and warmup == 16
+    bench.write_trace(reqs, tmp_path / "t.jsonl")
+    lines = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert [tuple(x["hash_ids"]) for x in lines] == [ids for _, _, ids in reqs]
+    cfg = bench.aisimulate_config(row, config, tmp_path / "t.jsonl", None)
+    assert cfg["engine"]["workers"]["aggregated"]["kv_cache"]["prefix_caching"] is True
 
 
 def test_config_carries_the_points_engine_flags_and_layout(bench, tmp_path: Path) -> None:

@@ -415,3 +415,49 @@ def test_output_spread_breaks_the_lockstep_waves_of_a_fixed_closed_loop():
     waves, spread = simulate_point(lockstep), simulate_point(config)
     assert spread.ttft_ms < 0.6 * waves.ttft_ms
     assert abs(spread.tpot_ms / waves.tpot_ms - 1) < 0.15  # the passes themselves barely change
+
+
+def test_prompt_pool_campaigns_run_an_aiperf_client_against_a_prefix_cache():
+    """reuses_prompt_pool: Dynamo-image rows and the H200 SGLang 0.5.6.post2 / vLLM 0.12.0 campaign."""
+    from servesim.validate.points import AIPERF_DATASET_ENTRIES, reuses_prompt_pool
+
+    llama = {"model": "meta-llama/Llama-3.1-8B-Instruct", "system": "h200_sxm", "precision": "", "gpus": 1,
+             "attention_tp": 1, "moe_ep": 1, "concurrency": 112, "isl": 1000, "osl": 100, "num_prompts": ""}
+    for backend, version, cache_key, on in (("vllm", "0.12.0", "enable_prefix_caching", True),
+                                            ("sglang", "0.5.6.post2", "disable_radix_cache", False)):
+        r = row(backend=backend, backend_version=version, **llama, **NVIDIA)
+        assert reuses_prompt_pool(r)
+        p = point_config(r)
+        wl = p.config["workload"]
+        assert (wl["recipe"], wl["prompt_pool"], wl["num_prompts"], wl["warmup"]) == (
+            "fixed", AIPERF_DATASET_ENTRIES, 20 * 112, 2 * 112)
+        assert "output_spread" not in wl
+        assert p.config["deployment"]["engine"][cache_key] is on
+        load_config(p.config)  # a valid config
+    dynamo = row(backend="trtllm", model="nvidia/Qwen3-32B-NVFP4", system="gb200", precision="fp4", gpus=2,
+                 attention_tp=2, moe_ep=1, image="nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1", **NVIDIA)
+    assert reuses_prompt_pool(dynamo)
+    assert point_config(dynamo).config["deployment"]["engine"]["enable_block_reuse"] is True
+    # other campaigns, and InferenceX rows, keep their recipes
+    assert not reuses_prompt_pool(row(backend="vllm", backend_version="0.12.0", **{**llama, "system": "h100_sxm"},
+                                      **NVIDIA))
+    assert not reuses_prompt_pool(row(backend="vllm", backend_version="0.16.0", **llama, **NVIDIA))
+    ix = row(backend="vllm", backend_version="0.12.0", **llama, source=IX)
+    assert not reuses_prompt_pool(ix) and "prompt_pool" not in point_config(ix).config["workload"]
+
+
+def test_a_reused_prompt_pool_is_served_from_the_prefix_cache():
+    """With 100 prompts reused and the cache on, the measured requests mostly skip their prefill:
+    TTFT about halves against fresh prompts, and the summary reports the reuse."""
+    import copy
+
+    from servesim.api import predict
+
+    llama = {"model": "meta-llama/Llama-3.1-8B-Instruct", "system": "h200_sxm", "precision": "fp8", "gpus": 1,
+             "attention_tp": 1, "moe_ep": 1, "concurrency": 32, "isl": 4000, "osl": 20, "num_prompts": ""}
+    pooled = point_config(row(backend="vllm", backend_version="0.12.0", **llama, **NVIDIA)).config
+    fresh = copy.deepcopy(pooled)
+    del fresh["workload"]["prompt_pool"]
+    hit, miss = predict(pooled).summary, predict(fresh).summary
+    assert hit["cache"]["prefix_reuse_ratio"] > 0.8 and miss["cache"]["prefix_reuse_ratio"] < 0.01
+    assert hit["latency"]["ttft_ms"]["mean"] < 0.6 * miss["latency"]["ttft_ms"]["mean"]
