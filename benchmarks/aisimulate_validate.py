@@ -67,6 +67,8 @@ from servesim.workload.recipes import PROMPT_BLOCK, generate_closed_loop
 
 #: Tokens per hash id in the traces written for AISimulate (its Mooncake default).
 TRACE_BLOCK = 512
+if PROMPT_BLOCK != TRACE_BLOCK:  # the trace carries servesim's own prompt block ids
+    raise ImportError(f"servesim's closed-loop prompt blocks are {PROMPT_BLOCK} tokens, the trace's {TRACE_BLOCK}")
 #: AISimulate knows these GPUs (``aisimulate_core/systems``) and engines.
 AISIM_SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300")
 AISIM_BACKENDS = ("vllm", "sglang", "trtllm")
@@ -112,7 +114,6 @@ def closed_loop_requests(config: dict[str, Any]) -> tuple[list[tuple[int, int, t
 
 def write_trace(reqs: list[tuple[int, int, tuple[int, ...]]], path: Path) -> None:
     """Mooncake-format lines, all ready at t = 0, with the requests' own prompt block ids."""
-    assert PROMPT_BLOCK == TRACE_BLOCK, "servesim's prompt ids are per TRACE_BLOCK tokens"
     with open(path, "w") as f:
         for isl, osl, ids in reqs:
             f.write(json.dumps({"timestamp": 0, "input_length": isl, "output_length": osl,
@@ -120,13 +121,20 @@ def write_trace(reqs: list[tuple[int, int, tuple[int, ...]]], path: Path) -> Non
 
 
 def prefix_caching(engine: dict[str, Any]) -> bool:
-    """Whether the point's engine flags leave a prefix cache on (servesim's engine defaults otherwise)."""
+    """Whether the point's engine flags leave a prefix cache on; an unset flag takes the default
+    of servesim's engine options (the engines' own defaults)."""
+    from servesim.engines.sglang_options import SGLangOptions
+    from servesim.engines.trtllm_options import TRTLLMOptions
+    from servesim.engines.vllm_options import VLLMOptions
+
     name = engine["name"]
     if name == "vllm":
-        return bool(engine.get("enable_prefix_caching", True))
+        return bool(engine.get("enable_prefix_caching", VLLMOptions.model_fields["enable_prefix_caching"].default))
     if name == "trtllm":
-        return bool(engine.get("enable_block_reuse", True))
-    return not engine.get("disable_radix_cache", False)
+        return bool(engine.get("enable_block_reuse", TRTLLMOptions.model_fields["enable_block_reuse"].default))
+    if name == "sglang":
+        return not engine.get("disable_radix_cache", SGLangOptions.model_fields["disable_radix_cache"].default)
+    raise ValueError(f"no prefix-cache rule for engine {name!r}")
 
 
 def aisimulate_model(model: str) -> str:

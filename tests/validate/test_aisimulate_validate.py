@@ -92,6 +92,17 @@ def test_a_prompt_pool_point_replays_its_repeated_prompts_with_the_cache_on(benc
     assert cfg["engine"]["workers"]["aggregated"]["kv_cache"]["prefix_caching"] is True
 
 
+def test_prefix_caching_follows_each_engines_flags_and_defaults(bench) -> None:
+    assert bench.prefix_caching({"name": "vllm"}) is True
+    assert bench.prefix_caching({"name": "vllm", "enable_prefix_caching": False}) is False
+    assert bench.prefix_caching({"name": "sglang"}) is True
+    assert bench.prefix_caching({"name": "sglang", "disable_radix_cache": True}) is False
+    assert bench.prefix_caching({"name": "trtllm"}) is True
+    assert bench.prefix_caching({"name": "trtllm", "enable_block_reuse": False}) is False
+    with pytest.raises(ValueError, match="no prefix-cache rule"):
+        bench.prefix_caching({"name": "other"})
+
+
 def test_config_carries_the_points_engine_flags_and_layout(bench, tmp_path: Path) -> None:
     point = point_config(ROW)
     eng = point.config["deployment"]["engine"]

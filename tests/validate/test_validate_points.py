@@ -423,21 +423,29 @@ def test_prompt_pool_campaigns_run_an_aiperf_client_against_a_prefix_cache():
 
     llama = {"model": "meta-llama/Llama-3.1-8B-Instruct", "system": "h200_sxm", "precision": "", "gpus": 1,
              "attention_tp": 1, "moe_ep": 1, "concurrency": 112, "isl": 1000, "osl": 100, "num_prompts": ""}
-    for backend, version, cache_key, on in (("vllm", "0.12.0", "enable_prefix_caching", True),
-                                            ("sglang", "0.5.6.post2", "disable_radix_cache", False)):
+    for backend, version, cache_key in (("vllm", "0.12.0", "enable_prefix_caching"),
+                                        ("sglang", "0.5.6.post2", "disable_radix_cache")):
         r = row(backend=backend, backend_version=version, **llama, **NVIDIA)
         assert reuses_prompt_pool(r)
         p = point_config(r)
         wl = p.config["workload"]
-        assert (wl["recipe"], wl["prompt_pool"], wl["num_prompts"], wl["warmup"]) == (
-            "fixed", AIPERF_DATASET_ENTRIES, 20 * 112, 2 * 112)
+        assert (wl["recipe"], wl["prompt_pool"], wl["pool_sampling"], wl["num_prompts"], wl["warmup"]) == (
+            "fixed", AIPERF_DATASET_ENTRIES, "shuffle", 20 * 112, 2 * 112)
         assert "output_spread" not in wl
-        assert p.config["deployment"]["engine"][cache_key] is on
-        load_config(p.config)  # a valid config
+        assert cache_key not in p.config["deployment"]["engine"]  # the flag turning the cache off is gone
+        engine = load_config(p.config).deployment.engine
+        assert engine.enable_prefix_caching if backend == "vllm" else not engine.disable_radix_cache
+    # a row that records its request count keeps it
+    assert point_config(row(backend="vllm", backend_version="0.12.0", **{**llama, "num_prompts": 500},
+                            **NVIDIA)).config["workload"]["num_prompts"] == 500
     dynamo = row(backend="trtllm", model="nvidia/Qwen3-32B-NVFP4", system="gb200", precision="fp4", gpus=2,
-                 attention_tp=2, moe_ep=1, image="nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1", **NVIDIA)
+                 attention_tp=2, moe_ep=1, num_prompts="", image="nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1",
+                 **NVIDIA)
     assert reuses_prompt_pool(dynamo)
-    assert point_config(dynamo).config["deployment"]["engine"]["enable_block_reuse"] is True
+    p = point_config(dynamo)
+    assert p.config["workload"]["prompt_pool"] == AIPERF_DATASET_ENTRIES
+    assert "enable_block_reuse" not in p.config["deployment"]["engine"]
+    assert load_config(p.config).deployment.engine.enable_block_reuse
     # other campaigns, and InferenceX rows, keep their recipes
     assert not reuses_prompt_pool(row(backend="vllm", backend_version="0.12.0", **{**llama, "system": "h100_sxm"},
                                       **NVIDIA))
@@ -457,7 +465,7 @@ def test_a_reused_prompt_pool_is_served_from_the_prefix_cache():
              "attention_tp": 1, "moe_ep": 1, "concurrency": 32, "isl": 4000, "osl": 20, "num_prompts": ""}
     pooled = point_config(row(backend="vllm", backend_version="0.12.0", **llama, **NVIDIA)).config
     fresh = copy.deepcopy(pooled)
-    del fresh["workload"]["prompt_pool"]
+    del fresh["workload"]["prompt_pool"], fresh["workload"]["pool_sampling"]
     hit, miss = predict(pooled).summary, predict(fresh).summary
     assert hit["cache"]["prefix_reuse_ratio"] > 0.8 and miss["cache"]["prefix_reuse_ratio"] < 0.01
     assert hit["latency"]["ttft_ms"]["mean"] < 0.6 * miss["latency"]["ttft_ms"]["mean"]

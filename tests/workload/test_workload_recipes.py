@@ -108,9 +108,42 @@ def test_prompt_pool_entries_keep_their_own_lengths_and_the_run_is_reproducible(
     assert [r.hash_ids for r in other] != [r.hash_ids for r in reqs]
 
 
-def test_prompt_pool_must_be_positive():
+def test_prompt_pool_sampling_strategies():
+    """shuffle (AIPerf's default): every entry once per pass of K requests; sequential: in order;
+    random: with replacement, so entries repeat within K requests."""
+    def order(strategy, n=30):
+        reqs = list(build_source(closed(recipe="fixed", isl=600, osl=5, prompt_pool=10, pool_sampling=strategy,
+                                        num_prompts=n, warmup=0), seed=4).requests())
+        first_seen: dict[tuple, int] = {}
+        return [first_seen.setdefault(r.hash_ids, len(first_seen)) for r in reqs]
+
+    shuffled = order("shuffle")
+    for k in range(3):  # each block of 10 requests holds all 10 entries
+        assert sorted(shuffled[10 * k:10 * k + 10]) == list(range(10))
+    assert shuffled[10:20] != shuffled[:10]  # reshuffled after a pass
+    assert order("sequential") == list(range(10)) * 3
+    assert len(set(order("random")[:10])) < 10
+    assert len(set(order("shuffle", n=7))) == 7  # fewer requests than entries: no repeat at all
+
+
+def test_prompt_pool_must_be_positive_and_sampling_needs_a_pool():
     import pytest
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError):
         closed(prompt_pool=0)
+    with pytest.raises(ValidationError, match="pool_sampling applies with prompt_pool only"):
+        closed(pool_sampling="random")
+
+
+def test_requests_without_a_pool_are_pinned():
+    """The request stream of a seed is fixed: a change in the draw order would move every result."""
+    reqs = list(build_source(closed(num_prompts=4, warmup=1, isl=2000, osl=50), seed=11).requests())
+    assert [(r.input_length, r.output_length) for r in reqs] == PINNED_LENGTHS
+    assert [r.hash_ids for r in reqs] == PINNED_IDS
+
+
+#: ``closed(num_prompts=4, warmup=1, isl=2000, osl=50)`` at seed 11, as generated before the prompt
+#: pool existed (commit 2459ff6): the pool must not change the stream of a run without one.
+PINNED_LENGTHS = [(1653, 46), (1651, 47), (1919, 40), (1800, 45), (1836, 41)]
+PINNED_IDS = [(0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11), (12, 13, 14, 15), (16, 17, 18, 19)]

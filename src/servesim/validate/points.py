@@ -71,7 +71,8 @@ UNSUPPORTED_BACKENDS: dict[str, str] = {}
 #: larger negative bias; spreading inputs alone changed nothing).  SGLang's fixed rows keep exact
 #: lengths: their measured TTFTs need the lockstep waves (Qwen3-32B H100: 12% MAPE in lockstep, 61% with
 #: the spread); TensorRT-LLM's, which the spread leaves about where they were (fit split TTFT MAPE 95% ->
-#: 96%), too (docs/validation.md).
+#: 96%), too (docs/validation.md).  The rows of :func:`reuses_prompt_pool` (among them the H200 vLLM
+#: 0.12.0 rows counted in those figures) run an AIPerf prompt pool instead, without the spread.
 FIXED_VLLM_OUTPUT_SPREAD = 0.02
 
 #: Backends simulated by another engine's scheduler model (see module docstring).
@@ -81,6 +82,12 @@ BACKEND_AS_ENGINE = {"atom": "sglang"}
 #: ``--num-dataset-entries`` = 100 entries by default (``ConversationDefaults.NUM`` in
 #: ai-dynamo/aiperf), and each request repeats one chosen at random until the run ends.
 AIPERF_DATASET_ENTRIES = 100
+#: How AIPerf picks those entries (``--dataset-sampling-strategy``): ``shuffle``, its default for
+#: synthetic data since the option came (ai-dynamo/aiperf PR 395, 2025-10-24), before the runs of
+#: :data:`PROMPT_POOL_CAMPAIGNS` (uniform with replacement before it; the two fit alike, docs/validation.md).
+AIPERF_POOL_SAMPLING = "shuffle"
+#: Engine flags that turn a prefix cache off; a prompt-pool point drops them (:func:`_prefix_cache_on`).
+PREFIX_CACHE_OFF_FLAGS = ("enable_prefix_caching", "disable_radix_cache", "enable_block_reuse")
 #: ``(system, backend, backend_version)`` of the ``fixed_lengths_unverified`` campaigns whose
 #: measured TTFTs need prompt reuse (:func:`reuses_prompt_pool`).
 PROMPT_POOL_CAMPAIGNS = frozenset({("h200_sxm", "vllm", "0.12.0"), ("h200_sxm", "sglang", "0.5.6.post2")})
@@ -240,7 +247,8 @@ def reuses_prompt_pool(row: dict[str, str]) -> bool:
       requests/s, ~58 PFLOP/s of prefill without reuse, several times the two GPUs' peak;
     * the H200 campaign of SGLang 0.5.6.post2 and vLLM 0.12.0: Llama-3.1-8B-FP8 at c112
       1000/100 measures 72 ms TTFT with 11 ms TPOT, ~90% of the H200's fp8 peak spent on prefill
-      alone without reuse; its SGLang rows sit 2-4x under any lockstep schedule.
+      alone without reuse; the Llama-3.1-8B SGLang rows sit 2-4x under any lockstep schedule
+      (the campaign's Qwen3-235B rows fit either way).
 
     Chosen on the fit rows (docs/validation.md); the other campaigns (H100, Kimi-K2.5) fit their
     recipes without reuse and keep them.
@@ -249,19 +257,17 @@ def reuses_prompt_pool(row: dict[str, str]) -> bool:
         return False
     if "ai-dynamo" in (row.get("image") or ""):
         return True
-    key = (row.get("system", ""), (row.get("backend") or "").strip().lower(), (row.get("backend_version") or "").strip())
+    key = ((row.get("system") or "").strip().lower(), (row.get("backend") or "").strip().lower(),
+           (row.get("backend_version") or "").strip())
     return key in PROMPT_POOL_CAMPAIGNS
 
 
 def _prefix_cache_on(engine: dict[str, Any]) -> None:
-    """Leave the engine's prefix cache at its default, on (the README's flags turn it off)."""
-    name = engine["name"]
-    if name == "vllm":
-        engine["enable_prefix_caching"] = True
-    elif name == "sglang":
-        engine["disable_radix_cache"] = False
-    elif name == "trtllm":
-        engine["enable_block_reuse"] = True
+    """Drop the flags that turn the prefix cache off (the README's typical flags set them), so
+    each engine keeps its default: vLLM V1 prefix caching, SGLang's radix cache and TensorRT-LLM
+    block reuse are all on unless told otherwise."""
+    for flag in PREFIX_CACHE_OFF_FLAGS:
+        engine.pop(flag, None)
 
 
 def _round_up(n: int, m: int) -> int:
@@ -658,10 +664,11 @@ def point_config(row: dict[str, str], mode: str = "fast") -> Point:
                         num_prompts=_int(row, "num_prompts", 10 * conc), warmup=2 * conc)
     elif reuses_prompt_pool(row):
         workload.update(recipe="fixed", num_prompts=_int(row, "num_prompts", 20 * conc), warmup=2 * conc,
-                        prompt_pool=AIPERF_DATASET_ENTRIES)
+                        prompt_pool=AIPERF_DATASET_ENTRIES, pool_sampling=AIPERF_POOL_SAMPLING)
         _prefix_cache_on(deployment["engine"])
-        notes.append(f"fixed lengths; AIPerf client assumed: {AIPERF_DATASET_ENTRIES} prompts reused at random, "
-                     "20 x concurrency requests after 2 x concurrency warm-up, prefix cache on")
+        notes.append(f"fixed lengths; AIPerf client assumed: {AIPERF_DATASET_ENTRIES} prompts reused "
+                     f"({AIPERF_POOL_SAMPLING}), {workload['num_prompts']} requests after {2 * conc} warm-up, "
+                     "prefix cache on")
     elif row.get("workload") == "fixed_lengths_unverified":
         workload.update(recipe="fixed", num_prompts=_int(row, "num_prompts", 10 * conc), warmup=conc)
         notes.append("fixed lengths; client settings undocumented (warm-up assumed = concurrency)")

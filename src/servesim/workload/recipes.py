@@ -14,8 +14,9 @@ metrics), then the measured ones.  All have ``arrival = 0`` (ready at the start)
   integers ``[floor((1 - output_spread) * osl), osl]`` instead.
 
 With ``prompt_pool`` = K, the recipe's rules make K entries (lengths and prompt ids) once, and
-each request repeats an entry drawn uniformly at random, as AIPerf reuses its synthetic dataset
-entries: requests that repeat an entry share its whole prompt, so a prefix cache can serve it.
+each request repeats an entry chosen by ``pool_sampling`` (AIPerf's dataset sampling strategies:
+shuffle, random, sequential), as AIPerf reuses its synthetic dataset entries: requests that
+repeat an entry share its whole prompt, so a prefix cache can serve it.
 """
 
 from __future__ import annotations
@@ -55,16 +56,31 @@ def _draw_lengths(cfg: ClosedLoopWorkload, rng: np.random.Generator, n: int) -> 
     return inputs, [cfg.osl] * n
 
 
+def _pool_order(strategy: str, k: int, total: int, rng: np.random.Generator) -> Iterator[int]:
+    """Which of ``k`` pool entries each of ``total`` requests repeats, as AIPerf samples them."""
+    done = 0
+    while done < total:
+        if strategy == "shuffle":  # a random order of all entries, reshuffled after each pass
+            order = rng.permutation(k)[:total - done].tolist()
+        elif strategy == "random":  # uniform with replacement
+            order = rng.integers(0, k, size=min(CHUNK, total - done)).tolist()
+        else:  # sequential, wrapping around
+            order = [(done + i) % k for i in range(min(CHUNK, total - done))]
+        yield from order
+        done += len(order)
+
+
 def _prompts(cfg: ClosedLoopWorkload, rng: np.random.Generator, total: int) -> Iterator[tuple[int, int, tuple[int, ...]]]:
     """``(input_length, output_length, hash_ids)`` of each of ``total`` requests in send order.
 
     Without a pool every prompt gets fresh block ids; with ``prompt_pool`` = K the K entries
-    are drawn first and each request repeats one chosen uniformly at random.
+    are drawn first and each request repeats one (:func:`_pool_order`).
     """
     bs = PROMPT_BLOCK
     next_id = 0
 
     def fresh(inputs: list[int], outputs: list[int]) -> Iterator[tuple[int, int, tuple[int, ...]]]:
+        """One entry per length pair, each with block ids no other entry has."""
         nonlocal next_id
         for input_length, output_length in zip(inputs, outputs):
             n_blocks = -(-input_length // bs)
@@ -73,12 +89,7 @@ def _prompts(cfg: ClosedLoopWorkload, rng: np.random.Generator, total: int) -> I
 
     if cfg.prompt_pool:
         pool = list(fresh(*_draw_lengths(cfg, rng, cfg.prompt_pool)))
-        done = 0
-        while done < total:
-            n = min(CHUNK, total - done)
-            for k in rng.integers(0, len(pool), size=n).tolist():
-                yield pool[k]
-            done += n
+        yield from (pool[k] for k in _pool_order(cfg.pool_sampling, len(pool), total, rng))
         return
     done = 0
     while done < total:
