@@ -147,3 +147,22 @@ def test_requests_without_a_pool_are_pinned():
 #: pool existed (commit 2459ff6): the pool must not change the stream of a run without one.
 PINNED_LENGTHS = [(1653, 46), (1651, 47), (1919, 40), (1800, 45), (1836, 41)]
 PINNED_IDS = [(0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11), (12, 13, 14, 15), (16, 17, 18, 19)]
+
+
+def test_every_engine_serves_a_reused_prompt_pool_from_its_prefix_cache():
+    """The pool's repeated block ids are what each engine's prefix cache (vLLM hashed blocks, SGLang
+    radix tree, TensorRT-LLM block reuse) matches: after the first pass over the pool, prompts are
+    hits; with fresh prompts nothing is."""
+    from servesim.api import predict
+
+    for engine in ("vllm", "sglang", "trtllm"):
+        cfg = {"seed": 0,
+               "workload": {"kind": "closed_loop", "recipe": "fixed", "concurrency": 8, "isl": 2048, "osl": 8,
+                            "num_prompts": 160, "warmup": 16, "prompt_pool": 16},
+               "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm",
+                              "engine": {"name": engine}},
+               "output": {"dir": None, "timeseries": False}}
+        pooled = predict(cfg).summary["cache"]["prefix_reuse_ratio"]
+        del cfg["workload"]["prompt_pool"]
+        fresh = predict(cfg).summary["cache"]["prefix_reuse_ratio"]
+        assert pooled > 0.9 and fresh < 0.01, (engine, pooled, fresh)
