@@ -452,6 +452,10 @@ def test_prompt_pool_campaigns_run_an_aiperf_client_against_a_prefix_cache():
     assert not reuses_prompt_pool(row(backend="vllm", backend_version="0.16.0", **llama, **NVIDIA))
     ix = row(backend="vllm", backend_version="0.12.0", **llama, source=IX)
     assert not reuses_prompt_pool(ix) and "prompt_pool" not in point_config(ix).config["workload"]
+    # a fixed row of another campaign keeps the README's cache-off flags
+    h100 = point_config(row(backend="sglang", backend_version="0.5.1.post1", **{**llama, "system": "h100_sxm"},
+                            **NVIDIA)).config
+    assert h100["deployment"]["engine"]["disable_radix_cache"] is True and "prompt_pool" not in h100["workload"]
 
 
 def test_a_reused_prompt_pool_is_served_from_the_prefix_cache():

@@ -109,21 +109,22 @@ def test_prompt_pool_entries_keep_their_own_lengths_and_the_run_is_reproducible(
 
 
 def test_prompt_pool_sampling_strategies():
-    """shuffle (AIPerf's default): every entry once per pass of K requests; sequential: in order;
-    random: with replacement, so entries repeat within K requests."""
-    def order(strategy, n=30):
-        reqs = list(build_source(closed(recipe="fixed", isl=600, osl=5, prompt_pool=10, pool_sampling=strategy,
-                                        num_prompts=n, warmup=0), seed=4).requests())
-        first_seen: dict[tuple, int] = {}
-        return [first_seen.setdefault(r.hash_ids, len(first_seen)) for r in reqs]
+    """shuffle (AIPerf's default): every entry once per pass of K requests, a new order each pass, a
+    partial last pass; sequential: entries in order; random: with replacement (the draws of the
+    first version of the pool, pinned)."""
+    def entries(strategy, n=30):
+        kw = {"pool_sampling": strategy} if strategy else {}
+        reqs = build_source(closed(recipe="fixed", isl=600, osl=5, prompt_pool=10, num_prompts=n, warmup=0, **kw),
+                            seed=4).requests()
+        return [r.hash_ids[0] // 2 for r in reqs]  # entry k holds block ids 2k, 2k + 1
 
-    shuffled = order("shuffle")
-    for k in range(3):  # each block of 10 requests holds all 10 entries
-        assert sorted(shuffled[10 * k:10 * k + 10]) == list(range(10))
+    shuffled = entries("shuffle", n=25)
+    assert sorted(shuffled[:10]) == sorted(shuffled[10:20]) == list(range(10))
     assert shuffled[10:20] != shuffled[:10]  # reshuffled after a pass
-    assert order("sequential") == list(range(10)) * 3
-    assert len(set(order("random")[:10])) < 10
-    assert len(set(order("shuffle", n=7))) == 7  # fewer requests than entries: no repeat at all
+    assert len(set(shuffled[20:])) == 5  # the partial last pass repeats nothing either
+    assert entries(None, n=25) == shuffled  # shuffle is the default
+    assert entries("sequential") == list(range(10)) * 3
+    assert entries("random", n=12) == [7, 9, 8, 5, 9, 9, 9, 0, 4, 6, 2, 3]
 
 
 def test_prompt_pool_must_be_positive_and_sampling_needs_a_pool():
@@ -134,6 +135,16 @@ def test_prompt_pool_must_be_positive_and_sampling_needs_a_pool():
         closed(prompt_pool=0)
     with pytest.raises(ValidationError, match="pool_sampling applies with prompt_pool only"):
         closed(pool_sampling="random")
+
+
+def test_a_closed_loop_config_survives_a_dump_and_reload():
+    """Configs are written back (prediction.json's "config"); unset pool keys must reload as unset."""
+    from servesim.workload.config import ClosedLoopWorkload
+
+    for extra in ({}, {"prompt_pool": 4}, {"prompt_pool": 4, "pool_sampling": "random"}):
+        cfg = closed(**extra)
+        again = parse_workload(cfg.model_dump(mode="json"))
+        assert isinstance(again, ClosedLoopWorkload) and again == cfg
 
 
 def test_requests_without_a_pool_are_pinned():

@@ -310,8 +310,8 @@ class ClosedLoopWorkload(_Strict):
     ``--num-dataset-entries``, reused until the run ends), so with a prefix cache on, most
     prompts of a long run are cache hits.  ``pool_sampling`` picks the entries the way
     AIPerf's ``--dataset-sampling-strategy`` does: ``shuffle`` (its default for synthetic
-    data: a random order of all K, a new one after each pass, so no entry repeats within K
-    requests), ``random`` (uniform with replacement, AIPerf's only behaviour before that
+    data, and this one's when unset: a random order of all K, a new one after each pass, so
+    each entry comes once per pass of K requests), ``random`` (uniform with replacement, AIPerf's only behaviour before that
     option existed) or ``sequential``.  Unset pool: every request has a prompt of its own.
     """
 
@@ -325,16 +325,21 @@ class ClosedLoopWorkload(_Strict):
     range_ratio: float = Field(default=0.8, gt=0, le=1)
     output_spread: float = Field(default=0.0, ge=0, lt=1)
     prompt_pool: int | None = Field(default=None, gt=0)
-    pool_sampling: Literal["shuffle", "random", "sequential"] = "shuffle"
+    pool_sampling: Literal["shuffle", "random", "sequential"] | None = None
 
     @model_validator(mode="after")
     def _spread_only_for_fixed(self) -> "ClosedLoopWorkload":
         if self.output_spread and self.recipe != "fixed":
             raise ValueError("output_spread applies to recipe 'fixed' only "
                              "(inferencex_random spreads lengths with range_ratio)")
-        if "pool_sampling" in self.model_fields_set and not self.prompt_pool:
+        if self.pool_sampling is not None and not self.prompt_pool:
             raise ValueError("pool_sampling applies with prompt_pool only (set prompt_pool: K)")
         return self
+
+    @property
+    def resolved_pool_sampling(self) -> str:
+        """How pool entries are picked, with AIPerf's default for synthetic data applied."""
+        return self.pool_sampling or "shuffle"
 
     @property
     def resolved_num_prompts(self) -> int:

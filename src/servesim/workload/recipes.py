@@ -89,7 +89,7 @@ def _prompts(cfg: ClosedLoopWorkload, rng: np.random.Generator, total: int) -> I
 
     if cfg.prompt_pool:
         pool = list(fresh(*_draw_lengths(cfg, rng, cfg.prompt_pool)))
-        yield from (pool[k] for k in _pool_order(cfg.pool_sampling, len(pool), total, rng))
+        yield from (pool[k] for k in _pool_order(cfg.resolved_pool_sampling, len(pool), total, rng))
         return
     done = 0
     while done < total:

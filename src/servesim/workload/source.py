@@ -112,7 +112,7 @@ def build_source(
         elif cfg.output_spread:
             desc += f", output_spread {cfg.output_spread:g}"
         if cfg.prompt_pool:
-            desc += f", {cfg.prompt_pool} distinct prompts reused ({cfg.pool_sampling})"
+            desc += f", {cfg.prompt_pool} distinct prompts reused ({cfg.resolved_pool_sampling})"
         return WorkloadSource(
             mode="closed",
             concurrency=cfg.concurrency,
