@@ -21,7 +21,7 @@ simulate it (``unsupported: <reason>``).  The mapping:
 - workload: ``closed_loop`` with recipe ``inferencex_random`` (num_prompts, concurrency,
   isl, osl, range_ratio, warm-up 2 × concurrency) or ``fixed`` for
   ``fixed_lengths_unverified`` (for the campaigns :func:`reuses_prompt_pool` names, an AIPerf
-  client: 100 prompts reused at random, 20 × / 2 × concurrency measured / warm-up requests,
+  client: 100 prompts reused (shuffled), 20 × / 2 × concurrency measured / warm-up requests,
   the engine's prefix cache on);
 - engine flags as the README documents them (vLLM max_num_seqs = concurrency,
   max_num_batched_tokens 8192, no prefix caching, gpu_memory_utilization 0.9, or for rows the
@@ -80,11 +80,12 @@ BACKEND_AS_ENGINE = {"atom": "sglang"}
 
 #: Distinct prompts an AIPerf client sends unless told otherwise: its synthetic dataset has
 #: ``--num-dataset-entries`` = 100 entries by default (``ConversationDefaults.NUM`` in
-#: ai-dynamo/aiperf), and each request repeats one chosen at random until the run ends.
+#: ai-dynamo/aiperf), and the requests repeat them until the run ends.
 AIPERF_DATASET_ENTRIES = 100
 #: How AIPerf picks those entries (``--dataset-sampling-strategy``): ``shuffle``, its default for
-#: synthetic data since the option came (ai-dynamo/aiperf PR 395, 2025-10-24), before the runs of
-#: :data:`PROMPT_POOL_CAMPAIGNS` (uniform with replacement before it; the two fit alike, docs/validation.md).
+#: synthetic data (the option's help text).  The option is not in AIPerf's tree of 2025-10-10, whose
+#: releases drew uniformly with replacement; which AIPerf the runs used is not recorded, and the two fit
+#: alike (docs/validation.md).
 AIPERF_POOL_SAMPLING = "shuffle"
 #: Engine flags that turn a prefix cache off; a prompt-pool point drops them (:func:`_prefix_cache_on`).
 PREFIX_CACHE_OFF_FLAGS = ("enable_prefix_caching", "disable_radix_cache", "enable_block_reuse")

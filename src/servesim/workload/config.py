@@ -311,8 +311,9 @@ class ClosedLoopWorkload(_Strict):
     prompts of a long run are cache hits.  ``pool_sampling`` picks the entries the way
     AIPerf's ``--dataset-sampling-strategy`` does: ``shuffle`` (its default for synthetic
     data, and this one's when unset: a random order of all K, a new one after each pass, so
-    each entry comes once per pass of K requests), ``random`` (uniform with replacement, AIPerf's only behaviour before that
-    option existed) or ``sequential``.  Unset pool: every request has a prompt of its own.
+    each entry comes once per pass of K requests), ``random`` (uniform with replacement, what
+    AIPerf did before the option existed) or ``sequential``.  Unset pool: every request has a
+    prompt of its own.
     """
 
     kind: Literal["closed_loop"]
