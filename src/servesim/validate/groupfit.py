@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable, Sequence
 
 import numpy as np
@@ -63,7 +63,7 @@ UNVERIFIED_WEIGHT = 0.5
 @dataclass
 class GroupParams:
     """One group's values: log time scales of the memory and prefill work (log 1/efficiency)
-    and four additive times.  Absolute, so points measured around different bases (a second
+    and five additive times.  Absolute, so points measured around different bases (a second
     round, :meth:`BaseParams.for_point`) share one parameter space."""
 
     log_inv_mem: float  # log(1 / mem_eff)
@@ -75,12 +75,12 @@ class GroupParams:
     running_s: float = 0.0  # absolute stream_per_running_s
 
     def vector(self) -> np.ndarray:
-        return np.array([self.log_inv_mem, self.log_inv_gemm, self.sched_s, self.stream_s, self.layer_s,
-                         self.req_s, self.running_s])
+        """The values in field order: the fit's parameter vector (bounds and priors follow it)."""
+        return np.array([getattr(self, f.name) for f in fields(self)])
 
     @classmethod
     def of(cls, x: np.ndarray) -> "GroupParams":
-        return cls(*(float(v) for v in x[:7]))
+        return cls(*(float(v) for v in x[:len(fields(cls))]))
 
     @classmethod
     def at(cls, base: BaseParams, stream_s: float) -> "GroupParams":
