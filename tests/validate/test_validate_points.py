@@ -174,7 +174,7 @@ def test_trtllm_deepseek_flags_follow_the_launch_scripts():
     assert e["max_num_tokens"] == 9088 and e["free_gpu_memory_fraction"] == 0.8  # 1024 + 8000 + 64 -> 9088
     # before 2026-01-21 (PR 258) the *_trt_slurm.sh scripts passed the round-up without the 8192 floor
     assert _trt(source=IX, system="b200_sxm", precision="fp4", concurrency=64,
-                measured_date="2026-01-14")["max_num_tokens"] == 1152
+                measured_date="2025-12-15")["max_num_tokens"] == 1152
     assert _trt(source=IX, system="b200_sxm", precision="fp4", concurrency=64,
                 measured_date="2026-01-21")["max_num_tokens"] == 8192
     # attention DP: the scripts' ADP balance
@@ -346,7 +346,7 @@ def test_trtllm_deepseek_fp8_b200_cases_follow_the_script_of_the_rows_date():
     e = _trt(concurrency=512, **kw)
     assert e["batch_wait_timeout_iters"] == 40 and e["free_gpu_memory_fraction"] == 0.8
     assert _trt(concurrency=256, osl=8192, **kw)["free_gpu_memory_fraction"] == 0.7
-    early = _trt(concurrency=128, measured_date="2026-01-14", **kw)
+    early = _trt(concurrency=128, measured_date="2025-12-15", **kw)
     assert "batch_wait_timeout_iters" not in early and early["free_gpu_memory_fraction"] == 0.8
 
 
@@ -473,3 +473,52 @@ def test_a_reused_prompt_pool_is_served_from_the_prefix_cache():
     hit, miss = predict(pooled).summary, predict(fresh).summary
     assert hit["cache"]["prefix_reuse_ratio"] > 0.8 and miss["cache"]["prefix_reuse_ratio"] < 0.01
     assert hit["latency"]["ttft_ms"]["mean"] < 0.6 * miss["latency"]["ttft_ms"]["mean"]
+
+
+def test_deepseek_trtllm_rows_of_mtp_only_sweeps_run_mtp_with_the_scripts_flags():
+    """The dates on which InferenceX swept only the DeepSeek-R1 TensorRT-LLM MTP configs
+    (perf-changelog: PRs 392, 632, 642) run MTP with the MTP scripts' batch and token limits."""
+    from servesim.validate.points import INFERENCEX_MTP_ACCEPTANCE, inferencex_mtp_sweep
+
+    kw = dict(source=IX, model="deepseek-ai/DeepSeek-R1", backend="trtllm", system="b200_sxm", precision="fp8",
+              concurrency=32, isl=1024)
+    p = point_config(row(measured_date="2026-02-05", **kw))
+    spec = p.config["deployment"]["speculative"]
+    assert spec == {"method": "mtp", "draft_tokens": 3, "acceptance_rate": INFERENCEX_MTP_ACCEPTANCE}
+    eng = p.config["deployment"]["engine"]
+    # --max_batch_size CONC, --max_num_tokens round_up_64((3 + 1) x 32 + 1024 + 64) = 1216
+    assert (eng["max_batch_size"], eng["max_num_tokens"], eng["free_gpu_memory_fraction"]) == (32, 1216, 0.8)
+    assert "batch_wait_timeout_iters" not in eng
+    dep = build_deployment(load_config(p.config))
+    assert dep.cfg.speculative is not None and dep.cfg.speculative.draft_tokens == 3
+    # attention DP: one draft token; per-rank batch CONC/8 (PR 632, fp8), CONC/4 (PR 642, fp4), CONC/TP (PR 392)
+    dp = dict(kw, concurrency=256, attention_tp=1, attention_dp=8)
+    for date, precision, system, batch, fraction in (("2026-02-05", "fp8", "b200_sxm", 32, 0.7),
+                                                     ("2026-02-06", "fp4", "b200_sxm", 64, 0.8),
+                                                     ("2026-01-14", "fp8", "h200_sxm", 32, 0.75)):
+        p = point_config(row(**{**dp, "measured_date": date, "precision": precision, "system": system}))
+        assert p.config["deployment"]["speculative"]["draft_tokens"] == 1
+        eng = p.config["deployment"]["engine"]
+        assert (eng["max_batch_size"], eng["free_gpu_memory_fraction"]) == (batch, fraction), date
+        assert eng["max_num_tokens"] == -(-(2 * batch + 1024 + 64) // 64) * 64
+    # plain runs: another date, another engine, or a source the scripts did not run
+    for other in (dict(measured_date="2026-01-29"), dict(measured_date="2026-01-28", system="h200_sxm"),
+                  dict(measured_date="2026-02-05", backend="sglang"),
+                  dict(measured_date="2026-02-05", source="aic_silicon_sample/nvidia")):
+        r = row(**{**kw, **other})
+        assert inferencex_mtp_sweep(r) is None
+        p = point_config(r)
+        assert p.status == "ok" and "speculative" not in p.config["deployment"]
+
+
+def test_mtp_rows_of_calibration_csv_ran_the_mtp_images():
+    """On 2026-02-05/06 only the MTP configs had moved to TensorRT-LLM 1.2.0rc6.post3: every row
+    taken as MTP on those dates carries that image, and no plain row does."""
+    from tests.conftest import shared_file  # noqa: F401  (skips without ../shared)
+    from servesim.validate.points import inferencex_mtp_sweep
+
+    rows = read_points(shared_file("measured", "calibration.csv"))
+    post3 = [r for r in rows if r["backend"] == "trtllm" and (r.get("image") or "").endswith("1.2.0rc6.post3")]
+    assert post3 and all(inferencex_mtp_sweep(r) in ("pr632", "pr642") for r in post3)
+    later = [r for r in rows if inferencex_mtp_sweep(r) in ("pr632", "pr642")]
+    assert len(later) == len(post3)

@@ -33,7 +33,9 @@ simulate it (``unsupported: <reason>``).  The mapping:
   each model family's flags from its script (max_num_tokens, max_batch_size,
   free_gpu_memory_fraction, batch waiting, block reuse off; :func:`trtllm_inferencex_options`),
   otherwise max_batch_size = concurrency and max_num_tokens = isl + osl + 200; with attention
-  DP the scripts' ADP balance, ``attention_dp_config`` — see :func:`engine_options`).
+  DP the scripts' ADP balance, ``attention_dp_config`` — see :func:`engine_options`);
+- speculative decoding: DeepSeek TRT-LLM rows of the days InferenceX swept only its MTP configs
+  run MTP (``deployment.speculative``) with the MTP scripts' limits (:func:`inferencex_mtp_sweep`).
 """
 
 from __future__ import annotations
@@ -92,6 +94,29 @@ PREFIX_CACHE_OFF_FLAGS = ("enable_prefix_caching", "disable_radix_cache", "enabl
 #: ``(system, backend, backend_version)`` of the ``fixed_lengths_unverified`` campaigns whose
 #: measured TTFTs need prompt reuse (:func:`reuses_prompt_pool`).
 PROMPT_POOL_CAMPAIGNS = frozenset({("h200_sxm", "vllm", "0.12.0"), ("h200_sxm", "sglang", "0.5.6.post2")})
+
+#: InferenceX sweeps that ran only the DeepSeek-R1 TensorRT-LLM MTP configs, keyed by
+#: ``(system, precision, measured_date)``; the value names the launch-script version
+#: (:func:`trtllm_mtp_options`).  InferenceX's ``perf-changelog.yaml`` lists the config keys
+#: each change sweeps: PR 392 (merged 2026-01-14) added ``dsr1-fp4-b200-trt-mtp``,
+#: ``dsr1-fp8-b200-trt-mtp`` and ``dsr1-fp8-h200-trt-mtp`` and swept only them; PR 632
+#: (2026-02-05) only ``dsr1-fp8-b200-trt-mtp`` and PR 642 (2026-02-06) only
+#: ``dsr1-fp4-b200-trt-mtp``, both moving them to TensorRT-LLM 1.2.0rc6.post3 while the plain
+#: configs stayed on 1.2.0rc6.post2.  The rows of those dates are speculative runs the source did
+#: not flag (the measured README allows that "a few" are): at c4 their TPOT is half that of the
+#: plain runs of the same layout.  Sweeps that ran both kinds (the full sweep of 2026-01-28,
+#: SGLang's image update of 2026-03-25) leave their rows as plain decoding.
+INFERENCEX_TRTLLM_MTP_SWEEPS: dict[tuple[str, str, str], str] = {
+    ("b200_sxm", "fp4", "2026-01-14"): "pr392",
+    ("b200_sxm", "fp8", "2026-01-14"): "pr392",
+    ("h200_sxm", "fp8", "2026-01-14"): "pr392",
+    ("b200_sxm", "fp8", "2026-02-05"): "pr632",
+    ("b200_sxm", "fp4", "2026-02-06"): "pr642",
+}
+#: Conditional acceptance of each MTP draft position for those runs (``acceptance_rate``: the same
+#: at every position).  Fitted on the fit split's MTP rows (docs/validation.md); DeepSeek-V3's
+#: report gives 85-90% for its one MTP module's token.
+INFERENCEX_MTP_ACCEPTANCE = 0.7
 
 
 @dataclass
@@ -275,6 +300,47 @@ def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
+def inferencex_mtp_sweep(row: dict[str, str]) -> str | None:
+    """The MTP launch-script version that ran this row (:data:`INFERENCEX_TRTLLM_MTP_SWEEPS`), or None."""
+    if (row.get("backend") or "").strip().lower() != "trtllm" or "deepseek" not in row["model"].lower():
+        return None
+    if not _from_inferencex(row):
+        return None
+    key = ((row.get("system") or "").strip().lower(), (row.get("precision") or "").strip().lower(),
+           (row.get("measured_date") or "").strip())
+    return INFERENCEX_TRTLLM_MTP_SWEEPS.get(key)
+
+
+def mtp_draft_tokens(row: dict[str, str]) -> int:
+    """``num_nextn_predict_layers`` of the MTP scripts: 3, or 1 with attention DP."""
+    return 1 if _int(row, "attention_dp") > 1 else 3
+
+
+def trtllm_mtp_options(row: dict[str, str], version: str) -> dict[str, Any]:
+    """TRT-LLM flags of InferenceX's DeepSeek-R1 MTP launch scripts (``dsr1_*_trt_mtp*.sh``).
+
+    Every version: ``--max_batch_size`` = CONC (per attention rank), ``--max_num_tokens`` =
+    ((MTP + 1) × max_batch_size + ISL + 64) rounded up to 64, block reuse off, no batch waiting.
+    With attention DP: PR 392's scripts (2026-01-14) give each rank CONC / TP requests; PR 632's
+    fp8 B200 script CONC / 8 (CONC below 8: CONC) and a 0.7 memory fraction; PR 642's fp4 B200
+    script CONC / 4 (CONC below 4: CONC).  Memory fraction 0.8, 0.75 on H200.
+    """
+    conc, isl = _int(row, "concurrency"), _int(row, "isl")
+    tp = _int(row, "gpus", _int(row, "attention_tp") * _int(row, "attention_dp"))
+    dp = _int(row, "attention_dp") > 1
+    fraction = 0.75 if (row.get("system") or "").strip().lower() == "h200_sxm" else 0.8
+    batch = conc
+    if dp and version == "pr392":
+        batch = max(1, conc // tp)
+    elif dp and version == "pr632":
+        batch, fraction = (conc if conc < 8 else conc // 8), 0.7
+    elif dp and version == "pr642":
+        batch = conc if conc < 4 else conc // 4
+    k = mtp_draft_tokens(row)
+    return {"enable_block_reuse": False, "max_batch_size": batch, "free_gpu_memory_fraction": fraction,
+            "max_num_tokens": _round_up((k + 1) * batch + isl + 64, 64)}
+
+
 def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
     """TRT-LLM flags of the InferenceX launch script that ran this row; None if no script covers it.
 
@@ -293,6 +359,9 @@ def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
     system = (row.get("system") or "").strip().lower()
     conc, isl, osl = _int(row, "concurrency"), _int(row, "isl"), _int(row, "osl")
     tp = _int(row, "gpus", _int(row, "attention_tp") * _int(row, "attention_dp"))  # the scripts' TP
+    mtp = inferencex_mtp_sweep(row)
+    if mtp is not None:
+        return trtllm_mtp_options(row, mtp)
     opts: dict[str, Any] = {"enable_block_reuse": False}
     if "deepseek" in model and (precision, system) in (("fp4", "b200_sxm"), ("fp8", "b200_sxm"),
                                                        ("fp8", "h200_sxm")):
@@ -657,6 +726,10 @@ def point_config(row: dict[str, str], mode: str = "fast") -> Point:
             return Point(row, None, "unsupported: attention dp (attention_dp > 1 needs deployment.attention_dp)")
         deployment["tp"] = atp
         deployment["attention_dp"] = adp
+    if inferencex_mtp_sweep(row) is not None:
+        k = mtp_draft_tokens(row)
+        deployment["speculative"] = {"method": "mtp", "draft_tokens": k, "acceptance_rate": INFERENCEX_MTP_ACCEPTANCE}
+        notes.append(f"InferenceX MTP sweep: {k} draft token(s), acceptance {INFERENCEX_MTP_ACCEPTANCE:g} per position")
     conc = _int(row, "concurrency")
     workload: dict[str, Any] = {"kind": "closed_loop", "concurrency": conc, "isl": _int(row, "isl"),
                                 "osl": _int(row, "osl")}
