@@ -35,6 +35,9 @@ How a point is given to AISimulate (``aisimulate_config``):
   as the flags leave it (off, except for the prompt-pool campaigns of
   ``validate/points.py:reuses_prompt_pool``), chunked prefill off where the TRT-LLM flags turn
   chunked context off;
+- speculative decoding where servesim simulates the point with it (the InferenceX MTP sweeps of
+  ``validate/points.py:inferencex_mtp_sweep``): AISimulate's ``nextn`` = the draft tokens and
+  ``nextn_accepted`` = the mean accepted drafts servesim's acceptance rates give;
 - every other setting is AISimulate's default (its measured operator tables, its engine
   models).
 
@@ -61,6 +64,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from servesim.engines.speculative import SpeculativeConfig, expected_length
 from servesim.validate.points import point_config, read_points, sample_rows, split_rows
 from servesim.workload.config import ClosedLoopWorkload
 from servesim.workload.recipes import PROMPT_BLOCK, generate_closed_loop
@@ -207,6 +211,10 @@ def aisimulate_config(row: dict[str, str], config: dict[str, Any], trace: Path,
         engine["kvcache_quant_mode"] = kv
     if chunked is not None:
         engine["enable_chunked_prefill"] = bool(chunked)
+    if dep.get("speculative"):
+        spec = SpeculativeConfig.model_validate(dep["speculative"])
+        engine["nextn"] = spec.draft_tokens
+        engine["nextn_accepted"] = expected_length(spec.rates()) - 1.0
     if database_mode is not None:
         engine["workers"]["aggregated"]["timing"] = {"database_mode": database_mode.upper()}
     return {

@@ -143,6 +143,18 @@ def test_trtllm_without_chunked_context_turns_chunked_prefill_off(bench, tmp_pat
     assert cfg["engine"]["workers"]["aggregated"]["scheduler"]["max_batched_tokens"] == eng["max_num_tokens"]
 
 
+def test_an_mtp_point_gives_aisimulate_its_drafts_and_mean_acceptance(bench, tmp_path: Path) -> None:
+    mtp = row(source="aic_silicon_sample/inferencex", model="deepseek-ai/DeepSeek-R1", backend="trtllm",
+              system="b200_sxm", precision="fp8", measured_date="2026-02-05", concurrency=16)
+    point = point_config(mtp)
+    p = point.config["deployment"]["speculative"]["acceptance_rate"]
+    e = bench.aisimulate_config(mtp, point.config, tmp_path / "t.jsonl", None)["engine"]
+    assert e["nextn"] == 3 and e["nextn_accepted"] == pytest.approx(p + p ** 2 + p ** 3)
+    plain = dict(mtp, measured_date="2026-01-29")
+    e = bench.aisimulate_config(plain, point_config(plain).config, tmp_path / "t.jsonl", None)["engine"]
+    assert "nextn" not in e and "nextn_accepted" not in e
+
+
 def test_run_point_reads_means_of_measured_requests(bench, tmp_path: Path) -> None:
     exe = fake_exe(tmp_path, FAKE)
     res = bench.run_point(exe, ROW, None, str(tmp_path))
