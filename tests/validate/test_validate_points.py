@@ -522,3 +522,28 @@ def test_mtp_rows_of_calibration_csv_ran_the_mtp_images():
     assert post3 and all(inferencex_mtp_sweep(r) in ("pr632", "pr642") for r in post3)
     later = [r for r in rows if inferencex_mtp_sweep(r) in ("pr632", "pr642")]
     assert len(later) == len(post3)
+
+
+def test_rows_of_sweeps_that_ran_both_kinds_are_mtp_only_outside_the_plain_search_space():
+    """2026-01-28 swept the plain H200 DeepSeek TRT-LLM config and its MTP twin: a layout or
+    concurrency the plain config's search space lacks can only be an MTP run."""
+    from servesim.validate.points import inferencex_mtp_sweep
+
+    h200 = dict(source=IX, model="deepseek-ai/DeepSeek-R1", backend="trtllm", system="h200_sxm",
+                precision="fp8", measured_date="2026-01-28", isl=1024, osl=8192, moe_ep=8)
+    for kw in (dict(concurrency=64), dict(concurrency=32, isl=8192, osl=1024),
+               dict(concurrency=64, isl=8192, osl=1024, attention_tp=1, attention_dp=8)):
+        r = row(**{**h200, **kw})
+        assert inferencex_mtp_sweep(r) is None, kw  # both configs sweep these
+        assert "speculative" not in point_config(r).config["deployment"]
+    for kw in (dict(concurrency=256, attention_tp=1, attention_dp=8), dict(concurrency=128)):
+        r = row(**{**h200, **kw})  # only the MTP config sweeps these
+        assert inferencex_mtp_sweep(r) == "pr392", kw
+    p = point_config(row(**h200, concurrency=256, attention_tp=1, attention_dp=8))
+    assert p.config["deployment"]["speculative"]["draft_tokens"] == 1
+    assert p.config["deployment"]["engine"]["max_batch_size"] == 32  # CONC / TP
+    load_config(p.config)
+    # the B200 SGLang rows of 2026-03-25 stay plain (docs/validation.md)
+    sgl = row(source=IX, model="deepseek-ai/DeepSeek-R1", backend="sglang", system="b200_sxm", precision="fp8",
+              measured_date="2026-03-25", concurrency=128, moe_ep=1)
+    assert inferencex_mtp_sweep(sgl) is None

@@ -34,8 +34,9 @@ simulate it (``unsupported: <reason>``).  The mapping:
   free_gpu_memory_fraction, batch waiting, block reuse off; :func:`trtllm_inferencex_options`),
   otherwise max_batch_size = concurrency and max_num_tokens = isl + osl + 200; with attention
   DP the scripts' ADP balance, ``attention_dp_config`` — see :func:`engine_options`);
-- speculative decoding: DeepSeek TRT-LLM rows of the days InferenceX swept only its MTP configs
-  run MTP (``deployment.speculative``) with the MTP scripts' limits (:func:`inferencex_mtp_sweep`).
+- speculative decoding: DeepSeek rows InferenceX's MTP configs ran (the days it swept only them,
+  or outside the plain config's search space on days it swept both) run MTP
+  (``deployment.speculative``) with the MTP scripts' flags (:func:`inferencex_mtp_sweep`).
 """
 
 from __future__ import annotations
@@ -112,6 +113,20 @@ INFERENCEX_TRTLLM_MTP_SWEEPS: dict[tuple[str, str, str], str] = {
     ("h200_sxm", "fp8", "2026-01-14"): "pr392",
     ("b200_sxm", "fp8", "2026-02-05"): "pr632",
     ("b200_sxm", "fp4", "2026-02-06"): "pr642",
+}
+#: InferenceX sweeps that ran a plain DeepSeek config and its MTP twin on the same day, keyed by
+#: ``(backend, system, precision, measured_date)``: the plain config's search space as
+#: ``(isl, osl, tp, ep, attention_dp on, lowest, highest concurrency)`` entries
+#: (``.github/configs/nvidia-master.yaml`` of that date), and the MTP script version.  A row the
+#: plain config could not have produced is an MTP run; the rest stay plain (ambiguous).  The full
+#: sweep of 2026-01-28 (PR 587) ran ``dsr1-fp8-h200-trt`` and ``-trt-mtp``.  (SGLang's image update
+#: of 2026-03-25, PR 943, likewise ran ``dsr1-fp8-b200-sglang`` and ``-sglang-mtp``, and five B200
+#: SGLang rows lie outside the plain config's space; they stay plain: servesim's speculative model
+#: matches their TPOT only at an acceptance below 0.3, docs/validation.md.)
+INFERENCEX_MIXED_MTP_SWEEPS: dict[tuple[str, str, str, str], tuple[tuple[tuple[int, ...], ...], str]] = {
+    ("trtllm", "h200_sxm", "fp8", "2026-01-28"): (
+        ((1024, 1024, 8, 8, 0, 4, 64), (1024, 8192, 8, 8, 0, 4, 64), (8192, 1024, 8, 8, 0, 4, 32),
+         (8192, 1024, 8, 8, 1, 64, 64)), "pr392"),
 }
 #: Conditional acceptance of each MTP draft position for those runs (``acceptance_rate``: the same
 #: at every position).  Fitted on the fit split's MTP rows (docs/validation.md); DeepSeek-V3's
@@ -301,18 +316,30 @@ def _round_up(n: int, m: int) -> int:
 
 
 def inferencex_mtp_sweep(row: dict[str, str]) -> str | None:
-    """The MTP launch-script version that ran this row (:data:`INFERENCEX_TRTLLM_MTP_SWEEPS`), or None."""
-    if (row.get("backend") or "").strip().lower() != "trtllm" or "deepseek" not in row["model"].lower():
+    """The MTP launch-script version that ran this row, or None: a DeepSeek row of an MTP-only sweep
+    (:data:`INFERENCEX_TRTLLM_MTP_SWEEPS`) or one outside the plain config's search space in a sweep
+    that ran both (:data:`INFERENCEX_MIXED_MTP_SWEEPS`)."""
+    if "deepseek" not in row["model"].lower() or not _from_inferencex(row):
         return None
-    if not _from_inferencex(row):
-        return None
+    backend = (row.get("backend") or "").strip().lower()
     key = ((row.get("system") or "").strip().lower(), (row.get("precision") or "").strip().lower(),
            (row.get("measured_date") or "").strip())
-    return INFERENCEX_TRTLLM_MTP_SWEEPS.get(key)
+    if backend == "trtllm" and key in INFERENCEX_TRTLLM_MTP_SWEEPS:
+        return INFERENCEX_TRTLLM_MTP_SWEEPS[key]
+    mixed = INFERENCEX_MIXED_MTP_SWEEPS.get((backend, *key))
+    if mixed is None:
+        return None
+    plain_space, version = mixed
+    layout = (_int(row, "isl"), _int(row, "osl"), _int(row, "gpus"), _int(row, "moe_ep"),
+              int(_int(row, "attention_dp") > 1))
+    conc = _int(row, "concurrency")
+    if any(entry[:5] == layout and entry[5] <= conc <= entry[6] for entry in plain_space):
+        return None
+    return version
 
 
 def mtp_draft_tokens(row: dict[str, str]) -> int:
-    """``num_nextn_predict_layers`` of the MTP scripts: 3, or 1 with attention DP."""
+    """``num_nextn_predict_layers`` of the TensorRT-LLM MTP scripts: 3, or 1 with attention DP."""
     return 1 if _int(row, "attention_dp") > 1 else 3
 
 
@@ -511,8 +538,10 @@ def _sglang_deepseek_script_flags(row: dict[str, str]) -> dict[str, Any]:
     so no earlier tp 4 row exists): 32 running requests, 0.95, chunk and prefill budget 8192.  fp8 at
     tp 8 the scripts say 128 running requests (0.82 and 32768 as the README), but the rows at
     concurrency 256 contradict it (B200 DeepSeek-R1 1k/1k c256: 2.1 s mean TTFT measured, where
-    128 seats would queue half the requests for a ~30 s lifetime; those rows are not in InferenceX's
-    sweep of that date, which stops at 64), so tp 8 keeps the README's rule.  H200 fp8
+    128 seats would queue half the requests for a ~30 s lifetime; those rows are not in the plain
+    config's sweep of that date, which stops at 64: they are MTP runs of ``dsr1-fp8-b200-sglang-mtp``,
+    512 running requests, simulated plain, see :data:`INFERENCEX_MIXED_MTP_SWEEPS`), so tp 8 keeps the
+    README's rule.  H200 fp8
     (``dsr1_fp8_h200.sh``, 2025-10 .. 2026-06): 512 running requests for 1k/1k, else 256.
     """
     conc = _int(row, "concurrency")
