@@ -493,18 +493,25 @@ def test_deepseek_trtllm_rows_of_mtp_only_sweeps_run_mtp_with_the_scripts_flags(
     assert dep.cfg.speculative is not None and dep.cfg.speculative.draft_tokens == 3
     # attention DP: one draft token; per-rank batch CONC/8 (PR 632, fp8), CONC/4 (PR 642, fp4), CONC/TP (PR 392)
     dp = dict(kw, concurrency=256, attention_tp=1, attention_dp=8)
-    for date, precision, system, batch, fraction in (("2026-02-05", "fp8", "b200_sxm", 32, 0.7),
-                                                     ("2026-02-06", "fp4", "b200_sxm", 64, 0.8),
-                                                     ("2026-01-14", "fp8", "h200_sxm", 32, 0.75)):
-        p = point_config(row(**{**dp, "measured_date": date, "precision": precision, "system": system}))
+    tp4 = dict(gpus=4, attention_tp=1, attention_dp=4)
+    for date, precision, system, extra, batch, fraction in (
+            ("2026-02-05", "fp8", "b200_sxm", {}, 32, 0.7),                      # CONC / 8
+            ("2026-02-05", "fp8", "b200_sxm", {"concurrency": 4}, 4, 0.7),       # CONC < 8: CONC
+            ("2026-02-06", "fp4", "b200_sxm", {}, 64, 0.8),                      # CONC / 4
+            ("2026-02-06", "fp4", "b200_sxm", {"concurrency": 2}, 2, 0.8),       # CONC < 4: CONC
+            ("2026-01-14", "fp8", "h200_sxm", {}, 32, 0.75),                     # CONC / TP
+            ("2026-01-14", "fp4", "b200_sxm", {**tp4, "concurrency": 64}, 16, 0.8)):  # CONC / TP, TP 4
+        p = point_config(row(**{**dp, "measured_date": date, "precision": precision, "system": system, **extra}))
         assert p.config["deployment"]["speculative"]["draft_tokens"] == 1
         eng = p.config["deployment"]["engine"]
-        assert (eng["max_batch_size"], eng["free_gpu_memory_fraction"]) == (batch, fraction), date
+        assert (eng["max_batch_size"], eng["free_gpu_memory_fraction"]) == (batch, fraction), (date, extra)
         assert eng["max_num_tokens"] == -(-(2 * batch + 1024 + 64) // 64) * 64
-    # plain runs: another date, another engine, or a source the scripts did not run
+    # plain runs: another date, another engine, a source the scripts did not run, or a row the
+    # source confirms was not speculative
     for other in (dict(measured_date="2026-01-29"), dict(measured_date="2026-01-28", system="h200_sxm"),
                   dict(measured_date="2026-02-05", backend="sglang"),
-                  dict(measured_date="2026-02-05", source="aic_silicon_sample/nvidia")):
+                  dict(measured_date="2026-02-05", source="aic_silicon_sample/nvidia"),
+                  dict(measured_date="2026-02-05", quality="confirmed: no speculative decoding")):
         r = row(**{**kw, **other})
         assert inferencex_mtp_sweep(r) is None
         p = point_config(r)
@@ -514,7 +521,7 @@ def test_deepseek_trtllm_rows_of_mtp_only_sweeps_run_mtp_with_the_scripts_flags(
 def test_mtp_rows_of_calibration_csv_ran_the_mtp_images():
     """On 2026-02-05/06 only the MTP configs had moved to TensorRT-LLM 1.2.0rc6.post3: every row
     taken as MTP on those dates carries that image, and no plain row does."""
-    from tests.conftest import shared_file  # noqa: F401  (skips without ../shared)
+    from tests.conftest import shared_file  # skips without ../shared
     from servesim.validate.points import inferencex_mtp_sweep
 
     rows = read_points(shared_file("measured", "calibration.csv"))

@@ -105,8 +105,7 @@ PROMPT_POOL_CAMPAIGNS = frozenset({("h200_sxm", "vllm", "0.12.0"), ("h200_sxm", 
 #: ``dsr1-fp4-b200-trt-mtp``, both moving them to TensorRT-LLM 1.2.0rc6.post3 while the plain
 #: configs stayed on 1.2.0rc6.post2.  The rows of those dates are speculative runs the source did
 #: not flag (the measured README allows that "a few" are): at c4 their TPOT is half that of the
-#: plain runs of the same layout.  Sweeps that ran both kinds (the full sweep of 2026-01-28,
-#: SGLang's image update of 2026-03-25) leave their rows as plain decoding.
+#: plain runs of the same layout.  Sweeps that ran both kinds are :data:`INFERENCEX_MIXED_MTP_SWEEPS`.
 INFERENCEX_TRTLLM_MTP_SWEEPS: dict[tuple[str, str, str], str] = {
     ("b200_sxm", "fp4", "2026-01-14"): "pr392",
     ("b200_sxm", "fp8", "2026-01-14"): "pr392",
@@ -119,7 +118,10 @@ INFERENCEX_TRTLLM_MTP_SWEEPS: dict[tuple[str, str, str], str] = {
 #: ``(isl, osl, tp, ep, attention_dp on, lowest, highest concurrency)`` entries
 #: (``.github/configs/nvidia-master.yaml`` of that date), and the MTP script version.  A row the
 #: plain config could not have produced is an MTP run; the rest stay plain (ambiguous).  The full
-#: sweep of 2026-01-28 (PR 587) ran ``dsr1-fp8-h200-trt`` and ``-trt-mtp``.  (SGLang's image update
+#: sweep of 2026-01-28 (PR 587) ran ``dsr1-fp8-h200-trt`` and ``-trt-mtp``.  The image updates of
+#: 2026-05-18 (PRs 1487-1489) ran each DeepSeek TRT-LLM config with its MTP twin too, but their rows
+#: lie inside the plain search spaces (and are ``confirmed: no speculative decoding``), so they are
+#: not listed.  Only TensorRT-LLM's MTP is mapped (:func:`mtp_draft_tokens`).  (SGLang's image update
 #: of 2026-03-25, PR 943, likewise ran ``dsr1-fp8-b200-sglang`` and ``-sglang-mtp``, and five B200
 #: SGLang rows lie outside the plain config's space; they stay plain: servesim's speculative model
 #: matches their TPOT only at an acceptance below 0.3, docs/validation.md.)
@@ -316,22 +318,26 @@ def _round_up(n: int, m: int) -> int:
 
 
 def inferencex_mtp_sweep(row: dict[str, str]) -> str | None:
-    """The MTP launch-script version that ran this row, or None: a DeepSeek row of an MTP-only sweep
-    (:data:`INFERENCEX_TRTLLM_MTP_SWEEPS`) or one outside the plain config's search space in a sweep
-    that ran both (:data:`INFERENCEX_MIXED_MTP_SWEEPS`)."""
+    """The MTP launch-script version that ran this row, or None: a DeepSeek TensorRT-LLM row of an
+    MTP-only sweep (:data:`INFERENCEX_TRTLLM_MTP_SWEEPS`) or one outside the plain config's search
+    space in a sweep that ran both (:data:`INFERENCEX_MIXED_MTP_SWEEPS`); never a row the source
+    confirms was not speculative."""
     if "deepseek" not in row["model"].lower() or not _from_inferencex(row):
         return None
-    backend = (row.get("backend") or "").strip().lower()
+    if (row.get("backend") or "").strip().lower() != "trtllm":
+        return None
+    if (row.get("quality") or "").strip() == "confirmed: no speculative decoding":
+        return None
     key = ((row.get("system") or "").strip().lower(), (row.get("precision") or "").strip().lower(),
            (row.get("measured_date") or "").strip())
-    if backend == "trtllm" and key in INFERENCEX_TRTLLM_MTP_SWEEPS:
+    if key in INFERENCEX_TRTLLM_MTP_SWEEPS:
         return INFERENCEX_TRTLLM_MTP_SWEEPS[key]
-    mixed = INFERENCEX_MIXED_MTP_SWEEPS.get((backend, *key))
+    mixed = INFERENCEX_MIXED_MTP_SWEEPS.get(("trtllm", *key))
     if mixed is None:
         return None
     plain_space, version = mixed
-    layout = (_int(row, "isl"), _int(row, "osl"), _int(row, "gpus"), _int(row, "moe_ep"),
-              int(_int(row, "attention_dp") > 1))
+    gpus = _int(row, "gpus", _int(row, "attention_tp") * _int(row, "attention_dp"))
+    layout = (_int(row, "isl"), _int(row, "osl"), gpus, _int(row, "moe_ep"), int(_int(row, "attention_dp") > 1))
     conc = _int(row, "concurrency")
     if any(entry[:5] == layout and entry[5] <= conc <= entry[6] for entry in plain_space):
         return None
@@ -346,8 +352,9 @@ def mtp_draft_tokens(row: dict[str, str]) -> int:
 def trtllm_mtp_options(row: dict[str, str], version: str) -> dict[str, Any]:
     """TRT-LLM flags of InferenceX's DeepSeek-R1 MTP launch scripts (``dsr1_*_trt_mtp*.sh``).
 
-    Every version: ``--max_batch_size`` = CONC (per attention rank), ``--max_num_tokens`` =
-    ((MTP + 1) × max_batch_size + ISL + 64) rounded up to 64, block reuse off, no batch waiting.
+    Every version: ``--max_batch_size`` = CONC without attention DP (with it, each rank's limit as
+    below), ``--max_num_tokens`` = ((MTP + 1) × max_batch_size + ISL + 64) rounded up to 64, block
+    reuse off, no batch waiting.
     With attention DP: PR 392's scripts (2026-01-14) give each rank CONC / TP requests; PR 632's
     fp8 B200 script CONC / 8 (CONC below 8: CONC) and a 0.7 memory fraction; PR 642's fp4 B200
     script CONC / 4 (CONC below 4: CONC).  Memory fraction 0.8, 0.75 on H200.
@@ -375,7 +382,8 @@ def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
     no script version; the scripts' git history was checked against the rows'
     ``measured_date`` where versions differ (Llama fp4: 16384 tokens from 2025-09-18; DeepSeek
     fp8 B200: the case-dependent memory fraction and batch waiting from 2026-01-29; DeepSeek's
-    8,192-token floor from 2026-01-21).  Every script sets
+    8,192-token floor from 2026-01-21; DeepSeek rows the MTP configs ran, :func:`inferencex_mtp_sweep`,
+    take the MTP scripts' flags, :func:`trtllm_mtp_options`).  Every script sets
     ``enable_block_reuse: false`` and leaves chunked context off; a flag a script does not
     pass keeps TensorRT-LLM's default (the option's).
     """
