@@ -34,8 +34,8 @@ simulate it (``unsupported: <reason>``).  The mapping:
   free_gpu_memory_fraction, batch waiting, block reuse off; :func:`trtllm_inferencex_options`),
   otherwise max_batch_size = concurrency and max_num_tokens = isl + osl + 200; with attention
   DP the scripts' ADP balance, ``attention_dp_config`` — see :func:`engine_options`);
-- speculative decoding: DeepSeek rows InferenceX's MTP configs ran (the days it swept only them,
-  or outside the plain config's search space on days it swept both) run MTP
+- speculative decoding: DeepSeek TensorRT-LLM rows InferenceX's MTP configs ran (the days it swept
+  only them, or outside the plain config's search space on days it swept both) run MTP
   (``deployment.speculative``) with the MTP scripts' flags (:func:`inferencex_mtp_sweep`).
 """
 
