@@ -113,8 +113,8 @@ INFERENCEX_TRTLLM_MTP_SWEEPS: dict[tuple[str, str, str], str] = {
     ("b200_sxm", "fp8", "2026-02-05"): "pr632",
     ("b200_sxm", "fp4", "2026-02-06"): "pr642",
 }
-#: InferenceX sweeps that ran a plain DeepSeek config and its MTP twin on the same day, keyed by
-#: ``(backend, system, precision, measured_date)``: the plain config's search space as
+#: InferenceX sweeps that ran a plain DeepSeek TensorRT-LLM config and its MTP twin on the same day,
+#: keyed by ``(system, precision, measured_date)``: the plain config's search space as
 #: ``(isl, osl, tp, ep, attention_dp on, lowest, highest concurrency)`` entries
 #: (``.github/configs/nvidia-master.yaml`` of that date), and the MTP script version.  A row the
 #: plain config could not have produced is an MTP run; the rest stay plain (ambiguous).  The full
@@ -125,8 +125,8 @@ INFERENCEX_TRTLLM_MTP_SWEEPS: dict[tuple[str, str, str], str] = {
 #: of 2026-03-25, PR 943, likewise ran ``dsr1-fp8-b200-sglang`` and ``-sglang-mtp``, and five B200
 #: SGLang rows lie outside the plain config's space; they stay plain: servesim's speculative model
 #: matches their TPOT only at an acceptance below 0.3, docs/validation.md.)
-INFERENCEX_MIXED_MTP_SWEEPS: dict[tuple[str, str, str, str], tuple[tuple[tuple[int, ...], ...], str]] = {
-    ("trtllm", "h200_sxm", "fp8", "2026-01-28"): (
+INFERENCEX_MIXED_MTP_SWEEPS: dict[tuple[str, str, str], tuple[tuple[tuple[int, ...], ...], str]] = {
+    ("h200_sxm", "fp8", "2026-01-28"): (
         ((1024, 1024, 8, 8, 0, 4, 64), (1024, 8192, 8, 8, 0, 4, 64), (8192, 1024, 8, 8, 0, 4, 32),
          (8192, 1024, 8, 8, 1, 64, 64)), "pr392"),
 }
@@ -317,6 +317,11 @@ def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
+def _worker_gpus(row: dict[str, str]) -> int:
+    """The worker's GPUs (the launch scripts' TP): ``gpus``, else attention tp x dp."""
+    return _int(row, "gpus", _int(row, "attention_tp") * _int(row, "attention_dp"))
+
+
 def inferencex_mtp_sweep(row: dict[str, str]) -> str | None:
     """The MTP launch-script version that ran this row, or None: a DeepSeek TensorRT-LLM row of an
     MTP-only sweep (:data:`INFERENCEX_TRTLLM_MTP_SWEEPS`) or one outside the plain config's search
@@ -332,12 +337,12 @@ def inferencex_mtp_sweep(row: dict[str, str]) -> str | None:
            (row.get("measured_date") or "").strip())
     if key in INFERENCEX_TRTLLM_MTP_SWEEPS:
         return INFERENCEX_TRTLLM_MTP_SWEEPS[key]
-    mixed = INFERENCEX_MIXED_MTP_SWEEPS.get(("trtllm", *key))
+    mixed = INFERENCEX_MIXED_MTP_SWEEPS.get(key)
     if mixed is None:
         return None
     plain_space, version = mixed
-    gpus = _int(row, "gpus", _int(row, "attention_tp") * _int(row, "attention_dp"))
-    layout = (_int(row, "isl"), _int(row, "osl"), gpus, _int(row, "moe_ep"), int(_int(row, "attention_dp") > 1))
+    layout = (_int(row, "isl"), _int(row, "osl"), _worker_gpus(row), _int(row, "moe_ep"),
+              int(_int(row, "attention_dp") > 1))
     conc = _int(row, "concurrency")
     if any(entry[:5] == layout and entry[5] <= conc <= entry[6] for entry in plain_space):
         return None
@@ -360,7 +365,7 @@ def trtllm_mtp_options(row: dict[str, str], version: str) -> dict[str, Any]:
     script CONC / 4 (CONC below 4: CONC).  Memory fraction 0.8, 0.75 on H200.
     """
     conc, isl = _int(row, "concurrency"), _int(row, "isl")
-    tp = _int(row, "gpus", _int(row, "attention_tp") * _int(row, "attention_dp"))
+    tp = _worker_gpus(row)
     dp = _int(row, "attention_dp") > 1
     fraction = 0.75 if (row.get("system") or "").strip().lower() == "h200_sxm" else 0.8
     batch = conc
@@ -393,7 +398,7 @@ def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
     precision = (row.get("precision") or "").strip().lower()
     system = (row.get("system") or "").strip().lower()
     conc, isl, osl = _int(row, "concurrency"), _int(row, "isl"), _int(row, "osl")
-    tp = _int(row, "gpus", _int(row, "attention_tp") * _int(row, "attention_dp"))  # the scripts' TP
+    tp = _worker_gpus(row)  # the scripts' TP
     mtp = inferencex_mtp_sweep(row)
     if mtp is not None:
         return trtllm_mtp_options(row, mtp)
@@ -740,7 +745,7 @@ def point_config(row: dict[str, str], mode: str = "fast") -> Point:
     if precision not in ("bf16", "fp8", "fp4", "int4"):
         return Point(row, None, f"unsupported: precision {precision}")
     atp, adp = _int(row, "attention_tp"), _int(row, "attention_dp")
-    gpus = _int(row, "gpus", atp * adp)
+    gpus = _worker_gpus(row)
     ep = _int(row, "moe_ep")
     moe = _is_moe(row["model"])
     if moe is False and ep > 1:
