@@ -158,6 +158,29 @@ def test_small_model_groups_keep_their_parent():
     assert cal.resolve("h200_sxm", "vllm", "org/Lonely", "fp8") == cal.resolve("h200_sxm", "vllm")
 
 
+def test_a_model_without_a_group_gets_a_firmly_held_gpu_engine_fit():
+    """One dominant model skews a GPU/engine group's weakly held fit, which its model groups
+    start from; a model calibration never saw gets the group's values held nearer the shared
+    ones instead (measured memory scales: shared 1.0, the dominant model 1.8)."""
+    sens = (_synthetic({"h200_sxm/vllm/org/A": _rel(1.8, 1.0, 0.002, 0.05)}, n_per_group=30)
+            + _synthetic({"b200_sxm/vllm/org/B": _rel(1.0, 1.0, 0.002, 0.05)}, n_per_group=30, seed=1)
+            + _synthetic({"h100_sxm/vllm/org/C": _rel(1.0, 1.0, 0.002, 0.05)}, n_per_group=30, seed=2))
+    for i, s in enumerate(sens):
+        s.point.row["id"] = f"q{i}"
+    weak = fit_hierarchy(sens, DEFAULT_BASE, fallback_prior_weight=0.3)  # the model groups' parent
+    cal = fit_hierarchy(sens, DEFAULT_BASE)
+
+    def mem_scale(c, model):
+        return DEFAULT_BASE.mem_eff / c.resolve("h200_sxm", "vllm", model, "fp8")[0]["mem_eff"]
+
+    shared_scale = DEFAULT_BASE.mem_eff / cal.shared["analytic"]["mem_eff"]
+    assert mem_scale(cal, "org/New") < mem_scale(weak, "org/New") - 0.1
+    assert shared_scale < mem_scale(cal, "org/New")
+    # the fitted model keeps its own values, the same under either fallback
+    assert mem_scale(cal, "org/A") == pytest.approx(mem_scale(weak, "org/A"))
+    assert mem_scale(cal, "org/A") == pytest.approx(1.8, rel=0.05)
+
+
 def test_a_checkpoint_without_a_group_gets_its_architectures():
     """Model groups are fitted per checkpoint name (runs of DeepSeek-V3, -R1 and -R1-0528 came
     from different campaigns and differ); one with too few points of its own resolves to the
