@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.engines.speculative import SpeculativeConfig, expected_length
-from servesim.validate.points import point_config, read_points, sample_rows, split_rows
+from servesim.validate.points import point_config, prefix_caching, read_points, sample_rows, split_rows
 from servesim.workload.config import ClosedLoopWorkload
 from servesim.workload.recipes import PROMPT_BLOCK, generate_closed_loop
 
@@ -122,23 +122,6 @@ def write_trace(reqs: list[tuple[int, int, tuple[int, ...]]], path: Path) -> Non
         for isl, osl, ids in reqs:
             f.write(json.dumps({"timestamp": 0, "input_length": isl, "output_length": osl,
                                 "hash_ids": list(ids)}) + "\n")
-
-
-def prefix_caching(engine: dict[str, Any]) -> bool:
-    """Whether the point's engine flags leave a prefix cache on; an unset flag takes the default
-    of servesim's engine options (the engines' own defaults)."""
-    from servesim.engines.sglang_options import SGLangOptions
-    from servesim.engines.trtllm_options import TRTLLMOptions
-    from servesim.engines.vllm_options import VLLMOptions
-
-    name = engine["name"]
-    if name == "vllm":
-        return bool(engine.get("enable_prefix_caching", VLLMOptions.model_fields["enable_prefix_caching"].default))
-    if name == "trtllm":
-        return bool(engine.get("enable_block_reuse", TRTLLMOptions.model_fields["enable_block_reuse"].default))
-    if name == "sglang":
-        return not engine.get("disable_radix_cache", SGLangOptions.model_fields["disable_radix_cache"].default)
-    raise ValueError(f"no prefix-cache rule for engine {name!r}")
 
 
 def aisimulate_model(model: str) -> str:

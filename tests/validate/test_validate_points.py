@@ -9,7 +9,8 @@ import pytest
 from servesim.cluster.deployment import build_deployment
 from servesim.config import load_config
 from servesim.errors import ConfigError
-from servesim.validate.points import load_points, point_config, read_points, sample_rows
+from servesim.validate.points import (PREFIX_CACHE_FLAGS, _prefix_cache_on, load_points, point_config, prefix_caching,
+                                      read_points, sample_rows)
 
 from measured_rows import BASE, row
 
@@ -554,3 +555,12 @@ def test_rows_of_sweeps_that_ran_both_kinds_are_mtp_only_outside_the_plain_searc
     sgl = row(source=IX, model="deepseek-ai/DeepSeek-R1", backend="sglang", system="b200_sxm", precision="fp8",
               measured_date="2026-03-25", concurrency=128, moe_ep=1)
     assert inferencex_mtp_sweep(sgl) is None
+
+
+@pytest.mark.parametrize("name", sorted(PREFIX_CACHE_FLAGS))
+def test_prompt_pool_points_turn_each_engines_prefix_cache_back_on(name):
+    flag, on = PREFIX_CACHE_FLAGS[name]
+    engine = {"name": name, flag: not on}
+    assert prefix_caching(engine) is False
+    _prefix_cache_on(engine)
+    assert flag not in engine and prefix_caching(engine) is True

@@ -90,8 +90,10 @@ AIPERF_DATASET_ENTRIES = 100
 #: releases drew uniformly with replacement; which AIPerf the runs used is not recorded, and the two fit
 #: alike (docs/validation.md).
 AIPERF_POOL_SAMPLING = "shuffle"
-#: Engine flags that turn a prefix cache off; a prompt-pool point drops them (:func:`_prefix_cache_on`).
-PREFIX_CACHE_OFF_FLAGS = ("enable_prefix_caching", "disable_radix_cache", "enable_block_reuse")
+#: Each engine's prefix-cache flag and the value that keeps the cache on: a prompt-pool point drops
+#: the flag (:func:`_prefix_cache_on`), :func:`prefix_caching` reads it.
+PREFIX_CACHE_FLAGS = {"vllm": ("enable_prefix_caching", True), "sglang": ("disable_radix_cache", False),
+                      "trtllm": ("enable_block_reuse", True)}
 #: ``(system, backend, backend_version)`` of the ``fixed_lengths_unverified`` campaigns whose
 #: measured TTFTs need prompt reuse (:func:`reuses_prompt_pool`).
 PROMPT_POOL_CAMPAIGNS = frozenset({("h200_sxm", "vllm", "0.12.0"), ("h200_sxm", "sglang", "0.5.6.post2")})
@@ -309,8 +311,23 @@ def _prefix_cache_on(engine: dict[str, Any]) -> None:
     """Drop the flags that turn the prefix cache off (the README's typical flags set them), so
     each engine keeps its default: vLLM V1 prefix caching, SGLang's radix cache and TensorRT-LLM
     block reuse are all on unless told otherwise."""
-    for flag in PREFIX_CACHE_OFF_FLAGS:
+    for flag, _ in PREFIX_CACHE_FLAGS.values():
         engine.pop(flag, None)
+
+
+def prefix_caching(engine: dict[str, Any]) -> bool:
+    """Whether a point's engine section leaves a prefix cache on; an unset flag takes the default
+    of servesim's engine options (the engines' own defaults)."""
+    from servesim.engines.sglang_options import SGLangOptions
+    from servesim.engines.trtllm_options import TRTLLMOptions
+    from servesim.engines.vllm_options import VLLMOptions
+
+    name = engine["name"]
+    if name not in PREFIX_CACHE_FLAGS:
+        raise ValueError(f"no prefix-cache rule for engine {name!r}")
+    options = {"vllm": VLLMOptions, "sglang": SGLangOptions, "trtllm": TRTLLMOptions}[name]
+    flag, on = PREFIX_CACHE_FLAGS[name]
+    return bool(engine.get(flag, options.model_fields[flag].default)) == on
 
 
 def _round_up(n: int, m: int) -> int:
