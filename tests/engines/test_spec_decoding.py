@@ -177,3 +177,20 @@ def test_speculative_decode_pool_in_a_disaggregated_run():
     spec_tpot = _tpot(c)
     del c["deployment"]["speculative"]
     assert spec_tpot < _tpot(c)
+
+
+def _sglang_max_running(spec: dict | None, **engine) -> int:
+    c = _cfg("sglang", spec)
+    c["deployment"]["engine"].update(engine)
+    c["workload"]["num_requests"] = 5
+    return predict(c).to_json()["deployment_resolved"]["engine_settings"]["max_running_requests"]
+
+
+def test_sglang_caps_running_requests_at_48_when_speculating_unless_told():
+    """SGLang 0.5.9/0.5.10 (server_args._handle_speculative_decoding) resets an unset
+    --max-running-requests to 48 for every speculative algorithm; a given value stands."""
+    spec = {"method": "eagle", "draft_tokens": 2, "mean_accepted_length": 2.0}
+    assert _sglang_max_running(None) > 48
+    assert _sglang_max_running(spec) == 48
+    assert _sglang_max_running(spec, max_running_requests=200) == 200
+    assert _sglang_max_running({"method": "ngram", "draft_tokens": 4}) == 48

@@ -204,11 +204,19 @@ def default_kv_dtype(engine: str, arch: ModelArch, gpu: GPUSpec) -> str:
     return "bf16"
 
 
+#: SGLang caps running requests at this many when speculative decoding is on and
+#: ``--max-running-requests`` is not given (``server_args._handle_speculative_decoding``,
+#: SGLang 0.5.9 and 0.5.10: EAGLE, EAGLE3, NEXTN, STANDALONE and NGRAM alike).
+SGLANG_SPECULATIVE_MAX_RUNNING = 48
+
+
 def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
                  weight_dtype: str, kv_dtype: str, oracle=None) -> _EnginePlan:
     from servesim.engines.sglang import SGLangEngine, default_chunked_prefill_size, default_mem_fraction_static
 
     opt = dep.engine
+    if dep.speculative is not None and opt.max_running_requests is None:
+        opt = opt.model_copy(update={"max_running_requests": SGLANG_SPECULATIVE_MAX_RUNNING})
     if arch.index_topk and gpu.vendor == "nvidia" and opt.page_size != 64:
         # SGLang forces 64-token pages for DeepSeek-sparse-attention models on CUDA (its
         # server_args model adjustments; ROCm keeps 1), whatever --page-size says.
