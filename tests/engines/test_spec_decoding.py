@@ -194,3 +194,11 @@ def test_sglang_caps_running_requests_at_48_when_speculating_unless_told():
     assert _sglang_max_running(spec) == 48
     assert _sglang_max_running(spec, max_running_requests=200) == 200
     assert _sglang_max_running({"method": "ngram", "draft_tokens": 4}) == 48
+
+
+def test_sglangs_speculative_cap_is_split_over_attention_dp_ranks():
+    c = _cfg("sglang", {"method": "eagle", "draft_tokens": 2, "mean_accepted_length": 2.0})
+    c["workload"]["num_requests"] = 5
+    c["deployment"].update({"model": "deepseek-ai/DeepSeek-V3", "gpu": "b200_sxm", "tp": 4, "attention_dp": 2,
+                            "weight_dtype": "fp4"})
+    assert predict(c).to_json()["deployment_resolved"]["engine_settings"]["max_running_requests"] == 24
