@@ -411,14 +411,14 @@ def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
     """
     if not _from_inferencex(row):
         return None
+    mtp = inferencex_mtp_sweep(row)
+    if mtp is not None:
+        return trtllm_mtp_options(row, mtp)
     model = row["model"].lower()
     precision = (row.get("precision") or "").strip().lower()
     system = (row.get("system") or "").strip().lower()
     conc, isl, osl = _int(row, "concurrency"), _int(row, "isl"), _int(row, "osl")
     tp = _worker_gpus(row)  # the scripts' TP
-    mtp = inferencex_mtp_sweep(row)
-    if mtp is not None:
-        return trtllm_mtp_options(row, mtp)
     opts: dict[str, Any] = {"enable_block_reuse": False}
     if "deepseek" in model and (precision, system) in (("fp4", "b200_sxm"), ("fp8", "b200_sxm"),
                                                        ("fp8", "h200_sxm")):
