@@ -9,8 +9,9 @@ import pytest
 from servesim.cluster.deployment import build_deployment
 from servesim.config import load_config
 from servesim.errors import ConfigError
-from servesim.validate.points import (PREFIX_CACHE_FLAGS, _prefix_cache_on, load_points, point_config, prefix_caching,
-                                      read_points, sample_rows)
+from servesim.validate.points import (INFERENCEX_MTP_ACCEPTANCE, PREFIX_CACHE_FLAGS, _prefix_cache_on,
+                                      inferencex_mtp_sweep, load_points, point_config, prefix_caching, read_points,
+                                      sample_rows)
 
 from measured_rows import BASE, row
 
@@ -479,8 +480,6 @@ def test_a_reused_prompt_pool_is_served_from_the_prefix_cache():
 def test_deepseek_trtllm_rows_of_mtp_only_sweeps_run_mtp_with_the_scripts_flags():
     """The dates on which InferenceX swept only the DeepSeek-R1 TensorRT-LLM MTP configs
     (perf-changelog: PRs 392, 632, 642) run MTP with the MTP scripts' batch and token limits."""
-    from servesim.validate.points import INFERENCEX_MTP_ACCEPTANCE, inferencex_mtp_sweep
-
     kw = dict(source=IX, model="deepseek-ai/DeepSeek-R1", backend="trtllm", system="b200_sxm", precision="fp8",
               concurrency=32, isl=1024)
     p = point_config(row(measured_date="2026-02-05", **kw))
@@ -523,7 +522,6 @@ def test_mtp_rows_of_calibration_csv_ran_the_mtp_images():
     """On 2026-02-05/06 only the MTP configs had moved to TensorRT-LLM 1.2.0rc6.post3: every row
     taken as MTP on those dates carries that image, and no plain row does."""
     from tests.conftest import shared_file  # skips without ../shared
-    from servesim.validate.points import inferencex_mtp_sweep
 
     rows = read_points(shared_file("measured", "calibration.csv"))
     post3 = [r for r in rows if r["backend"] == "trtllm" and (r.get("image") or "").endswith("1.2.0rc6.post3")]
@@ -535,8 +533,6 @@ def test_mtp_rows_of_calibration_csv_ran_the_mtp_images():
 def test_rows_of_sweeps_that_ran_both_kinds_are_mtp_only_outside_the_plain_search_space():
     """2026-01-28 swept the plain H200 DeepSeek TRT-LLM config and its MTP twin: a layout or
     concurrency the plain config's search space lacks can only be an MTP run."""
-    from servesim.validate.points import inferencex_mtp_sweep
-
     h200 = dict(source=IX, model="deepseek-ai/DeepSeek-R1", backend="trtllm", system="h200_sxm",
                 precision="fp8", measured_date="2026-01-28", isl=1024, osl=8192, moe_ep=8)
     for kw in (dict(concurrency=64), dict(concurrency=32, isl=8192, osl=1024),
