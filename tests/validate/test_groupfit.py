@@ -16,11 +16,11 @@ from servesim.validate.sensitivity import (DEFAULT_BASE, KNOBS, BaseParams, Poin
 
 def _rel(mem_scale: float, prefill_scale: float, sched_s: float, stream_s: float,
          layer_s: float = DEFAULT_BASE.graph_layer_overhead_s, req_s: float = 0.0,
-         running_s: float = 0.0) -> GroupParams:
+         running_s: float = 0.0, kv_scale: float = 1.0) -> GroupParams:
     """Group values given as time scales relative to DEFAULT_BASE (additive ones absolute)."""
     return GroupParams(-math.log(DEFAULT_BASE.mem_eff) + math.log(mem_scale),
                        -math.log(DEFAULT_BASE.gemm_eff_max) + math.log(prefill_scale), sched_s, stream_s,
-                       layer_s, req_s, running_s)
+                       layer_s, req_s, running_s, -math.log(DEFAULT_BASE.attn_decode_mem_eff) + math.log(kv_scale))
 
 
 def _point(i: int, gpu: str, engine: str, model: str, precision: str = "fp8") -> Point:
@@ -63,13 +63,18 @@ def _synthetic(truth: dict[str, GroupParams], n_per_group: int = 12, seed: int =
             s.tpot_slope = {"mem": s.tpot_base * float(rng.uniform(0.4, 0.8)), "prefill": float(rng.uniform(0, 2)),
                             "sched": float(rng.uniform(900, 1100))}
             s.tpot_slope["req"] = s.tpot_slope["sched"] * batch
+            # kv: the KV reads grow with the batch and each request's context, not as the weights do
+            context = float(rng.choice([1, 2, 8]))
+            s.ttft_slope["kv"] = float(rng.uniform(0, 20))
+            s.tpot_slope["kv"] = s.tpot_base * min(0.9, 0.002 * batch * context)
             if own_bases:
                 s.base = BaseParams(float(rng.uniform(0.3, 0.8)), float(rng.uniform(0.4, 0.9)), 0.3,
                                     float(rng.uniform(0.0, 0.01)), {},
-                                    scheduler_per_request_s=float(rng.uniform(0.0, 30e-6)))
+                                    scheduler_per_request_s=float(rng.uniform(0.0, 30e-6)),
+                                    attn_decode_mem_eff=float(rng.uniform(0.5, 0.9)))
             ttft, tpot = s.predict_at(g.mem_eff, g.gemm_eff_max, g.sched_s, g.stream_s, DEFAULT_BASE,
                                       graph_layer_overhead_s=g.layer_s, scheduler_per_request_s=g.req_s,
-                                      stream_per_running_s=g.running_s)
+                                      stream_per_running_s=g.running_s, attn_decode_mem_eff=g.kv_eff)
             p.row["measured_mean_ttft_ms"] = str(ttft)
             p.row["measured_mean_tpot_ms"] = str(tpot)
             out.append(s)
@@ -78,20 +83,22 @@ def _synthetic(truth: dict[str, GroupParams], n_per_group: int = 12, seed: int =
 
 def test_surrogate_is_linear_in_the_knobs():
     s = PointSensitivity(_point(0, "h200_sxm", "vllm", "m"), "ok", ttft_base=100.0, tpot_base=10.0,
-                         ttft_slope={"mem": 10.0, "prefill": 50.0, "sched": 1000.0, "req": 3e4},
-                         tpot_slope={"mem": 6.0, "prefill": 1.0, "sched": 1000.0, "req": 6e4})
+                         ttft_slope={"mem": 10.0, "prefill": 50.0, "sched": 1000.0, "req": 3e4, "kv": 4.0},
+                         tpot_slope={"mem": 6.0, "prefill": 1.0, "sched": 1000.0, "req": 6e4, "kv": 5.0})
     assert s.predict(1.0, 1.0, 0.0, 0.0) == (100.0, 10.0)
     ttft, tpot = s.predict(1.5, 1.0, 0.002, 0.03)
     assert math.isclose(ttft, 100 + 5 + 2 + 30) and math.isclose(tpot, 10 + 3 + 2)
     ttft, tpot = s.predict(1.0, 1.0, 0.0, 0.0, req_delta_s=10e-6)
     assert math.isclose(ttft, 100 + 0.3) and math.isclose(tpot, 10 + 0.6)
+    ttft, tpot = s.predict(1.0, 1.0, 0.0, 0.0, kv=1.2)
+    assert math.isclose(ttft, 100 + 0.8) and math.isclose(tpot, 10 + 1.0)
 
 
 def test_layer_knob_is_the_sched_slope_times_the_layers():
     """Δ seconds on every layer adds layers × Δ to every pass: the sched knob's response."""
     s = PointSensitivity(_point(0, "h200_sxm", "vllm", "m"), "ok", ttft_base=100.0, tpot_base=10.0,
-                         ttft_slope={"mem": 10.0, "prefill": 50.0, "sched": 1000.0, "req": 0.0},
-                         tpot_slope={"mem": 6.0, "prefill": 1.0, "sched": 900.0, "req": 0.0}, layers=80)
+                         ttft_slope={"mem": 10.0, "prefill": 50.0, "sched": 1000.0, "req": 0.0, "kv": 0.0},
+                         tpot_slope={"mem": 6.0, "prefill": 1.0, "sched": 900.0, "req": 0.0, "kv": 0.0}, layers=80)
     ttft, tpot = s.predict(1.0, 1.0, 0.0, 0.0, layer_delta_s=50e-6)
     assert math.isclose(ttft, 100 + 1000 * 80 * 50e-6) and math.isclose(tpot, 10 + 900 * 80 * 50e-6)
     # the same seconds per pass through the scheduler knob give the same answer
@@ -109,8 +116,8 @@ def test_model_groups_separate_weight_traffic_from_the_per_layer_floor():
         p = _point(i, "b200_sxm", "vllm", "org/Dense")
         s = PointSensitivity(p, "ok", ttft_base=float(rng.uniform(80, 400)), tpot_base=16.0 / tp + 0.5,
                              layers=LAYERS.get("org/Dense", 40))
-        s.ttft_slope = {"mem": 2.0, "prefill": float(rng.uniform(50, 200)), "sched": 2e3, "req": 0.0}
-        s.tpot_slope = {"mem": 16.0 / tp, "prefill": 0.1, "sched": 1e3, "req": 0.0}
+        s.ttft_slope = {"mem": 2.0, "prefill": float(rng.uniform(50, 200)), "sched": 2e3, "req": 0.0, "kv": 0.0}
+        s.tpot_slope = {"mem": 16.0 / tp, "prefill": 0.1, "sched": 1e3, "req": 0.0, "kv": 0.0}
         ttft, tpot = s.predict_at(truth.mem_eff, truth.gemm_eff_max, truth.sched_s, truth.stream_s, DEFAULT_BASE,
                                   graph_layer_overhead_s=truth.layer_s)
         p.row["measured_mean_ttft_ms"], p.row["measured_mean_tpot_ms"] = str(ttft), str(tpot)
@@ -128,8 +135,10 @@ def test_fit_recovers_known_group_values(prior_scale, tol, own_bases):
     around its own base, as in a second round); full-strength priors bias them a little (the
     per-request scheduler time and the memory time both grow with the batch, so a prior on one
     moves the other: up to 12% here)."""
-    truth = {"h200_sxm/vllm/org/A": _rel(1.4, 1.1, 0.001, 0.08, layer_s=40e-6, req_s=5e-6, running_s=300e-6),
-             "b200_sxm/trtllm/org/B": _rel(0.8, 1.3, 0.004, 0.15, layer_s=70e-6, req_s=25e-6, running_s=80e-6)}
+    truth = {"h200_sxm/vllm/org/A": _rel(1.4, 1.1, 0.001, 0.08, layer_s=40e-6, req_s=5e-6, running_s=300e-6,
+                                         kv_scale=1.3),
+             "b200_sxm/trtllm/org/B": _rel(0.8, 1.3, 0.004, 0.15, layer_s=70e-6, req_s=25e-6, running_s=80e-6,
+                                           kv_scale=0.8)}
     sens = _synthetic(truth, n_per_group=30, own_bases=own_bases)
     cal = fit_hierarchy(sens, DEFAULT_BASE, min_group_points=5, min_model_points=3, prior_scale=prior_scale)
     for key, g in truth.items():
@@ -143,6 +152,7 @@ def test_fit_recovers_known_group_values(prior_scale, tol, own_bases):
         assert math.isclose(got_f["first_token_overhead_s"], want_f["first_token_overhead_s"], rel_tol=tol), key
         assert math.isclose(got_f["scheduler_per_request_s"], g.req_s, rel_tol=3 * tol), key
         assert math.isclose(got_f["stream_per_running_s"], g.running_s, rel_tol=3 * tol), key
+        assert math.isclose(got_a["attn_decode_mem_eff"], g.kv_eff, rel_tol=3 * tol), key
         assert f"{gpu}/{engine}/{model}@fp8" in cal.groups
 
 
@@ -219,6 +229,7 @@ def test_sensitivities_round_trip(tmp_path):
                 assert math.isclose(a.base.mem_eff, b.base.mem_eff)
                 assert math.isclose(a.base.scheduler_pass_s, b.base.scheduler_pass_s)
                 assert math.isclose(a.base.scheduler_per_request_s, b.base.scheduler_per_request_s)
+                assert math.isclose(a.base.attn_decode_mem_eff, b.base.attn_decode_mem_eff)
     assert again[-1].status.startswith("error: not in")
 
 
@@ -298,30 +309,29 @@ def test_req_variant_adds_scheduler_time_per_request_and_old_files_are_refused(t
         read_sensitivities(old, [])
 
 
-def test_per_request_time_is_the_engines_and_model_groups_inherit_it():
-    """Two models under one GPU/engine: the engine group fits one scheduler_per_request_s and both
-    model groups keep it (ENGINE_ONLY), while their memory efficiencies are their own.  (The engine
-    group's single mem_eff cannot fit both models, so its per-request time is only near the truth.)"""
-    truth = {"h200_sxm/sglang/org/A": _rel(1.3, 1.0, 0.001, 0.05, req_s=20e-6),
-             "h200_sxm/sglang/org/B": _rel(0.8, 1.0, 0.001, 0.05, req_s=20e-6)}
+def test_model_groups_fit_their_own_per_request_time():
+    """Two models under one GPU/engine whose per-request host times differ (sampling over
+    vocabularies of different sizes): each model group recovers its own, with its own memory
+    efficiency, while a model without a group gets the GPU/engine value between them."""
+    truth = {"h200_sxm/sglang/org/A": _rel(1.3, 1.0, 0.001, 0.05, req_s=10e-6),
+             "h200_sxm/sglang/org/B": _rel(0.8, 1.0, 0.001, 0.05, req_s=40e-6)}
     cal = fit_hierarchy(_synthetic(truth, n_per_group=20), DEFAULT_BASE, min_group_points=5,
                         min_model_points=3, prior_scale=0.0)
-    engine = cal.groups["h200_sxm/sglang"]["frontend"]["scheduler_per_request_s"]
-    assert engine == pytest.approx(20e-6, rel=0.2)
-    mem = {}
+    got = {}
     for model in ("org/A", "org/B"):
         a, f = cal.resolve("h200_sxm", "sglang", model, "fp8")
-        assert f["scheduler_per_request_s"] == engine
-        mem[model] = a["mem_eff"]
-    want = truth["h200_sxm/sglang/org/B"].mem_eff / truth["h200_sxm/sglang/org/A"].mem_eff
-    assert mem["org/B"] / mem["org/A"] == pytest.approx(want, rel=0.1)
+        got[model] = (f["scheduler_per_request_s"], a["mem_eff"])
+        assert f["scheduler_per_request_s"] == pytest.approx(truth[f"h200_sxm/sglang/{model}"].req_s, rel=0.1)
+        assert a["mem_eff"] == pytest.approx(truth[f"h200_sxm/sglang/{model}"].mem_eff, rel=0.05)
+    unseen = cal.resolve("h200_sxm", "sglang", "org/C", "fp8")[1]["scheduler_per_request_s"]
+    assert got["org/A"][0] < unseen < got["org/B"][0]
 
 
 def test_surrogate_at_a_calibrations_values_moves_with_its_per_request_time():
     """predict_resolved (used by benchmarks/calibration_cv.py) reads scheduler_per_request_s."""
     s = PointSensitivity(_point(0, "h200_sxm", "sglang", "m"), "ok", ttft_base=100.0, tpot_base=10.0,
-                         ttft_slope={"mem": 0.0, "prefill": 0.0, "sched": 0.0, "req": 2e4},
-                         tpot_slope={"mem": 0.0, "prefill": 0.0, "sched": 0.0, "req": 1e5})
+                         ttft_slope={"mem": 0.0, "prefill": 0.0, "sched": 0.0, "req": 2e4, "kv": 0.0},
+                         tpot_slope={"mem": 0.0, "prefill": 0.0, "sched": 0.0, "req": 1e5, "kv": 0.0})
     base_a, base_f = {}, {"scheduler_pass_s": DEFAULT_BASE.scheduler_pass_s}
     assert s.predict_resolved(base_a, base_f, DEFAULT_BASE) == pytest.approx((100.0, 10.0))
     ttft, tpot = s.predict_resolved(base_a, base_f | {"scheduler_per_request_s": 10e-6}, DEFAULT_BASE)
@@ -337,3 +347,45 @@ def test_a_file_without_the_running_count_is_refused(tmp_path):
     old.write_text(",".join(FIELDS + BASE_FIELDS + [CONFIG_FIELD]) + "\n")
     with pytest.raises(ConfigError, match="before the 'first_token_running' column"):
         read_sensitivities(old, [])
+
+
+def test_a_table_without_the_kv_knob_is_completed_not_refused(tmp_path, monkeypatch):
+    """A table written before the kv knob reads with kv missing; a fit refuses it until
+    measure_missing_knobs runs each point at its base and at the kv variant only (two runs), and
+    writing it back keeps the rows of points outside the selection."""
+    from servesim.validate import sensitivity as sv
+
+    sens = _synthetic({"h200_sxm/vllm/org/A": _rel(1.0, 1.0, 0.003, 0.02)}, n_per_group=6, own_bases=True)
+    path = tmp_path / "old.csv"
+    write_sensitivities(sens, path)
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    drop = [header.index("ttft_d_kv"), header.index("tpot_d_kv")]
+    path.write_text("\n".join(",".join(v for i, v in enumerate(line.split(",")) if i not in drop)
+                              for line in lines) + "\n")
+    points = [s.point for s in sens]
+    old = read_sensitivities(path, points[:4])  # the "fit split": four of the six rows
+    assert all(s.missing_knobs == ("kv",) for s in old)
+    with pytest.raises(ValueError, match="no slopes"):
+        fit_hierarchy(old, DEFAULT_BASE)
+    runs: list[list[str]] = []
+
+    def fake_run_jobs(jobs, processes, progress):  # TPOT ∝ 1/attn_decode_mem_eff
+        out = []
+        for point, variants in jobs:
+            runs.append(sorted(variants))
+            out.append(("ok", {k: (100.0, 7.5 / a["attn_decode_mem_eff"], 1.0) for k, (a, _) in variants.items()}))
+        return out
+
+    monkeypatch.setattr(sv, "_run_jobs", fake_run_jobs)
+    assert sv.measure_missing_knobs(old) == 4
+    assert runs == [["base", "kv"]] * 4
+    for s in old:
+        assert s.missing_knobs == () and s.ttft_slope["kv"] == 0.0
+        # the kv variant divides the efficiency by KV_STEP: slope = base TPOT per unit time scale
+        assert s.tpot_slope["kv"] == pytest.approx(7.5 / s.base.attn_decode_mem_eff)
+    write_sensitivities(old, path, keep_other_rows=True)
+    again = read_sensitivities(path, points)
+    assert [s.missing_knobs for s in again] == [()] * 4 + [("kv",)] * 2
+    assert again[0].tpot_slope["kv"] == pytest.approx(old[0].tpot_slope["kv"])
+    assert math.isclose(again[5].tpot_base, sens[5].tpot_base)

@@ -152,8 +152,8 @@ def _calibrate_sensitivity(args: argparse.Namespace) -> int:
     from servesim.perf.calibration import load_calibration
     from servesim.validate.groupfit import fit_hierarchy
     from servesim.validate.points import load_points
-    from servesim.validate.sensitivity import (DEFAULT_BASE, BaseParams, measure_sensitivities,
-                                               read_sensitivities, write_sensitivities)
+    from servesim.validate.sensitivity import (DEFAULT_BASE, BaseParams, measure_missing_knobs,
+                                               measure_sensitivities, read_sensitivities, write_sensitivities)
 
     points = load_points(args.points, split=args.split)
     base, point_base = DEFAULT_BASE, None
@@ -164,16 +164,22 @@ def _calibrate_sensitivity(args: argparse.Namespace) -> int:
         def point_base(p):
             return BaseParams.for_point(previous, p)
     log = (lambda m: None) if args.quiet else _err
+    t0 = time.perf_counter()
+
+    def progress(i: int, n: int) -> None:
+        if i % 10 == 0 or i == n:
+            log(f"[{i}/{n}] simulated ({time.perf_counter() - t0:.0f} s)")
+
     if args.sensitivities and Path(args.sensitivities).exists():
         log(f"reading sensitivities from {args.sensitivities}")
         sens = read_sensitivities(args.sensitivities, points)
+        missing = sorted({k for s in sens if s.status == "ok" for k in s.missing_knobs})
+        if missing:
+            log(f"{args.sensitivities} has no slopes for the {', '.join(missing)} knob(s): measuring them "
+                f"(a base run and one run per missing knob for each point), then adding them to the file")
+            measure_missing_knobs(sens, processes=args.processes, progress=progress)
+            write_sensitivities(sens, args.sensitivities, keep_other_rows=True)
     else:
-        t0 = time.perf_counter()
-
-        def progress(i: int, n: int) -> None:
-            if i % 10 == 0 or i == n:
-                log(f"[{i}/{n}] simulated ({time.perf_counter() - t0:.0f} s)")
-
         sens = measure_sensitivities(points, point_base or base, processes=args.processes, progress=progress)
         if args.sensitivities:
             write_sensitivities(sens, args.sensitivities)

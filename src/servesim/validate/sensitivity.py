@@ -14,6 +14,10 @@ TPOT respond.  Each knob scales one group of costs:
   (batch bookkeeping, sampling and output hand-off scale with the batch: at hundreds of running
   requests this is milliseconds per pass, which can account for measured SGLang TPOT at
   concurrency >= 64 sitting above the GPU work alone);
+- ``kv``: ``1 / attn_decode_mem_eff`` — the KV reads of decode attention.  Their time grows with
+  the batch *and* each request's context, and the kernels reading them differ by engine and
+  model (FlashInfer, FlashMLA, TensorRT-LLM's XQA, Triton): the batch growth of dense models'
+  TPOT, whose KV is large, is not the weights' (``mem``) nor a per-request cost's (``req``);
 - ``layer`` (derived, not simulated): ``graph_layer_overhead_s`` and ``layer_overhead_s``
   together — the fixed GPU time of each layer of every pass (small kernels do not run faster
   than a few microseconds however little work they get).  Moving it by Δ adds ``L × Δ`` to
@@ -52,9 +56,10 @@ from servesim.validate.run import check_point
 from servesim.validate.simulate import simulate_point
 
 #: The knobs, and how each variant run moves the base parameters.
-KNOBS = ("mem", "prefill", "sched", "req")
+KNOBS = ("mem", "prefill", "sched", "req", "kv")
 #: Relative step of each knob's time scale in its variant run (mem: 1/mem_eff × 1/1.3, ...).
 MEM_STEP = 1 / 1.3
+KV_STEP = 1.3
 PREFILL_STEP = 1 / 0.75
 #: Seconds per request and pass the ``req`` variant adds to ``scheduler_per_request_s``.
 REQ_STEP_S = 20e-6
@@ -74,6 +79,8 @@ class BaseParams:
     layer_overhead_s: float = AnalyticParams().layer_overhead_s
     #: Scheduler CPU time per request in a pass (the ``req`` knob).
     scheduler_per_request_s: float = 0.0
+    #: HBM fraction decode attention reaches reading KV (the ``kv`` knob).
+    attn_decode_mem_eff: float = AnalyticParams().attn_decode_mem_eff
 
     def variants(self) -> dict[str, tuple[dict, dict]]:
         """(analytic, frontend) parameters of the base run and of each knob's run."""
@@ -83,7 +90,7 @@ class BaseParams:
         base_a = {"mem_eff": self.mem_eff, "gemm_eff_max": self.gemm_eff_max,
                   "attn_prefill_eff_max": self.attn_prefill_eff_max,
                   "graph_layer_overhead_s": self.graph_layer_overhead_s,
-                  "layer_overhead_s": self.layer_overhead_s}
+                  "layer_overhead_s": self.layer_overhead_s, "attn_decode_mem_eff": self.attn_decode_mem_eff}
         sched_step = max(self.scheduler_pass_s, 1e-3)
         return {
             "base": (base_a, fe),
@@ -92,6 +99,7 @@ class BaseParams:
                                   "attn_prefill_eff_max": self.attn_prefill_eff_max / PREFILL_STEP}, fe),
             "sched": (base_a, fe | {"scheduler_pass_s": self.scheduler_pass_s + sched_step}),
             "req": (base_a, fe | {"scheduler_per_request_s": self.scheduler_per_request_s + REQ_STEP_S}),
+            "kv": (base_a | {"attn_decode_mem_eff": self.attn_decode_mem_eff / KV_STEP}, fe),
         }
 
     @classmethod
@@ -119,14 +127,16 @@ class BaseParams:
                    frontend={k: v for k, v in f.items()
                              if k not in ("first_token_overhead_s", "stream_per_running_s")},
                    graph_layer_overhead_s=a.get("graph_layer_overhead_s", d.graph_layer_overhead_s),
-                   layer_overhead_s=a.get("layer_overhead_s", d.layer_overhead_s))
+                   layer_overhead_s=a.get("layer_overhead_s", d.layer_overhead_s),
+                   attn_decode_mem_eff=a.get("attn_decode_mem_eff", d.attn_decode_mem_eff))
 
     def describe(self) -> dict:
         return {"mem_eff": self.mem_eff, "gemm_eff_max": self.gemm_eff_max,
                 "attn_prefill_eff_max": self.attn_prefill_eff_max, "scheduler_pass_s": self.scheduler_pass_s,
                 "graph_layer_overhead_s": self.graph_layer_overhead_s,
                 "layer_overhead_s": self.layer_overhead_s,
-                "scheduler_per_request_s": self.scheduler_per_request_s, "frontend": dict(self.frontend)}
+                "scheduler_per_request_s": self.scheduler_per_request_s,
+                "attn_decode_mem_eff": self.attn_decode_mem_eff, "frontend": dict(self.frontend)}
 
     def _mem_step(self) -> float:
         """The mem variant's time scale: faster by MEM_STEP, or slower by as much where a
@@ -136,7 +146,7 @@ class BaseParams:
     def knob_deltas(self) -> dict[str, float]:
         """How far each variant moved its knob, in the knob's own unit."""
         return {"mem": self._mem_step() - 1.0, "prefill": PREFILL_STEP - 1.0,
-                "sched": max(self.scheduler_pass_s, 1e-3), "req": REQ_STEP_S}
+                "sched": max(self.scheduler_pass_s, 1e-3), "req": REQ_STEP_S, "kv": KV_STEP - 1.0}
 
 
 #: The base the shipped calibration was measured around: the earlier quick shared fit
@@ -162,21 +172,27 @@ class PointSensitivity:
     #: Mean requests decoding at a measured request's first token in the base run: TTFT grows by
     #: this × ``stream_per_running_s``.
     first_token_running: float = 0.0
+    #: Knobs the point's file row has no slopes for (written before they existed):
+    #: :func:`measure_missing_knobs` fills them.
+    missing_knobs: tuple[str, ...] = ()
 
     def predict_at(self, mem_eff: float, gemm_eff_max: float, scheduler_pass_s: float,
                    stream_s: float, default_base: BaseParams, *,
                    graph_layer_overhead_s: float | None = None,
                    scheduler_per_request_s: float | None = None,
-                   stream_per_running_s: float = 0.0) -> tuple[float, float]:
+                   stream_per_running_s: float = 0.0,
+                   attn_decode_mem_eff: float | None = None) -> tuple[float, float]:
         """Surrogate (TTFT, TPOT) in ms at absolute parameter values (the prefill knob
         moves ``gemm_eff_max`` and ``attn_prefill_eff_max`` together; ``None`` keeps the
         base's value; the two stream latencies are absolute)."""
         b = self.base or default_base
         layer = 0.0 if graph_layer_overhead_s is None else graph_layer_overhead_s - b.graph_layer_overhead_s
         req = 0.0 if scheduler_per_request_s is None else scheduler_per_request_s - b.scheduler_per_request_s
+        kv = 1.0 if attn_decode_mem_eff is None else b.attn_decode_mem_eff / attn_decode_mem_eff
         return self.predict(b.mem_eff / mem_eff, b.gemm_eff_max / gemm_eff_max,
                             scheduler_pass_s - b.scheduler_pass_s, stream_s,
-                            layer_delta_s=layer, req_delta_s=req, stream_per_running_s=stream_per_running_s)
+                            layer_delta_s=layer, req_delta_s=req, stream_per_running_s=stream_per_running_s,
+                            kv=kv)
 
     def predict_resolved(self, analytic: dict, frontend: dict, default_base: BaseParams) -> tuple[float, float]:
         """Surrogate (TTFT, TPOT) in ms at the values a calibration resolves for this point
@@ -187,21 +203,23 @@ class PointSensitivity:
                                frontend.get("first_token_overhead_s", 0.0), default_base,
                                graph_layer_overhead_s=analytic.get("graph_layer_overhead_s"),
                                scheduler_per_request_s=frontend.get("scheduler_per_request_s"),
-                               stream_per_running_s=frontend.get("stream_per_running_s", 0.0))
+                               stream_per_running_s=frontend.get("stream_per_running_s", 0.0),
+                               attn_decode_mem_eff=analytic.get("attn_decode_mem_eff"))
 
     def predict(self, mem: float, prefill: float, sched_delta_s: float, stream_s: float, *,
                 layer_delta_s: float = 0.0, req_delta_s: float = 0.0,
-                stream_per_running_s: float = 0.0) -> tuple[float, float]:
+                stream_per_running_s: float = 0.0, kv: float = 1.0) -> tuple[float, float]:
         """Surrogate (TTFT, TPOT) in ms at knob values relative to the point's base.
 
         ``mem`` and ``prefill`` are time scales relative to the base (1 = base), ``sched_delta_s``
         seconds added to the base ``scheduler_pass_s``, ``stream_s`` the stream latency,
         ``layer_delta_s`` seconds added to every layer of every pass (``layers`` × that per pass),
         ``req_delta_s`` seconds added to the base ``scheduler_per_request_s``,
-        ``stream_per_running_s`` seconds per request decoding at the first token.
+        ``stream_per_running_s`` seconds per request decoding at the first token, ``kv`` the
+        decode-attention KV-read time scale relative to the base.
         """
         d = {"mem": mem - 1.0, "prefill": prefill - 1.0, "sched": sched_delta_s + self.layers * layer_delta_s,
-             "req": req_delta_s}
+             "req": req_delta_s, "kv": kv - 1.0}
         stream_ms = (stream_s + stream_per_running_s * self.first_token_running) * 1e3
         ttft = self.ttft_base + sum(self.ttft_slope[k] * d[k] for k in KNOBS) + stream_ms
         tpot = self.tpot_base + sum(self.tpot_slope[k] * d[k] for k in KNOBS)
@@ -267,14 +285,45 @@ def measure_sensitivities(points: Sequence[Point], base: BaseParams | Callable[[
     return out
 
 
+def measure_missing_knobs(sens: Sequence[PointSensitivity], processes: int = 1,
+                          progress: Callable[[int, int], None] | None = None) -> int:
+    """Fill the slopes of knobs a table was written without (:attr:`PointSensitivity.missing_knobs`).
+
+    Each such point runs at its own base and at the missing knobs' variants only, so a table
+    gains a knob for two runs per point instead of the six of a full re-measure.  The slopes
+    are differences against this fresh base run; the row's base values stay.  Returns how many
+    points were measured.
+    """
+    todo = [s for s in sens if s.status == "ok" and s.missing_knobs]
+    jobs = []
+    for s in todo:
+        variants = (s.base or DEFAULT_BASE).variants()
+        jobs.append((s.point, {k: variants[k] for k in ("base", *s.missing_knobs)}))
+    for s, (status, runs) in zip(todo, _run_jobs(jobs, processes, progress)):
+        if status != "ok":
+            s.status = status
+            continue
+        deltas = (s.base or DEFAULT_BASE).knob_deltas()
+        b = runs["base"]
+        for k in s.missing_knobs:
+            s.ttft_slope[k] = (runs[k][0] - b[0]) / deltas[k]
+            s.tpot_slope[k] = (runs[k][1] - b[1]) / deltas[k]
+        s.missing_knobs = ()
+    return len(todo)
+
+
 FIELDS = ["id", "status", "group", "model", "weight_dtype", "measured_ttft_ms", "measured_tpot_ms",
           "ttft_base", "tpot_base"] + [f"ttft_d_{k}" for k in KNOBS] + [f"tpot_d_{k}" for k in KNOBS]
 #: The point's own base (optional columns: files from a single-base run may lack them).
 #: Base values added with later knobs: files written before them lack the columns (defaults apply).
-OPTIONAL_BASE = ("graph_layer_overhead_s", "layer_overhead_s", "scheduler_per_request_s")
+OPTIONAL_BASE = ("graph_layer_overhead_s", "layer_overhead_s", "scheduler_per_request_s", "attn_decode_mem_eff")
 BASE_FIELDS = ["base_mem_eff", "base_gemm_eff_max", "base_attn_prefill_eff_max", "base_scheduler_pass_s",
                *(f"base_{n}" for n in OPTIONAL_BASE)]
 
+
+#: Knobs added after tables were shipped: a file without their columns is completed by
+#: :func:`measure_missing_knobs` rather than refused.
+LATE_KNOBS = ("kv",)
 
 #: Digest of the point's servesim config at measuring time (files written before it lack the column).
 CONFIG_FIELD = "config_sha"
@@ -301,21 +350,34 @@ def model_layers(point: Point) -> int:
     return _layers_of(model) if model else 0
 
 
-def write_sensitivities(rows: Sequence[PointSensitivity], path: str | Path) -> None:
-    """One CSV row per point (the raw material of a fit; re-fitting needs no simulation)."""
+def write_sensitivities(rows: Sequence[PointSensitivity], path: str | Path, keep_other_rows: bool = False) -> None:
+    """One CSV row per point (the raw material of a fit; re-fitting needs no simulation).
+
+    ``keep_other_rows``: rows already in ``path`` for points not in ``rows`` are written back
+    unchanged (columns they lack stay empty), so completing the fit rows of a table that also
+    holds held-out rows loses none.
+    """
+    header = FIELDS + BASE_FIELDS + [CONFIG_FIELD, RUNNING_FIELD]
+    others: list[dict[str, str]] = []
+    if keep_other_rows and Path(path).exists():
+        ids = {s.point.id for s in rows}
+        with open(path, newline="") as f:
+            others = [r for r in csv.DictReader(f) if r["id"] not in ids]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(FIELDS + BASE_FIELDS + [CONFIG_FIELD, RUNNING_FIELD])
+        w.writerow(header)
         for s in rows:
             p = s.point
-            slopes_t = [s.ttft_slope[k] if s.ttft_slope else "" for k in KNOBS]
-            slopes_p = [s.tpot_slope[k] if s.tpot_slope else "" for k in KNOBS]
+            slopes_t = [(s.ttft_slope or {}).get(k, "") for k in KNOBS]
+            slopes_p = [(s.tpot_slope or {}).get(k, "") for k in KNOBS]
             b = s.base
             base = ([b.mem_eff, b.gemm_eff_max, b.attn_prefill_eff_max, b.scheduler_pass_s,
                      *(getattr(b, n) for n in OPTIONAL_BASE)] if b else [""] * len(BASE_FIELDS))
             w.writerow([p.id, s.status, p.group, p.row.get("model", ""), p.row.get("precision") or "bf16", p.measured_ttft_ms,
                         p.measured_tpot_ms, s.ttft_base, s.tpot_base, *slopes_t, *slopes_p, *base,
                         config_digest(p), s.first_token_running if s.status == "ok" else ""])
+        for r in others:
+            w.writerow([r.get(name, "") for name in header])
 
 
 def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointSensitivity]:
@@ -324,6 +386,8 @@ def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointS
     Points absent from the file get status ``error: not in <file>``.  A row whose point is now
     simulated with another config than the one it was measured with (its ``config_sha``) is
     stale: that is an error naming the points to re-measure, not a silent fit to old slopes.
+    A file written before the ``kv`` knob reads with that knob in each point's
+    ``missing_knobs`` (:func:`measure_missing_knobs` completes it).
     """
     from servesim.errors import ConfigError
 
@@ -332,6 +396,8 @@ def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointS
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
             missing = set(FIELDS) - set(reader.fieldnames or [])
+            late = tuple(k for k in LATE_KNOBS if {f"ttft_d_{k}", f"tpot_d_{k}"} <= missing)
+            missing -= {f"{m}_d_{k}" for k in late for m in ("ttft", "tpot")}
             if missing == {"ttft_d_req", "tpot_d_req"}:
                 raise ConfigError(f"{path}: written before the 'req' knob (scheduler_per_request_s) existed, so it "
                                   f"has no slopes for it; re-measure: servesim calibrate --points <CSV> --method "
@@ -371,7 +437,9 @@ def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointS
         if s.status == "ok":
             s.ttft_base, s.tpot_base = float(row["ttft_base"]), float(row["tpot_base"])
             s.first_token_running = float(row[RUNNING_FIELD])
-            s.ttft_slope = {k: float(row[f"ttft_d_{k}"]) for k in KNOBS}
-            s.tpot_slope = {k: float(row[f"tpot_d_{k}"]) for k in KNOBS}
+            # a late knob's columns may be absent (an older file) or empty (rows kept unmeasured)
+            s.missing_knobs = tuple(k for k in KNOBS if k in late or (k in LATE_KNOBS and not row[f"tpot_d_{k}"]))
+            s.ttft_slope = {k: float(row[f"ttft_d_{k}"]) for k in KNOBS if k not in s.missing_knobs}
+            s.tpot_slope = {k: float(row[f"tpot_d_{k}"]) for k in KNOBS if k not in s.missing_knobs}
         out.append(s)
     return out
