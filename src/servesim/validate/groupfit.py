@@ -68,7 +68,8 @@ GPU_ENGINE_PRIOR_WEIGHT = 0.3
 #: all rows) gave 32.3% / 22.2% MAPE of TTFT / TPOT with that fit, 30.2% / 18.0% with this one
 #: (shared values alone: 32.9% / 18.7%), at a small cost to models with too few points for a
 #: group of their own that resemble the group's dominant ones (split half 11.8% → 11.9% TPOT;
-#: docs/validation.md, "Models calibration never saw").
+#: docs/validation.md, "Models calibration never saw"; with the ``kv`` knob and host costs per model,
+#: 32.4% / 22.7% against 30.2% / 18.4%).
 GPU_ENGINE_FALLBACK_PRIOR_WEIGHT = 10.0
 #: Pull of each group toward its parent, relative to PRIOR_SIGMA (split-half cross-validation
 #: on the fit rows preferred 0.25 to 1: docs/validation.md, benchmarks/calibration_cv.py).
