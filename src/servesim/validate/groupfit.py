@@ -7,7 +7,7 @@ fit moves these parameters per group against the linear surrogate instead of re-
   (together, through the ``prefill`` scale), ``scheduler_pass_s`` (additive per pass: the
   engine's CPU time), ``graph_layer_overhead_s`` with ``layer_overhead_s`` (additive per layer of
   every pass: the GPU's fixed cost of a layer's kernels), ``scheduler_per_request_s`` (additive
-  per request of every pass), ``first_token_overhead_s`` (additive on TTFT) and
+  per request of every pass), ``first_token_overhead_s`` (additive on TTFT),
   ``stream_per_running_s`` (additive on TTFT per request decoding at the first token: the API
   server's and client's serial handling of a pass's outputs) and ``attn_decode_mem_eff``
   (through the ``kv`` time scale: decode attention's KV reads).
@@ -56,7 +56,7 @@ RUNNING_BOUNDS_S = (0.0, 2e-3)
 KV_EFF_BOUNDS = (0.2, 0.95)
 #: Prior widths toward the parent group: log time scale (mem, prefill), seconds of scheduler
 #: time, seconds of stream latency, seconds per layer, seconds per request and pass, seconds of
-#: stream latency per running request.
+#: stream latency per running request, log time scale of the KV reads.
 PRIOR_SIGMA = np.array([0.5, 0.5, 3e-3, 0.3, 40e-6, 30e-6, 1e-3, 0.5])
 #: GPU/engine groups hold tens of points and differ much from the shared fit: a weaker prior.
 GPU_ENGINE_PRIOR_WEIGHT = 0.3
@@ -87,8 +87,8 @@ LOSS_SCALE = 0.1
 @dataclass
 class GroupParams:
     """One group's values: log time scales of the memory, prefill and KV-read work
-    (log 1/efficiency) and five additive times.  Absolute, so points measured around different bases (a second
-    round, :meth:`BaseParams.for_point`) share one parameter space."""
+    (log 1/efficiency) and five additive times.  Absolute, so points measured around different
+    bases (a second round, :meth:`BaseParams.for_point`) share one parameter space."""
 
     log_inv_mem: float  # log(1 / mem_eff)
     log_inv_gemm: float  # log(1 / gemm_eff_max); attn_prefill_eff_max keeps its ratio to it
