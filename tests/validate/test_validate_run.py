@@ -271,3 +271,37 @@ def test_sensitivity_rounds_measure_atom_rows_around_the_atom_group():
     atom, sglang = (point_config(row(backend=b, system="mi355x")) for b in ("atom", "sglang"))
     assert BaseParams.for_point(cal, atom).mem_eff == 0.33
     assert BaseParams.for_point(cal, sglang).mem_eff != 0.33
+
+
+def test_cli_calibrate_completes_a_table_written_before_the_kv_knob(tmp_path, capsys):
+    """A sensitivities table without the kv columns is completed in place (a base run and a kv run
+    per point) and fits to the same calibration as the table measured whole."""
+    pts = tmp_path / "points.csv"
+    _write(pts, [row(id=f"p{c}", **{**SMALL, "concurrency": c}) for c in (1, 4, 8)])
+    table, first, second = tmp_path / "s.csv", tmp_path / "a.yaml", tmp_path / "b.yaml"
+    common = ["calibrate", "--points", str(pts), "--sensitivities", str(table), "--min-group-points", "1"]
+    assert main(common + ["--out", str(first), "--quiet"]) == 0
+    whole = table.read_text().splitlines()
+    header = whole[0].split(",")
+    drop = {header.index("ttft_d_kv"), header.index("tpot_d_kv")}
+    table.write_text("\n".join(",".join(v for i, v in enumerate(line.split(",")) if i not in drop)
+                               for line in whole) + "\n")
+    assert main(common + ["--out", str(second)]) == 0
+    assert "no slopes for the kv knob" in capsys.readouterr().err
+    # the same runs, so the same slopes up to float rounding (a run's sums may be ordered differently)
+    completed = list(csv.DictReader(table.open()))
+    for want, got in zip(csv.DictReader(whole), completed):
+        for k, v in want.items():
+            if k in ("ttft_d_kv", "tpot_d_kv"):
+                assert float(got[k]) == pytest.approx(float(v), rel=1e-9, abs=1e-9), (want["id"], k)
+            else:
+                assert got[k] == v, (want["id"], k)
+    assert [line.split(":")[0] for line in second.read_text().splitlines()] == \
+        [line.split(":")[0] for line in first.read_text().splitlines()]
+    import yaml
+
+    a, b = yaml.safe_load(first.read_text()), yaml.safe_load(second.read_text())
+    for key, group in a["groups"].items():
+        for part in ("analytic", "frontend"):
+            for name, value in group[part].items():
+                assert b["groups"][key][part][name] == pytest.approx(value, rel=1e-6, abs=1e-12), (key, name)
