@@ -20,10 +20,11 @@ calibration fits, instead of folding them into GPU efficiency:
   the running requests before the newly scheduled ones), so a request that joins a large batch
   sees its tokens later by its place in that order.  Held for the request's lifetime, it shifts
   TTFT and end-to-end latency, not TPOT (:func:`running_at_first_token`).  The bundled
-  calibrations put it at up to 2 ms per request (0.6 ms shared; the bound for three SGLang
-  groups, about 0 for a few), more than output handling alone costs (about 0.1 ms): fitted, it
-  also carries the rest of the measured growth of TTFT with concurrency that the engine models
-  do not produce (docs/validation.md).  Like the constant, it is applied after the run, so it
+  calibrations put it at up to 2 ms per request (0.5-0.6 ms shared; since it is fitted per
+  model, the 2 ms bound for 11-13 SGLang model groups, mostly DeepSeek, whose measured mean TTFT
+  carries a tail; about 0 for one or two), more than output handling alone costs (about
+  0.1 ms): fitted, it also carries the rest of the measured growth of TTFT with concurrency that
+  the engine models do not produce (docs/validation.md).  Like the constant, it is applied after the run, so it
   does not hold a closed-loop client's slot or delay a session's next turn.
 - :class:`SchedulerOverheadStepTime`: wraps a step-time model and adds
   ``scheduler_pass_s + scheduler_per_request_s × requests`` of CPU time to each pass
