@@ -438,7 +438,7 @@ def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointS
             s.ttft_base, s.tpot_base = float(row["ttft_base"]), float(row["tpot_base"])
             s.first_token_running = float(row[RUNNING_FIELD])
             # a late knob's columns may be absent (an older file) or empty (rows kept unmeasured)
-            s.missing_knobs = tuple(k for k in KNOBS if k in late or (k in LATE_KNOBS and not row[f"tpot_d_{k}"]))
+            s.missing_knobs = tuple(k for k in LATE_KNOBS if not row.get(f"tpot_d_{k}"))
             s.ttft_slope = {k: float(row[f"ttft_d_{k}"]) for k in KNOBS if k not in s.missing_knobs}
             s.tpot_slope = {k: float(row[f"tpot_d_{k}"]) for k in KNOBS if k not in s.missing_knobs}
         out.append(s)
