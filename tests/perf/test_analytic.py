@@ -216,3 +216,27 @@ def test_cuda_graph_decode_cheaper_overhead():
     assert p.graph_pass_overhead_s < p.pass_overhead_s
     with pytest.raises(Exception):
         AnalyticParams(not_a_param=1)
+
+
+@pytest.mark.parametrize("name,tp,ep,dp", [("llama-3.1-70b", 8, 1, 1), ("deepseek-r1", 1, 8, 8),
+                                           ("llama-3.1-70b", 1, 1, 1)])
+def test_comm_time_scale_multiplies_exactly_the_collectives(name, tp, ep, dp):
+    """comm_time_scale (calibrated per group) scales every collective and nothing else: the pass
+    time is linear in it with the collectives' time as slope, and a single GPU has none."""
+    m, g = load_model(name), load_gpu("h100")
+    p = plan(new=[2048], cached=[0], ctx=[1000] * 64)
+
+    def time_at(scale, comm_eff=0.7):
+        params = AnalyticParams(comm_time_scale=scale, comm_eff=comm_eff)
+        return AnalyticStepTime(m, g, tp=tp, ep=ep, attention_dp=dp, weight_dtype="fp8",
+                                params=params).pass_time(p)
+
+    t1, t2, t3 = time_at(1.0), time_at(2.0), time_at(3.0)
+    assert t3 - t2 == pytest.approx(t2 - t1, rel=1e-9)
+    comm = t2 - t1
+    if tp * dp == 1:
+        assert comm == 0.0
+    else:
+        assert comm > 0.0
+        # the per-token part alone: halving the link efficiency doubles the bandwidth time
+        assert time_at(1.0, comm_eff=0.35) - t1 < comm

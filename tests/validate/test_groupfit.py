@@ -16,11 +16,12 @@ from servesim.validate.sensitivity import (DEFAULT_BASE, KNOBS, BaseParams, Poin
 
 def _rel(mem_scale: float, prefill_scale: float, sched_s: float, stream_s: float,
          layer_s: float = DEFAULT_BASE.graph_layer_overhead_s, req_s: float = 0.0,
-         running_s: float = 0.0, kv_scale: float = 1.0) -> GroupParams:
+         running_s: float = 0.0, kv_scale: float = 1.0, comm_scale: float = 1.0) -> GroupParams:
     """Group values given as time scales relative to DEFAULT_BASE (additive ones absolute)."""
     return GroupParams(-math.log(DEFAULT_BASE.mem_eff) + math.log(mem_scale),
                        -math.log(DEFAULT_BASE.gemm_eff_max) + math.log(prefill_scale), sched_s, stream_s,
-                       layer_s, req_s, running_s, -math.log(DEFAULT_BASE.attn_decode_mem_eff) + math.log(kv_scale))
+                       layer_s, req_s, running_s, -math.log(DEFAULT_BASE.attn_decode_mem_eff) + math.log(kv_scale),
+                       math.log(DEFAULT_BASE.comm_time_scale * comm_scale))
 
 
 def _point(i: int, gpu: str, engine: str, model: str, precision: str = "fp8") -> Point:
@@ -45,6 +46,7 @@ def _synthetic(truth: dict[str, GroupParams], n_per_group: int = 12, seed: int =
 
     ``own_bases``: each point measured around its own random parameters (a second round)."""
     rng = np.random.default_rng(seed)
+    comm_rng = np.random.default_rng(seed + 1000)  # its own stream: the other knobs' draws stay as they were
     out = []
     i = 0
     for key, g in truth.items():
@@ -67,14 +69,20 @@ def _synthetic(truth: dict[str, GroupParams], n_per_group: int = 12, seed: int =
             context = float(rng.choice([1, 2, 8]))
             s.ttft_slope["kv"] = float(rng.uniform(0, 20))
             s.tpot_slope["kv"] = s.tpot_base * min(0.9, 0.002 * batch * context)
+            # comm: collectives exist only on multi-GPU workers; their share grows with tp
+            comm_share = float(comm_rng.choice([0.0, 0.05, 0.15, 0.3]))
+            s.ttft_slope["comm"] = s.ttft_base * comm_share * float(comm_rng.uniform(0.5, 1.5))
+            s.tpot_slope["comm"] = s.tpot_base * comm_share * float(comm_rng.uniform(0.5, 1.0))
             if own_bases:
                 s.base = BaseParams(float(rng.uniform(0.3, 0.8)), float(rng.uniform(0.4, 0.9)), 0.3,
                                     float(rng.uniform(0.0, 0.01)), {},
                                     scheduler_per_request_s=float(rng.uniform(0.0, 30e-6)),
-                                    attn_decode_mem_eff=float(rng.uniform(0.5, 0.9)))
+                                    attn_decode_mem_eff=float(rng.uniform(0.5, 0.9)),
+                                    comm_time_scale=float(comm_rng.uniform(0.7, 1.5)))
             ttft, tpot = s.predict_at(g.mem_eff, g.gemm_eff_max, g.sched_s, g.stream_s, DEFAULT_BASE,
                                       graph_layer_overhead_s=g.layer_s, scheduler_per_request_s=g.req_s,
-                                      stream_per_running_s=g.running_s, attn_decode_mem_eff=g.kv_eff)
+                                      stream_per_running_s=g.running_s, attn_decode_mem_eff=g.kv_eff,
+                                      comm_time_scale=g.comm_scale)
             p.row["measured_mean_ttft_ms"] = str(ttft)
             p.row["measured_mean_tpot_ms"] = str(tpot)
             out.append(s)
@@ -83,8 +91,10 @@ def _synthetic(truth: dict[str, GroupParams], n_per_group: int = 12, seed: int =
 
 def test_surrogate_is_linear_in_the_knobs():
     s = PointSensitivity(_point(0, "h200_sxm", "vllm", "m"), "ok", ttft_base=100.0, tpot_base=10.0,
-                         ttft_slope={"mem": 10.0, "prefill": 50.0, "sched": 1000.0, "req": 3e4, "kv": 4.0},
-                         tpot_slope={"mem": 6.0, "prefill": 1.0, "sched": 1000.0, "req": 6e4, "kv": 5.0})
+                         ttft_slope={"mem": 10.0, "prefill": 50.0, "sched": 1000.0, "req": 3e4, "kv": 4.0,
+                                     "comm": 30.0},
+                         tpot_slope={"mem": 6.0, "prefill": 1.0, "sched": 1000.0, "req": 6e4, "kv": 5.0,
+                                     "comm": 2.0})
     assert s.predict(1.0, 1.0, 0.0, 0.0) == (100.0, 10.0)
     ttft, tpot = s.predict(1.5, 1.0, 0.002, 0.03)
     assert math.isclose(ttft, 100 + 5 + 2 + 30) and math.isclose(tpot, 10 + 3 + 2)
@@ -92,13 +102,15 @@ def test_surrogate_is_linear_in_the_knobs():
     assert math.isclose(ttft, 100 + 0.3) and math.isclose(tpot, 10 + 0.6)
     ttft, tpot = s.predict(1.0, 1.0, 0.0, 0.0, kv=1.2)
     assert math.isclose(ttft, 100 + 0.8) and math.isclose(tpot, 10 + 1.0)
+    ttft, tpot = s.predict(1.0, 1.0, 0.0, 0.0, comm=2.0)
+    assert math.isclose(ttft, 100 + 30) and math.isclose(tpot, 10 + 2)
 
 
 def test_layer_knob_is_the_sched_slope_times_the_layers():
     """Δ seconds on every layer adds layers × Δ to every pass: the sched knob's response."""
     s = PointSensitivity(_point(0, "h200_sxm", "vllm", "m"), "ok", ttft_base=100.0, tpot_base=10.0,
-                         ttft_slope={"mem": 10.0, "prefill": 50.0, "sched": 1000.0, "req": 0.0, "kv": 0.0},
-                         tpot_slope={"mem": 6.0, "prefill": 1.0, "sched": 900.0, "req": 0.0, "kv": 0.0}, layers=80)
+                         ttft_slope={"mem": 10.0, "prefill": 50.0, "sched": 1000.0, "req": 0.0, "kv": 0.0, "comm": 0.0},
+                         tpot_slope={"mem": 6.0, "prefill": 1.0, "sched": 900.0, "req": 0.0, "kv": 0.0, "comm": 0.0}, layers=80)
     ttft, tpot = s.predict(1.0, 1.0, 0.0, 0.0, layer_delta_s=50e-6)
     assert math.isclose(ttft, 100 + 1000 * 80 * 50e-6) and math.isclose(tpot, 10 + 900 * 80 * 50e-6)
     # the same seconds per pass through the scheduler knob give the same answer
@@ -116,8 +128,8 @@ def test_model_groups_separate_weight_traffic_from_the_per_layer_floor():
         p = _point(i, "b200_sxm", "vllm", "org/Dense")
         s = PointSensitivity(p, "ok", ttft_base=float(rng.uniform(80, 400)), tpot_base=16.0 / tp + 0.5,
                              layers=LAYERS.get("org/Dense", 40))
-        s.ttft_slope = {"mem": 2.0, "prefill": float(rng.uniform(50, 200)), "sched": 2e3, "req": 0.0, "kv": 0.0}
-        s.tpot_slope = {"mem": 16.0 / tp, "prefill": 0.1, "sched": 1e3, "req": 0.0, "kv": 0.0}
+        s.ttft_slope = {"mem": 2.0, "prefill": float(rng.uniform(50, 200)), "sched": 2e3, "req": 0.0, "kv": 0.0, "comm": 0.0}
+        s.tpot_slope = {"mem": 16.0 / tp, "prefill": 0.1, "sched": 1e3, "req": 0.0, "kv": 0.0, "comm": 0.0}
         ttft, tpot = s.predict_at(truth.mem_eff, truth.gemm_eff_max, truth.sched_s, truth.stream_s, DEFAULT_BASE,
                                   graph_layer_overhead_s=truth.layer_s)
         p.row["measured_mean_ttft_ms"], p.row["measured_mean_tpot_ms"] = str(ttft), str(tpot)
@@ -136,9 +148,9 @@ def test_fit_recovers_known_group_values(prior_scale, tol, own_bases):
     per-request scheduler time and the memory time both grow with the batch, so a prior on one
     moves the other: up to 12% here)."""
     truth = {"h200_sxm/vllm/org/A": _rel(1.4, 1.1, 0.001, 0.08, layer_s=40e-6, req_s=5e-6, running_s=300e-6,
-                                         kv_scale=1.3),
+                                         kv_scale=1.3, comm_scale=1.5),
              "b200_sxm/trtllm/org/B": _rel(0.8, 1.3, 0.004, 0.15, layer_s=70e-6, req_s=25e-6, running_s=80e-6,
-                                           kv_scale=0.8)}
+                                           kv_scale=0.8, comm_scale=0.8)}
     sens = _synthetic(truth, n_per_group=30, own_bases=own_bases)
     cal = fit_hierarchy(sens, DEFAULT_BASE, min_group_points=5, min_model_points=3, prior_scale=prior_scale)
     for key, g in truth.items():
@@ -153,6 +165,7 @@ def test_fit_recovers_known_group_values(prior_scale, tol, own_bases):
         assert math.isclose(got_f["scheduler_per_request_s"], g.req_s, rel_tol=3 * tol), key
         assert math.isclose(got_f["stream_per_running_s"], g.running_s, rel_tol=3 * tol), key
         assert math.isclose(got_a["attn_decode_mem_eff"], g.kv_eff, rel_tol=3 * tol), key
+        assert math.isclose(got_a["comm_time_scale"], g.comm_scale, rel_tol=3 * tol), key
         assert f"{gpu}/{engine}/{model}@fp8" in cal.groups
 
 
@@ -230,6 +243,7 @@ def test_sensitivities_round_trip(tmp_path):
                 assert math.isclose(a.base.scheduler_pass_s, b.base.scheduler_pass_s)
                 assert math.isclose(a.base.scheduler_per_request_s, b.base.scheduler_per_request_s)
                 assert math.isclose(a.base.attn_decode_mem_eff, b.base.attn_decode_mem_eff)
+                assert math.isclose(a.base.comm_time_scale, b.base.comm_time_scale)
     assert again[-1].status.startswith("error: not in")
 
 
@@ -330,8 +344,8 @@ def test_model_groups_fit_their_own_per_request_time():
 def test_surrogate_at_a_calibrations_values_moves_with_its_per_request_time():
     """predict_resolved (used by benchmarks/calibration_cv.py) reads scheduler_per_request_s."""
     s = PointSensitivity(_point(0, "h200_sxm", "sglang", "m"), "ok", ttft_base=100.0, tpot_base=10.0,
-                         ttft_slope={"mem": 0.0, "prefill": 0.0, "sched": 0.0, "req": 2e4, "kv": 0.0},
-                         tpot_slope={"mem": 0.0, "prefill": 0.0, "sched": 0.0, "req": 1e5, "kv": 0.0})
+                         ttft_slope={"mem": 0.0, "prefill": 0.0, "sched": 0.0, "req": 2e4, "kv": 0.0, "comm": 0.0},
+                         tpot_slope={"mem": 0.0, "prefill": 0.0, "sched": 0.0, "req": 1e5, "kv": 0.0, "comm": 0.0})
     base_a, base_f = {}, {"scheduler_pass_s": DEFAULT_BASE.scheduler_pass_s}
     assert s.predict_resolved(base_a, base_f, DEFAULT_BASE) == pytest.approx((100.0, 10.0))
     ttft, tpot = s.predict_resolved(base_a, base_f | {"scheduler_per_request_s": 10e-6}, DEFAULT_BASE)
@@ -389,3 +403,38 @@ def test_a_table_without_the_kv_knob_is_completed_not_refused(tmp_path, monkeypa
     assert [s.missing_knobs for s in again] == [()] * 4 + [("kv",)] * 2
     assert again[0].tpot_slope["kv"] == pytest.approx(old[0].tpot_slope["kv"])
     assert math.isclose(again[5].tpot_base, sens[5].tpot_base)
+
+
+def test_the_comm_knob_runs_only_where_there_are_collectives(tmp_path, monkeypatch):
+    """A table written before the comm knob is completed by running its multi-GPU points at
+    their base and the comm variant; single-GPU points (no collective) get slope 0 without a run."""
+    from servesim.validate import sensitivity as sv
+
+    sens = _synthetic({"h200_sxm/vllm/org/A": _rel(1.0, 1.0, 0.003, 0.02)}, n_per_group=4, own_bases=True)
+    layouts = [{"tp": 1}, {"tp": 4}, {"tp": 1, "ep": 2, "attention_dp": 2}, {"tp": 1, "ep": 1}]
+    for s, dep in zip(sens, layouts):
+        s.point.config = {"deployment": dep}
+    path = tmp_path / "old.csv"
+    write_sensitivities(sens, path)
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    drop = [header.index("ttft_d_comm"), header.index("tpot_d_comm"), header.index("base_comm_time_scale")]
+    path.write_text("\n".join(",".join(v for i, v in enumerate(line.split(",")) if i not in drop)
+                              for line in lines) + "\n")
+    old = read_sensitivities(path, [s.point for s in sens])
+    assert all(s.missing_knobs == ("comm",) for s in old)
+    assert all(s.base.comm_time_scale == 1.0 for s in old)  # the model's value before the knob existed
+    runs: dict[str, list[str]] = {}
+
+    def fake_run_jobs(jobs, processes, progress):  # TPOT = 5 ms + 2 ms × comm_time_scale
+        out = []
+        for point, variants in jobs:
+            runs[point.id] = sorted(variants)
+            out.append(("ok", {k: (100.0, 5.0 + 2.0 * a["comm_time_scale"], 1.0) for k, (a, _) in variants.items()}))
+        return out
+
+    monkeypatch.setattr(sv, "_run_jobs", fake_run_jobs)
+    assert sv.measure_missing_knobs(old) == 2
+    assert runs == {sens[1].point.id: ["base", "comm"], sens[2].point.id: ["base", "comm"]}
+    assert [s.tpot_slope["comm"] for s in old] == pytest.approx([0.0, 2.0, 2.0, 0.0])
+    assert all(s.missing_knobs == () for s in old)

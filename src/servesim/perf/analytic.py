@@ -32,7 +32,8 @@ Ops per decoder layer (per GPU of the worker):
 - elementwise (norms, residuals, activation, rope) as memory traffic;
 - tensor-parallel all-reduce (2 per layer) from bytes, link bandwidth and latency; with
   attention data parallelism, expert-parallel all-to-all (dispatch + combine) instead of the
-  MLP all-reduce.
+  MLP all-reduce; every collective's time times ``comm_time_scale`` (fitted per calibration
+  group: the shared fit puts real collectives ~1.6× slower than this link model).
 
 Per pass: LM head for one token per prefill chunk plus each decode token; a fixed overhead
 (scheduling + launch), smaller for decode-only batches that replay a CUDA graph; optional
@@ -125,6 +126,9 @@ class AnalyticParams(BaseModel):
     allreduce_fixed_s: float = Field(5e-6, ge=0, description="fixed cost of one all-reduce")
     alltoall_fixed_s: float = Field(12e-6, ge=0, description="fixed cost of one all-to-all (dispatch or combine)")
     link_latency_factor: float = Field(1.0, ge=0, description="multiplies the GPU spec's link latency per log2(ranks)")
+    comm_time_scale: float = Field(
+        1.0, gt=0, description="multiplies every collective's time, fixed and per-token parts (calibrated: "
+        "NCCL and custom all-reduce kernels reach a share of the link that varies with message size and engine)")
     # overheads
     pass_overhead_s: float = Field(1.5e-3, ge=0, description="per-pass scheduling + launch (eager/piecewise passes)")
     layer_overhead_s: float = Field(15e-6, ge=0, description="per-layer launch overhead of eager passes")
@@ -270,13 +274,14 @@ class AnalyticStepTime:
             link_bw, lat = up.bandwidth_gbs * 1e9, up.latency_us * 1e-6
         else:
             link_bw, lat = g.scale_out.bandwidth_gbs * 1e9, g.scale_out.latency_us * 1e-6
-        link = link_bw * p.comm_eff
+        link = link_bw * p.comm_eff / p.comm_time_scale
+        lat_s = p.link_latency_factor * lat * p.comm_time_scale
 
         def ar(ranks: int, count: int) -> tuple[float, float]:
             """(fixed s, s per token) of ``count`` all-reduces of one hidden vector per token."""
             if ranks <= 1 or count <= 0:
                 return 0.0, 0.0
-            fixed = p.allreduce_fixed_s + p.link_latency_factor * lat * math.log2(ranks)
+            fixed = p.allreduce_fixed_s * p.comm_time_scale + lat_s * math.log2(ranks)
             return count * fixed, count * 2.0 * (ranks - 1) / ranks * h * 2.0 / link
 
         if dp == 1:
@@ -287,7 +292,7 @@ class AnalyticStepTime:
             dense = ar(gpus, m.num_dense_layers)
             if nm and lay.ep > 1:
                 k = m.experts_per_token
-                fixed = 2 * nm * (p.alltoall_fixed_s + p.link_latency_factor * lat * math.log2(gpus))
+                fixed = 2 * nm * (p.alltoall_fixed_s * p.comm_time_scale + lat_s * math.log2(gpus))
                 per_tok = 2 * nm * k * (lay.ep - 1) / lay.ep * h * 2.0 / link / gpus
                 self._a2a = (fixed + dense[0], per_tok + dense[1])
             else:

@@ -18,6 +18,11 @@ TPOT respond.  Each knob scales one group of costs:
   the batch *and* each request's context, and the kernels reading them differ by engine and
   model (FlashInfer, FlashMLA, TensorRT-LLM's XQA, Triton): the batch growth of dense models'
   TPOT, whose KV is large, is not the weights' (``mem``) nor a per-request cost's (``req``);
+- ``comm``: ``comm_time_scale`` — every collective (tensor-parallel all-reduce, expert-parallel
+  all-to-all).  Their time grows with the pass's tokens and only exists on multi-GPU workers:
+  without it, a model group's tp 1 and tp 8 rows share every time scale and the tp 8 rows' extra
+  cost per token (an 8k prefill's all-reduces move ~100 MB per layer) has no parameter of its own.
+  A single-GPU point's slope is exactly 0 and costs no run;
 - ``layer`` (derived, not simulated): ``graph_layer_overhead_s`` and ``layer_overhead_s``
   together — the fixed GPU time of each layer of every pass (small kernels do not run faster
   than a few microseconds however little work they get).  Moving it by Δ adds ``L × Δ`` to
@@ -56,10 +61,11 @@ from servesim.validate.run import check_point
 from servesim.validate.simulate import simulate_point
 
 #: The knobs, and how each variant run moves the base parameters.
-KNOBS = ("mem", "prefill", "sched", "req", "kv")
+KNOBS = ("mem", "prefill", "sched", "req", "kv", "comm")
 #: Relative step of each knob's time scale in its variant run (mem: 1/mem_eff × 1/1.3, ...).
 MEM_STEP = 1 / 1.3
 KV_STEP = 1.3
+COMM_STEP = 1.3
 PREFILL_STEP = 1 / 0.75
 #: Seconds per request and pass the ``req`` variant adds to ``scheduler_per_request_s``.
 REQ_STEP_S = 20e-6
@@ -81,6 +87,8 @@ class BaseParams:
     scheduler_per_request_s: float = 0.0
     #: HBM fraction decode attention reaches reading KV (the ``kv`` knob).
     attn_decode_mem_eff: float = AnalyticParams().attn_decode_mem_eff
+    #: Time scale of every collective (the ``comm`` knob).
+    comm_time_scale: float = AnalyticParams().comm_time_scale
 
     def variants(self) -> dict[str, tuple[dict, dict]]:
         """(analytic, frontend) parameters of the base run and of each knob's run."""
@@ -90,7 +98,8 @@ class BaseParams:
         base_a = {"mem_eff": self.mem_eff, "gemm_eff_max": self.gemm_eff_max,
                   "attn_prefill_eff_max": self.attn_prefill_eff_max,
                   "graph_layer_overhead_s": self.graph_layer_overhead_s,
-                  "layer_overhead_s": self.layer_overhead_s, "attn_decode_mem_eff": self.attn_decode_mem_eff}
+                  "layer_overhead_s": self.layer_overhead_s, "attn_decode_mem_eff": self.attn_decode_mem_eff,
+                  "comm_time_scale": self.comm_time_scale}
         sched_step = max(self.scheduler_pass_s, 1e-3)
         return {
             "base": (base_a, fe),
@@ -100,6 +109,7 @@ class BaseParams:
             "sched": (base_a, fe | {"scheduler_pass_s": self.scheduler_pass_s + sched_step}),
             "req": (base_a, fe | {"scheduler_per_request_s": self.scheduler_per_request_s + REQ_STEP_S}),
             "kv": (base_a | {"attn_decode_mem_eff": self.attn_decode_mem_eff / KV_STEP}, fe),
+            "comm": (base_a | {"comm_time_scale": self.comm_time_scale * COMM_STEP}, fe),
         }
 
     @classmethod
@@ -128,7 +138,8 @@ class BaseParams:
                              if k not in ("first_token_overhead_s", "stream_per_running_s")},
                    graph_layer_overhead_s=a.get("graph_layer_overhead_s", d.graph_layer_overhead_s),
                    layer_overhead_s=a.get("layer_overhead_s", d.layer_overhead_s),
-                   attn_decode_mem_eff=a.get("attn_decode_mem_eff", d.attn_decode_mem_eff))
+                   attn_decode_mem_eff=a.get("attn_decode_mem_eff", d.attn_decode_mem_eff),
+                   comm_time_scale=a.get("comm_time_scale", d.comm_time_scale))
 
     def describe(self) -> dict:
         return {"mem_eff": self.mem_eff, "gemm_eff_max": self.gemm_eff_max,
@@ -136,7 +147,8 @@ class BaseParams:
                 "graph_layer_overhead_s": self.graph_layer_overhead_s,
                 "layer_overhead_s": self.layer_overhead_s,
                 "scheduler_per_request_s": self.scheduler_per_request_s,
-                "attn_decode_mem_eff": self.attn_decode_mem_eff, "frontend": dict(self.frontend)}
+                "attn_decode_mem_eff": self.attn_decode_mem_eff, "comm_time_scale": self.comm_time_scale,
+                "frontend": dict(self.frontend)}
 
     def _mem_step(self) -> float:
         """The mem variant's time scale: faster by MEM_STEP, or slower by as much where a
@@ -146,7 +158,8 @@ class BaseParams:
     def knob_deltas(self) -> dict[str, float]:
         """How far each variant moved its knob, in the knob's own unit."""
         return {"mem": self._mem_step() - 1.0, "prefill": PREFILL_STEP - 1.0,
-                "sched": max(self.scheduler_pass_s, 1e-3), "req": REQ_STEP_S, "kv": KV_STEP - 1.0}
+                "sched": max(self.scheduler_pass_s, 1e-3), "req": REQ_STEP_S, "kv": KV_STEP - 1.0,
+                "comm": COMM_STEP - 1.0}
 
 
 #: The base the shipped calibration was measured around: the earlier quick shared fit
@@ -181,7 +194,8 @@ class PointSensitivity:
                    graph_layer_overhead_s: float | None = None,
                    scheduler_per_request_s: float | None = None,
                    stream_per_running_s: float = 0.0,
-                   attn_decode_mem_eff: float | None = None) -> tuple[float, float]:
+                   attn_decode_mem_eff: float | None = None,
+                   comm_time_scale: float | None = None) -> tuple[float, float]:
         """Surrogate (TTFT, TPOT) in ms at absolute parameter values (the prefill knob
         moves ``gemm_eff_max`` and ``attn_prefill_eff_max`` together; ``None`` keeps the
         base's value; the two stream latencies are absolute)."""
@@ -189,10 +203,11 @@ class PointSensitivity:
         layer = 0.0 if graph_layer_overhead_s is None else graph_layer_overhead_s - b.graph_layer_overhead_s
         req = 0.0 if scheduler_per_request_s is None else scheduler_per_request_s - b.scheduler_per_request_s
         kv = 1.0 if attn_decode_mem_eff is None else b.attn_decode_mem_eff / attn_decode_mem_eff
+        comm = 1.0 if comm_time_scale is None else comm_time_scale / b.comm_time_scale
         return self.predict(b.mem_eff / mem_eff, b.gemm_eff_max / gemm_eff_max,
                             scheduler_pass_s - b.scheduler_pass_s, stream_s,
                             layer_delta_s=layer, req_delta_s=req, stream_per_running_s=stream_per_running_s,
-                            kv=kv)
+                            kv=kv, comm=comm)
 
     def predict_resolved(self, analytic: dict, frontend: dict, default_base: BaseParams) -> tuple[float, float]:
         """Surrogate (TTFT, TPOT) in ms at the values a calibration resolves for this point
@@ -204,11 +219,12 @@ class PointSensitivity:
                                graph_layer_overhead_s=analytic.get("graph_layer_overhead_s"),
                                scheduler_per_request_s=frontend.get("scheduler_per_request_s"),
                                stream_per_running_s=frontend.get("stream_per_running_s", 0.0),
-                               attn_decode_mem_eff=analytic.get("attn_decode_mem_eff"))
+                               attn_decode_mem_eff=analytic.get("attn_decode_mem_eff"),
+                               comm_time_scale=analytic.get("comm_time_scale"))
 
     def predict(self, mem: float, prefill: float, sched_delta_s: float, stream_s: float, *,
                 layer_delta_s: float = 0.0, req_delta_s: float = 0.0,
-                stream_per_running_s: float = 0.0, kv: float = 1.0) -> tuple[float, float]:
+                stream_per_running_s: float = 0.0, kv: float = 1.0, comm: float = 1.0) -> tuple[float, float]:
         """Surrogate (TTFT, TPOT) in ms at knob values relative to the point's base.
 
         ``mem`` and ``prefill`` are time scales relative to the base (1 = base), ``sched_delta_s``
@@ -216,14 +232,23 @@ class PointSensitivity:
         ``layer_delta_s`` seconds added to every layer of every pass (``layers`` × that per pass),
         ``req_delta_s`` seconds added to the base ``scheduler_per_request_s``,
         ``stream_per_running_s`` seconds per request decoding at the first token, ``kv`` the
-        decode-attention KV-read time scale relative to the base.
+        decode-attention KV-read time scale relative to the base, ``comm`` the collectives' time
+        scale relative to the base.
         """
         d = {"mem": mem - 1.0, "prefill": prefill - 1.0, "sched": sched_delta_s + self.layers * layer_delta_s,
-             "req": req_delta_s, "kv": kv - 1.0}
+             "req": req_delta_s, "kv": kv - 1.0, "comm": comm - 1.0}
         stream_ms = (stream_s + stream_per_running_s * self.first_token_running) * 1e3
         ttft = self.ttft_base + sum(self.ttft_slope[k] * d[k] for k in KNOBS) + stream_ms
         tpot = self.tpot_base + sum(self.tpot_slope[k] * d[k] for k in KNOBS)
         return ttft, tpot
+
+
+def inert_knobs(point: Point) -> tuple[str, ...]:
+    """Knobs that cannot move this point's times: ``comm`` on a single-GPU worker (no
+    collectives).  Their slopes are 0 without a run."""
+    dep = (point.config or {}).get("deployment") or {}
+    gpus = int(dep.get("tp") or 1) * int(dep.get("attention_dp") or 1)
+    return ("comm",) if gpus == 1 else ()
 
 
 def _run_one(args: tuple[Point, dict[str, tuple[dict, dict]]]) -> tuple[str, dict[str, tuple[float, float, float]]]:
@@ -271,7 +296,8 @@ def measure_sensitivities(points: Sequence[Point], base: BaseParams | Callable[[
     (:meth:`BaseParams.for_point`, a second round around a previous fit).
     """
     bases = [base(p) if callable(base) else base for p in points]
-    results = _run_jobs([(p, b.variants()) for p, b in zip(points, bases)], processes, progress)
+    jobs = [(p, {k: v for k, v in b.variants().items() if k not in inert_knobs(p)}) for p, b in zip(points, bases)]
+    results = _run_jobs(jobs, processes, progress)
     out = []
     for p, b, (status, runs) in zip(points, bases, results):
         s = PointSensitivity(p, status, base=b, layers=model_layers(p))
@@ -279,8 +305,8 @@ def measure_sensitivities(points: Sequence[Point], base: BaseParams | Callable[[
         if status == "ok":
             b = runs["base"]
             s.ttft_base, s.tpot_base, s.first_token_running = b
-            s.ttft_slope = {k: (runs[k][0] - b[0]) / deltas[k] for k in KNOBS}
-            s.tpot_slope = {k: (runs[k][1] - b[1]) / deltas[k] for k in KNOBS}
+            s.ttft_slope = {k: (runs[k][0] - b[0]) / deltas[k] if k in runs else 0.0 for k in KNOBS}
+            s.tpot_slope = {k: (runs[k][1] - b[1]) / deltas[k] if k in runs else 0.0 for k in KNOBS}
         out.append(s)
     return out
 
@@ -290,10 +316,16 @@ def measure_missing_knobs(sens: Sequence[PointSensitivity], processes: int = 1,
     """Fill the slopes of knobs a table was written without (:attr:`PointSensitivity.missing_knobs`).
 
     Each such point runs at its own base and at the missing knobs' variants only, so a table
-    gains a knob for two runs per point instead of the six of a full re-measure.  The slopes
-    are differences against this fresh base run; the row's base values stay.  Returns how many
-    points were measured.
+    gains a knob for two runs per point instead of the seven of a full re-measure.  The slopes
+    are differences against this fresh base run; the row's base values stay.  Knobs inert at a
+    point (:func:`inert_knobs`) get slope 0 without a run.  Returns how many points were measured.
     """
+    for s in sens:
+        inert = set(inert_knobs(s.point)) & set(s.missing_knobs)
+        if s.status == "ok" and inert:
+            for k in inert:
+                s.ttft_slope[k] = s.tpot_slope[k] = 0.0
+            s.missing_knobs = tuple(k for k in s.missing_knobs if k not in inert)
     todo = [s for s in sens if s.status == "ok" and s.missing_knobs]
     jobs = []
     for s in todo:
@@ -316,14 +348,15 @@ FIELDS = ["id", "status", "group", "model", "weight_dtype", "measured_ttft_ms", 
           "ttft_base", "tpot_base"] + [f"ttft_d_{k}" for k in KNOBS] + [f"tpot_d_{k}" for k in KNOBS]
 #: The point's own base (optional columns: files from a single-base run may lack them).
 #: Base values added with later knobs: files written before them lack the columns (defaults apply).
-OPTIONAL_BASE = ("graph_layer_overhead_s", "layer_overhead_s", "scheduler_per_request_s", "attn_decode_mem_eff")
+OPTIONAL_BASE = ("graph_layer_overhead_s", "layer_overhead_s", "scheduler_per_request_s", "attn_decode_mem_eff",
+                 "comm_time_scale")
 BASE_FIELDS = ["base_mem_eff", "base_gemm_eff_max", "base_attn_prefill_eff_max", "base_scheduler_pass_s",
                *(f"base_{n}" for n in OPTIONAL_BASE)]
 
 
 #: Knobs added after tables were shipped: a file without their columns is completed by
 #: :func:`measure_missing_knobs` rather than refused.
-LATE_KNOBS = ("kv",)
+LATE_KNOBS = ("kv", "comm")
 
 #: Digest of the point's servesim config at measuring time (files written before it lack the column).
 CONFIG_FIELD = "config_sha"
