@@ -13,6 +13,8 @@ from servesim.validate.points import Point
 from servesim.validate.sensitivity import (DEFAULT_BASE, KNOBS, BaseParams, PointSensitivity,
                                            read_sensitivities, write_sensitivities)
 
+from sens_tables import drop_columns
+
 
 def _rel(mem_scale: float, prefill_scale: float, sched_s: float, stream_s: float,
          layer_s: float = DEFAULT_BASE.graph_layer_overhead_s, req_s: float = 0.0,
@@ -372,11 +374,7 @@ def test_a_table_without_the_kv_knob_is_completed_not_refused(tmp_path, monkeypa
     sens = _synthetic({"h200_sxm/vllm/org/A": _rel(1.0, 1.0, 0.003, 0.02)}, n_per_group=6, own_bases=True)
     path = tmp_path / "old.csv"
     write_sensitivities(sens, path)
-    lines = path.read_text().splitlines()
-    header = lines[0].split(",")
-    drop = [header.index("ttft_d_kv"), header.index("tpot_d_kv")]
-    path.write_text("\n".join(",".join(v for i, v in enumerate(line.split(",")) if i not in drop)
-                              for line in lines) + "\n")
+    drop_columns(path, ("ttft_d_kv", "tpot_d_kv"))
     points = [s.point for s in sens]
     old = read_sensitivities(path, points[:4])  # the "fit split": four of the six rows
     assert all(s.missing_knobs == ("kv",) for s in old)
@@ -416,11 +414,7 @@ def test_the_comm_knob_runs_only_where_there_are_collectives(tmp_path, monkeypat
         s.point.config = {"deployment": dep}
     path = tmp_path / "old.csv"
     write_sensitivities(sens, path)
-    lines = path.read_text().splitlines()
-    header = lines[0].split(",")
-    drop = [header.index("ttft_d_comm"), header.index("tpot_d_comm"), header.index("base_comm_time_scale")]
-    path.write_text("\n".join(",".join(v for i, v in enumerate(line.split(",")) if i not in drop)
-                              for line in lines) + "\n")
+    drop_columns(path, ("ttft_d_comm", "tpot_d_comm", "base_comm_time_scale"))
     old = read_sensitivities(path, [s.point for s in sens])
     assert all(s.missing_knobs == ("comm",) for s in old)
     assert all(s.base.comm_time_scale == 1.0 for s in old)  # the model's value before the knob existed

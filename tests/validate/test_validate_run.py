@@ -15,6 +15,8 @@ from servesim.validate.run import COLUMNS
 from servesim.validate.simulate import simulate_point
 from tests.validate.test_validate_points import BASE, row
 
+from sens_tables import drop_columns
+
 SMALL = dict(model="meta-llama/Llama-3.1-8B-Instruct", system="h100_sxm", precision="", gpus=1, attention_tp=1,
              moe_tp=1, moe_ep=1, concurrency=8, isl=512, osl=32, num_prompts=32)
 
@@ -281,11 +283,7 @@ def test_cli_calibrate_completes_a_table_written_before_the_kv_knob(tmp_path, ca
     table, first, second = tmp_path / "s.csv", tmp_path / "a.yaml", tmp_path / "b.yaml"
     common = ["calibrate", "--points", str(pts), "--sensitivities", str(table), "--min-group-points", "1"]
     assert main(common + ["--out", str(first), "--quiet"]) == 0
-    whole = table.read_text().splitlines()
-    header = whole[0].split(",")
-    drop = {header.index("ttft_d_kv"), header.index("tpot_d_kv")}
-    table.write_text("\n".join(",".join(v for i, v in enumerate(line.split(",")) if i not in drop)
-                               for line in whole) + "\n")
+    whole = drop_columns(table, ("ttft_d_kv", "tpot_d_kv"))
     assert main(common + ["--out", str(second)]) == 0
     assert "no slopes for the kv knob" in capsys.readouterr().err
     # the same runs, so the same slopes up to float rounding (a run's sums may be ordered differently)
