@@ -111,8 +111,10 @@ def test_surrogate_is_linear_in_the_knobs():
 def test_layer_knob_is_the_sched_slope_times_the_layers():
     """Δ seconds on every layer adds layers × Δ to every pass: the sched knob's response."""
     s = PointSensitivity(_point(0, "h200_sxm", "vllm", "m"), "ok", ttft_base=100.0, tpot_base=10.0,
-                         ttft_slope={"mem": 10.0, "prefill": 50.0, "sched": 1000.0, "req": 0.0, "kv": 0.0, "comm": 0.0},
-                         tpot_slope={"mem": 6.0, "prefill": 1.0, "sched": 900.0, "req": 0.0, "kv": 0.0, "comm": 0.0}, layers=80)
+                         ttft_slope={"mem": 10.0, "prefill": 50.0, "sched": 1000.0, "req": 0.0, "kv": 0.0,
+                                     "comm": 0.0},
+                         tpot_slope={"mem": 6.0, "prefill": 1.0, "sched": 900.0, "req": 0.0, "kv": 0.0, "comm": 0.0},
+                         layers=80)
     ttft, tpot = s.predict(1.0, 1.0, 0.0, 0.0, layer_delta_s=50e-6)
     assert math.isclose(ttft, 100 + 1000 * 80 * 50e-6) and math.isclose(tpot, 10 + 900 * 80 * 50e-6)
     # the same seconds per pass through the scheduler knob give the same answer
@@ -130,7 +132,8 @@ def test_model_groups_separate_weight_traffic_from_the_per_layer_floor():
         p = _point(i, "b200_sxm", "vllm", "org/Dense")
         s = PointSensitivity(p, "ok", ttft_base=float(rng.uniform(80, 400)), tpot_base=16.0 / tp + 0.5,
                              layers=LAYERS.get("org/Dense", 40))
-        s.ttft_slope = {"mem": 2.0, "prefill": float(rng.uniform(50, 200)), "sched": 2e3, "req": 0.0, "kv": 0.0, "comm": 0.0}
+        s.ttft_slope = {"mem": 2.0, "prefill": float(rng.uniform(50, 200)), "sched": 2e3, "req": 0.0, "kv": 0.0,
+                        "comm": 0.0}
         s.tpot_slope = {"mem": 16.0 / tp, "prefill": 0.1, "sched": 1e3, "req": 0.0, "kv": 0.0, "comm": 0.0}
         ttft, tpot = s.predict_at(truth.mem_eff, truth.gemm_eff_max, truth.sched_s, truth.stream_s, DEFAULT_BASE,
                                   graph_layer_overhead_s=truth.layer_s)

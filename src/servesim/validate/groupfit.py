@@ -96,8 +96,9 @@ LOSS_SCALE = 0.1
 @dataclass
 class GroupParams:
     """One group's values: log time scales of the memory, prefill and KV-read work
-    (log 1/efficiency) and of the collectives, and five additive times.  Absolute, so points measured around different
-    bases (a second round, :meth:`BaseParams.for_point`) share one parameter space."""
+    (log 1/efficiency) and of the collectives, and five additive times.  Absolute, so points
+    measured around different bases (a second round, :meth:`BaseParams.for_point`) share one
+    parameter space."""
 
     log_inv_mem: float  # log(1 / mem_eff)
     log_inv_gemm: float  # log(1 / gemm_eff_max); attn_prefill_eff_max keeps its ratio to it

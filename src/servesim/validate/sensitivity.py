@@ -21,7 +21,7 @@ TPOT respond.  Each knob scales one group of costs:
 - ``comm``: ``comm_time_scale`` — every collective (tensor-parallel all-reduce, expert-parallel
   all-to-all).  Their time grows with the pass's tokens and only exists on multi-GPU workers:
   without it, a model group's tp 1 and tp 8 rows share every time scale and the tp 8 rows' extra
-  cost per token (an 8k prefill's all-reduces move ~100 MB per layer) has no parameter of its own.
+  cost per token (each all-reduce of an 8k prefill moves ~100 MB) has no parameter of its own.
   A single-GPU point's slope is exactly 0 and costs no run;
 - ``layer`` (derived, not simulated): ``graph_layer_overhead_s`` and ``layer_overhead_s``
   together — the fixed GPU time of each layer of every pass (small kernels do not run faster
@@ -419,8 +419,8 @@ def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointS
     Points absent from the file get status ``error: not in <file>``.  A row whose point is now
     simulated with another config than the one it was measured with (its ``config_sha``) is
     stale: that is an error naming the points to re-measure, not a silent fit to old slopes.
-    A file written before the ``kv`` knob reads with that knob in each point's
-    ``missing_knobs`` (:func:`measure_missing_knobs` completes it).
+    A file written before a late knob (:data:`LATE_KNOBS`: ``kv``, ``comm``) reads with that knob
+    in each point's ``missing_knobs`` (:func:`measure_missing_knobs` completes it).
     """
     from servesim.errors import ConfigError
 
