@@ -435,3 +435,17 @@ def test_the_comm_knob_runs_only_where_there_are_collectives(tmp_path, monkeypat
     assert runs == {sens[1].point.id: ["base", "comm"], sens[2].point.id: ["base", "comm"]}
     assert [s.tpot_slope["comm"] for s in old] == pytest.approx([0.0, 2.0, 2.0, 0.0])
     assert all(s.missing_knobs == () for s in old)
+
+
+def test_the_cli_and_the_fit_share_one_group_minimum():
+    """`servesim calibrate` and fit_hierarchy's callers (benchmarks/calibration_cv.py scores the
+    shipped procedure with the defaults) need groups of the same size: the benchmark once used 5
+    points where the shipped files used 8."""
+    import inspect
+
+    from servesim.cli import build_parser
+    from servesim.perf.calibration import MIN_GROUP_POINTS
+
+    args = build_parser().parse_args(["calibrate", "--points", "x.csv"])
+    assert args.min_group_points == MIN_GROUP_POINTS
+    assert inspect.signature(fit_hierarchy).parameters["min_group_points"].default == MIN_GROUP_POINTS

@@ -42,6 +42,11 @@ from servesim import yaml_io
 from servesim.errors import ConfigError
 from servesim.models.arch import resolve_name
 
+#: Points a GPU/engine group needs to get values of its own when a calibration is fitted
+#: (``servesim calibrate --min-group-points``): the shipped files were fitted with it, and
+#: benchmarks/calibration_cv.py scores the same procedure.
+MIN_GROUP_POINTS = 8
+
 DEFAULT_CALIBRATION = Path(__file__).parent / "calibrations" / "default.yaml"
 
 

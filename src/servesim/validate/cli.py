@@ -7,6 +7,7 @@ import sys
 import time
 
 from servesim.errors import ConfigError
+from servesim.perf.calibration import MIN_GROUP_POINTS
 
 
 def add_subcommands(sub) -> None:
@@ -45,8 +46,8 @@ def add_subcommands(sub) -> None:
                    help="sensitivity method: model groups need this many points (default 3)")
     c.add_argument("--split", choices=("fit", "holdout"),
                    help="only the fit (~60%%, by id hash) or held-out (~40%%) rows of the file")
-    c.add_argument("--min-group-points", type=int, default=8,
-                   help="groups with fewer supported points use the shared fit (default 8)")
+    c.add_argument("--min-group-points", type=int, default=MIN_GROUP_POINTS,
+                   help=f"groups with fewer supported points use the shared fit (default {MIN_GROUP_POINTS})")
     c.add_argument("--sample", type=int, help="direct method: points per fit (default 24)")
     c.add_argument("--shared-sample", type=int, help="direct method: points of the shared fit (default: --sample)")
     c.add_argument("--group-params",

@@ -45,7 +45,7 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy.optimize import least_squares
 
-from servesim.perf.calibration import Calibration, precision_key
+from servesim.perf.calibration import MIN_GROUP_POINTS, Calibration, precision_key
 from servesim.validate.sensitivity import BaseParams, PointSensitivity
 
 #: Physical bounds of the fitted parameters.
@@ -64,7 +64,7 @@ COMM_SCALE_BOUNDS = (0.5, 4.0)
 #: time, seconds of stream latency, seconds per layer, seconds per request and pass, seconds of
 #: stream latency per running request, log time scale of the KV reads, log time scale of the
 #: collectives.  The last is nearly free (4): split half on the fit rows (surrogate) scored TPOT
-#: 12.2% / 11.8% / 11.7% / 11.5% at widths 0.2 / 1 / 2 / 4 (12.0% with the scale held at 1);
+#: 12.3% / 11.9% / 11.7% / 11.6% at widths 0.2 / 1 / 2 / 4 (12.1% with the scale held at 1);
 #: groups differ in it far more than in the other scales (docs/validation.md).
 PRIOR_SIGMA = np.array([0.5, 0.5, 3e-3, 0.3, 40e-6, 30e-6, 1e-3, 0.5, 4.0])
 #: GPU/engine groups hold tens of points and differ much from the shared fit: a weaker prior.
@@ -216,7 +216,7 @@ def model_key(s: PointSensitivity) -> str:
     return f"{p.group}/{p.model}@{precision_key(p.precision)}"
 
 
-def fit_hierarchy(sens: Sequence[PointSensitivity], base: BaseParams, min_group_points: int = 5,
+def fit_hierarchy(sens: Sequence[PointSensitivity], base: BaseParams, min_group_points: int = MIN_GROUP_POINTS,
                   min_model_points: int = 3, say: Callable[[str], None] = lambda m: None,
                   prior_scale: float = DEFAULT_PRIOR_SCALE, objective: str = "relative",
                   fallback_prior_weight: float = GPU_ENGINE_FALLBACK_PRIOR_WEIGHT) -> Calibration:
