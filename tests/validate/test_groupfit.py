@@ -106,6 +106,13 @@ def test_surrogate_is_linear_in_the_knobs():
     assert math.isclose(ttft, 100 + 0.8) and math.isclose(tpot, 10 + 1.0)
     ttft, tpot = s.predict(1.0, 1.0, 0.0, 0.0, comm=2.0)
     assert math.isclose(ttft, 100 + 30) and math.isclose(tpot, 10 + 2)
+    # absolute values (a calibration's) map to the same relative scale
+    b = DEFAULT_BASE
+    at = s.predict_at(b.mem_eff, b.gemm_eff_max, b.scheduler_pass_s, 0.0, b, comm_time_scale=2 * b.comm_time_scale)
+    assert at == pytest.approx((ttft, tpot))
+    resolved = s.predict_resolved({"comm_time_scale": 2 * b.comm_time_scale},
+                                  {"scheduler_pass_s": b.scheduler_pass_s}, b)
+    assert resolved == pytest.approx((ttft, tpot))
 
 
 def test_layer_knob_is_the_sched_slope_times_the_layers():
