@@ -28,7 +28,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from servesim.perf.calibration import Calibration
 from servesim.validate.groupfit import fit_hierarchy, model_key
 from servesim.validate.points import load_points
 from servesim.validate.sensitivity import DEFAULT_BASE, PointSensitivity, read_sensitivities
@@ -70,7 +69,7 @@ def leave_models_out(sens: Sequence[PointSensitivity], fallback_weights: Sequenc
         (t, p), (ht, hp) = weighted_mape(unseen), weighted_mape(half)
         print(f"{weight:14.1f}  {t:6.1%} / {p:5.1%}              {ht:6.1%} / {hp:5.1%}")
     shared_only = [(len(pts), *surrogate_mape(
-        Calibration(shared=fit_hierarchy([s for s in sens if model_key(s) != key], DEFAULT_BASE).shared), pts))
+        fit_hierarchy([s for s in sens if model_key(s) != key], DEFAULT_BASE, groups=False), pts))
         for key, pts in left.items()]
     t, p = weighted_mape(shared_only)
     print(f"{'shared only':14s}  {t:6.1%} / {p:5.1%}")

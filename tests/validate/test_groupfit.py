@@ -456,3 +456,13 @@ def test_the_cli_and_the_fit_share_one_group_minimum():
     args = build_parser().parse_args(["calibrate", "--points", "x.csv"])
     assert args.min_group_points == MIN_GROUP_POINTS
     assert inspect.signature(fit_hierarchy).parameters["min_group_points"].default == MIN_GROUP_POINTS
+
+
+def test_shared_values_alone_equal_the_full_fits():
+    """groups=False (benchmarks/calibration_cv.py's 'shared only' score) stops after the shared
+    fit, which the group fits never change."""
+    sens = _synthetic({"h200_sxm/vllm/org/A": _rel(1.3, 1.0, 0.001, 0.05)}, n_per_group=12)
+    full = fit_hierarchy(sens, DEFAULT_BASE, min_group_points=5)
+    shared = fit_hierarchy(sens, DEFAULT_BASE, min_group_points=5, groups=False)
+    assert full.groups and not shared.groups
+    assert shared.shared == full.shared

@@ -219,14 +219,16 @@ def model_key(s: PointSensitivity) -> str:
 def fit_hierarchy(sens: Sequence[PointSensitivity], base: BaseParams, min_group_points: int = MIN_GROUP_POINTS,
                   min_model_points: int = 3, say: Callable[[str], None] = lambda m: None,
                   prior_scale: float = DEFAULT_PRIOR_SCALE, objective: str = "relative",
-                  fallback_prior_weight: float = GPU_ENGINE_FALLBACK_PRIOR_WEIGHT) -> Calibration:
+                  fallback_prior_weight: float = GPU_ENGINE_FALLBACK_PRIOR_WEIGHT,
+                  groups: bool = True) -> Calibration:
     """Fit shared, then ``<gpu>/<engine>``, then model groups; write a :class:`Calibration`.
 
     ``prior_scale`` scales the pull of every group toward its parent (0: independent fits);
     ``objective``: the residual, ``relative`` or ``log`` (:func:`_residuals`).  Each GPU/engine
     group is fitted twice: weakly held, as the model groups' parent, and held
     ``fallback_prior_weight`` × ``prior_scale`` toward the shared values, as what the file
-    stores for models without a group (:data:`GPU_ENGINE_FALLBACK_PRIOR_WEIGHT`).
+    stores for models without a group (:data:`GPU_ENGINE_FALLBACK_PRIOR_WEIGHT`).  ``groups=False``
+    stops after the shared values (what a model on an unknown GPU or engine gets).
     """
     ok = [s for s in sens if s.status == "ok" and math.isfinite(s.tpot_base) and math.isfinite(s.ttft_base)]
     lacking = [s.point.id for s in ok if s.missing_knobs]
@@ -240,6 +242,8 @@ def fit_hierarchy(sens: Sequence[PointSensitivity], base: BaseParams, min_group_
     cal = Calibration(shared={"analytic": a, "frontend": dict(base.frontend) | f})
     cal.meta["fit"] = {"method": "sensitivity", "objective": objective, "prior_scale": prior_scale,
                        "points": len(ok), "shared_rms_error": round(rms, 4), "group_rms_error": {}}
+    if not groups:
+        return cal
     by_group: dict[str, list[PointSensitivity]] = defaultdict(list)
     for s in ok:
         by_group[s.point.group].append(s)
