@@ -251,6 +251,22 @@ def inert_knobs(point: Point) -> tuple[str, ...]:
     return ("comm",) if gpus == 1 else ()
 
 
+def _runs_for(point: Point, base: BaseParams, knobs: Sequence[str]) -> dict[str, tuple[dict, dict]]:
+    """The variants a point needs for ``knobs``: its base and each knob that can move it."""
+    variants = base.variants()
+    inert = inert_knobs(point)
+    return {k: variants[k] for k in ("base", *knobs) if k not in inert}
+
+
+def _slopes(runs: dict[str, tuple[float, float, float]], deltas: dict[str, float],
+            knobs: Sequence[str]) -> tuple[dict[str, float], dict[str, float]]:
+    """(TTFT, TPOT) slopes of ``knobs`` against the base run; a knob not run (inert) has slope 0."""
+    b = runs.get("base")
+    ttft = {k: (runs[k][0] - b[0]) / deltas[k] if k in runs else 0.0 for k in knobs}
+    tpot = {k: (runs[k][1] - b[1]) / deltas[k] if k in runs else 0.0 for k in knobs}
+    return ttft, tpot
+
+
 def _run_one(args: tuple[Point, dict[str, tuple[dict, dict]]]) -> tuple[str, dict[str, tuple[float, float, float]]]:
     point, variants = args
     check_point(point)
@@ -296,17 +312,13 @@ def measure_sensitivities(points: Sequence[Point], base: BaseParams | Callable[[
     (:meth:`BaseParams.for_point`, a second round around a previous fit).
     """
     bases = [base(p) if callable(base) else base for p in points]
-    jobs = [(p, {k: v for k, v in b.variants().items() if k not in inert_knobs(p)}) for p, b in zip(points, bases)]
-    results = _run_jobs(jobs, processes, progress)
+    results = _run_jobs([(p, _runs_for(p, b, KNOBS)) for p, b in zip(points, bases)], processes, progress)
     out = []
     for p, b, (status, runs) in zip(points, bases, results):
         s = PointSensitivity(p, status, base=b, layers=model_layers(p))
-        deltas = b.knob_deltas()
         if status == "ok":
-            b = runs["base"]
-            s.ttft_base, s.tpot_base, s.first_token_running = b
-            s.ttft_slope = {k: (runs[k][0] - b[0]) / deltas[k] if k in runs else 0.0 for k in KNOBS}
-            s.tpot_slope = {k: (runs[k][1] - b[1]) / deltas[k] if k in runs else 0.0 for k in KNOBS}
+            s.ttft_base, s.tpot_base, s.first_token_running = runs["base"]
+            s.ttft_slope, s.tpot_slope = _slopes(runs, b.knob_deltas(), KNOBS)
         out.append(s)
     return out
 
@@ -320,28 +332,30 @@ def measure_missing_knobs(sens: Sequence[PointSensitivity], processes: int = 1,
     are differences against this fresh base run; the row's base values stay.  Knobs inert at a
     point (:func:`inert_knobs`) get slope 0 without a run.  Returns how many points were measured.
     """
+    todo, jobs = [], []
     for s in sens:
-        inert = set(inert_knobs(s.point)) & set(s.missing_knobs)
-        if s.status == "ok" and inert:
-            for k in inert:
-                s.ttft_slope[k] = s.tpot_slope[k] = 0.0
-            s.missing_knobs = tuple(k for k in s.missing_knobs if k not in inert)
-    todo = [s for s in sens if s.status == "ok" and s.missing_knobs]
-    jobs = []
-    for s in todo:
-        variants = (s.base or DEFAULT_BASE).variants()
-        jobs.append((s.point, {k: variants[k] for k in ("base", *s.missing_knobs)}))
+        if s.status != "ok" or not s.missing_knobs:
+            continue
+        variants = _runs_for(s.point, s.base or DEFAULT_BASE, s.missing_knobs)
+        if len(variants) == 1:  # only inert knobs missing: their slopes are 0, no run needed
+            _fill_missing(s, {})
+        else:
+            todo.append(s)
+            jobs.append((s.point, variants))
     for s, (status, runs) in zip(todo, _run_jobs(jobs, processes, progress)):
         if status != "ok":
             s.status = status
             continue
-        deltas = (s.base or DEFAULT_BASE).knob_deltas()
-        b = runs["base"]
-        for k in s.missing_knobs:
-            s.ttft_slope[k] = (runs[k][0] - b[0]) / deltas[k]
-            s.tpot_slope[k] = (runs[k][1] - b[1]) / deltas[k]
-        s.missing_knobs = ()
+        _fill_missing(s, runs)
     return len(todo)
+
+
+def _fill_missing(s: PointSensitivity, runs: dict[str, tuple[float, float, float]]) -> None:
+    """Add the slopes of the point's missing knobs from ``runs`` (``{}`` when none ran; inert ones at 0)."""
+    ttft, tpot = _slopes(runs, (s.base or DEFAULT_BASE).knob_deltas(), s.missing_knobs)
+    s.ttft_slope.update(ttft)
+    s.tpot_slope.update(tpot)
+    s.missing_knobs = ()
 
 
 FIELDS = ["id", "status", "group", "model", "weight_dtype", "measured_ttft_ms", "measured_tpot_ms",
