@@ -3,18 +3,40 @@ hand under a random workload (property tests)."""
 
 from __future__ import annotations
 
+import os
 import random
-from typing import Callable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from servesim.cluster.routers import RoundRobinRouter
 from servesim.cluster.worker import Worker
 from servesim.engines.base import Engine
+from servesim.kvcache.lru_pool import PURE_PYTHON_ENV, compiled_core_available
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.simple import FixedStepTime
 from servesim.sim.simulation import Simulation
 from servesim.workload.request import Request
+
+
+@contextmanager
+def python_block_pools() -> Iterator[None]:
+    """Engines built inside this block get the pure-Python block pool (the compiled pool's reference)."""
+    old = os.environ.get(PURE_PYTHON_ENV)
+    os.environ[PURE_PYTHON_ENV] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[PURE_PYTHON_ENV]
+        else:
+            os.environ[PURE_PYTHON_ENV] = old
+
+
+def pool_kinds() -> tuple[bool, ...]:
+    """``python`` flags to build engines with: the Python pool, and the compiled one when built."""
+    return (True, False) if compiled_core_available() else (True,)
 
 
 class RecordingStepTime(FixedStepTime):

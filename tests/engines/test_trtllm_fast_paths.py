@@ -27,7 +27,7 @@ from servesim.engines.speculative import SpecDecoder, SpeculativeConfig
 from servesim.engines.trtllm import TRTLLMEngine
 from servesim.engines.trtllm_options import TRTLLMOptions
 from servesim.metrics.recorder import RequestRecorder
-from simharness import drive_lockstep, random_block_workload
+from simharness import drive_lockstep, pool_kinds, python_block_pools, random_block_workload
 
 
 class WalkingEngine(TRTLLMEngine):
@@ -88,7 +88,7 @@ def engine_state(eng: TRTLLMEngine) -> tuple:
     reqs = [(tr.req.index, tr.computed, tr.generated, tr.context, tr.ctx_len, list(tr.blocks), tr.n_cached)
             for tr in eng.active]
     pool = eng.pool
-    return (reqs, list(pool._free), dict(pool._hash_to_block), list(pool.refs), list(pool.hashes),
+    return (reqs, pool.free_order(), sorted(pool.cached_map().items()), list(pool.refs), list(pool.hashes),
             eng.retractions, eng.batch_wait_count)
 
 
@@ -104,13 +104,20 @@ def drive(opt: TRTLLMOptions, kv: int, reqs, rng: random.Random, drafts: int = 0
     ``drafts`` > 0: speculative generation steps (each costs ``1 + drafts`` tokens, so the
     token budget, not the batch size, can stop the leading generation steps)."""
     engines = []
-    for cls in (WalkingEngine, TRTLLMEngine):
+    variants = [(WalkingEngine, True)] + [(TRTLLMEngine, python) for python in pool_kinds()]
+    for cls, python in variants:
         rec = RequestRecorder()
-        eng = cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
+        if python:
+            with python_block_pools():
+                eng = cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
+        else:
+            eng = cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
         if drafts:
             eng.spec = SpecDecoder(SpeculativeConfig(method="mtp", draft_tokens=drafts, acceptance_rate=0.6), 1, 0)
         engines.append((eng, rec))
-    assert not engines[0][0].pool.lru_fast_path and engines[1][0].pool.lru_fast_path == (opt.eviction_policy == "lru")
+    lru = opt.eviction_policy == "lru"
+    assert not engines[0][0].pool.lru_fast_path and all(e.pool.lru_fast_path == lru for e, _ in engines[1:])
+    assert [e.pool.compiled for e, _ in engines] == [False] + [lru and not p for _, p in variants[1:]]
     _passes, stretches = drive_lockstep(engines, reqs, rng, plan_state, engine_state)
     return stretches
 

@@ -5,12 +5,14 @@ Two shortcuts must change nothing:
 * the leading plain decodes scheduled as arrays (``VLLMEngine._fast_decodes``, fed by
   ``_next_prefix`` at each commit) instead of one iteration of the running loop each;
 * the LRU block-event replay (``VLLMEngine._replay_lru``: one pass's boundary requests and
-  decode stretches, walked by ``decode_event_buckets``) instead of ``_allocate`` per event.
+  decode stretches, walked by ``decode_event_buckets``; on the compiled pool,
+  ``LRUCore.replay_decode``) instead of ``_allocate`` per event.
 
 The reference engine turns both off (no prefix is ever recorded; a KV event sink forces the
-general block-pool paths); engines with either or both shortcuts on must produce the same
-plans, request states and pool states after every pass of random workloads, with random
-stretch lengths.
+general block-pool paths) and runs on the pure-Python pool; engines with either or both
+shortcuts on, on the Python pool and on the compiled one, must produce the same plans,
+request states and pool states after every pass of random workloads, with random stretch
+lengths.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from servesim.engines.blocks import decode_event_buckets
 from servesim.engines.vllm import VLLMEngine
 from servesim.engines.vllm_options import VLLMOptions
 from servesim.metrics.recorder import RequestRecorder
-from simharness import drive_lockstep, random_block_workload
+from simharness import drive_lockstep, pool_kinds, python_block_pools, random_block_workload
 
 
 class GeneralPathEngine(VLLMEngine):
@@ -55,8 +57,8 @@ def engine_state(eng: VLLMEngine) -> tuple:
             for vr in eng.running]
     waiting = [(vr.req.index, vr.computed) for vr in eng.waiting]
     pool = eng.pool
-    return (reqs, waiting, list(pool._free), dict(pool._hash_to_block), list(pool.refs), list(pool.hashes),
-            pool._seq, eng.retractions)
+    return (reqs, waiting, pool.free_order(), sorted(pool.cached_map().items()), list(pool.refs), list(pool.hashes),
+            eng.retractions)
 
 
 def plan_state(plan) -> tuple:
@@ -65,14 +67,22 @@ def plan_state(plan) -> tuple:
 
 
 def make_engines(opt: VLLMOptions, kv: int) -> list[tuple[VLLMEngine, RequestRecorder]]:
-    """Reference (both shortcuts off), then each shortcut alone, then both: with the decode
-    prefix tracked from one request on, and with the engine's own minimum."""
+    """Reference (both shortcuts off, Python pool), then each shortcut alone, then both: with
+    the decode prefix tracked from one request on, and with the engine's own minimum; all but
+    the reference on the Python pool and on the compiled one."""
     out = []
-    variants = ((GeneralPathEngine, True, None), (VLLMEngine, True, 1), (GeneralPathEngine, False, None),
-                (VLLMEngine, False, 1), (VLLMEngine, False, None))
-    for cls, sink, fast_min in variants:
+    variants = [(GeneralPathEngine, True, None, True)]
+    for python in pool_kinds():
+        variants += [(VLLMEngine, True, 1, python), (GeneralPathEngine, False, None, python),
+                     (VLLMEngine, False, 1, python), (VLLMEngine, False, None, python)]
+    for cls, sink, fast_min, python in variants:
         rec = RequestRecorder()
-        eng = cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
+        if python:
+            with python_block_pools():
+                eng = cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
+        else:
+            eng = cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
+        assert eng.pool.compiled is not python
         if sink:
             eng.pool.on_event = lambda event: None  # forces the block pool's general paths
         if fast_min is not None:

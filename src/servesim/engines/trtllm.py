@@ -67,9 +67,9 @@ from servesim.engines.host import host_link
 from servesim.engines.trtllm_options import TRTLLMOptions
 from servesim.engines.vllm import extend_block_hashes
 from servesim.errors import ConfigError
-from servesim.kvcache.block_pool import BlockPool
 from servesim.kvcache.hashing import block_content_ids
 from servesim.kvcache.host_tier import HostTier
+from servesim.kvcache.lru_pool import new_block_pool
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.plan import PassPlan
 from servesim.workload.request import Request, sequence_units
@@ -143,8 +143,8 @@ class TRTLLMEngine(Engine):
         self.num_blocks = max(limits.kv_capacity_tokens // bs, 0)
         self.capacity = self.num_blocks * bs
         self.reuse = options.enable_block_reuse
-        self.pool = BlockPool(self.num_blocks, bs, policy=options.eviction_policy, oracle=oracle,
-                              enable_caching=self.reuse)
+        self.pool = new_block_pool(self.num_blocks, bs, policy=options.eviction_policy, oracle=oracle,
+                                   enable_caching=self.reuse)
         self._belady = options.eviction_policy == "belady"
         self.max_batch = options.max_batch_size
         self.max_tokens = options.max_num_tokens

@@ -46,9 +46,9 @@ from servesim.engines.blocks import decode_event_buckets, stretch_block_events, 
 from servesim.engines.host import host_link
 from servesim.engines.vllm_options import VLLMOptions, resolve_vllm_options
 from servesim.errors import ConfigError
-from servesim.kvcache.block_pool import BlockPool
 from servesim.kvcache.hashing import ROOT_HASH, block_content_ids, chain_block_hashes, unit_chain
 from servesim.kvcache.host_tier import HostTier
+from servesim.kvcache.lru_pool import new_block_pool
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.plan import PassPlan
 from servesim.workload.request import Request, sequence_units
@@ -189,8 +189,8 @@ class VLLMEngine(Engine):
         self.bs = bs = opt.block_size
         self.num_blocks = max(limits.kv_capacity_tokens // bs - 1, 0)
         self.capacity = self.num_blocks * bs
-        self.pool = BlockPool(self.num_blocks, bs, policy=opt.eviction_policy, oracle=oracle,
-                              enable_caching=opt.enable_prefix_caching)
+        self.pool = new_block_pool(self.num_blocks, bs, policy=opt.eviction_policy, oracle=oracle,
+                                   enable_caching=opt.enable_prefix_caching)
         self._belady = opt.eviction_policy == "belady"
         self.budget = int(opt.max_num_batched_tokens)
         self.max_seqs = int(opt.max_num_seqs)
@@ -331,12 +331,7 @@ class VLLMEngine(Engine):
         """
         pool = self.pool
         hashes = vr.hashes[:hit]
-        free_hits = 0
-        if hit:
-            table, refs = pool._hash_to_block, pool.refs
-            for h in hashes:
-                if refs[table[h]] == 0:
-                    free_hits += 1
+        free_hits = pool.count_free_hits(hashes) if hit else 0
         start = (hit + host_hit) * self.bs
         need = -(-(start + n) // self.bs) - hit
         if need + free_hits > pool.num_free_blocks:
@@ -514,8 +509,8 @@ class VLLMEngine(Engine):
         reqs = pre.reqs
         if due.size:
             hit = [reqs[j] for j in due.tolist()]
-            if pool._lru and pool.on_event is None:  # the stretch replay, for one pass
-                self._replay_lru(hit, pre.computed[due].tolist(), 0, 1)
+            if self._bulk_replay():  # the stretch replay, for one pass
+                self._replay(hit, pre.computed[due].tolist(), 0, 1)
             else:
                 for vr in hit:
                     ok = self._allocate(vr, 1)
@@ -645,8 +640,8 @@ class VLLMEngine(Engine):
         # pass s-1) it allocates a block when that position opens one, and registers a
         # block when the position fills one.
         pool = self.pool
-        if pool._lru and pool.on_event is None:
-            self._replay_lru(reqs, c0, 1, k)
+        if self._bulk_replay():
+            self._replay(reqs, c0, 1, k)
         else:
             self._replay_stretch(reqs, c0, stretch_block_events(c0, k, self.bs, self.caching), ends)
         pool.now = float(ends[-1])
@@ -682,6 +677,18 @@ class VLLMEngine(Engine):
             vr.computed = c
             vr.generated = g
             vr.num_tokens = vr.req.input_length + g
+
+    def _bulk_replay(self) -> bool:
+        """Whether decode block events can be replayed in bulk (LRU, no KV event sink)."""
+        pool = self.pool
+        return pool.on_event is None and (pool.compiled or pool._lru)
+
+    def _replay(self, reqs: list[VReq], c0: list[int], first: int, k: int) -> None:
+        """Decode block events of passes ``first..k-1`` in bulk: on the compiled pool, or in Python."""
+        if self.pool.compiled:
+            self.pool.replay_decode(reqs, c0, first, k, self.caching, self._hashes)
+        else:
+            self._replay_lru(reqs, c0, first, k)
 
     def _replay_lru(self, reqs: list[VReq], c0: list[int], first: int, k: int) -> None:
         """The block events of decode passes ``first..k-1`` under LRU without KV event sinks, in order.

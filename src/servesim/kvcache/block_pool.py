@@ -325,7 +325,12 @@ class BlockPool:
     """Fixed pool of ``num_blocks`` blocks with a prefix cache keyed by block hash.
 
     Set :attr:`now` to the virtual time before operating (policies and events use it).
+    Under LRU, :func:`servesim.kvcache.lru_pool.new_block_pool` gives the same pool on the
+    compiled core; this class is the reference it is tested against, and serves every policy.
     """
+
+    #: Engines replay decode block events in Python (the compiled pool replays them itself).
+    compiled = False
 
     def __init__(
         self,
@@ -400,6 +405,11 @@ class BlockPool:
     def get_cached_block(self, h: int) -> int | None:
         """The block cached under hash ``h``, if any."""
         return self._hash_to_block.get(h)
+
+    def count_free_hits(self, hashes: Iterable[int]) -> int:
+        """How many of the cached ``hashes`` sit on free blocks (a hit on them uses up a free block)."""
+        table, refs = self._hash_to_block, self.refs
+        return sum(1 for h in hashes if refs[table[h]] == 0)
 
     def take_cached(self, hashes: Iterable[int]) -> list[int]:
         """Reference the cached blocks of ``hashes`` (all must be cached) for a request.
@@ -585,7 +595,15 @@ class BlockPool:
             self.on_event(KVEvent("stored", tuple(stored), len(stored) * self.block_size))
         return len(stored)
 
-    # ------------------------------------------------------------------ checks
+    # ------------------------------------------------------------------ views and checks
+
+    def free_order(self) -> list[int]:
+        """The free blocks, next recycled first (under non-LRU policies, the never-cached ones)."""
+        return list(self._free)
+
+    def cached_map(self) -> dict[int, int]:
+        """``{hash: block}`` of the cached blocks."""
+        return dict(self._hash_to_block)
 
     def check_invariants(self) -> None:
         """Raise AssertionError unless refs, free structures and the hash map agree.

@@ -1,0 +1,477 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled state of an LRU block pool: reference counts, cached hashes, free list, hash map.
+
+The pure-Python :class:`servesim.kvcache.block_pool.BlockPool` spends most of its time in
+the per-block work of a Python ``dict`` (one delete and one insert per recycled block) and
+one interpreted iteration per block.  This core keeps the same state in C arrays:
+
+* ``refs[b]``: requests holding block ``b``;
+* ``hval[b]`` / ``hset[b]``: the hash block ``b`` is cached under, if any;
+* the free list, doubly linked through ``prev`` / ``nxt`` (vLLM's ``FreeKVCacheBlockQueue``:
+  freed blocks join the tail, allocations pop the head, a prefix hit unlinks a block from
+  the middle) — the same order as the Python pool's lazily deleted deque;
+* an open-addressing hash map from hash to block (linear probing, deletion by backward
+  shift, load at most one half), holding one block per hash as the Python pool does.
+
+Hashes are Python ints.  Those within a signed 64-bit integer (all but ~1 in 10^16: a
+chained hash plus an offset can pass 2^63) go to the C map; any other goes to a small
+Python dict beside it, so every hash stays exact.
+
+:class:`servesim.kvcache.lru_pool.CompiledLRUPool` wraps this core with the Python pool's
+interface; ``tests/kvcache/test_compiled_pool.py`` checks the two agree after every
+operation of random sequences.
+"""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memset
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+
+
+cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
+    """splitmix64's finaliser: spreads nearby hashes (a unit's blocks differ by 16) over the table."""
+    x ^= x >> 30
+    x *= <uint64_t>0xbf58476d1ce4e5b9
+    x ^= x >> 27
+    x *= <uint64_t>0x94d049bb133111eb
+    x ^= x >> 31
+    return x
+
+
+cdef class LRUCore:
+    """Block pool state under LRU; see the module docstring.  Methods mirror ``BlockPool``'s."""
+
+    cdef readonly int num_blocks
+    cdef int32_t* refs
+    cdef int64_t* hval
+    cdef uint8_t* hset
+    cdef int32_t* prev
+    cdef int32_t* nxt
+    cdef uint8_t* inq
+    cdef int32_t head
+    cdef int32_t tail
+    cdef readonly int num_free
+    cdef int64_t* tkeys
+    cdef int32_t* tvals
+    cdef uint64_t tmask
+    cdef readonly int num_cached
+    cdef dict big  # hash -> block, for hashes outside int64
+    cdef dict big_of  # block -> its hash outside int64
+
+    def __cinit__(self, int num_blocks):
+        if num_blocks < 0:
+            raise ValueError(f"need num_blocks >= 0, got {num_blocks}")
+        cdef int n = num_blocks
+        cdef int m = n if n > 0 else 1
+        cdef uint64_t cap = 8
+        while cap < <uint64_t>(2 * m):
+            cap <<= 1
+        self.num_blocks = n
+        self.refs = <int32_t*>malloc(m * sizeof(int32_t))
+        self.hval = <int64_t*>malloc(m * sizeof(int64_t))
+        self.hset = <uint8_t*>malloc(m * sizeof(uint8_t))
+        self.prev = <int32_t*>malloc(m * sizeof(int32_t))
+        self.nxt = <int32_t*>malloc(m * sizeof(int32_t))
+        self.inq = <uint8_t*>malloc(m * sizeof(uint8_t))
+        self.tkeys = <int64_t*>malloc(cap * sizeof(int64_t))
+        self.tvals = <int32_t*>malloc(cap * sizeof(int32_t))
+        if (not self.refs or not self.hval or not self.hset or not self.prev or not self.nxt
+                or not self.inq or not self.tkeys or not self.tvals):
+            raise MemoryError()
+        self.tmask = cap - 1
+        memset(self.tvals, 0xFF, cap * sizeof(int32_t))  # -1: empty slot
+        cdef int b
+        for b in range(n):  # every block free, in id order
+            self.refs[b] = 0
+            self.hset[b] = 0
+            self.hval[b] = 0
+            self.prev[b] = b - 1
+            self.nxt[b] = b + 1 if b + 1 < n else -1
+            self.inq[b] = 1
+        self.head = 0 if n > 0 else -1
+        self.tail = n - 1
+        self.num_free = n
+        self.num_cached = 0
+        self.big = {}
+        self.big_of = {}
+
+    def __dealloc__(self):
+        free(self.refs)
+        free(self.hval)
+        free(self.hset)
+        free(self.prev)
+        free(self.nxt)
+        free(self.inq)
+        free(self.tkeys)
+        free(self.tvals)
+
+    # ------------------------------------------------------------------ hashes as Python ints
+    cdef inline int32_t _find_obj(self, object h) except -2:
+        """The block cached under hash ``h``, or -1."""
+        cdef int overflow = 0
+        cdef int64_t k = PyLong_AsLongLongAndOverflow(h, &overflow)
+        if overflow == 0:
+            return self._find(k)
+        b = self.big.get(h)
+        return -1 if b is None else b
+
+    cdef inline int _insert_obj(self, object h, int32_t b) except -1:
+        """Cache block ``b`` under hash ``h`` (absent from the map)."""
+        cdef int overflow = 0
+        cdef int64_t k = PyLong_AsLongLongAndOverflow(h, &overflow)
+        if overflow == 0:
+            self.hval[b] = k
+            self.hset[b] = 1
+            self._put(k, b)
+        else:
+            self.big[h] = b
+            self.big_of[b] = h
+            self.hset[b] = 2
+            self.num_cached += 1
+        return 0
+
+    cdef inline int _uncache(self, int32_t b, list removed) except -1:
+        """Drop block ``b``'s hash from the map (appended to ``removed`` unless None)."""
+        if self.hset[b] == 1:
+            if removed is not None:
+                removed.append(self.hval[b])
+            self._delete(self.hval[b])
+        else:
+            h = self.big_of.pop(b)
+            del self.big[h]
+            self.num_cached -= 1
+            if removed is not None:
+                removed.append(h)
+        self.hset[b] = 0
+        return 0
+
+    cdef inline object _hash_of(self, int32_t b):
+        """The hash block ``b`` is cached under, or None."""
+        if self.hset[b] == 1:
+            return self.hval[b]
+        if self.hset[b] == 2:
+            return self.big_of[b]
+        return None
+
+    # ------------------------------------------------------------------ hash map
+    cdef inline int32_t _find(self, int64_t k) noexcept:
+        cdef uint64_t i = _mix(<uint64_t>k) & self.tmask
+        while self.tvals[i] >= 0:
+            if self.tkeys[i] == k:
+                return self.tvals[i]
+            i = (i + 1) & self.tmask
+        return -1
+
+    cdef inline void _put(self, int64_t k, int32_t b) noexcept:
+        """Insert ``k`` (absent) -> ``b``."""
+        cdef uint64_t i = _mix(<uint64_t>k) & self.tmask
+        while self.tvals[i] >= 0:
+            i = (i + 1) & self.tmask
+        self.tkeys[i] = k
+        self.tvals[i] = b
+        self.num_cached += 1
+
+    cdef void _delete(self, int64_t k) noexcept:
+        """Remove ``k`` (present), shifting later entries of its probe run back."""
+        cdef uint64_t mask = self.tmask
+        cdef uint64_t i = _mix(<uint64_t>k) & mask
+        cdef uint64_t j, home
+        while self.tkeys[i] != k or self.tvals[i] < 0:
+            i = (i + 1) & mask
+        j = i
+        while True:
+            j = (j + 1) & mask
+            if self.tvals[j] < 0:
+                break
+            home = _mix(<uint64_t>self.tkeys[j]) & mask
+            # The entry at j may move to the hole at i unless its home lies cyclically in (i, j].
+            if ((j - home) & mask) >= ((j - i) & mask):
+                self.tkeys[i] = self.tkeys[j]
+                self.tvals[i] = self.tvals[j]
+                i = j
+        self.tvals[i] = -1
+        self.num_cached -= 1
+
+    # ------------------------------------------------------------------ free list
+    cdef inline void _unlink(self, int32_t b) noexcept:
+        cdef int32_t p = self.prev[b]
+        cdef int32_t q = self.nxt[b]
+        if p >= 0:
+            self.nxt[p] = q
+        else:
+            self.head = q
+        if q >= 0:
+            self.prev[q] = p
+        else:
+            self.tail = p
+        self.inq[b] = 0
+        self.num_free -= 1
+
+    cdef inline void _push_tail(self, int32_t b) noexcept:
+        self.prev[b] = self.tail
+        self.nxt[b] = -1
+        if self.tail >= 0:
+            self.nxt[self.tail] = b
+        else:
+            self.head = b
+        self.tail = b
+        self.inq[b] = 1
+        self.num_free += 1
+
+    cdef inline int32_t _take_head(self, list removed) except -2:
+        """Pop the head block, evict its hash (appended to ``removed`` unless None), ref it."""
+        cdef int32_t b = self.head
+        self._unlink(b)
+        if self.hset[b]:
+            self._uncache(b, removed)
+        self.refs[b] = 1
+        return b
+
+    cdef inline int _check_block(self, object b) except -1:
+        if not 0 <= b < self.num_blocks:
+            raise IndexError(f"block {b} outside the pool of {self.num_blocks}")
+        return 0
+
+    # ------------------------------------------------------------------ pool operations
+    def find_cached_prefix(self, hashes) -> int:
+        """Number of leading ``hashes`` present in the map."""
+        cdef int n = 0
+        for h in hashes:
+            if self._find_obj(h) < 0:
+                break
+            n += 1
+        return n
+
+    def get(self, h):
+        """The block cached under ``h``, or None."""
+        cdef int32_t b = self._find_obj(h)
+        return None if b < 0 else b
+
+    def count_free(self, hashes) -> int:
+        """How many of the (cached) ``hashes`` sit on free blocks."""
+        cdef int n = 0
+        cdef int32_t b
+        for h in hashes:
+            b = self._find_obj(h)
+            if b < 0:
+                raise KeyError(h)
+            if self.refs[b] == 0:
+                n += 1
+        return n
+
+    def take_cached(self, hashes) -> list:
+        """Reference the blocks of the cached ``hashes``; a free one leaves the free list."""
+        cdef list out = []
+        cdef int32_t b
+        for h in hashes:
+            b = self._find_obj(h)
+            if b < 0:
+                raise KeyError(h)
+            out.append(b)
+        for b in out:
+            if self.refs[b] == 0:
+                self._unlink(b)
+            self.refs[b] += 1
+        return out
+
+    def allocate(self, int n, list removed=None) -> list:
+        """``n`` blocks from the free list's head (callers check ``n <= num_free``).
+
+        Hashes evicted by recycling cached blocks are appended to ``removed`` if given.
+        """
+        if n > self.num_free:
+            raise ValueError(f"allocating {n} blocks with {self.num_free} free")
+        cdef list out = []
+        cdef int i
+        for i in range(n):
+            out.append(self._take_head(removed))
+        return out
+
+    def free(self, blocks) -> None:
+        """Drop one reference to each block, in order; unreferenced ones join the tail."""
+        cdef int32_t b
+        for ob in blocks:
+            self._check_block(ob)
+            b = ob
+            if self.refs[b] <= 0:
+                raise RuntimeError(f"freeing block {b}, which is not in use")
+            self.refs[b] -= 1
+            if self.refs[b] == 0:
+                self._push_tail(b)
+
+    def cache_full_blocks(self, blocks, hashes, list stored=None) -> int:
+        """Register ``blocks`` under ``hashes`` (pairwise), skipping cached blocks and held hashes."""
+        cdef int n = 0
+        cdef int32_t b
+        for ob, h in zip(blocks, hashes):
+            self._check_block(ob)
+            b = ob
+            if self.hset[b] or self._find_obj(h) >= 0:
+                continue
+            if self.refs[b] <= 0:
+                raise RuntimeError(f"caching block {b}, which is not in use")
+            self._insert_obj(h, b)
+            n += 1
+            if stored is not None:
+                stored.append(h)
+        return n
+
+    def replay_decode(self, list reqs, list c0, int first, int k, int bs, bint caching,
+                      extend, on_evict) -> None:
+        """The block events of decode passes ``first..k-1`` of the vLLM model, in order.
+
+        Request ``j`` (``reqs[j]``, a ``VReq``) computes position ``c0[j] + s`` in pass ``s``:
+        it takes a block from the free list's head when that position opens one, and
+        registers its block ``i`` when the position fills it (with prefix caching).  Events
+        of one pass go in request order, an open before a fill.  ``extend(vr, n)`` returns
+        the request's hash list covering ``n`` blocks; ``on_evict`` (or None) receives each
+        evicted hash as a 1-tuple.  Same effects as ``VLLMEngine._replay_lru``.
+        """
+        cdef int n = len(reqs)
+        if n == 0 or k <= first:
+            return
+        cdef int64_t* cs = <int64_t*>malloc(n * sizeof(int64_t))
+        cdef int32_t* last_fill = <int32_t*>malloc(n * sizeof(int32_t))
+        cdef int32_t* start = <int32_t*>malloc((bs + 1) * sizeof(int32_t))
+        cdef int32_t* pos = <int32_t*>malloc((bs + 1) * sizeof(int32_t))
+        cdef int32_t* ev = <int32_t*>malloc(2 * n * sizeof(int32_t))  # j * 2 + kind, by residue
+        if not cs or not last_fill or not start or not pos or not ev:
+            free(cs); free(last_fill); free(start); free(pos); free(ev)
+            raise MemoryError()
+        cdef list blocks_of = [None] * n
+        cdef list hashes_of = [None] * n
+        cdef int j, r, a, f, s, e, kind, i
+        cdef int32_t b
+        cdef int64_t c
+        cdef object vr, hashes, h
+        cdef list removed = [] if on_evict is not None else None
+        try:
+            # Bucket each request's open (residue a) and fill (residue f) events by residue.
+            memset(start, 0, (bs + 1) * sizeof(int32_t))
+            for j in range(n):
+                c = c0[j]
+                cs[j] = c
+                last_fill[j] = -1
+                a = <int>((-c) % bs)
+                if a < 0:
+                    a += bs
+                if first + (((a - first) % bs) + bs) % bs < k:
+                    start[a + 1] += 1
+                if caching:
+                    f = (a - 1 + bs) % bs
+                    if first + (((f - first) % bs) + bs) % bs < k:
+                        start[f + 1] += 1
+            for r in range(bs):
+                start[r + 1] += start[r]
+            for r in range(bs):
+                pos[r] = start[r]
+            for j in range(n):
+                a = <int>((-cs[j]) % bs)
+                if a < 0:
+                    a += bs
+                if first + (((a - first) % bs) + bs) % bs < k:
+                    ev[pos[a]] = 2 * j
+                    pos[a] += 1
+                if caching:
+                    f = (a - 1 + bs) % bs
+                    if first + (((f - first) % bs) + bs) % bs < k:
+                        ev[pos[f]] = 2 * j + 1
+                        pos[f] += 1
+                vr = reqs[j]
+                blocks_of[j] = vr.blocks
+                hashes_of[j] = vr.hashes
+            for s in range(first, k):
+                r = s % bs
+                for e in range(start[r], start[r + 1]):
+                    j = ev[e] >> 1
+                    kind = ev[e] & 1
+                    if kind == 0:  # opens a block: the head of the free list
+                        if self.num_free <= 0:
+                            raise RuntimeError("vLLM model: decode stretch beyond the free blocks")
+                        b = self._take_head(removed)
+                        if removed:
+                            for h in removed:
+                                on_evict((h,))
+                            del removed[:]
+                        (<list>blocks_of[j]).append(b)
+                        continue
+                    i = <int>((cs[j] + s + 1) // bs - 1)  # fills block i
+                    last_fill[j] = i
+                    hashes = hashes_of[j]
+                    if i >= len(hashes):
+                        hashes = extend(reqs[j], <int>((cs[j] + k) // bs))
+                        hashes_of[j] = hashes
+                    b = (<list>blocks_of[j])[i]
+                    if self.hset[b]:
+                        continue
+                    h = hashes[i]
+                    if self._find_obj(h) >= 0:
+                        continue
+                    if self.refs[b] <= 0:
+                        raise RuntimeError(f"caching block {b}, which is not in use")
+                    self._insert_obj(h, b)
+            for j in range(n):
+                if last_fill[j] >= 0:
+                    reqs[j].n_cached = last_fill[j] + 1
+        finally:
+            free(cs)
+            free(last_fill)
+            free(start)
+            free(pos)
+            free(ev)
+
+    # ------------------------------------------------------------------ views and checks
+    def ref(self, int b) -> int:
+        self._check_block(b)
+        return self.refs[b]
+
+    def hash_of(self, int b):
+        """The hash block ``b`` is cached under, or None."""
+        self._check_block(b)
+        return self._hash_of(b)
+
+    def is_free(self, int b) -> bool:
+        self._check_block(b)
+        return bool(self.inq[b])
+
+    def refs_list(self) -> list:
+        return [self.refs[b] for b in range(self.num_blocks)]
+
+    def hashes_list(self) -> list:
+        return [self._hash_of(b) for b in range(self.num_blocks)]
+
+    def free_order(self) -> list:
+        """The free blocks, head (next recycled) first."""
+        cdef list out = []
+        cdef int32_t b = self.head
+        while b >= 0:
+            out.append(b)
+            b = self.nxt[b]
+        return out
+
+    def cached_map(self) -> dict:
+        """``{hash: block}`` of every cached block."""
+        return {self._hash_of(b): b for b in range(self.num_blocks) if self.hset[b]}
+
+    def check(self) -> None:
+        """Raise AssertionError unless the free list, reference counts and map agree."""
+        cdef int32_t b, p = -1
+        cdef int seen = 0, cached = 0
+        b = self.head
+        while b >= 0:
+            assert self.inq[b] and self.refs[b] == 0, f"block {b} on the free list but in use"
+            assert self.prev[b] == p, f"free list broken at block {b}"
+            p = b
+            b = self.nxt[b]
+            seen += 1
+            assert seen <= self.num_blocks, "free list has a cycle"
+        assert p == self.tail, "free list tail"
+        assert seen == self.num_free, (seen, self.num_free)
+        for b in range(self.num_blocks):
+            assert self.refs[b] >= 0, b
+            assert bool(self.inq[b]) == (self.refs[b] == 0), f"block {b}: ref {self.refs[b]}, free {self.inq[b]}"
+            if self.hset[b]:
+                cached += 1
+                assert self._find_obj(self._hash_of(b)) == b, f"block {b}'s hash not mapped to it"
+        assert cached == self.num_cached, (cached, self.num_cached)
+        assert len(self.big) == len(self.big_of), "big-hash maps disagree"

@@ -1,0 +1,195 @@
+"""The LRU block pool on the compiled core, and the choice between it and the Python pool.
+
+:class:`CompiledLRUPool` has :class:`~servesim.kvcache.block_pool.BlockPool`'s interface and,
+under the LRU policy (vLLM's and TensorRT-LLM's default), its exact behaviour: the same
+blocks allocated, the same hashes evicted, the same events.  Its state lives in
+:class:`servesim.kvcache._lru_core.LRUCore` (C arrays and a C hash map), so the per-block
+work of allocation, prefix registration, freeing and the vLLM decode replay runs without
+the interpreter or a Python ``dict``.
+
+:func:`new_block_pool` picks the compiled pool for LRU when the extension is built and
+``SERVESIM_PURE_PYTHON`` is unset (or ``0``); other policies, and every pool when the
+variable is ``1``, use the Python pool.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from servesim.kvcache.block_pool import Block, BlockPool, _LazyBlocks
+from servesim.kvcache.events import EventSink, KVEvent
+from servesim.kvcache.policies import EvictionPolicy, LRUPolicy, NextUseOracle
+
+try:
+    from servesim.kvcache._lru_core import LRUCore
+except ImportError:  # the optional extension was not built
+    LRUCore = None
+
+__all__ = ["CompiledLRUPool", "compiled_core_available", "new_block_pool", "PURE_PYTHON_ENV"]
+
+#: Set to 1 to run every block pool in Python (identical results, slower).
+PURE_PYTHON_ENV = "SERVESIM_PURE_PYTHON"
+
+
+def compiled_core_available() -> bool:
+    """Whether the compiled core is built and not switched off by :data:`PURE_PYTHON_ENV`."""
+    return LRUCore is not None and os.environ.get(PURE_PYTHON_ENV, "0") in ("", "0")
+
+
+def new_block_pool(
+    num_blocks: int,
+    block_size: int = 16,
+    policy: str | EvictionPolicy = "lru",
+    oracle: NextUseOracle | None = None,
+    enable_caching: bool = True,
+) -> BlockPool | CompiledLRUPool:
+    """A block pool: the compiled one under LRU when available, else the Python one."""
+    lru = policy == "lru" if isinstance(policy, str) else type(policy) is LRUPolicy
+    if lru and compiled_core_available():
+        return CompiledLRUPool(num_blocks, block_size, enable_caching=enable_caching)
+    return BlockPool(num_blocks, block_size, policy=policy, oracle=oracle, enable_caching=enable_caching)
+
+
+class _CoreColumn(Sequence):
+    """Read-only per-block view of the core (``refs``, ``hashes``) for checks and :class:`Block`."""
+
+    __slots__ = ("_one", "_all", "_n")
+
+    def __init__(self, one: Callable[[int], object], every: Callable[[], list], n: int) -> None:
+        self._one, self._all, self._n = one, every, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self._all()[i]
+        if not -self._n <= i < self._n:
+            raise IndexError(i)
+        return self._one(i % self._n)
+
+    def __iter__(self) -> Iterator:
+        return iter(self._all())
+
+
+class CompiledLRUPool:
+    """LRU pool of ``num_blocks`` blocks of ``block_size`` tokens on the compiled core.
+
+    Set :attr:`now` before operating, as for :class:`BlockPool` (LRU itself ignores it).
+    """
+
+    #: Engines use :meth:`replay_decode` instead of their Python replay.
+    compiled = True
+
+    def __init__(self, num_blocks: int, block_size: int = 16, on_event: EventSink | None = None,
+                 enable_caching: bool = True) -> None:
+        if LRUCore is None:
+            raise RuntimeError("the compiled core is not built (reinstall servesim with a C compiler)")
+        if num_blocks < 0 or block_size < 1:
+            raise ValueError(f"need num_blocks >= 0 and block_size >= 1, got {num_blocks}, {block_size}")
+        self.core = LRUCore(num_blocks)
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.policy = LRUPolicy()
+        self.on_event = on_event
+        #: Called with the hashes an allocation evicts (a host tier writes them back).
+        self.on_evict: Callable[[tuple[int, ...]], None] | None = None
+        self.enable_caching = enable_caching
+        self.now = 0.0
+        self.refs = _CoreColumn(self.core.ref, self.core.refs_list, num_blocks)
+        self.hashes = _CoreColumn(self.core.hash_of, self.core.hashes_list, num_blocks)
+        self.blocks: Sequence[Block] = _LazyBlocks(self)
+
+    # ------------------------------------------------------------------ counters
+    @property
+    def num_free_blocks(self) -> int:
+        return self.core.num_free
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.core.num_free
+
+    @property
+    def num_cached_blocks(self) -> int:
+        return self.core.num_cached
+
+    @property
+    def usage(self) -> float:
+        return self.num_used_blocks / self.num_blocks if self.num_blocks else 0.0
+
+    @property
+    def lru_fast_path(self) -> bool:
+        """As :attr:`BlockPool.lru_fast_path`: no event sink, so allocations need no bookkeeping."""
+        return self.on_event is None and self.on_evict is None
+
+    # ------------------------------------------------------------------ prefix lookup
+    def find_cached_prefix(self, hashes: Sequence[int]) -> int:
+        return self.core.find_cached_prefix(hashes)
+
+    def get_cached_block(self, h: int) -> int | None:
+        return self.core.get(h)
+
+    def count_free_hits(self, hashes: Iterable[int]) -> int:
+        """How many of the cached ``hashes`` sit on free blocks (a hit on them uses up a free block)."""
+        return self.core.count_free(hashes)
+
+    def take_cached(self, hashes: Iterable[int]) -> list[int]:
+        return self.core.take_cached(hashes)
+
+    # ------------------------------------------------------------------ allocate / free
+    def allocate(self, n: int) -> list[int] | None:
+        """``n`` fresh blocks from the free list's head (recycling cached ones); None if short."""
+        if n > self.core.num_free:
+            return None
+        if n <= 0:
+            return []
+        if self.on_event is None and self.on_evict is None:
+            return self.core.allocate(n)
+        removed: list[int] = []
+        out = self.core.allocate(n, removed)
+        if removed:
+            if self.on_event is not None:
+                self.on_event(KVEvent("removed", tuple(removed), len(removed) * self.block_size))
+            if self.on_evict is not None:
+                self.on_evict(tuple(removed))
+        return out
+
+    def free(self, blocks: Iterable[int]) -> None:
+        self.core.free(blocks)
+
+    def free_request(self, blocks: Sequence[int]) -> None:
+        """Free a request's blocks tail first, so its last blocks are recycled first (vLLM)."""
+        self.core.free(reversed(blocks))
+
+    def cache_full_blocks(self, blocks: Sequence[int], hashes: Sequence[int],
+                          content_ids: Sequence[int] | None = None) -> int:
+        """Register full blocks under their hashes (``content_ids`` matter only to Belady)."""
+        if not self.enable_caching:
+            return 0
+        if self.on_event is None:
+            return self.core.cache_full_blocks(blocks, hashes)
+        stored: list[int] = []
+        n = self.core.cache_full_blocks(blocks, hashes, stored)
+        if stored:
+            self.on_event(KVEvent("stored", tuple(stored), len(stored) * self.block_size))
+        return n
+
+    def replay_decode(self, reqs: list, computed: list[int], first: int, k: int, caching: bool,
+                      extend: Callable[[object, int], list[int]]) -> None:
+        """The vLLM model's decode block events (see ``LRUCore.replay_decode``); no ``on_event`` sink."""
+        assert self.on_event is None, "the compiled replay publishes no KV events"
+        self.core.replay_decode(reqs, computed, first, k, self.block_size, caching, extend, self.on_evict)
+
+    # ------------------------------------------------------------------ views and checks
+    def free_order(self) -> list[int]:
+        """The free blocks, next recycled first."""
+        return self.core.free_order()
+
+    def cached_map(self) -> dict[int, int]:
+        """``{hash: block}`` of the cached blocks."""
+        return self.core.cached_map()
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError unless the core's free list, reference counts and map agree."""
+        self.core.check()

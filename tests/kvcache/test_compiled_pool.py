@@ -1,0 +1,135 @@
+"""The compiled LRU pool equals the Python pool after every operation of random sequences.
+
+Both pools get the same random allocations, prefix registrations (with hashes that repeat,
+and some beyond a signed 64-bit integer), prefix hits and frees, with KV event sinks on or
+off; after each operation the return values, the events, the free order, the hash map, the
+reference counts and the counters must agree, and the compiled core's own invariant check
+must pass.  Small pools keep its hash map crowded, so probing and deletion by backward shift
+are exercised.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servesim.kvcache.block_pool import BlockPool
+from servesim.kvcache.lru_pool import CompiledLRUPool, compiled_core_available, new_block_pool
+from simharness import python_block_pools
+
+pytestmark = pytest.mark.skipif(not compiled_core_available(), reason="compiled core not built")
+
+
+def state(pool) -> tuple:
+    return (pool.free_order(), sorted(pool.cached_map().items()), list(pool.refs), list(pool.hashes),
+            pool.num_free_blocks, pool.num_used_blocks, pool.num_cached_blocks)
+
+
+def random_hash(rng: random.Random, small: list[int]) -> int:
+    """Mostly from a small set (so hashes repeat and collide with cached ones), sometimes huge."""
+    r = rng.random()
+    if r < 0.05:
+        return 2**63 + rng.randint(0, 600)  # beyond int64, as a chained hash plus offset can be
+    if r < 0.1:
+        return -(2**63) + rng.randint(0, 5)
+    return rng.choice(small)
+
+
+def apply(pool, op: tuple, log: list) -> object:
+    """Run one operation; an exception is part of the outcome."""
+    kind, arg = op
+    try:
+        if kind == "allocate":
+            return pool.allocate(arg)
+        if kind == "free":
+            pool.free_request(arg)
+            return None
+        if kind == "cache":
+            blocks, hashes = arg
+            return pool.cache_full_blocks(blocks, hashes)
+        if kind == "lookup":
+            n = pool.find_cached_prefix(arg)
+            hits = pool.count_free_hits(arg[:n])
+            return n, hits, pool.take_cached(arg[:n]), [pool.get_cached_block(h) for h in arg]
+    except (RuntimeError, KeyError) as exc:
+        return type(exc).__name__
+    raise AssertionError(kind)
+
+
+def run(seed: int, num_blocks: int, sink: bool) -> None:
+    rng = random.Random(seed)
+    small = [rng.randint(-(2**63), 2**63 - 1) for _ in range(3 * num_blocks + 2)]
+    logs: list[list] = [[], []]
+    pools = [BlockPool(num_blocks, 4), CompiledLRUPool(num_blocks, 4)]
+    if sink:
+        for pool, log in zip(pools, logs):
+            pool.on_event = log.append
+            pool.on_evict = lambda hs, log=log: log.append(("evict", hs))
+    held: list[list[int]] = []  # each "request"'s blocks, in the Python pool's ids (equal in both)
+    for _ in range(200):
+        r = rng.random()
+        if r < 0.35:
+            op = ("allocate", rng.randint(0, num_blocks // 2 + 1))
+        elif r < 0.55 and held:
+            op = ("free", held.pop(rng.randrange(len(held))))
+        elif r < 0.8 and held:
+            blocks = rng.choice(held)
+            op = ("cache", (blocks, [random_hash(rng, small) for _ in blocks]))
+        elif r < 0.9:
+            op = ("lookup", [random_hash(rng, small) for _ in range(rng.randint(0, 6))])
+        elif pools[0].free_order():  # a bad free: a block nobody holds
+            op = ("free", [rng.choice(pools[0].free_order())])
+        else:
+            continue
+        out = [apply(pool, op, log) for pool, log in zip(pools, logs)]
+        assert out[0] == out[1], (op, out)
+        if op[0] == "allocate" and out[0]:
+            held.append(out[0])
+        elif op[0] == "lookup" and out[0][2]:
+            held.append(out[0][2])
+        assert state(pools[0]) == state(pools[1]), op
+        assert logs[0] == logs[1], op
+        pools[1].check_invariants()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([1, 2, 5, 8, 33]), st.booleans())
+def test_compiled_pool_equals_python_pool(seed: int, num_blocks: int, sink: bool) -> None:
+    run(seed, num_blocks, sink)
+
+
+def test_large_pool_churn() -> None:
+    """Thousands of recycled cached blocks: the map's deletions keep every lookup right."""
+    rng = random.Random(3)
+    py, c = BlockPool(512, 16), CompiledLRUPool(512, 16)
+    next_hash = 0
+    for _ in range(300):
+        got = [pool.allocate(64) for pool in (py, c)]
+        assert got[0] == got[1]
+        hashes = [((next_hash + i) * 0x9E3779B97F4A7C15) % 2**64 - 2**63 for i in range(64)]
+        next_hash += 64
+        assert py.cache_full_blocks(got[0], hashes) == c.cache_full_blocks(got[1], hashes) == 64
+        for pool, blocks in zip((py, c), got):
+            pool.free_request(blocks)
+        probe = [((rng.randrange(next_hash)) * 0x9E3779B97F4A7C15) % 2**64 - 2**63 for _ in range(32)]
+        assert [py.get_cached_block(h) for h in probe] == [c.get_cached_block(h) for h in probe]
+    assert state(py) == state(c)
+    c.check_invariants()
+
+
+def test_factory_picks_the_compiled_pool_for_lru_only() -> None:
+    assert isinstance(new_block_pool(8, 4), CompiledLRUPool)
+    assert isinstance(new_block_pool(8, 4, policy="lfu"), BlockPool)
+    with python_block_pools():
+        assert isinstance(new_block_pool(8, 4), BlockPool)
+
+
+def test_bad_free_names_the_block() -> None:
+    pool = CompiledLRUPool(4, 4)
+    with pytest.raises(RuntimeError, match="freeing block 2, which is not in use"):
+        pool.free([2])
+    with pytest.raises(IndexError, match="block 9 outside the pool of 4"):
+        pool.free([9])
