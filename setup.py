@@ -1,10 +1,13 @@
 """Build the optional compiled core (Cython); metadata lives in pyproject.toml.
 
-The extension is optional: if it cannot be compiled (no C compiler), servesim installs
-and runs on its pure-Python block pool, which gives identical results, more slowly.
+The extensions are optional: if they cannot be compiled (no C compiler), servesim installs
+and runs on the Python versions of those paths, which give identical results, more slowly.
 """
 
 from setuptools import Extension, setup
+
+#: The compiled modules (servesim/compiled.py says what each replaces).
+COMPILED = ("kvcache._lru_core", "metrics._emit_core")
 
 try:
     from Cython.Build import cythonize
@@ -12,7 +15,11 @@ except ImportError:  # Cython is a build requirement; without it, no compiled co
     ext_modules = []
 else:
     ext_modules = cythonize(
-        [Extension("servesim.kvcache._lru_core", ["src/servesim/kvcache/_lru_core.pyx"], optional=True)],
+        # No floating-point contraction: a fused multiply-add rounds once where numpy rounds
+        # twice, and the compiled paths must give numpy's results bit for bit.
+        [Extension(f"servesim.{name}", [f"src/servesim/{name.replace('.', '/')}.pyx"], optional=True,
+                   extra_compile_args=["-ffp-contract=off"])
+         for name in COMPILED],
         language_level=3,
     )
 

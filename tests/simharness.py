@@ -13,7 +13,8 @@ import numpy as np
 from servesim.cluster.routers import RoundRobinRouter
 from servesim.cluster.worker import Worker
 from servesim.engines.base import Engine
-from servesim.kvcache.lru_pool import PURE_PYTHON_ENV, compiled_core_available
+from servesim.compiled import PURE_PYTHON_ENV
+from servesim.kvcache.lru_pool import compiled_core_available
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.simple import FixedStepTime
 from servesim.sim.simulation import Simulation
@@ -21,8 +22,8 @@ from servesim.workload.request import Request
 
 
 @contextmanager
-def python_block_pools() -> Iterator[None]:
-    """Engines built inside this block get the pure-Python block pool (the compiled pool's reference)."""
+def python_versions() -> Iterator[None]:
+    """Objects built inside this block use the Python versions of the compiled parts (their reference)."""
     old = os.environ.get(PURE_PYTHON_ENV)
     os.environ[PURE_PYTHON_ENV] = "1"
     try:

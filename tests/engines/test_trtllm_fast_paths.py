@@ -27,7 +27,7 @@ from servesim.engines.speculative import SpecDecoder, SpeculativeConfig
 from servesim.engines.trtllm import TRTLLMEngine
 from servesim.engines.trtllm_options import TRTLLMOptions
 from servesim.metrics.recorder import RequestRecorder
-from simharness import drive_lockstep, pool_kinds, python_block_pools, random_block_workload
+from simharness import drive_lockstep, pool_kinds, python_versions, random_block_workload
 
 
 class WalkingEngine(TRTLLMEngine):
@@ -108,7 +108,7 @@ def drive(opt: TRTLLMOptions, kv: int, reqs, rng: random.Random, drafts: int = 0
     for cls, python in variants:
         rec = RequestRecorder()
         if python:
-            with python_block_pools():
+            with python_versions():
                 eng = cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
         else:
             eng = cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)

@@ -28,7 +28,7 @@ from servesim.engines.blocks import decode_event_buckets
 from servesim.engines.vllm import VLLMEngine
 from servesim.engines.vllm_options import VLLMOptions
 from servesim.metrics.recorder import RequestRecorder
-from simharness import drive_lockstep, pool_kinds, python_block_pools, random_block_workload
+from simharness import drive_lockstep, pool_kinds, python_versions, random_block_workload
 
 
 class GeneralPathEngine(VLLMEngine):
@@ -78,7 +78,7 @@ def make_engines(opt: VLLMOptions, kv: int) -> list[tuple[VLLMEngine, RequestRec
     for cls, sink, fast_min, python in variants:
         rec = RequestRecorder()
         if python:
-            with python_block_pools():
+            with python_versions():
                 eng = cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
         else:
             eng = cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from servesim.kvcache.block_pool import BlockPool
 from servesim.kvcache.lru_pool import CompiledLRUPool, compiled_core_available, new_block_pool
-from simharness import python_block_pools
+from simharness import python_versions
 
 pytestmark = pytest.mark.skipif(not compiled_core_available(), reason="compiled core not built")
 
@@ -123,7 +123,7 @@ def test_large_pool_churn() -> None:
 def test_factory_picks_the_compiled_pool_for_lru_only() -> None:
     assert isinstance(new_block_pool(8, 4), CompiledLRUPool)
     assert isinstance(new_block_pool(8, 4, policy="lfu"), BlockPool)
-    with python_block_pools():
+    with python_versions():
         assert isinstance(new_block_pool(8, 4), BlockPool)
 
 

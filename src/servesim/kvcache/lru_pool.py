@@ -8,33 +8,24 @@ work of allocation, prefix registration, freeing and the vLLM decode replay runs
 the interpreter or a Python ``dict``.
 
 :func:`new_block_pool` picks the compiled pool for LRU when the extension is built and
-``SERVESIM_PURE_PYTHON`` is unset (or ``0``); other policies, and every pool when the
-variable is ``1``, use the Python pool.
+not switched off (:mod:`servesim.compiled`); other policies use the Python pool.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+from servesim.compiled import PURE_PYTHON_ENV, compiled_module
 from servesim.kvcache.block_pool import Block, BlockPool, _LazyBlocks
 from servesim.kvcache.events import EventSink, KVEvent
 from servesim.kvcache.policies import EvictionPolicy, LRUPolicy, NextUseOracle
 
-try:
-    from servesim.kvcache._lru_core import LRUCore
-except ImportError:  # the optional extension was not built
-    LRUCore = None
-
 __all__ = ["CompiledLRUPool", "compiled_core_available", "new_block_pool", "PURE_PYTHON_ENV"]
-
-#: Set to 1 to run every block pool in Python (identical results, slower).
-PURE_PYTHON_ENV = "SERVESIM_PURE_PYTHON"
 
 
 def compiled_core_available() -> bool:
-    """Whether the compiled core is built and not switched off by :data:`PURE_PYTHON_ENV`."""
-    return LRUCore is not None and os.environ.get(PURE_PYTHON_ENV, "0") in ("", "0")
+    """Whether the compiled pool is built and not switched off by :data:`PURE_PYTHON_ENV`."""
+    return compiled_module("kvcache._lru_core") is not None
 
 
 def new_block_pool(
@@ -84,8 +75,10 @@ class CompiledLRUPool:
 
     def __init__(self, num_blocks: int, block_size: int = 16, on_event: EventSink | None = None,
                  enable_caching: bool = True) -> None:
-        if LRUCore is None:
-            raise RuntimeError("the compiled core is not built (reinstall servesim with a C compiler)")
+        try:
+            from servesim.kvcache._lru_core import LRUCore
+        except ImportError as exc:
+            raise RuntimeError("the compiled block pool is not built (reinstall servesim with a C compiler)") from exc
         if num_blocks < 0 or block_size < 1:
             raise ValueError(f"need num_blocks >= 0 and block_size >= 1, got {num_blocks}, {block_size}")
         self.core = LRUCore(num_blocks)

@@ -11,6 +11,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from servesim.compiled import compiled_module
 from servesim.metrics.columns import Column
 from servesim.metrics.stats import WeightedSamples
 
@@ -72,6 +73,9 @@ class RequestRecorder:
         self._c_turn = self.cols["turn"]
         #: Indices every column (and the warm-up flags) can hold without growing.
         self._capacity = min(self._warm.data.size, *(col.data.size for col in self.cols.values()))
+        #: The compiled emission (``metrics/_emit_core.pyx``), or None: the numpy version.
+        self._kernel = compiled_module("metrics._emit_core")
+        self._warm_u8 = self._warm.data.view(np.uint8)  # the flags as the kernel reads them
 
     # -- registration -------------------------------------------------------------
     def register(self, index: int, request_id: str, session_id: str | None, turn: int,
@@ -84,6 +88,7 @@ class RequestRecorder:
             for col in self.cols.values():
                 col.ensure(self.size)
             self._warm.ensure(self.size)
+            self._warm_u8 = self._warm.data.view(np.uint8)
             self._capacity = min(self._warm.data.size, *(col.data.size for col in self.cols.values()))
         for col in self.extra_columns.values():
             col.ensure(self.size)
@@ -151,17 +156,32 @@ class RequestRecorder:
         """Requests ``idx`` each received ``tokens_each`` output tokens at time ``t``."""
         if idx.size == 0:
             return
-        em = self._c_em.data
-        last = self._c_last.data
-        prev_em = em[idx]
-        later = self._milestones(idx, prev_em, t, None)
-        if later.size:
-            self._emit_gaps(t - last[later], later)
-        last[idx] = t
-        em[idx] = prev_em + 1
+        if self._kernel is not None:
+            self._emit_compiled(idx, t, NAN, t, 1)
+        else:
+            em = self._c_em.data
+            last = self._c_last.data
+            prev_em = em[idx]
+            later = self._milestones(idx, prev_em, t, None)
+            if later.size:
+                self._emit_gaps(t - last[later], later)
+            last[idx] = t
+            em[idx] = prev_em + 1
         if not (isinstance(tokens_each, int) and tokens_each == 1):
             # ``generated`` stores only the tokens beyond one per emission (speculative decoding).
             self._c_gen.data[idx] += np.asarray(tokens_each) - 1
+
+    def _emit_compiled(self, idx: np.ndarray, t: float, t_second: float, t_last: float, passes: int) -> int:
+        """:meth:`emit` (``passes`` 1) or a stretch's first pass (``t_second``: the next pass's
+        end, ``t_last``: the last one's) in the compiled kernel; returns the warm-up requests."""
+        if idx.dtype != np.int64:
+            idx = idx.astype(np.int64)
+        n_warm = self._kernel.emit(idx, t, t_second, passes > 1, t_last, passes, self._c_em.data,
+                                   self._c_last.data, self._c_first.data, self._c_second.data,
+                                   self._warm_u8, self._any_warm, self._gv, self._gw, self._wv, self._ww)
+        if len(self._gv) > self._FLUSH or len(self._wv) > self._FLUSH:
+            self._flush()
+        return n_warm
 
     def _milestones(self, idx: np.ndarray, prev_em: np.ndarray, t: float, t_next: float | None) -> np.ndarray:
         """First / second token times of a pass at ``t``; returns the requests that emitted before.
@@ -228,15 +248,20 @@ class RequestRecorder:
         if k == 1:
             self.emit(idx, t0)
             return
-        em = self._c_em.data
-        last = self._c_last.data
-        prev = em[idx]
-        later = self._milestones(idx, prev, t0, float(pass_ends[1]))
-        if later.size:
-            self._emit_gaps(t0 - last[later], later)
+        if self._kernel is not None:  # also writes the emission counts and last token times
+            n_warm = self._emit_compiled(idx, t0, float(pass_ends[1]), float(pass_ends[-1]), k)
+        else:
+            em = self._c_em.data
+            last = self._c_last.data
+            prev = em[idx]
+            later = self._milestones(idx, prev, t0, float(pass_ends[1]))
+            if later.size:
+                self._emit_gaps(t0 - last[later], later)
+            em[idx] = prev + k
+            last[idx] = pass_ends[-1]
+            n_warm = int(self._warm.data[idx].sum()) if self._any_warm else 0
         gaps = (pass_ends[1:] - pass_ends[:-1]).tolist()
         k1 = k - 1
-        n_warm = int(self._warm.data[idx].sum()) if self._any_warm else 0
         n_cold = idx.size - n_warm
         if n_cold:
             self._gv.extend(gaps)
@@ -246,8 +271,6 @@ class RequestRecorder:
             self._ww.extend([n_warm] * k1)
         if len(self._gv) > self._FLUSH or len(self._wv) > self._FLUSH:
             self._flush()
-        em[idx] = prev + k
-        last[idx] = pass_ends[-1]
 
     def finished(self, index: int, t: float, status: Status, reason: str = "") -> None:
         c = self.cols

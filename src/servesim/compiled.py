@@ -1,0 +1,32 @@
+"""The optional compiled parts of servesim, and the switch that turns them all off.
+
+Some hot paths have a Cython version next to the Python one (``kvcache/_lru_core.pyx``,
+``metrics/_emit_core.pyx``), built when servesim is installed.  Each gives exactly the
+Python version's results, faster; the Python versions stay as the reference the tests
+compare against, and as the fallback where the extensions were not built (no C compiler).
+Setting ``SERVESIM_PURE_PYTHON=1`` makes every part use its Python version.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+#: Set to 1 to run every compiled part in Python (identical results, slower).
+PURE_PYTHON_ENV = "SERVESIM_PURE_PYTHON"
+
+
+def pure_python_forced() -> bool:
+    """Whether :data:`PURE_PYTHON_ENV` asks for the Python versions (read at each call)."""
+    return os.environ.get(PURE_PYTHON_ENV, "0") not in ("", "0")
+
+
+def compiled_module(name: str) -> ModuleType | None:
+    """The compiled module ``servesim.<name>``, or None if it is not built or switched off."""
+    if pure_python_forced():
+        return None
+    try:
+        return importlib.import_module(f"servesim.{name}")
+    except ImportError:
+        return None
