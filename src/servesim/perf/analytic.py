@@ -57,12 +57,18 @@ import math
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.compiled import pure_python_forced
 from servesim.errors import ModelError
 from servesim.hardware.gpu import GPUSpec
 from servesim.models.arch import ModelArch
 from servesim.perf.memory import Layout, attention_params_per_gpu
 from servesim.perf.plan import PassPlan
 from servesim.perf.precision import compute_precision, kv_bytes, layer_dtypes, weight_bytes
+
+try:  # the compiled decode-stretch pricing (servesim/compiled.py), if built
+    from servesim.perf import _stretch_core as _STRETCH_CORE
+except ImportError:
+    _STRETCH_CORE = None
 
 
 def _binomial_cdf(n: int, frac: float) -> np.ndarray:
@@ -260,6 +266,8 @@ class AnalyticStepTime:
         self._dec_cap = (n_cap_l * cap_dec / (pa * p.attn_decode_compute_eff), n_cap_l * cap_kv / dme)
         self._dec_oh = p.attn_decode_ctx_overhead_tokens
         self._dp = dp
+        #: Decode stretches priced by ``perf/_stretch_core.pyx`` (bit for bit the numpy result).
+        self._compiled_stretch = _STRETCH_CORE is not None and not pure_python_forced()
         # linear attention
         if m.num_linear_layers:
             nv = max(1, math.ceil(m.linear_num_value_heads / tp))
@@ -452,6 +460,11 @@ class AnalyticStepTime:
         base = self._token_part(n, 0, n, 1, True)
         if n == 0:
             return np.full(steps, base)
+        if self._compiled_stretch:  # the same arithmetic, compiled
+            cc, mc = self._dec_cap if self._cap else (0.0, 0.0)
+            return _STRETCH_CORE.decode_stretch_times(
+                decode_ctx.astype(np.int64, copy=False), steps, base, int(self._cap or 0),
+                self._dec_oh * n, *self._dec_full, cc, mc, float(self._dp))
         s = np.arange(steps, dtype=np.int64)
         s_full = (int(decode_ctx.sum()) + n * s).astype(np.float64)
         if self._cap:

@@ -1,0 +1,65 @@
+"""The compiled decode-stretch pricing gives the numpy pricing's durations bit for bit.
+
+Models without a context cap (Qwen3-32B), with a sliding window (gpt-oss-20b) and with a
+sparse-attention top-k (GLM-5), attention data parallelism, random batches whose contexts
+cross the cap during the stretch: the compiled and the numpy ``decode_stretch_times`` must
+return identical arrays, and both must equal pricing every pass on its own.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servesim.hardware import load_gpu
+from servesim.models import load_model
+from servesim.perf.analytic import _STRETCH_CORE, AnalyticStepTime
+from servesim.perf.plan import PassPlan
+from simharness import python_versions
+
+pytestmark = pytest.mark.skipif(_STRETCH_CORE is None, reason="compiled core not built")
+
+CASES = {
+    "qwen3-32b": dict(model="qwen3-32b", gpu="h100"),
+    "gpt-oss-20b": dict(model="openai/gpt-oss-20b", gpu="h200"),
+    "glm-5": dict(model="zai-org/GLM-5", gpu="b200", tp=8, ep=8, weight_dtype="fp8"),
+}
+
+
+def models(case: str) -> tuple[AnalyticStepTime, AnalyticStepTime]:
+    kw = dict(CASES[case])
+    model, gpu = load_model(kw.pop("model")), load_gpu(kw.pop("gpu"))
+    with python_versions():
+        ref = AnalyticStepTime(model, gpu, **kw)
+    fast = AnalyticStepTime(model, gpu, **kw)
+    assert fast._compiled_stretch and not ref._compiled_stretch
+    return ref, fast
+
+
+MODELS = {case: models(case) for case in CASES}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(sorted(CASES)), st.integers(0, 2**32 - 1), st.integers(0, 40), st.integers(0, 300))
+def test_compiled_stretch_equals_numpy(case: str, seed: int, n: int, steps: int) -> None:
+    ref, fast = MODELS[case]
+    rng = random.Random(seed)
+    cap = ref._cap or 4096
+    ctx = np.array([rng.randint(1, 2 * cap) if rng.random() < 0.5 else rng.randint(max(1, cap - 300), cap + 5)
+                    for _ in range(n)], dtype=np.int64)
+    a, b = ref.decode_stretch_times(ctx, steps), fast.decode_stretch_times(ctx, steps)
+    assert a.dtype == b.dtype == np.float64 and a.shape == b.shape == (steps,)
+    assert a.tobytes() == b.tobytes()
+
+
+def test_compiled_stretch_equals_pass_by_pass() -> None:
+    _, fast = MODELS["gpt-oss-20b"]
+    ctx = np.array([5, 120, 127, 128, 400], dtype=np.int64)  # crossing the 128-token window
+    times = fast.decode_stretch_times(ctx, 12)
+    for s in range(12):
+        plan = PassPlan(decode_ctx=ctx + s)
+        assert times[s] == fast.pass_time(plan), s
