@@ -7,12 +7,16 @@ of the request ``--live`` places before it (tail first).  Printed, in µs per re
 
 * ``pool``: :meth:`BlockPool.allocate`, :meth:`BlockPool.cache_full_blocks` and
   :meth:`BlockPool.free_request` as the engines call them;
+* ``compiled pool``: the same calls on :class:`~servesim.kvcache.lru_pool.CompiledLRUPool`
+  (the engines' pool under LRU when the compiled core is built), and its ratio to the
+  Python pool measured in the same run;
 * ``dict floor``: only the hash-map work those calls cannot avoid — one ``del`` of an
   evicted hash and one insert of a new one per block, on a dict of the pool's size holding
   the same kind of keys — done in C with no Python loop (``map`` over bound methods).
 
-The pool's cost over the floor is what any rewrite of its loops (vectorised, run-length)
-could save; the floor itself stays as long as every full block is a key of one dict.
+The Python pool's cost over the floor is what any rewrite of its loops in Python could
+save; the floor stays as long as every full block is a key of a Python dict.  The compiled
+pool keeps its map in C and is not bound by it.
 Usage::
 
     python benchmarks/bench_block_pool.py                  # 46k-block pool, 190 blocks per request
@@ -27,6 +31,7 @@ import time
 from collections import deque
 
 from servesim.kvcache.block_pool import BlockPool
+from servesim.kvcache.lru_pool import CompiledLRUPool, compiled_core_available
 
 
 def fresh_hashes(rng: random.Random, n: int) -> list[int]:
@@ -34,10 +39,9 @@ def fresh_hashes(rng: random.Random, n: int) -> list[int]:
     return [rng.getrandbits(62) for _ in range(n)]
 
 
-def pool_cycle(num_blocks: int, blocks: int, live: int, requests: int, seed: int) -> tuple[float, float, float]:
+def pool_cycle(pool, blocks: int, live: int, requests: int, seed: int) -> tuple[float, float, float]:
     """µs per request of allocate, cache_full_blocks and free_request after a warm-up."""
     rng = random.Random(seed)
-    pool = BlockPool(num_blocks, 16)
     held: deque[list[int]] = deque()
     spent = [0.0, 0.0, 0.0]
     for r in range(2 * requests):
@@ -86,13 +90,22 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=3000, help="timed requests (after as many warm-up)")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    alloc, cache, free = pool_cycle(a.num_blocks, a.blocks, a.live, a.requests, a.seed)
+    alloc, cache, free = pool_cycle(BlockPool(a.num_blocks, 16), a.blocks, a.live, a.requests, a.seed)
     floor = dict_floor(a.num_blocks, a.blocks, a.requests, a.seed)
     total = alloc + cache + free
     print(f"pool: allocate {alloc:.1f} + cache {cache:.1f} + free {free:.1f} = {total:.1f} µs per request "
           f"({total / a.blocks * 1e3:.0f} ns per block)")
     print(f"dict floor: {floor:.1f} µs per request ({floor / a.blocks * 1e3:.0f} ns per block); "
           f"pool / floor = {total / floor:.2f}")
+    if compiled_core_available():
+        c_alloc, c_cache, c_free = pool_cycle(CompiledLRUPool(a.num_blocks, 16), a.blocks, a.live, a.requests,
+                                              a.seed)
+        c_total = c_alloc + c_cache + c_free
+        print(f"compiled pool: allocate {c_alloc:.1f} + cache {c_cache:.1f} + free {c_free:.1f} = "
+              f"{c_total:.1f} µs per request ({c_total / a.blocks * 1e3:.0f} ns per block); "
+              f"compiled / pool = {c_total / total:.3f}, compiled / floor = {c_total / floor:.2f}")
+    else:
+        print("compiled pool: not built (or SERVESIM_PURE_PYTHON is set)")
 
 
 if __name__ == "__main__":

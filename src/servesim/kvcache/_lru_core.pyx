@@ -28,6 +28,11 @@ from libc.string cimport memset
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 
 
+cdef struct Slot:
+    int64_t key
+    int32_t block  # -1: empty
+
+
 cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
     """splitmix64's finaliser: spreads nearby hashes (a unit's blocks differ by 16) over the table."""
     x ^= x >> 30
@@ -51,8 +56,7 @@ cdef class LRUCore:
     cdef int32_t head
     cdef int32_t tail
     cdef readonly int num_free
-    cdef int64_t* tkeys
-    cdef int32_t* tvals
+    cdef Slot* table  # key and block side by side: one cache line per probe
     cdef uint64_t tmask
     cdef readonly int num_cached
     cdef dict big  # hash -> block, for hashes outside int64
@@ -73,14 +77,15 @@ cdef class LRUCore:
         self.prev = <int32_t*>malloc(m * sizeof(int32_t))
         self.nxt = <int32_t*>malloc(m * sizeof(int32_t))
         self.inq = <uint8_t*>malloc(m * sizeof(uint8_t))
-        self.tkeys = <int64_t*>malloc(cap * sizeof(int64_t))
-        self.tvals = <int32_t*>malloc(cap * sizeof(int32_t))
+        self.table = <Slot*>malloc(cap * sizeof(Slot))
         if (not self.refs or not self.hval or not self.hset or not self.prev or not self.nxt
-                or not self.inq or not self.tkeys or not self.tvals):
+                or not self.inq or not self.table):
             raise MemoryError()
         self.tmask = cap - 1
-        memset(self.tvals, 0xFF, cap * sizeof(int32_t))  # -1: empty slot
         cdef int b
+        cdef uint64_t slot
+        for slot in range(cap):
+            self.table[slot].block = -1
         for b in range(n):  # every block free, in id order
             self.refs[b] = 0
             self.hset[b] = 0
@@ -102,8 +107,7 @@ cdef class LRUCore:
         free(self.prev)
         free(self.nxt)
         free(self.inq)
-        free(self.tkeys)
-        free(self.tvals)
+        free(self.table)
 
     # ------------------------------------------------------------------ hashes as Python ints
     cdef inline int32_t _find_obj(self, object h) except -2:
@@ -156,19 +160,19 @@ cdef class LRUCore:
     # ------------------------------------------------------------------ hash map
     cdef inline int32_t _find(self, int64_t k) noexcept:
         cdef uint64_t i = _mix(<uint64_t>k) & self.tmask
-        while self.tvals[i] >= 0:
-            if self.tkeys[i] == k:
-                return self.tvals[i]
+        while self.table[i].block >= 0:
+            if self.table[i].key == k:
+                return self.table[i].block
             i = (i + 1) & self.tmask
         return -1
 
     cdef inline void _put(self, int64_t k, int32_t b) noexcept:
         """Insert ``k`` (absent) -> ``b``."""
         cdef uint64_t i = _mix(<uint64_t>k) & self.tmask
-        while self.tvals[i] >= 0:
+        while self.table[i].block >= 0:
             i = (i + 1) & self.tmask
-        self.tkeys[i] = k
-        self.tvals[i] = b
+        self.table[i].key = k
+        self.table[i].block = b
         self.num_cached += 1
 
     cdef void _delete(self, int64_t k) noexcept:
@@ -176,20 +180,19 @@ cdef class LRUCore:
         cdef uint64_t mask = self.tmask
         cdef uint64_t i = _mix(<uint64_t>k) & mask
         cdef uint64_t j, home
-        while self.tkeys[i] != k or self.tvals[i] < 0:
+        while self.table[i].key != k or self.table[i].block < 0:
             i = (i + 1) & mask
         j = i
         while True:
             j = (j + 1) & mask
-            if self.tvals[j] < 0:
+            if self.table[j].block < 0:
                 break
-            home = _mix(<uint64_t>self.tkeys[j]) & mask
+            home = _mix(<uint64_t>self.table[j].key) & mask
             # The entry at j may move to the hole at i unless its home lies cyclically in (i, j].
             if ((j - home) & mask) >= ((j - i) & mask):
-                self.tkeys[i] = self.tkeys[j]
-                self.tvals[i] = self.tvals[j]
+                self.table[i] = self.table[j]
                 i = j
-        self.tvals[i] = -1
+        self.table[i].block = -1
         self.num_cached -= 1
 
     # ------------------------------------------------------------------ free list
@@ -227,10 +230,12 @@ cdef class LRUCore:
         self.refs[b] = 1
         return b
 
-    cdef inline int _check_block(self, object b) except -1:
-        if not 0 <= b < self.num_blocks:
+    cdef inline int32_t _block(self, object ob) except -1:
+        """Block id ``ob`` as a C int, checked to lie in the pool."""
+        cdef long long b = ob
+        if b < 0 or b >= self.num_blocks:
             raise IndexError(f"block {b} outside the pool of {self.num_blocks}")
-        return 0
+        return <int32_t>b
 
     # ------------------------------------------------------------------ pool operations
     def find_cached_prefix(self, hashes) -> int:
@@ -291,29 +296,36 @@ cdef class LRUCore:
         """Drop one reference to each block, in order; unreferenced ones join the tail."""
         cdef int32_t b
         for ob in blocks:
-            self._check_block(ob)
-            b = ob
+            b = self._block(ob)
             if self.refs[b] <= 0:
                 raise RuntimeError(f"freeing block {b}, which is not in use")
             self.refs[b] -= 1
             if self.refs[b] == 0:
                 self._push_tail(b)
 
+    cdef inline int _cache_one(self, object ob, object h, list stored) except -1:
+        """Register block ``ob`` under ``h`` unless either is taken; 1 if it was registered."""
+        cdef int32_t b = self._block(ob)
+        if self.hset[b] or self._find_obj(h) >= 0:
+            return 0
+        if self.refs[b] <= 0:
+            raise RuntimeError(f"caching block {b}, which is not in use")
+        self._insert_obj(h, b)
+        if stored is not None:
+            stored.append(h)
+        return 1
+
     def cache_full_blocks(self, blocks, hashes, list stored=None) -> int:
         """Register ``blocks`` under ``hashes`` (pairwise), skipping cached blocks and held hashes."""
         cdef int n = 0
-        cdef int32_t b
+        cdef Py_ssize_t i, m
+        if type(blocks) is list and type(hashes) is list:  # what the engines pass: no zip
+            m = min(len(<list>blocks), len(<list>hashes))
+            for i in range(m):
+                n += self._cache_one((<list>blocks)[i], (<list>hashes)[i], stored)
+            return n
         for ob, h in zip(blocks, hashes):
-            self._check_block(ob)
-            b = ob
-            if self.hset[b] or self._find_obj(h) >= 0:
-                continue
-            if self.refs[b] <= 0:
-                raise RuntimeError(f"caching block {b}, which is not in use")
-            self._insert_obj(h, b)
-            n += 1
-            if stored is not None:
-                stored.append(h)
+            n += self._cache_one(ob, h, stored)
         return n
 
     def replay_decode(self, list reqs, list c0, int first, int k, int bs, bint caching,
@@ -421,18 +433,15 @@ cdef class LRUCore:
             free(ev)
 
     # ------------------------------------------------------------------ views and checks
-    def ref(self, int b) -> int:
-        self._check_block(b)
-        return self.refs[b]
+    def ref(self, b) -> int:
+        return self.refs[self._block(b)]
 
-    def hash_of(self, int b):
+    def hash_of(self, b):
         """The hash block ``b`` is cached under, or None."""
-        self._check_block(b)
-        return self._hash_of(b)
+        return self._hash_of(self._block(b))
 
-    def is_free(self, int b) -> bool:
-        self._check_block(b)
-        return bool(self.inq[b])
+    def is_free(self, b) -> bool:
+        return bool(self.inq[self._block(b)])
 
     def refs_list(self) -> list:
         return [self.refs[b] for b in range(self.num_blocks)]
