@@ -14,6 +14,7 @@ from servesim.cluster.routers import RoundRobinRouter
 from servesim.cluster.worker import Worker
 from servesim.engines.base import Engine
 from servesim.compiled import PURE_PYTHON_ENV
+from servesim.kvcache import radix_cache, segments
 from servesim.kvcache.lru_pool import compiled_core_available
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.simple import FixedStepTime
@@ -23,12 +24,20 @@ from servesim.workload.request import Request
 
 @contextmanager
 def python_versions() -> Iterator[None]:
-    """Objects built inside this block use the Python versions of the compiled parts (their reference)."""
+    """Inside this block the compiled parts are off: objects built here use the Python versions
+    (their reference), and the segment functions, bound when ``kvcache.segments`` was imported,
+    are the Python ones."""
     old = os.environ.get(PURE_PYTHON_ENV)
     os.environ[PURE_PYTHON_ENV] = "1"
+    bound = [(mod, name, getattr(mod, name)) for mod in (segments, radix_cache)
+             for name in segments.PYTHON_VERSIONS if hasattr(mod, name)]
+    for mod, name, _ in bound:
+        setattr(mod, name, segments.PYTHON_VERSIONS[name])
     try:
         yield
     finally:
+        for mod, name, fn in bound:
+            setattr(mod, name, fn)
         if old is None:
             del os.environ[PURE_PYTHON_ENV]
         else:

@@ -15,7 +15,7 @@ from servesim.api import predict
 from servesim.compiled import compiled_module
 from simharness import python_versions
 
-COMPILED = ("kvcache._lru_core", "metrics._emit_core", "perf._stretch_core")
+COMPILED = ("kvcache._lru_core", "kvcache._segments_core", "metrics._emit_core", "perf._stretch_core")
 pytestmark = pytest.mark.skipif(any(compiled_module(m) is None for m in COMPILED), reason="compiled core not built")
 
 COLUMNS = ("first_scheduled", "first_token", "second_token", "last_token", "finish", "emissions", "generated",

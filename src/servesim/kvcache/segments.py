@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from servesim.compiled import compiled_module
 from servesim.kvcache.events import Segment
 
 
@@ -101,3 +102,15 @@ def canonical_segments(segs: Sequence[Segment]) -> list[Segment]:
         else:
             out.append((bid, s, e))
     return out
+
+
+#: The Python versions of the functions ``kvcache/_segments_core.pyx`` compiles: the
+#: reference its test compares against.
+PYTHON_VERSIONS = {f.__name__: f for f in (units_to_segments, segments_tokens, common_prefix, advance)}
+
+_core = compiled_module("kvcache._segments_core")  # SERVESIM_PURE_PYTHON is read at import here
+if _core is not None:
+    units_to_segments = _core.units_to_segments  # noqa: F811
+    segments_tokens = _core.segments_tokens  # noqa: F811
+    common_prefix = _core.common_prefix  # noqa: F811
+    advance = _core.advance  # noqa: F811
