@@ -17,10 +17,12 @@ else:
     ext_modules = cythonize(
         # No floating-point contraction: a fused multiply-add rounds once where numpy rounds
         # twice, and the compiled paths must give numpy's results bit for bit.
-        [Extension(f"servesim.{name}", [f"src/servesim/{name.replace('.', '/')}.pyx"], optional=True,
+        [Extension(f"servesim.{name}", [f"src/servesim/{name.replace('.', '/')}.pyx"],
                    extra_compile_args=["-ffp-contract=off"])
          for name in COMPILED],
         language_level=3,
     )
+    for ext in ext_modules:  # a failed compile skips the module (cythonize drops this flag)
+        ext.optional = True
 
 setup(ext_modules=ext_modules)

@@ -8,6 +8,7 @@ return identical arrays, and both must equal pricing every pass on its own.
 
 from __future__ import annotations
 
+import functools
 import random
 
 import numpy as np
@@ -30,6 +31,7 @@ CASES = {
 }
 
 
+@functools.cache
 def models(case: str) -> tuple[AnalyticStepTime, AnalyticStepTime]:
     kw = dict(CASES[case])
     model, gpu = load_model(kw.pop("model")), load_gpu(kw.pop("gpu"))
@@ -40,13 +42,11 @@ def models(case: str) -> tuple[AnalyticStepTime, AnalyticStepTime]:
     return ref, fast
 
 
-MODELS = {case: models(case) for case in CASES}
-
 
 @settings(max_examples=150, deadline=None)
 @given(st.sampled_from(sorted(CASES)), st.integers(0, 2**32 - 1), st.integers(0, 40), st.integers(0, 300))
 def test_compiled_stretch_equals_numpy(case: str, seed: int, n: int, steps: int) -> None:
-    ref, fast = MODELS[case]
+    ref, fast = models(case)
     rng = random.Random(seed)
     cap = ref._cap or 4096
     ctx = np.array([rng.randint(1, 2 * cap) if rng.random() < 0.5 else rng.randint(max(1, cap - 300), cap + 5)
@@ -57,7 +57,7 @@ def test_compiled_stretch_equals_numpy(case: str, seed: int, n: int, steps: int)
 
 
 def test_compiled_stretch_equals_pass_by_pass() -> None:
-    _, fast = MODELS["gpt-oss-20b"]
+    _, fast = models("gpt-oss-20b")
     ctx = np.array([5, 120, 127, 128, 400], dtype=np.int64)  # crossing the 128-token window
     times = fast.decode_stretch_times(ctx, 12)
     for s in range(12):
