@@ -243,7 +243,7 @@ class DisaggCoordinator:
             sim.events.push(new_end, 0, PASS_END, (worker, worker.epoch))
         self.decode_rec.awaiting += 1
         worker.engine.add_request(req, now, kv_ready=req.input_length)
-        if self.rec.column("status")[req.index] != Status.PENDING:  # rejected by the decode engine
+        if self.rec.column("status")[req.index] != int(Status.PENDING):  # rejected by the decode engine
             self.decode_rec.awaiting -= 1
         sim._drain_terminated(worker, now)
         sim._dirty.add(worker.worker_id)

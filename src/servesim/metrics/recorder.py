@@ -27,6 +27,9 @@ class Status(IntEnum):
     UNFINISHED = 3
 
 
+_PENDING = int(Status.PENDING)
+
+
 class RequestRecorder:
     """Column store of per-request milestones and counters."""
 
@@ -273,11 +276,12 @@ class RequestRecorder:
             self._flush()
 
     def finished(self, index: int, t: float, status: Status, reason: str = "") -> None:
-        c = self.cols
-        if c["status"].data[index] != Status.PENDING:
+        st = self.cols["status"].data
+        # Compared with a plain int: a numpy integer compared with an IntEnum member takes ~8 µs.
+        if st[index] != _PENDING:
             raise AssertionError(f"request {self.request_id[index]} reached a second terminal state")
-        c["status"].data[index] = int(status)
-        c["finish"].data[index] = t
+        st[index] = status
+        self.cols["finish"].data[index] = t
         self.reason[index] = reason
 
     def close_unfinished(self, t: float, reason: str, not_arrived: str | None = None) -> int:
