@@ -213,6 +213,10 @@ def main() -> int:
     ap.add_argument("--aisimulate", metavar="EXE", help="compare with AISimulate on workload 1 (see above)")
     ap.add_argument("--requests", type=int, default=10_000, help="requests of workload 1 for --aisimulate")
     args = ap.parse_args()
+    if not args.child:
+        from servesim.compiled import describe
+
+        print(f"servesim {describe()}")
     if args.aisimulate:
         return compare_aisimulate(args.aisimulate, args.requests, args.engine or ["sglang", "vllm"])
     if args.child:

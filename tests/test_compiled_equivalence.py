@@ -8,18 +8,30 @@ with ``SERVESIM_PURE_PYTHON`` on and off.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from servesim.api import predict
-from servesim.compiled import compiled_module
+from servesim.compiled import MODULES, PURE_PYTHON_ENV, compiled_module, describe
 from simharness import python_versions
 
-COMPILED = ("kvcache._lru_core", "kvcache._segments_core", "metrics._emit_core", "perf._stretch_core")
-pytestmark = pytest.mark.skipif(any(compiled_module(m) is None for m in COMPILED), reason="compiled core not built")
+pytestmark = pytest.mark.skipif(any(compiled_module(m) is None for m in MODULES), reason="compiled core not built")
 
 COLUMNS = ("first_scheduled", "first_token", "second_token", "last_token", "finish", "emissions", "generated",
            "cached_tokens", "status", "worker")
+
+
+def test_setup_builds_every_compiled_module():
+    setup_py = (Path(__file__).resolve().parents[1] / "setup.py").read_text()
+    assert all(f'"{name}"' in setup_py for name in MODULES)
+
+
+def test_describe_names_the_switch(monkeypatch):
+    assert describe() == f"compiled parts: all {len(MODULES)} in use"
+    monkeypatch.setenv(PURE_PYTHON_ENV, "1")
+    assert describe() == f"compiled parts: off ({PURE_PYTHON_ENV} is set)"
 
 
 def config(engine: str, model: str) -> dict:

@@ -19,6 +19,9 @@ from types import ModuleType
 #: Set to 1 to run every compiled part in Python (identical results, slower).
 PURE_PYTHON_ENV = "SERVESIM_PURE_PYTHON"
 
+#: The compiled modules (setup.py builds the same list).
+MODULES = ("kvcache._lru_core", "kvcache._segments_core", "metrics._emit_core", "perf._stretch_core")
+
 
 def pure_python_forced() -> bool:
     """Whether :data:`PURE_PYTHON_ENV` asks for the Python versions (read at each call)."""
@@ -33,3 +36,20 @@ def compiled_module(name: str) -> ModuleType | None:
         return importlib.import_module(f"servesim.{name}")
     except ImportError:
         return None
+
+
+def compiled_parts() -> dict[str, bool]:
+    """Each compiled module and whether runs use it now (built and not switched off)."""
+    return {name: compiled_module(name) is not None for name in MODULES}
+
+
+def describe() -> str:
+    """One line saying which compiled parts a run uses, for benchmark output."""
+    parts = compiled_parts()
+    on = [name for name, used in parts.items() if used]
+    if len(on) == len(parts):
+        return f"compiled parts: all {len(parts)} in use"
+    if pure_python_forced():
+        return f"compiled parts: off ({PURE_PYTHON_ENV} is set)"
+    off = [name for name, used in parts.items() if not used]
+    return f"compiled parts: {len(on)} of {len(parts)} in use; not built: {', '.join(off)}"
