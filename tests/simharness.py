@@ -14,7 +14,10 @@ from servesim.cluster.routers import RoundRobinRouter
 from servesim.cluster.worker import Worker
 from servesim.engines.base import Engine
 from servesim.compiled import PURE_PYTHON_ENV
+from servesim.cluster import disagg, kv_index
+from servesim.engines import sglang, trtllm, vllm
 from servesim.kvcache import radix_cache, segments
+from servesim.workload import request
 from servesim.kvcache.lru_pool import compiled_core_available
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.simple import FixedStepTime
@@ -22,17 +25,22 @@ from servesim.sim.simulation import Simulation
 from servesim.workload.request import Request
 
 
+#: Modules that bound ``sequence_units`` at import.
+_UNIT_READERS = (sglang, vllm, trtllm, disagg, kv_index)
+
+
 @contextmanager
 def python_versions() -> Iterator[None]:
     """Inside this block the compiled parts are off: objects built here use the Python versions
-    (their reference), and the segment functions, bound when ``kvcache.segments`` was imported,
-    are the Python ones."""
+    (their reference), and the functions bound at import (the segment arithmetic,
+    ``sequence_units``) are the Python ones."""
     old = os.environ.get(PURE_PYTHON_ENV)
     os.environ[PURE_PYTHON_ENV] = "1"
-    bound = [(mod, name, getattr(mod, name)) for mod in (segments, radix_cache)
-             for name in segments.PYTHON_VERSIONS if hasattr(mod, name)]
+    python = dict(segments.PYTHON_VERSIONS, sequence_units=request.python_sequence_units)
+    bound = [(mod, name, getattr(mod, name)) for mod in (segments, radix_cache, request, *_UNIT_READERS)
+             for name in python if hasattr(mod, name)]
     for mod, name, _ in bound:
-        setattr(mod, name, segments.PYTHON_VERSIONS[name])
+        setattr(mod, name, python[name])
     try:
         yield
     finally:

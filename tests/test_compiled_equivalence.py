@@ -1,9 +1,9 @@
 """Whole runs on the compiled parts equal whole runs on their Python versions.
 
 Each compiled part has its own equality test; this one checks they add up: the same
-synthetic workload (shared prefixes, analytic pricing) through each engine, with a dense
-model and a sliding-window one, gives identical per-request columns and inter-token gaps
-with ``SERVESIM_PURE_PYTHON`` on and off.
+synthetic workload (shared prefixes, multi-turn sessions, analytic pricing) through each
+engine, with a dense model and a sliding-window one, gives identical per-request columns
+and inter-token gaps with the compiled parts on and off (``python_versions``).
 """
 
 from __future__ import annotations
@@ -35,12 +35,16 @@ def test_describe_names_the_switch(monkeypatch):
 
 
 def config(engine: str, model: str) -> dict:
+    """Shared system prompts and multi-turn sessions (later turns reuse earlier answers' blocks)."""
     return {
         "seed": 3,
         "workload": {"kind": "synthetic", "num_requests": 400, "arrival": {"process": "poisson", "rate": 12.0},
                      "input": {"dist": "uniform", "low": 500, "high": 3000},
                      "output": {"dist": "uniform", "low": 50, "high": 400},
-                     "prefix": {"num_groups": 8, "length": 1024, "share": 0.6}},
+                     "prefix": {"num_groups": 8, "length": 1024, "share": 0.6},
+                     "sessions": {"turns": {"dist": "uniform", "low": 1, "high": 3},
+                                  "think_time_s": {"dist": "exponential", "mean": 2.0},
+                                  "new_input": {"dist": "uniform", "low": 50, "high": 300}}},
         "deployment": {"model": model, "gpu": "h100_sxm", "workers": 2, "engine": {"name": engine}},
         "output": {"dir": None, "timeseries": False},
     }
@@ -52,6 +56,7 @@ def test_compiled_run_equals_python_run(engine: str, model: str) -> None:
     with python_versions():
         ref = predict(config(engine, model)).recorder
     fast = predict(config(engine, model)).recorder
+    assert int(fast.column("cached_tokens").sum()) > 0  # the prefix caches were exercised
     for name in COLUMNS:
         assert np.array_equal(ref.column(name), fast.column(name), equal_nan=True), name
     for a, b in ((ref.itl, fast.itl), (ref.itl_warmup, fast.itl_warmup)):

@@ -88,3 +88,29 @@ def test_other_index_dtypes_are_accepted() -> None:
         rec.emit_stretch(np.array([0, 1, 3], dtype=np.intp), np.array([2.0, 2.5, 3.0]))
     for col in COLUMNS:
         assert np.array_equal(ref.column(col), fast.column(col), equal_nan=True), col
+
+
+def test_columns_growing_between_emissions() -> None:
+    """Registering past the columns' capacity replaces them; the compiled emitter follows."""
+    with python_versions():
+        ref = RequestRecorder()
+    fast = RequestRecorder()
+    rng = random.Random(1)
+    t, n = 0.0, 0
+    for _ in range(12):
+        for rec in (ref, fast):  # registrations interleaved with emissions, warm-up ones late
+            for i in range(n, n + 400):
+                rec.register(i, f"r{i}", None, 0, 10, 100, i > 3000 and i % 7 == 0)
+        n += 400
+        for _ in range(5):
+            idx = np.array(sorted(rng.sample(range(n), 50)), dtype=np.int64)
+            ends = t + np.cumsum([rng.choice([0.25, 0.5]) for _ in range(rng.randint(1, 4))])
+            t = float(ends[-1])
+            ref.emit_stretch(idx, ends)
+            fast.emit_stretch(idx, ends)
+    assert fast.cols["emissions"].data.size > 1024  # grew at least once
+    for col in COLUMNS:
+        assert np.array_equal(ref.column(col), fast.column(col), equal_nan=True), col
+    for a, b in ((ref.itl, fast.itl), (ref.itl_warmup, fast.itl_warmup)):
+        (va, wa), (vb, wb) = a.arrays(), b.arrays()
+        assert va.tolist() == vb.tolist() and wa.tolist() == wb.tolist() and wa.size

@@ -62,58 +62,80 @@ cdef int _add_gaps(double* gaps, Py_ssize_t n, list values, list counts) except 
     return 0
 
 
-def emit(const int64_t[:] idx, double t, double t_second, bint has_second, double t_last,
-         int64_t add_emissions, int64_t[::1] em, double[::1] last, double[::1] first,
-         double[::1] second, const uint8_t[::1] warm, bint any_warm,
-         list gv, list gw, list wv, list ww) -> int:
-    """Requests ``idx`` emit at ``t``; returns how many of them are warm-up requests.
+cdef class Emitter:
+    """A recorder's hot columns and pending gap lists, held as typed views between passes.
 
-    A request's first token is at ``t`` (its second at ``t_second`` when ``has_second``: a
-    stretch's next pass); a request on its first token before gets its second at ``t``;
-    the others add the gap ``t - last``.  Afterwards every request's last token time is
-    ``t_last`` and its emission count grows by ``add_emissions``.
+    Acquiring six array views costs a few microseconds per call, more than the emission of
+    a small batch, so the recorder builds one ``Emitter`` and rebuilds it only when its
+    columns grow (:meth:`RequestRecorder.register`).  The gap lists are the recorder's own
+    (it empties them in place when it flushes them).
     """
-    cdef Py_ssize_t n = idx.shape[0], i, nc = 0, nw = 0
-    cdef int64_t r, e
-    cdef int n_warm = 0
-    cdef bint w
-    cdef double* cold = <double*>malloc((n if n > 0 else 1) * sizeof(double))
-    cdef double* hot = <double*>malloc((n if n > 0 else 1) * sizeof(double))
-    if not cold or not hot:
-        free(cold)
-        free(hot)
-        raise MemoryError()
-    for i in range(n):  # checked first, so that a bad index changes nothing
-        r = idx[i]
-        if r < 0 or r >= em.shape[0] or r >= last.shape[0] or r >= first.shape[0] or r >= second.shape[0] \
-                or (any_warm and r >= warm.shape[0]):
+
+    cdef int64_t[::1] em
+    cdef double[::1] last
+    cdef double[::1] first
+    cdef double[::1] second
+    cdef const uint8_t[::1] warm
+    cdef public bint any_warm
+    cdef list gv, gw, wv, ww
+
+    def __init__(self, int64_t[::1] em, double[::1] last, double[::1] first, double[::1] second,
+                 const uint8_t[::1] warm, bint any_warm, list gv, list gw, list wv, list ww):
+        self.em, self.last, self.first, self.second, self.warm = em, last, first, second, warm
+        self.any_warm = any_warm
+        self.gv, self.gw, self.wv, self.ww = gv, gw, wv, ww
+
+    def emit(self, const int64_t[:] idx, double t, double t_second, bint has_second, double t_last,
+             int64_t add_emissions) -> int:
+        """Requests ``idx`` emit at ``t``; returns how many of them are warm-up requests.
+
+        A request's first token is at ``t`` (its second at ``t_second`` when ``has_second``:
+        a stretch's next pass); a request on its first token before gets its second at ``t``;
+        the others add the gap ``t - last``.  Afterwards every request's last token time is
+        ``t_last`` and its emission count grows by ``add_emissions``.
+        """
+        cdef Py_ssize_t n = idx.shape[0], i, nc = 0, nw = 0
+        cdef Py_ssize_t rows = min(self.em.shape[0], self.last.shape[0], self.first.shape[0],
+                                   self.second.shape[0])
+        cdef int64_t r, e
+        cdef int n_warm = 0
+        cdef bint w, any_warm = self.any_warm
+        if any_warm and self.warm.shape[0] < rows:
+            rows = self.warm.shape[0]
+        for i in range(n):  # checked first, so that a bad index changes nothing
+            r = idx[i]
+            if r < 0 or r >= rows:
+                raise IndexError(f"request index {r} outside the recorder's columns")
+        cdef double* cold = <double*>malloc((n if n > 0 else 1) * sizeof(double))
+        cdef double* hot = <double*>malloc((n if n > 0 else 1) * sizeof(double))
+        if not cold or not hot:
             free(cold)
             free(hot)
-            raise IndexError(f"request index {r} outside the recorder's columns")
-    try:
-        for i in range(n):
-            r = idx[i]
-            e = em[r]
-            w = any_warm and warm[r] != 0
-            n_warm += w
-            if e == 0:
-                first[r] = t
-                if has_second:
-                    second[r] = t_second
-            else:
-                if e == 1:
-                    second[r] = t
-                if w:
-                    hot[nw] = t - last[r]
-                    nw += 1
+            raise MemoryError()
+        try:
+            for i in range(n):
+                r = idx[i]
+                e = self.em[r]
+                w = any_warm and self.warm[r] != 0
+                n_warm += w
+                if e == 0:
+                    self.first[r] = t
+                    if has_second:
+                        self.second[r] = t_second
                 else:
-                    cold[nc] = t - last[r]
-                    nc += 1
-            last[r] = t_last
-            em[r] = e + add_emissions
-        _add_gaps(hot, nw, wv, ww)
-        _add_gaps(cold, nc, gv, gw)
-    finally:
-        free(cold)
-        free(hot)
-    return n_warm
+                    if e == 1:
+                        self.second[r] = t
+                    if w:
+                        hot[nw] = t - self.last[r]
+                        nw += 1
+                    else:
+                        cold[nc] = t - self.last[r]
+                        nc += 1
+                self.last[r] = t_last
+                self.em[r] = e + add_emissions
+            _add_gaps(hot, nw, self.wv, self.ww)
+            _add_gaps(cold, nc, self.gv, self.gw)
+        finally:
+            free(cold)
+            free(hot)
+        return n_warm

@@ -28,6 +28,7 @@ class Status(IntEnum):
 
 
 _PENDING = int(Status.PENDING)
+_INT64 = np.dtype(np.int64)
 
 
 class RequestRecorder:
@@ -78,7 +79,8 @@ class RequestRecorder:
         self._capacity = min(self._warm.data.size, *(col.data.size for col in self.cols.values()))
         #: The compiled emission (``metrics/_emit_core.pyx``), or None: the numpy version.
         self._kernel = compiled_module("metrics._emit_core")
-        self._warm_u8 = self._warm.data.view(np.uint8)  # the flags as the kernel reads them
+        self._emitter = None
+        self._new_emitter()
 
     # -- registration -------------------------------------------------------------
     def register(self, index: int, request_id: str, session_id: str | None, turn: int,
@@ -91,16 +93,18 @@ class RequestRecorder:
             for col in self.cols.values():
                 col.ensure(self.size)
             self._warm.ensure(self.size)
-            self._warm_u8 = self._warm.data.view(np.uint8)
             self._capacity = min(self._warm.data.size, *(col.data.size for col in self.cols.values()))
+            self._new_emitter()  # the columns are new arrays
         for col in self.extra_columns.values():
             col.ensure(self.size)
         self._c_in.data[index] = input_length
         self._c_out.data[index] = output_length
         self._c_turn.data[index] = turn
         self._warm.data[index] = warmup
-        if warmup:
+        if warmup and not self._any_warm:
             self._any_warm = True
+            if self._emitter is not None:
+                self._emitter.any_warm = True
         self.request_id.append(request_id)
         self.session_id.append(session_id)
         self.reason.append("")
@@ -148,12 +152,22 @@ class RequestRecorder:
         return self._itl_warmup
 
     def _flush(self) -> None:
+        # Emptied in place: the compiled emitter holds these lists.
         if self._gv:
             self._itl.add(np.array(self._gv, dtype=np.float64), np.array(self._gw, dtype=np.int32))
-            self._gv, self._gw = [], []
+            self._gv.clear()
+            self._gw.clear()
         if self._wv:
             self._itl_warmup.add(np.array(self._wv, dtype=np.float64), np.array(self._ww, dtype=np.int32))
-            self._wv, self._ww = [], []
+            self._wv.clear()
+            self._ww.clear()
+
+    def _new_emitter(self) -> None:
+        """(Re)build the compiled emitter over the current hot columns."""
+        if self._kernel is not None:
+            self._emitter = self._kernel.Emitter(
+                self._c_em.data, self._c_last.data, self._c_first.data, self._c_second.data,
+                self._warm.data.view(np.uint8), self._any_warm, self._gv, self._gw, self._wv, self._ww)
 
     def emit(self, idx: np.ndarray, t: float, tokens_each: np.ndarray | int = 1) -> None:
         """Requests ``idx`` each received ``tokens_each`` output tokens at time ``t``."""
@@ -177,11 +191,9 @@ class RequestRecorder:
     def _emit_compiled(self, idx: np.ndarray, t: float, t_second: float, t_last: float, passes: int) -> int:
         """:meth:`emit` (``passes`` 1) or a stretch's first pass (``t_second``: the next pass's
         end, ``t_last``: the last one's) in the compiled kernel; returns the warm-up requests."""
-        if idx.dtype != np.int64:
+        if idx.dtype is not _INT64:
             idx = idx.astype(np.int64)
-        n_warm = self._kernel.emit(idx, t, t_second, passes > 1, t_last, passes, self._c_em.data,
-                                   self._c_last.data, self._c_first.data, self._c_second.data,
-                                   self._warm_u8, self._any_warm, self._gv, self._gw, self._wv, self._ww)
+        n_warm = self._emitter.emit(idx, t, t_second, passes > 1, t_last, passes)
         if len(self._gv) > self._FLUSH or len(self._wv) > self._FLUSH:
             self._flush()
         return n_warm

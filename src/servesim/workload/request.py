@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from servesim.compiled import compiled_module
+
 # Id spaces for blocks that must never match anything else.  Trace ids are >= 0.
 OUTPUT_ID_BASE = -(1 << 60)
 
@@ -84,3 +86,11 @@ def sequence_units(req: Request, n_tokens: int) -> list[tuple[int, int]]:
             bid = output_block_id(req.index, k - n_ids)
         units.append((bid, bs if k < n_full else rem))
     return units
+
+
+#: The Python version of :func:`sequence_units`, the reference of ``workload/_units_core.pyx``.
+python_sequence_units = sequence_units
+
+_core = compiled_module("workload._units_core")  # SERVESIM_PURE_PYTHON is read at import here
+if _core is not None:
+    sequence_units = _core.sequence_units  # noqa: F811

@@ -1,0 +1,24 @@
+"""The compiled ``sequence_units`` returns the Python version's units exactly."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servesim.compiled import compiled_module
+from servesim.workload.request import Request, python_sequence_units
+
+core = compiled_module("workload._units_core")
+pytestmark = pytest.mark.skipif(core is None, reason="compiled core not built")
+
+
+@settings(max_examples=400, deadline=None)
+@given(index=st.integers(0, 2**20), block_size=st.sampled_from([1, 16, 64, 512]),
+       ids=st.lists(st.integers(0, 2**40), max_size=6), out_ids=st.lists(st.integers(0, 2**40), max_size=3),
+       n_tokens=st.integers(-600, 6000), as_list=st.booleans())
+def test_compiled_sequence_units_equal_python(index, block_size, ids, out_ids, n_tokens, as_list):
+    req = Request(index=index, request_id="r", arrival=0.0, input_length=max(1, len(ids) * block_size),
+                  output_length=10, hash_ids=list(ids) if as_list else tuple(ids), block_size=block_size,
+                  output_hash_ids=tuple(out_ids))
+    assert core.sequence_units(req, n_tokens) == python_sequence_units(req, n_tokens)
