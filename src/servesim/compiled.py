@@ -1,13 +1,13 @@
 """The optional compiled parts of servesim, and the switch that turns them all off.
 
-Some hot paths have a Cython version next to the Python one (``kvcache/_lru_core.pyx``,
-``kvcache/_segments_core.pyx``, ``metrics/_emit_core.pyx``, ``perf/_stretch_core.pyx``;
-docs/architecture.md says what each replaces), built when servesim is installed.  Each gives exactly the
-Python version's results, faster; the Python versions stay as the reference the tests
-compare against, and as the fallback where the extensions were not built (no C compiler).
-Setting ``SERVESIM_PURE_PYTHON=1`` makes every part use its Python version: it is read
-when a pool, recorder or step-time model is built, and for the segment functions when
-``servesim.kvcache.segments`` is imported.
+Some hot paths have a Cython version next to the Python one (:data:`MODULES`;
+docs/architecture.md says what each replaces), built when servesim is installed.  Each
+gives exactly the Python version's results, faster; the Python versions stay as the
+reference the tests compare against, and as the fallback where the extensions were not
+built (no C compiler).  Setting ``SERVESIM_PURE_PYTHON=1`` makes every part use its Python
+version: it is read when a block pool, recorder or step-time model is built, and for the
+functions bound at import (the segment arithmetic, ``sequence_units``) when
+``servesim.kvcache.segments`` and ``servesim.workload.request`` are imported.
 """
 
 from __future__ import annotations

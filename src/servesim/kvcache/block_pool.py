@@ -321,6 +321,15 @@ class FreeQueue:
             entries[b] = 1
 
 
+def publish_evictions(pool, removed: list[int]) -> None:
+    """Tell ``pool``'s sinks the hashes one allocation evicted: one "removed" event, one write-back."""
+    if removed:
+        if pool.on_event is not None:
+            pool.on_event(KVEvent("removed", tuple(removed), len(removed) * pool.block_size))
+        if pool.on_evict is not None:
+            pool.on_evict(tuple(removed))
+
+
 class BlockPool:
     """Fixed pool of ``num_blocks`` blocks with a prefix cache keyed by block hash.
 
@@ -475,11 +484,7 @@ class BlockPool:
                 removed.append(h)
                 hashes[b] = None
             refs[b] = 1
-        if removed:
-            if self.on_event is not None:
-                self.on_event(KVEvent("removed", tuple(removed), len(removed) * self.block_size))
-            if self.on_evict is not None:
-                self.on_evict(tuple(removed))
+        publish_evictions(self, removed)
         return out
 
     def _allocate_lru(self, n: int) -> list[int]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from servesim.compiled import PURE_PYTHON_ENV, compiled_module
-from servesim.kvcache.block_pool import Block, BlockPool, _LazyBlocks
+from servesim.kvcache.block_pool import Block, BlockPool, _LazyBlocks, publish_evictions
 from servesim.kvcache.events import EventSink, KVEvent
 from servesim.kvcache.policies import EvictionPolicy, LRUPolicy, NextUseOracle
 
@@ -141,11 +141,7 @@ class CompiledLRUPool:
             return self.core.allocate(n)
         removed: list[int] = []
         out = self.core.allocate(n, removed)
-        if removed:
-            if self.on_event is not None:
-                self.on_event(KVEvent("removed", tuple(removed), len(removed) * self.block_size))
-            if self.on_evict is not None:
-                self.on_evict(tuple(removed))
+        publish_evictions(self, removed)
         return out
 
     def free(self, blocks: Iterable[int]) -> None:
