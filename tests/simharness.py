@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
@@ -12,21 +13,15 @@ import numpy as np
 
 from servesim.cluster.routers import RoundRobinRouter
 from servesim.cluster.worker import Worker
-from servesim.engines.base import Engine
 from servesim.compiled import PURE_PYTHON_ENV
-from servesim.cluster import disagg, kv_index
-from servesim.engines import sglang, trtllm, vllm
-from servesim.kvcache import radix_cache, segments
-from servesim.workload import request
+from servesim.engines.base import Engine
+from servesim.kvcache import segments
 from servesim.kvcache.lru_pool import compiled_core_available
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.simple import FixedStepTime
 from servesim.sim.simulation import Simulation
+from servesim.workload import request
 from servesim.workload.request import Request
-
-
-#: Modules that bound ``sequence_units`` at import.
-_UNIT_READERS = (sglang, vllm, trtllm, disagg, kv_index)
 
 
 @contextmanager
@@ -37,8 +32,12 @@ def python_versions() -> Iterator[None]:
     old = os.environ.get(PURE_PYTHON_ENV)
     os.environ[PURE_PYTHON_ENV] = "1"
     python = dict(segments.PYTHON_VERSIONS, sequence_units=request.python_sequence_units)
-    bound = [(mod, name, getattr(mod, name)) for mod in (segments, radix_cache, request, *_UNIT_READERS)
-             for name in python if hasattr(mod, name)]
+    current = {name: getattr(segments, name) for name in segments.PYTHON_VERSIONS}
+    current["sequence_units"] = request.sequence_units
+    # Every servesim module that bound one of them at import (``from ... import name``).
+    bound = [(mod, name, fn) for mod in list(sys.modules.values())
+             if getattr(mod, "__name__", "").startswith("servesim")
+             for name, fn in current.items() if getattr(mod, name, None) is fn]
     for mod, name, _ in bound:
         setattr(mod, name, python[name])
     try:

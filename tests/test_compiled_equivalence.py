@@ -28,6 +28,19 @@ def test_setup_builds_every_compiled_module():
     assert all(f'"{name}"' in setup_py for name in MODULES)
 
 
+def test_python_versions_rebinds_functions_bound_at_import():
+    from servesim.engines import sglang, vllm
+    from servesim.kvcache import radix_cache, segments
+    from servesim.workload import request
+
+    compiled = (sglang.sequence_units, vllm.sequence_units, radix_cache.common_prefix)
+    with python_versions():
+        assert sglang.sequence_units is vllm.sequence_units is request.python_sequence_units
+        assert radix_cache.common_prefix is segments.PYTHON_VERSIONS["common_prefix"]
+    assert (sglang.sequence_units, vllm.sequence_units, radix_cache.common_prefix) == compiled
+    assert sglang.sequence_units is not request.python_sequence_units
+
+
 def test_describe_names_the_switch(monkeypatch):
     assert describe() == f"compiled parts: all {len(MODULES)} in use"
     monkeypatch.setenv(PURE_PYTHON_ENV, "1")
