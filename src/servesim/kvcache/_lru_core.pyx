@@ -9,7 +9,8 @@ one interpreted iteration per block.  This core keeps the same state in C arrays
 * ``hval[b]`` / ``hset[b]``: the hash block ``b`` is cached under, if any;
 * the free list, doubly linked through ``prev`` / ``nxt`` (vLLM's ``FreeKVCacheBlockQueue``:
   freed blocks join the tail, allocations pop the head, a prefix hit unlinks a block from
-  the middle) — the same order as the Python pool's lazily deleted deque;
+  the middle) — the same order as the Python pool's lazily deleted deque; a block is on it
+  exactly when its reference count is 0;
 * an open-addressing hash map from hash to block (linear probing, deletion by backward
   shift, load at most one half), holding one block per hash as the Python pool does.
 
@@ -43,6 +44,11 @@ cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
     return x
 
 
+cdef inline bint _occurs(int r, int first, int k, int bs) noexcept nogil:
+    """Whether a pass ``s`` with ``s ≡ r (mod bs)`` lies in ``first..k-1``."""
+    return first + ((r - first) % bs + bs) % bs < k
+
+
 cdef class LRUCore:
     """Block pool state under LRU; see the module docstring.  Methods mirror ``BlockPool``'s."""
 
@@ -52,7 +58,6 @@ cdef class LRUCore:
     cdef uint8_t* hset
     cdef int32_t* prev
     cdef int32_t* nxt
-    cdef uint8_t* inq
     cdef int32_t head
     cdef int32_t tail
     cdef readonly int num_free
@@ -76,10 +81,8 @@ cdef class LRUCore:
         self.hset = <uint8_t*>malloc(m * sizeof(uint8_t))
         self.prev = <int32_t*>malloc(m * sizeof(int32_t))
         self.nxt = <int32_t*>malloc(m * sizeof(int32_t))
-        self.inq = <uint8_t*>malloc(m * sizeof(uint8_t))
         self.table = <Slot*>malloc(cap * sizeof(Slot))
-        if (not self.refs or not self.hval or not self.hset or not self.prev or not self.nxt
-                or not self.inq or not self.table):
+        if not self.refs or not self.hval or not self.hset or not self.prev or not self.nxt or not self.table:
             raise MemoryError()
         self.tmask = cap - 1
         cdef int b
@@ -92,7 +95,6 @@ cdef class LRUCore:
             self.hval[b] = 0
             self.prev[b] = b - 1
             self.nxt[b] = b + 1 if b + 1 < n else -1
-            self.inq[b] = 1
         self.head = 0 if n > 0 else -1
         self.tail = n - 1
         self.num_free = n
@@ -106,7 +108,6 @@ cdef class LRUCore:
         free(self.hset)
         free(self.prev)
         free(self.nxt)
-        free(self.inq)
         free(self.table)
 
     # ------------------------------------------------------------------ hashes as Python ints
@@ -207,7 +208,6 @@ cdef class LRUCore:
             self.prev[q] = p
         else:
             self.tail = p
-        self.inq[b] = 0
         self.num_free -= 1
 
     cdef inline void _push_tail(self, int32_t b) noexcept:
@@ -218,7 +218,6 @@ cdef class LRUCore:
         else:
             self.head = b
         self.tail = b
-        self.inq[b] = 1
         self.num_free += 1
 
     cdef inline int32_t _take_head(self, list removed) except -2:
@@ -344,51 +343,45 @@ cdef class LRUCore:
             return
         cdef int64_t* cs = <int64_t*>malloc(n * sizeof(int64_t))
         cdef int32_t* last_fill = <int32_t*>malloc(n * sizeof(int32_t))
+        cdef int32_t* opens = <int32_t*>malloc(n * sizeof(int32_t))  # residue of the opening passes, or -1
+        cdef int32_t* fills = <int32_t*>malloc(n * sizeof(int32_t))  # residue of the filling passes, or -1
         cdef int32_t* start = <int32_t*>malloc((bs + 1) * sizeof(int32_t))
-        cdef int32_t* pos = <int32_t*>malloc((bs + 1) * sizeof(int32_t))
+        cdef int32_t* pos = <int32_t*>malloc(bs * sizeof(int32_t))
         cdef int32_t* ev = <int32_t*>malloc(2 * n * sizeof(int32_t))  # j * 2 + kind, by residue
-        if not cs or not last_fill or not start or not pos or not ev:
-            free(cs); free(last_fill); free(start); free(pos); free(ev)
+        if not cs or not last_fill or not opens or not fills or not start or not pos or not ev:
+            free(cs); free(last_fill); free(opens); free(fills); free(start); free(pos); free(ev)
             raise MemoryError()
         cdef list blocks_of = [None] * n
         cdef list hashes_of = [None] * n
-        cdef int j, r, a, f, s, e, kind, i
+        cdef int j, r, a, s, e, i
         cdef int32_t b
-        cdef int64_t c
         cdef object vr, hashes, h
         cdef list removed = [] if on_evict is not None else None
         try:
-            # Bucket each request's open (residue a) and fill (residue f) events by residue.
+            # Each request's events: pass s opens a block when s ≡ a = -c (mod bs) and, with
+            # prefix caching, fills one when s ≡ a - 1; kept only if such a pass lies in
+            # first..k-1.  Bucketed by residue (counting sort, request order kept).
             memset(start, 0, (bs + 1) * sizeof(int32_t))
             for j in range(n):
-                c = c0[j]
-                cs[j] = c
+                cs[j] = c0[j]
                 last_fill[j] = -1
-                a = <int>((-c) % bs)
-                if a < 0:
-                    a += bs
-                if first + (((a - first) % bs) + bs) % bs < k:
-                    start[a + 1] += 1
-                if caching:
-                    f = (a - 1 + bs) % bs
-                    if first + (((f - first) % bs) + bs) % bs < k:
-                        start[f + 1] += 1
+                a = <int>(((-cs[j]) % bs + bs) % bs)
+                opens[j] = a if _occurs(a, first, k, bs) else -1
+                fills[j] = (a - 1 + bs) % bs if caching and _occurs((a - 1 + bs) % bs, first, k, bs) else -1
+                if opens[j] >= 0:
+                    start[opens[j] + 1] += 1
+                if fills[j] >= 0:
+                    start[fills[j] + 1] += 1
             for r in range(bs):
                 start[r + 1] += start[r]
-            for r in range(bs):
                 pos[r] = start[r]
             for j in range(n):
-                a = <int>((-cs[j]) % bs)
-                if a < 0:
-                    a += bs
-                if first + (((a - first) % bs) + bs) % bs < k:
-                    ev[pos[a]] = 2 * j
-                    pos[a] += 1
-                if caching:
-                    f = (a - 1 + bs) % bs
-                    if first + (((f - first) % bs) + bs) % bs < k:
-                        ev[pos[f]] = 2 * j + 1
-                        pos[f] += 1
+                if opens[j] >= 0:
+                    ev[pos[opens[j]]] = 2 * j
+                    pos[opens[j]] += 1
+                if fills[j] >= 0:
+                    ev[pos[fills[j]]] = 2 * j + 1
+                    pos[fills[j]] += 1
                 vr = reqs[j]
                 blocks_of[j] = vr.blocks
                 hashes_of[j] = vr.hashes
@@ -396,8 +389,7 @@ cdef class LRUCore:
                 r = s % bs
                 for e in range(start[r], start[r + 1]):
                     j = ev[e] >> 1
-                    kind = ev[e] & 1
-                    if kind == 0:  # opens a block: the head of the free list
+                    if (ev[e] & 1) == 0:  # opens a block: the head of the free list
                         if self.num_free <= 0:
                             raise RuntimeError("vLLM model: decode stretch beyond the free blocks")
                         b = self._take_head(removed)
@@ -413,21 +405,15 @@ cdef class LRUCore:
                     if i >= len(hashes):
                         hashes = extend(reqs[j], <int>((cs[j] + k) // bs))
                         hashes_of[j] = hashes
-                    b = (<list>blocks_of[j])[i]
-                    if self.hset[b]:
-                        continue
-                    h = hashes[i]
-                    if self._find_obj(h) >= 0:
-                        continue
-                    if self.refs[b] <= 0:
-                        raise RuntimeError(f"caching block {b}, which is not in use")
-                    self._insert_obj(h, b)
+                    self._cache_one((<list>blocks_of[j])[i], hashes[i], None)
             for j in range(n):
                 if last_fill[j] >= 0:
                     reqs[j].n_cached = last_fill[j] + 1
         finally:
             free(cs)
             free(last_fill)
+            free(opens)
+            free(fills)
             free(start)
             free(pos)
             free(ev)
@@ -439,9 +425,6 @@ cdef class LRUCore:
     def hash_of(self, b):
         """The hash block ``b`` is cached under, or None."""
         return self._hash_of(self._block(b))
-
-    def is_free(self, b) -> bool:
-        return bool(self.inq[self._block(b)])
 
     def refs_list(self) -> list:
         return [self.refs[b] for b in range(self.num_blocks)]
@@ -465,10 +448,10 @@ cdef class LRUCore:
     def check(self) -> None:
         """Raise AssertionError unless the free list, reference counts and map agree."""
         cdef int32_t b, p = -1
-        cdef int seen = 0, cached = 0
+        cdef int seen = 0, cached = 0, unreferenced = 0
         b = self.head
         while b >= 0:
-            assert self.inq[b] and self.refs[b] == 0, f"block {b} on the free list but in use"
+            assert self.refs[b] == 0, f"block {b} on the free list but in use"
             assert self.prev[b] == p, f"free list broken at block {b}"
             p = b
             b = self.nxt[b]
@@ -478,9 +461,10 @@ cdef class LRUCore:
         assert seen == self.num_free, (seen, self.num_free)
         for b in range(self.num_blocks):
             assert self.refs[b] >= 0, b
-            assert bool(self.inq[b]) == (self.refs[b] == 0), f"block {b}: ref {self.refs[b]}, free {self.inq[b]}"
+            unreferenced += self.refs[b] == 0
             if self.hset[b]:
                 cached += 1
                 assert self._find_obj(self._hash_of(b)) == b, f"block {b}'s hash not mapped to it"
         assert cached == self.num_cached, (cached, self.num_cached)
+        assert unreferenced == seen, f"{unreferenced} unreferenced blocks, {seen} on the free list"
         assert len(self.big) == len(self.big_of), "big-hash maps disagree"
