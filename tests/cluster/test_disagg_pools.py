@@ -68,10 +68,11 @@ def test_milestones_are_ordered_and_every_request_ends(engine):
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])
-def test_fast_mode_equals_step_mode(engine):
-    a = predict(_cfg(engine, "fast", link_gbs=20.0))
-    b = predict(_cfg(engine, "step", link_gbs=20.0))
-    for name in ("first_token", "last_token", "transfer_end_s", "decode_start_s"):
+@pytest.mark.parametrize("decode", [{}, {"decode": {"workers": 2}, "decode_router": "kv_aware"}])
+def test_fast_mode_equals_step_mode(engine, decode):
+    a = predict(_cfg(engine, "fast", link_gbs=20.0, **decode))
+    b = predict(_cfg(engine, "step", link_gbs=20.0, **decode))
+    for name in ("first_token", "last_token", "transfer_end_s", "decode_start_s", "decode_worker"):
         x, y = _col(a, name), _col(b, name)
         ok = ~np.isnan(x)
         assert np.array_equal(ok, ~np.isnan(y))

@@ -259,6 +259,8 @@ class DisaggCoordinator:
             rec.emit(np.array([index], dtype=np.int64), now)
             rec.finished(index, now, Status.COMPLETED)
             return req
+        if self.cfg.decode_router == "kv_aware":  # reads the decode workers' caches
+            sim.settle_workers(self.decode, now)
         d = self._choose(req)
         held = min(held_prefix_tokens(self.decode[d].engine, req), req.input_length - 1)
         tokens = req.input_length - held
@@ -371,7 +373,9 @@ class DisaggDeployment:
             eng = self.decode.engine_factory(wid, drec)
             if kv_event_log is not None:
                 _publish_kv_events(eng, wid, [kv_event_log])
-            decode.append(Worker(wid, eng, self.decode.step_time, self.decode.gpus_per_worker, fast_forward))
+            worker = Worker(wid, eng, self.decode.step_time, self.decode.gpus_per_worker, fast_forward)
+            worker.settle_on_input = self.dis.decode_router == "kv_aware"  # the hand-off reads its cache
+            decode.append(worker)
         self.coordinator = DisaggCoordinator(self.dis, recorder, prec, drec, prefill, decode,
                                              self.kv_bytes_per_token)
         self._workers = prefill + decode

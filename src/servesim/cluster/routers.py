@@ -24,6 +24,11 @@ from servesim.workload.request import Request
 
 
 class Router(Protocol):
+    #: True when ``choose`` reads the workers' state (their engines' snapshots or KV events):
+    #: the simulation then brings every worker's decode stretch up to the arrival's instant
+    #: first (:meth:`Worker.settle`), so the router sees what pass-by-pass simulation shows.
+    reads_state: bool
+
     def choose(self, req: Request, workers: Sequence[Worker], now: float) -> int:
         """Index of the worker that gets ``req``."""
         ...
@@ -63,6 +68,8 @@ def _argmin_ties(values: Sequence[float], tol: float = 1e-9) -> list[int]:
 class RoundRobinRouter:
     """Cycles through the workers in order, ignoring their state."""
 
+    reads_state = False
+
     def __init__(self) -> None:
         self._next = 0
 
@@ -74,6 +81,8 @@ class RoundRobinRouter:
 
 class RandomRouter:
     """Uniformly random worker, drawn from the run's seeded generator."""
+
+    reads_state = False
 
     def __init__(self, seed: int) -> None:
         self._rng = np.random.default_rng(seed)
@@ -89,6 +98,8 @@ class LeastLoadedRouter:
     balancers of Envoy, NGINX and SGLang's router ``shortest_queue`` policy).  Ties:
     round-robin among the tied workers.
     """
+
+    reads_state = True
 
     def __init__(self, load_metric: str = "tokens") -> None:
         if load_metric not in LOAD_METRICS:
@@ -109,6 +120,8 @@ class PowerOfTwoRouter:
     (``power_of_two``) and Envoy/NGINX.  Ties go to the first sampled worker.
     ``load_metric`` as for :class:`LeastLoadedRouter`.
     """
+
+    reads_state = True
 
     def __init__(self, seed: int, load_metric: str = "tokens") -> None:
         if load_metric not in LOAD_METRICS:
@@ -146,6 +159,8 @@ class KVAwareRouter:
     ``exp(-(cost_w - min cost) / temperature)`` (temperature in blocks) from the run's
     seeded generator, as Dynamo's ``--router-temperature`` softmax.
     """
+
+    reads_state = True
 
     def __init__(self, seed: int, kv_index: KVIndex, overlap_weight: float = 1.0,
                  temperature: float = 0.0, decode_load: str = "outstanding") -> None:
@@ -201,6 +216,7 @@ class SessionAffinityRouter:
 
     def __init__(self, fallback: Router) -> None:
         self.fallback = fallback
+        self.reads_state = fallback.reads_state
         self._home: dict[str, int] = {}
 
     def choose(self, req: Request, workers: Sequence[Worker], now: float) -> int:

@@ -44,6 +44,11 @@ class Worker:
         self.start: float = 0.0
         #: Increments whenever the pending end event is superseded.
         self.epoch = 0
+        #: When input (an arrival) cut the stretch in flight short; None if it did not.
+        self.cut_at: float | None = None
+        #: Whether something reads this worker's state mid-stretch (:meth:`settle`); then
+        #: input settles the stretch before cutting it, see :meth:`truncate`.
+        self.settle_on_input = False
         self.busy_time = 0.0
         self.passes = 0
         self.tokens = 0
@@ -68,13 +73,19 @@ class Worker:
         else:
             ends = np.array([now + pass_seconds(self.step_time, plan)])
         self.plan, self.ends, self.start, self.busy = plan, ends, now, True
+        self.cut_at = None
         return float(ends[-1])
 
     def truncate(self, t: float) -> float | None:
         """Something reaches the worker at ``t``: stop the stretch after the pass in flight.
 
-        Returns the new end time if it changed (the caller re-posts the end event).
+        Returns the new end time if it changed (the caller re-posts the end event).  With
+        ``settle_on_input`` the passes ended by ``t`` are committed first: the engine is about to
+        receive the input, and a later :meth:`settle` must not schedule a pass before ``t`` that
+        sees it.
         """
+        if self.settle_on_input:
+            self.settle(t)  # if this leaves the worker idle, the caller restarts it (it always does)
         if not self.busy or self.ends.size <= 1:
             return None
         keep = int(np.searchsorted(self.ends, t, side="left")) + 1
@@ -82,7 +93,42 @@ class Worker:
             return None
         self.ends = self.ends[:keep]
         self.epoch += 1
+        self.cut_at = t
         return float(self.ends[-1])
+
+    def settle(self, t: float) -> bool:
+        """Bring the engine's state up to ``t`` before someone reads it (a load-aware router).
+
+        A stretch is committed only at its end, so mid-stretch the engine still shows the state
+        of the stretch's start.  Pass-by-pass simulation would by ``t`` have committed every
+        pass that ended by then and scheduled the next; this does the same: it commits those
+        passes, and schedules the next at the last one's end, keeping the rest of the stretch
+        (the pending end event stays valid).  If the last committed pass ended exactly at ``t``
+        the next one is not scheduled: pass-by-pass, it is decided after the events of the
+        instant.  Returns True then (the caller must start the worker again).
+        """
+        if not self.busy or self.ends.size <= 1:
+            return False
+        ends = self.ends
+        done = int(np.searchsorted(ends, t, side="right"))
+        if done == 0 or done == ends.size:  # nothing ended yet / the end event is due now
+            return False
+        if self.cut_at is not None:
+            # The engine already holds the input that cut the stretch at ``cut_at``; scheduling
+            # the rest at an earlier pass end would let it act on that input too early.
+            raise AssertionError(f"worker {self.worker_id}: settled at t={t} after input cut its stretch "
+                                 f"at t={self.cut_at} unsettled")
+        rest = ends[done:]
+        self.ends = ends[:done]
+        end = self.finish_pass()
+        if end == t:
+            self.epoch += 1  # the stretch's end event is void: the worker restarts after this instant
+            return True
+        plan = self.engine.schedule(end)
+        if plan is None or not plan.is_decode_only or self.engine.decode_stretch_limit() < rest.size:
+            raise AssertionError(f"worker {self.worker_id}: a decode stretch changed when settled at t={t}")
+        self.plan, self.ends, self.start, self.busy = plan, rest, end, True
+        return False
 
     def close_at(self, t: float) -> None:
         """The run stops at ``t`` (the time limit) while this worker may be busy.

@@ -81,6 +81,9 @@ class Simulation:
         self.concurrency = concurrency
         self.workers = list(workers)
         self.router = router
+        if router.reads_state:
+            for worker in self.workers:
+                worker.settle_on_input = True
         self.rec = recorder
         self.ts = timeseries
         self.max_sim_time = max_sim_time if max_sim_time is not None else math.inf
@@ -249,6 +252,8 @@ class Simulation:
             self.rec.arrived(req.index, now)
         if self.in_flight is not None:
             self.in_flight.activate(req)
+        if self.router.reads_state:
+            self.settle_workers(self.workers, now)
         wid = self.router.choose(req, self.workers, now)
         worker = self.workers[wid]
         self.rec.assigned(req.index, wid)
@@ -259,6 +264,13 @@ class Simulation:
         worker.engine.add_request(req, now)
         self._drain_terminated(worker, now)
         self._dirty.add(wid)
+
+    def settle_workers(self, workers: Sequence[Worker], now: float) -> None:
+        """Commit the workers' stretches up to ``now`` so that their state is what pass-by-pass
+        simulation shows at this instant (a router or the disaggregation hand-off reads it)."""
+        for worker in workers:
+            if worker.settle(now):
+                self._dirty.add(worker.worker_id)
 
     def _handle_pass_end(self, payload: tuple[Worker, int], now: float) -> None:
         worker, epoch = payload
