@@ -5,7 +5,8 @@ small configurations through ``servesim.api.predict`` — the block-pool engines
 TensorRT-LLM) on their fast and general paths: fast and step mode, a KV cache small enough
 for preemptions, ``lfu`` / ``fifo`` / ``belady`` eviction, block size 8, prefix caching off, a
 host KV tier, ``long_prefill_token_threshold`` with ``max_num_seqs`` 64, KV event sinks,
-speculative decoding, disaggregation, plus SGLang for reference — and writes, per
+speculative decoding, disaggregation — and SGLang (fast and step mode, retractions, pages of
+16, a receive interval with a load-aware router, speculative decoding) — and writes, per
 configuration, the sha256 of every per-request column and of the inter-token-gap samples.
 Record the digests of the unmodified tree first, then compare after every change::
 
@@ -83,6 +84,7 @@ def with_(cfg: dict, **paths) -> dict:
 
 SMALL_V = 0.3  # gpu_memory_utilization that leaves vLLM a few thousand blocks: preemptions
 SMALL_T = 0.3  # TensorRT-LLM's free_gpu_memory_fraction, same idea
+SMALL_S = 0.25  # SGLang's mem_fraction_static: a KV pool of a few ten thousand tokens, retractions
 
 
 def configs() -> dict[str, Callable[[], dict]]:
@@ -91,6 +93,8 @@ def configs() -> dict[str, Callable[[], dict]]:
     vs = dict(v, gpu_memory_utilization=SMALL_V)
     t = {"name": "trtllm"}
     ts = dict(t, free_gpu_memory_fraction=SMALL_T)
+    sg = {"name": "sglang"}
+    sgs = dict(sg, mem_fraction_static=SMALL_S)
     step = {"simulation__mode": "step"}
     return {
         "vllm": lambda: base(v),
@@ -139,7 +143,17 @@ def configs() -> dict[str, Callable[[], dict]]:
                                                                    "decode": {"workers": 1}}),
         "mooncake-vllm": lambda: trace("vllm"),
         "mooncake-trtllm": lambda: trace("trtllm"),
-        "sglang": lambda: base({"name": "sglang"}),
+        "sglang": lambda: base(sg),
+        "sglang-step": lambda: with_(base(sg), **step),
+        "sglang-small": lambda: base(sgs, n=1200, rate=20.0),
+        "sglang-small-step": lambda: with_(base(sgs, n=1200, rate=20.0), **step),
+        "sglang-page16-small": lambda: base(dict(sgs, page_size=16), n=1200, rate=20.0),
+        "sglang-recv4-least-loaded": lambda: with_(base(dict(sg, scheduler_recv_interval=4), rate=20.0),
+                                                   deployment__router="least_loaded"),
+        "sglang-spec": lambda: with_(base(sg, n=500),
+                                     deployment__speculative={"method": "mtp", "draft_tokens": 3,
+                                                              "mean_accepted_length": 2.5}),
+        "sglang-bench": lambda: bench(3000, "sglang"),
         "analytic-vllm": lambda: with_(base(v), perf={"model": "analytic"}),
     }
 

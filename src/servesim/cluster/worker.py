@@ -69,7 +69,8 @@ class Worker:
             steps = self.engine.decode_stretch_limit()
         if steps > 1:
             durations = plan_stretch_times(self.step_time, plan, steps)  # attention-DP plans keep their ranks
-            ends = now + np.cumsum(durations)
+            ends = durations.cumsum()  # the array method: np.cumsum's wrapper costs more than a short sum
+            ends += now
         else:
             ends = np.array([now + pass_seconds(self.step_time, plan)])
         self.plan, self.ends, self.start, self.busy = plan, ends, now, True
@@ -88,7 +89,7 @@ class Worker:
             self.settle(t)  # if this leaves the worker idle, the caller restarts it (it always does)
         if not self.busy or self.ends.size <= 1:
             return None
-        keep = int(np.searchsorted(self.ends, t, side="left")) + 1
+        keep = int(self.ends.searchsorted(t, side="left")) + 1
         if keep >= self.ends.size:
             return None
         self.ends = self.ends[:keep]
@@ -110,7 +111,7 @@ class Worker:
         if not self.busy or self.ends.size <= 1:
             return False
         ends = self.ends
-        done = int(np.searchsorted(ends, t, side="right"))
+        done = int(ends.searchsorted(t, side="right"))
         if done == 0 or done == ends.size:  # nothing ended yet / the end event is due now
             return False
         if self.cut_at is not None:
@@ -140,7 +141,7 @@ class Worker:
         if not self.busy:
             return
         start = self.start
-        done = int(np.searchsorted(self.ends, t, side="right"))
+        done = int(self.ends.searchsorted(t, side="right"))
         if done:
             self.ends = self.ends[:done]
             start = self.finish_pass()

@@ -34,6 +34,7 @@ import numpy as np
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
 from servesim.engines.host import host_link
 from servesim.engines.recv_interval import RecvSkipper
+from servesim.engines.sglang_batch import NO_LIMIT, new_running_batch
 from servesim.engines.sglang_options import SGLangOptions
 from servesim.errors import ConfigError
 from servesim.kvcache.host_tier import HostRadix
@@ -157,20 +158,15 @@ class SGLangEngine(Engine):
         self.new_token_ratio = self.init_ratio
         self.waiting: list[SGReq] = []
         #: The running batch, in admission order.  While a request runs, its progress lives
-        #: in the parallel arrays below (position ``i`` is ``running[i]``), not in its
-        #: ``SGReq``, so a decode pass touches no Python object per request; the object's
+        #: in ``batch``'s columns (position ``i`` is ``running[i]``), not in its ``SGReq``, so
+        #: a decode pass touches no Python object per request; the object's
         #: ``computed``/``generated``/``alloc`` are written back when it leaves the batch.
         #: Between passes a running request holds ``alloc == ceil_page(computed) - prefix``
         #: private tokens (``ceil_page(computed + 1) - prefix`` while a decode pass is in flight).
         self.running: list[SGReq] = []
-        self._n = 0
-        self._r_idx = np.zeros(64, dtype=np.int64)
-        self._r_comp = np.zeros(64, dtype=np.int64)
-        self._r_gen = np.zeros(64, dtype=np.int64)
-        self._r_max = np.zeros(64, dtype=np.int64)
-        self._r_pref = np.zeros(64, dtype=np.int64)
+        self.batch = new_running_batch()
         #: min(max_new - generated) over the running batch (a large number when it is empty).
-        self._left_min = 1 << 62
+        self._left_min = NO_LIMIT
         self._decode_in_flight = False
         self.chunked: SGReq | None = None
         self.batch_is_full = False
@@ -231,50 +227,34 @@ class SGLangEngine(Engine):
     def evictable(self) -> int:
         return self.tree.evictable_size
 
-    # -- the running batch as arrays -------------------------------------------------------
-    _RUN_ARRAYS = ("_r_idx", "_r_comp", "_r_gen", "_r_max", "_r_pref")
-
+    # -- the running batch as columns ------------------------------------------------------
     def _run_append(self, sr: SGReq) -> None:
-        n = self._n
-        if n == self._r_idx.size:
-            for name in self._RUN_ARRAYS:
-                old = getattr(self, name)
-                new = np.zeros(2 * old.size, dtype=np.int64)
-                new[:n] = old[:n]
-                setattr(self, name, new)
-        self._r_idx[n] = sr.req.index
-        self._r_comp[n] = sr.computed
-        self._r_gen[n] = sr.generated
-        self._r_max[n] = sr.max_new
-        self._r_pref[n] = sr.prefix
-        self._n = n + 1
+        self.batch.append(sr.req.index, sr.computed, sr.generated, sr.max_new, sr.prefix)
         self.running.append(sr)
         left = sr.max_new - sr.generated
         if left < self._left_min:
             self._left_min = left
 
     def _run_sync(self, positions) -> None:
-        """Write the arrays' progress back into the requests at ``positions``."""
-        comp, gen, p = self._r_comp, self._r_gen, self.page
+        """Write the batch's progress back into the requests at ``positions``."""
+        progress, p = self.batch.progress, self.page
         running = self.running
         for i in positions:
             sr = running[i]
-            c = int(comp[i])
+            c, sr.generated = progress(i)
             sr.computed = c
-            sr.generated = int(gen[i])
             sr.alloc = -(-c // p) * p - sr.prefix
 
     def _run_rebuild(self, reqs: list[SGReq]) -> None:
         """Replace the running batch by ``reqs`` (objects up to date)."""
         self.running = []
-        self._n = 0
-        self._left_min = 1 << 62
+        self.batch.clear()
+        self._left_min = NO_LIMIT
         for sr in reqs:
             self._run_append(sr)
 
     def _run_left_min(self) -> None:
-        n = self._n
-        self._left_min = int((self._r_max[:n] - self._r_gen[:n]).min()) if n else 1 << 62
+        self._left_min = self.batch.left_min()
 
     # -- arrivals -------------------------------------------------------------------------
     def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
@@ -308,8 +288,7 @@ class SGLangEngine(Engine):
         fit waits.  No pass runs: the first token (sampled by the prefill worker) is
         emitted at admission.
         """
-        n = self._n
-        reserve = int(np.minimum(self._r_max[:n] - self._r_gen[:n], CLIP_MAX_NEW_TOKENS).sum()) * self.new_token_ratio
+        reserve = self.batch.reserve(CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
         taken: list[SGReq] = []
         for sr in self.ready:
             if len(self.running) + len(taken) >= self.max_running:
@@ -393,9 +372,7 @@ class SGLangEngine(Engine):
             self.batch_is_full = True
             return None
         self._sorted_queue()
-        ratio = self.new_token_ratio
-        n = self._n
-        total_offset = int(np.minimum(self._r_max[:n] - self._r_gen[:n], CLIP_MAX_NEW_TOKENS).sum()) * ratio
+        total_offset = self.batch.reserve(CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
         cur_offset = 0
         rem_input = self.opt.max_prefill_tokens
         rem_chunk = self.chunk_size if self.chunk_size is not None else math.inf
@@ -525,8 +502,8 @@ class SGLangEngine(Engine):
             need = self._decode_need_run()
         else:
             self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay, self.min_ratio)
-        n = self._n
-        ctx = self._r_comp[:n] + 1
+        n = self.batch.n
+        ctx = self.batch.contexts()
         # Each request's private KV grows to ceil_page(computed + 1): ``need`` tokens in all.
         grown = self.tree.alloc(need)
         assert grown, "SGLang model: decode without KV room after retraction"
@@ -538,13 +515,9 @@ class SGLangEngine(Engine):
 
     def _decode_need_run(self) -> int:
         """Tokens the running batch's next decode pass allocates (a page per request at a page boundary)."""
-        n = self._n
         if self.spec is not None:
-            return self._spec_need(self._r_comp[:n])
-        if self.page == 1:
-            return n
-        p = self.page
-        return p * int(np.count_nonzero(self._r_comp[:n] % p == 0))
+            return self._spec_need(self.batch.columns()[0])
+        return self.batch.decode_need(self.page)
 
     def _spec_need(self, comp: np.ndarray) -> int:
         """KV tokens a speculative pass allocates: each request grows to ceil_page(computed + k + 1)."""
@@ -561,7 +534,7 @@ class SGLangEngine(Engine):
 
     def _retract(self, need: int) -> None:
         """Free KV by retracting the requests with the least progress (SGLang retract_decode)."""
-        self._run_sync(range(self._n))
+        self._run_sync(range(self.batch.n))
         order = sorted(self.running, key=lambda sr: (sr.generated, -sr.req.input_length), reverse=True)
         retracted: list[SGReq] = []
         while True:
@@ -595,28 +568,19 @@ class SGLangEngine(Engine):
             self._complete_decode(batch.n, end)
 
     def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
-        n = plan.requests.n
-        assert n == self._n, "SGLang model: running batch changed under a decode stretch"
+        batch = self.batch
+        assert plan.requests.n == batch.n, "SGLang model: running batch changed under a decode stretch"
         k = int(ends.size)
         end = float(ends[-1])
         self.tree.now = end
         # Passes 2..k of the stretch: same requests, one more token each; the first pass's
-        # allocation was made at schedule time, the others' here: each request grows from
-        # ceil_page(c + 1) to ceil_page(c + k).
-        comp = self._r_comp[:n]
-        if self.page == 1:
-            extra = n * (k - 1)
-        else:
-            p = self.page
-            extra = p * int(((comp + (k - 1)) // p - comp // p).sum())
-        grown = self.tree.alloc(extra)
+        # allocation was made at schedule time, the others' here.
+        self.rec.emit_stretch(batch.indices(), ends)
+        grown = self.tree.alloc(batch.advance(k, self.page))
         assert grown, "SGLang model: decode stretch beyond the free KV"
         self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay * (k - 1), self.min_ratio)
-        self.rec.emit_stretch(self._r_idx[:n], ends)
         if self.recv is not None:  # the scheduler iterations of passes 2..k
             self.recv.skip_decode_iterations(k - 1)
-        comp += k
-        self._r_gen[:n] += k
         self._decode_in_flight = False
         self._left_min -= k
         if self._left_min <= 0:
@@ -645,13 +609,12 @@ class SGLangEngine(Engine):
                 self._run_append(sr)
 
     def _complete_decode(self, n: int, end: float) -> None:
-        assert n == self._n, "SGLang model: running batch changed under a decode pass"
+        assert n == self.batch.n, "SGLang model: running batch changed under a decode pass"
         if self.spec is not None:
             self._complete_spec_decode(n, end)
             return
-        self.rec.emit(self._r_idx[:n], end)
-        self._r_comp[:n] += 1
-        self._r_gen[:n] += 1
+        self.rec.emit(self.batch.indices(), end)
+        self.batch.advance(1, self.page)
         self._decode_in_flight = False
         self._left_min -= 1
         if self._left_min <= 0:
@@ -662,13 +625,13 @@ class SGLangEngine(Engine):
 
         KV was allocated for k + 1 tokens; the rejected drafts' slots are freed.
         """
-        comp, gen = self._r_comp[:n], self._r_gen[:n]
-        acc = np.minimum(self.spec.draw(n), self._r_max[:n] - gen)
+        comp, gen, max_new, _prefix = self.batch.columns()
+        acc = np.minimum(self.spec.draw(n), max_new - gen)
         p, t = self.page, self.spec.tokens
         surplus = p * int(((comp + t + p - 1) // p - (comp + acc + p - 1) // p).sum())
         if surplus:
             self.tree.free(surplus)
-        self.rec.emit(self._r_idx[:n], end, acc)
+        self.rec.emit(self.batch.indices(), end, acc)
         comp += acc
         gen += acc
         self._decode_in_flight = False
@@ -678,24 +641,19 @@ class SGLangEngine(Engine):
 
     def _finish_done(self, end: float) -> None:
         """Requests of the running batch that reached ``max_new`` leave it and end."""
-        n = self._n
-        done_mask = self._r_gen[:n] >= self._r_max[:n]
-        positions = np.flatnonzero(done_mask).tolist()
-        if not positions:
-            self._run_left_min()
-            return
-        self._run_sync(positions)
-        running = self.running
-        done = [running[i] for i in positions]
-        keep = ~done_mask
-        m = n - len(positions)
-        for name in self._RUN_ARRAYS:
-            arr = getattr(self, name)
-            arr[:m] = arr[:n][keep]
-        self._n = m
-        gone = set(positions)
-        self.running = [sr for i, sr in enumerate(running) if i not in gone]
+        left = self.batch.remove_done()
         self._run_left_min()
+        if not left:
+            return
+        running, p = self.running, self.page
+        done = []
+        for i, c, g in left:
+            sr = running[i]
+            sr.computed, sr.generated = c, g
+            sr.alloc = -(-c // p) * p - sr.prefix
+            done.append(sr)
+        gone = set(i for i, _c, _g in left)
+        self.running = [sr for i, sr in enumerate(running) if i not in gone]
         self.batch_is_full = False
         for sr in done:
             self._release(sr, insert=True)
@@ -760,7 +718,7 @@ class SGLangEngine(Engine):
         k = self._left_min
         if self.inbox:  # the iteration that pulls them may admit them: stop before it
             k = min(k, self.recv.decode_passes_before_pull())
-        n = self._n
+        n = self.batch.n
         if self.page == 1:
             room = self.free // n + 1 if n else k
         else:
@@ -771,8 +729,7 @@ class SGLangEngine(Engine):
     def snapshot(self) -> EngineSnapshot:
         waiting = len(self.waiting) + len(self.inbox) + (1 if self.chunked is not None else 0)
         outstanding = sum(sr.fill - sr.computed + sr.remaining_new for sr in self.waiting + self.inbox)
-        n = self._n
-        outstanding += int(np.maximum(self._r_max[:n] - self._r_gen[:n], 0).sum())
+        outstanding += self.batch.outstanding()
         return EngineSnapshot(
             running=len(self.running),
             waiting=waiting,
@@ -785,16 +742,17 @@ class SGLangEngine(Engine):
 
     def check_invariants(self) -> None:
         """KV conservation: the private tokens the pool counts are exactly what requests hold."""
-        n = self._n
+        n = self.batch.n
+        comp, gen, max_new, prefix = self.batch.columns()
+        idx = self.batch.indices()
         assert len(self.running) == n
-        assert all(int(self._r_idx[i]) == sr.req.index and int(self._r_pref[i]) == sr.prefix
-                   for i, sr in enumerate(self.running))
-        assert bool((self._r_gen[:n] < self._r_max[:n]).all())
+        assert all(int(idx[i]) == sr.req.index and int(prefix[i]) == sr.prefix for i, sr in enumerate(self.running))
+        assert bool((gen < max_new).all())
         if n:
-            assert self._left_min == int((self._r_max[:n] - self._r_gen[:n]).min())
+            assert self._left_min == int((max_new - gen).min())
         p = self.page
-        held = self._r_comp[:n] + int(self._decode_in_flight)  # k + 1 while a speculative pass runs
-        run_alloc = -(-held // p) * p - self._r_pref[:n]
+        held = comp + int(self._decode_in_flight)  # k + 1 while a speculative pass runs
+        run_alloc = -(-held // p) * p - prefix
         assert bool((run_alloc >= 0).all())
         others = [sr for sr in self.prefilling if sr not in self.running]
         if self.chunked is not None and self.chunked not in others and self.chunked not in self.running:

@@ -186,7 +186,9 @@ class SchedulerOverheadStepTime:
 
     def decode_stretch_times(self, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
         extra = self.pass_s + self.per_request_s * decode_ctx.size
-        return self.inner.decode_stretch_times(decode_ctx, steps) + extra
+        out = self.inner.decode_stretch_times(decode_ctx, steps)  # a new array: added to in place
+        out += extra
+        return out
 
     def rank_stretch_times(self, plan: PassPlan, steps: int) -> np.ndarray:
         """Attention-DP decode stretches (see :func:`servesim.perf.plan.plan_stretch_times`)."""
