@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from servesim.engines.base import Engine
 from servesim.perf.plan import PassPlan, StepTimeModel, plan_stretch_times
+
+if TYPE_CHECKING:
+    from servesim.metrics.timeseries import TimeSeries
 
 
 def pass_seconds(step_time: StepTimeModel, plan: PassPlan) -> float:
@@ -49,6 +54,8 @@ class Worker:
         #: Whether something reads this worker's state mid-stretch (:meth:`settle`); then
         #: input settles the stretch before cutting it, see :meth:`truncate`.
         self.settle_on_input = False
+        #: The run's time series, if any: a stretch ends at the pass end it samples next.
+        self.timeseries: "TimeSeries | None" = None
         self.busy_time = 0.0
         self.passes = 0
         self.tokens = 0
@@ -71,6 +78,8 @@ class Worker:
             durations = plan_stretch_times(self.step_time, plan, steps)  # attention-DP plans keep their ranks
             ends = durations.cumsum()  # the array method: np.cumsum's wrapper costs more than a short sum
             ends += now
+            if self.timeseries is not None:
+                ends = ends[:self.timeseries.passes_to_sample(self.worker_id, ends)]
         else:
             ends = np.array([now + pass_seconds(self.step_time, plan)])
         self.plan, self.ends, self.start, self.busy = plan, ends, now, True

@@ -58,5 +58,18 @@ class TimeSeries:
         r["tokens_per_pass"].append(tokens / passes if passes else 0.0)
         r["passes"].append(passes)
 
+    def passes_to_sample(self, wid: int, ends: np.ndarray) -> int:
+        """Of a stretch's pass ends ``ends`` (increasing), how many run up to the first one that
+        :meth:`sample` would record (all of them if none would).
+
+        Pass-by-pass simulation offers every pass end to :meth:`sample`; a fast-mode stretch
+        ends there instead, so the rows are taken at the same pass ends with the same state.
+        """
+        last = self._last_t.get(wid)
+        if last is None or wid in self._idle:
+            return 1
+        due = int((ends - last).searchsorted(self.interval, side="left"))  # sample's test, element-wise
+        return min(due + 1, ends.size)
+
     def columns(self) -> dict[str, np.ndarray]:
         return {k: np.asarray(v) for k, v in self.rows.items()}

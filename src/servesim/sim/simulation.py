@@ -81,9 +81,9 @@ class Simulation:
         self.concurrency = concurrency
         self.workers = list(workers)
         self.router = router
-        if router.reads_state:
-            for worker in self.workers:
-                worker.settle_on_input = True
+        for worker in self.workers:
+            worker.settle_on_input = worker.settle_on_input or router.reads_state
+            worker.timeseries = timeseries
         self.rec = recorder
         self.ts = timeseries
         self.max_sim_time = max_sim_time if max_sim_time is not None else math.inf
