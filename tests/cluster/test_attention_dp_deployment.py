@@ -64,12 +64,17 @@ def test_sglang_max_running_requests_is_a_total():
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])
-def test_predict_with_attention_dp_fast_equals_step(engine):
+@pytest.mark.parametrize("extra", [{}, {"workers": 2, "router": "least_loaded"}])
+def test_predict_with_attention_dp_fast_equals_step(engine, extra):
+    """Also with two workers under a load-aware router (settled mid-stretch) and the time series."""
     out = {}
     for mode in ("step", "fast"):
-        cfg = _cfg(engine)
+        cfg = _cfg(engine, **extra)
         cfg["simulation"] = {"mode": mode}
+        cfg["output"] = {"dir": None, "timeseries": True, "timeseries_interval_s": 0.3}
         out[mode] = predict(cfg)
+    for name, col in out["step"].timeseries.columns().items():
+        np.testing.assert_allclose(out["fast"].timeseries.columns()[name], col, rtol=1e-9, err_msg=name)
     a, b = out["step"].recorder, out["fast"].recorder
     req = out["fast"].summary["requests"]
     assert req["completed"] + req["rejected"] == req["total"] == 160 and req["unfinished"] == 0
