@@ -15,11 +15,13 @@ cdef long long NO_LIMIT = 1 << 62  # sglang_batch.NO_LIMIT
 
 cdef class RunningBatch:
     cdef public Py_ssize_t n
+    cdef public list reqs
     cdef object _idx, _comp, _gen, _max, _pref
     cdef long long[::1] idx, comp, gen, mx, pref
 
     def __init__(self, Py_ssize_t capacity=64):
         self.n = 0
+        self.reqs = []
         self._alloc(capacity)
 
     cdef _alloc(self, Py_ssize_t capacity):
@@ -31,23 +33,24 @@ cdef class RunningBatch:
         self.idx, self.comp, self.gen = self._idx, self._comp, self._gen
         self.mx, self.pref = self._max, self._pref
 
-    def append(self, long long index, long long computed, long long generated, long long max_new,
-               long long prefix):
+    def append(self, sr):
         cdef Py_ssize_t n = self.n
         if n == self.idx.shape[0]:
             old = (self._idx, self._comp, self._gen, self._max, self._pref)
             self._alloc(2 * n)
             for src, dst in zip(old, (self._idx, self._comp, self._gen, self._max, self._pref)):
                 dst[:n] = src[:n]
-        self.idx[n] = index
-        self.comp[n] = computed
-        self.gen[n] = generated
-        self.mx[n] = max_new
-        self.pref[n] = prefix
+        self.idx[n] = sr.req.index
+        self.comp[n] = sr.computed
+        self.gen[n] = sr.generated
+        self.mx[n] = sr.max_new
+        self.pref[n] = sr.prefix
+        self.reqs.append(sr)
         self.n = n + 1
 
     def clear(self):
         self.n = 0
+        del self.reqs[:]
 
     # -- reads ----------------------------------------------------------------------------
     def indices(self):
@@ -57,8 +60,16 @@ cdef class RunningBatch:
         cdef Py_ssize_t n = self.n
         return self._comp[:n], self._gen[:n], self._max[:n], self._pref[:n]
 
-    def progress(self, Py_ssize_t i):
-        return self.comp[i], self.gen[i]
+    def sync(self, long long page):
+        cdef Py_ssize_t i
+        for i in range(self.n):
+            self._write_back(self.reqs[i], i, page)
+
+    cdef _write_back(self, sr, Py_ssize_t i, long long page):
+        cdef long long c = self.comp[i]
+        sr.computed = c
+        sr.generated = self.gen[i]
+        sr.alloc = ((c + page - 1) // page) * page - sr.prefix
 
     def reserve(self, long long clip):
         cdef long long total = 0, left
@@ -124,12 +135,14 @@ cdef class RunningBatch:
             self.gen[i] += k
         return page * extra
 
-    def remove_done(self):
+    def remove_done(self, long long page):
         cdef Py_ssize_t i, m = 0, n = self.n
-        cdef list out = []
+        cdef list done = []
+        cdef list reqs = self.reqs
         for i in range(n):
             if self.gen[i] >= self.mx[i]:
-                out.append((i, self.comp[i], self.gen[i]))
+                self._write_back(reqs[i], i, page)
+                done.append(reqs[i])
                 continue
             if m != i:
                 self.idx[m] = self.idx[i]
@@ -137,6 +150,9 @@ cdef class RunningBatch:
                 self.gen[m] = self.gen[i]
                 self.mx[m] = self.mx[i]
                 self.pref[m] = self.pref[i]
+                reqs[m] = reqs[i]
             m += 1
+        if m < n:
+            del reqs[m:]
         self.n = m
-        return out
+        return done

@@ -163,8 +163,8 @@ class SGLangEngine(Engine):
         #: ``computed``/``generated``/``alloc`` are written back when it leaves the batch.
         #: Between passes a running request holds ``alloc == ceil_page(computed) - prefix``
         #: private tokens (``ceil_page(computed + 1) - prefix`` while a decode pass is in flight).
-        self.running: list[SGReq] = []
         self.batch = new_running_batch()
+        self.running: list[SGReq] = self.batch.reqs  # changed in place only
         #: min(max_new - generated) over the running batch (a large number when it is empty).
         self._left_min = NO_LIMIT
         self._decode_in_flight = False
@@ -229,25 +229,13 @@ class SGLangEngine(Engine):
 
     # -- the running batch as columns ------------------------------------------------------
     def _run_append(self, sr: SGReq) -> None:
-        self.batch.append(sr.req.index, sr.computed, sr.generated, sr.max_new, sr.prefix)
-        self.running.append(sr)
+        self.batch.append(sr)
         left = sr.max_new - sr.generated
         if left < self._left_min:
             self._left_min = left
 
-    def _run_sync(self, positions) -> None:
-        """Write the batch's progress back into the requests at ``positions``."""
-        progress, p = self.batch.progress, self.page
-        running = self.running
-        for i in positions:
-            sr = running[i]
-            c, sr.generated = progress(i)
-            sr.computed = c
-            sr.alloc = -(-c // p) * p - sr.prefix
-
     def _run_rebuild(self, reqs: list[SGReq]) -> None:
         """Replace the running batch by ``reqs`` (objects up to date)."""
-        self.running = []
         self.batch.clear()
         self._left_min = NO_LIMIT
         for sr in reqs:
@@ -534,7 +522,7 @@ class SGLangEngine(Engine):
 
     def _retract(self, need: int) -> None:
         """Free KV by retracting the requests with the least progress (SGLang retract_decode)."""
-        self._run_sync(range(self.batch.n))
+        self.batch.sync(self.page)
         order = sorted(self.running, key=lambda sr: (sr.generated, -sr.req.input_length), reverse=True)
         retracted: list[SGReq] = []
         while True:
@@ -641,19 +629,10 @@ class SGLangEngine(Engine):
 
     def _finish_done(self, end: float) -> None:
         """Requests of the running batch that reached ``max_new`` leave it and end."""
-        left = self.batch.remove_done()
+        done = self.batch.remove_done(self.page)
         self._run_left_min()
-        if not left:
+        if not done:
             return
-        running, p = self.running, self.page
-        done = []
-        for i, c, g in left:
-            sr = running[i]
-            sr.computed, sr.generated = c, g
-            sr.alloc = -(-c // p) * p - sr.prefix
-            done.append(sr)
-        gone = set(i for i, _c, _g in left)
-        self.running = [sr for i, sr in enumerate(running) if i not in gone]
         self.batch_is_full = False
         for sr in done:
             self._release(sr, insert=True)

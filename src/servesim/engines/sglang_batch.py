@@ -1,8 +1,9 @@
 """SGLang's running batch as parallel columns, so a decode pass touches no Python object per request.
 
-Position ``i`` holds the ``i``-th running request in admission order: its request index,
-computed tokens, generated tokens, ``max_new`` and locked prefix.  The engine keeps the
-``SGReq`` objects in a list beside it and writes the progress back when a request leaves.
+Position ``i`` holds the ``i``-th running request in admission order: its ``SGReq`` (in
+``reqs``), request index, computed tokens, generated tokens, ``max_new`` and locked prefix.
+While a request runs its progress lives here, not in its ``SGReq``; it is written back
+(``computed``, ``generated``, ``alloc``) when the request leaves.
 
 :class:`RunningBatch` is the numpy version and the reference; ``_sglang_batch_core.pyx``
 compiles the same class (a decode stretch's few reductions over a batch of tens of requests
@@ -25,6 +26,9 @@ class RunningBatch:
 
     def __init__(self, capacity: int = 64) -> None:
         self.n = 0
+        #: The running requests (``SGReq``), in admission order.  Changed in place only, so
+        #: the engine can keep a reference to it.
+        self.reqs: list = []
         self._idx = np.zeros(capacity, dtype=np.int64)
         self._comp = np.zeros(capacity, dtype=np.int64)
         self._gen = np.zeros(capacity, dtype=np.int64)
@@ -33,7 +37,8 @@ class RunningBatch:
 
     _COLUMNS = ("_idx", "_comp", "_gen", "_max", "_pref")
 
-    def append(self, index: int, computed: int, generated: int, max_new: int, prefix: int) -> None:
+    def append(self, sr) -> None:
+        """``sr`` (an ``SGReq`` with its progress up to date) joins the batch."""
         n = self.n
         if n == self._idx.size:
             for name in self._COLUMNS:
@@ -41,15 +46,17 @@ class RunningBatch:
                 new = np.zeros(2 * old.size, dtype=np.int64)
                 new[:n] = old[:n]
                 setattr(self, name, new)
-        self._idx[n] = index
-        self._comp[n] = computed
-        self._gen[n] = generated
-        self._max[n] = max_new
-        self._pref[n] = prefix
+        self._idx[n] = sr.req.index
+        self._comp[n] = sr.computed
+        self._gen[n] = sr.generated
+        self._max[n] = sr.max_new
+        self._pref[n] = sr.prefix
+        self.reqs.append(sr)
         self.n = n + 1
 
     def clear(self) -> None:
         self.n = 0
+        self.reqs.clear()
 
     # -- reads ----------------------------------------------------------------------------
     def indices(self) -> np.ndarray:
@@ -61,9 +68,19 @@ class RunningBatch:
         n = self.n
         return self._comp[:n], self._gen[:n], self._max[:n], self._pref[:n]
 
-    def progress(self, i: int) -> tuple[int, int]:
-        """(computed, generated) of position ``i``."""
-        return int(self._comp[i]), int(self._gen[i])
+    def sync(self, page: int) -> None:
+        """Write every running request's progress back into its ``SGReq``.
+
+        ``alloc``: the private KV it holds between passes, ``ceil_page(computed) - prefix``.
+        """
+        for i, sr in enumerate(self.reqs):
+            self._write_back(sr, i, page)
+
+    def _write_back(self, sr, i: int, page: int) -> None:
+        c = int(self._comp[i])
+        sr.computed = c
+        sr.generated = int(self._gen[i])
+        sr.alloc = -(-c // page) * page - sr.prefix
 
     def reserve(self, clip: int) -> int:
         """Sum over the batch of the remaining output capped at ``clip`` (SGLang's admission reserve)."""
@@ -108,21 +125,26 @@ class RunningBatch:
         self._gen[:n] += k
         return extra
 
-    def remove_done(self) -> list[tuple[int, int, int]]:
-        """Requests that reached ``max_new`` leave; returns (position, computed, generated) of each."""
+    def remove_done(self, page: int) -> list:
+        """Requests that reached ``max_new`` leave, their progress written back; returns them in order."""
         n = self.n
         done_mask = self._gen[:n] >= self._max[:n]
         positions = np.flatnonzero(done_mask).tolist()
         if not positions:
             return []
-        out = [(i, int(self._comp[i]), int(self._gen[i])) for i in positions]
+        reqs = self.reqs
+        done = []
+        for i in positions:
+            self._write_back(reqs[i], i, page)
+            done.append(reqs[i])
         keep = ~done_mask
         m = n - len(positions)
         for name in self._COLUMNS:
             arr = getattr(self, name)
             arr[:m] = arr[:n][keep]
+        reqs[:] = [sr for sr, kept in zip(reqs, keep.tolist()) if kept]
         self.n = m
-        return out
+        return done
 
 
 def new_running_batch() -> RunningBatch:
