@@ -382,9 +382,10 @@ cdef class LRUCore:
                 if fills[j] >= 0:
                     ev[pos[fills[j]]] = 2 * j + 1
                     pos[fills[j]] += 1
-                vr = reqs[j]
-                blocks_of[j] = vr.blocks
-                hashes_of[j] = vr.hashes
+                if opens[j] >= 0 or fills[j] >= 0:  # only requests with events are read
+                    vr = reqs[j]
+                    blocks_of[j] = vr.blocks
+                    hashes_of[j] = vr.hashes
             for s in range(first, k):
                 r = s % bs
                 for e in range(start[r], start[r + 1]):
