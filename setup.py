@@ -7,8 +7,8 @@ and runs on the Python versions of those paths, which give identical results, mo
 from setuptools import Extension, setup
 
 #: The compiled modules (servesim/compiled.py says what each replaces).
-COMPILED = ("engines._sglang_batch_core", "kvcache._lru_core", "kvcache._segments_core", "metrics._emit_core",
-            "perf._stretch_core", "workload._units_core")
+COMPILED = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lru_core",
+            "kvcache._segments_core", "metrics._emit_core", "perf._stretch_core", "workload._units_core")
 
 try:
     from Cython.Build import cythonize

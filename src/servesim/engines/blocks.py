@@ -1,8 +1,21 @@
-"""Block arithmetic shared by the block-pool engines (vLLM, TensorRT-LLM)."""
+"""Block arithmetic shared by the block-pool engines (vLLM, TensorRT-LLM).
+
+:func:`decode_arithmetic` gives the engines the functions they call once or more per pass:
+the compiled ``_decode_core`` when built (and not switched off), else this module's numpy
+versions, which are the reference.
+"""
 
 from __future__ import annotations
 
+import sys
+from types import ModuleType
+
 import numpy as np
+
+from servesim.compiled import compiled_module
+
+#: ``left_min`` of an empty decode prefix: larger than any remaining output.
+NO_LIMIT = 1 << 62
 
 
 def stretch_within_free_blocks(computed: np.ndarray, block_size: int, free_blocks: int, limit: int) -> int:
@@ -83,3 +96,47 @@ def decode_event_buckets(computed: list[int], first: int, k: int, block_size: in
             if first + (f - first) % bs < k:
                 buckets[f].append((j, 1))
     return buckets
+
+
+# -- the vLLM model's decode prefix (engines/vllm.py:_DecodePrefix): rows of (computed
+# tokens, remaining output, recorder row), one column per request -------------------------
+_STEP = np.array([[1], [-1], [0]], dtype=np.int64)
+
+
+def left_min(rows: np.ndarray) -> int:
+    """The fewest remaining output tokens in ``rows`` (:data:`NO_LIMIT` if empty)."""
+    return int(rows[1].min()) if rows.shape[1] else NO_LIMIT
+
+
+def advance_rows(rows: np.ndarray, k: int, left_min_: int) -> tuple[np.ndarray, int, list[int] | None]:
+    """The rows after ``k`` decode passes, less the requests that finished.
+
+    Returns ``(rows, left_min, kept)``: ``kept`` lists the positions that remain, or is None
+    when all do (``left_min_ > k``).
+    """
+    out = rows + (_STEP if k == 1 else _STEP * k)
+    if left_min_ > k:
+        return out, left_min_ - k, None
+    keep = out[1] > 0
+    out = out[:, keep]
+    return out, left_min(out), np.flatnonzero(keep).tolist()
+
+
+def decode_due(computed: np.ndarray, bs: int, caching: bool) -> tuple[np.ndarray, list[int], list[int], int]:
+    """A decode pass of requests at ``computed`` tokens: ``(ctx, due, due_computed, opens)``.
+
+    ``ctx = computed + 1``; ``due``: the positions whose pass opens a block
+    (``ctx % bs == 1 % bs``) or, with prefix caching, fills one (``ctx % bs == 0``), in order;
+    ``due_computed``: their computed tokens; ``opens``: how many open a block.
+    """
+    ctx = computed + 1
+    r = ctx % bs
+    opening = r == 1 % bs
+    due = (r <= 1 if caching else opening).nonzero()[0]
+    return ctx, due.tolist(), computed[due].tolist(), int(np.count_nonzero(opening))
+
+
+def decode_arithmetic() -> ModuleType:
+    """The compiled decode arithmetic, or this module (the numpy reference)."""
+    core = compiled_module("engines._decode_core")
+    return core if core is not None else sys.modules[__name__]

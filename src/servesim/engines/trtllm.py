@@ -62,7 +62,7 @@ from operator import attrgetter
 import numpy as np
 
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
-from servesim.engines.blocks import stretch_block_events, stretch_within_free_blocks
+from servesim.engines.blocks import decode_arithmetic, stretch_block_events
 from servesim.engines.host import host_link
 from servesim.engines.trtllm_options import TRTLLMOptions
 from servesim.engines.vllm import extend_block_hashes
@@ -143,6 +143,8 @@ class TRTLLMEngine(Engine):
         self.num_blocks = max(limits.kv_capacity_tokens // bs, 0)
         self.capacity = self.num_blocks * bs
         self.reuse = options.enable_block_reuse
+        #: Per-pass decode arithmetic: compiled when built (engines/blocks.py:decode_arithmetic).
+        self._arith = decode_arithmetic()
         self.pool = new_block_pool(self.num_blocks, bs, policy=options.eviction_policy, oracle=oracle,
                                    enable_caching=self.reuse)
         self._belady = options.eviction_policy == "belady"
@@ -655,7 +657,7 @@ class TRTLLMEngine(Engine):
         if batch.held:
             # held passes in a row, this one included: while the counter is below the timeout
             limit = min(limit, self.batch_wait_timeout - self.batch_wait_count + 1)
-        return stretch_within_free_blocks(c, bs, self.pool.num_free_blocks, limit)
+        return self._arith.stretch_within_free_blocks(c, bs, self.pool.num_free_blocks, limit)
 
     def _held_stays_held(self, batch: _TBatch) -> bool:
         """Whether passes after this one, batch waiting holding its contexts, choose the same contexts.

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
-from servesim.engines.blocks import decode_event_buckets, stretch_block_events, stretch_within_free_blocks
+from servesim.engines.blocks import decode_arithmetic, decode_event_buckets, stretch_block_events
 from servesim.engines.host import host_link
 from servesim.engines.vllm_options import VLLMOptions, resolve_vllm_options
 from servesim.errors import ConfigError
@@ -117,18 +117,16 @@ class _DecodePrefix:
     #: ``left.min()`` (a large number when empty).
     left_min: int
 
-    #: What one decode pass adds to ``rows``.
-    STEP = np.array([[1], [-1], [0]], dtype=np.int64)
+    # ``arith``: the engine's decode arithmetic (engines/blocks.py:decode_arithmetic).
+    @classmethod
+    def of(cls, reqs: list[VReq], rows: np.ndarray, arith) -> _DecodePrefix:
+        return cls(reqs, rows, arith.left_min(rows))
 
     @classmethod
-    def of(cls, reqs: list[VReq], rows: np.ndarray) -> _DecodePrefix:
-        return cls(reqs, rows, int(rows[1].min()) if rows.shape[1] else 1 << 62)
-
-    @classmethod
-    def read(cls, reqs: list[VReq]) -> _DecodePrefix:
+    def read(cls, reqs: list[VReq], arith) -> _DecodePrefix:
         """From the requests' own state."""
         return cls.of(reqs, np.array([[vr.computed for vr in reqs], [vr.max_new - vr.generated for vr in reqs],
-                                      [vr.req.index for vr in reqs]], dtype=np.int64).reshape(3, len(reqs)))
+                                      [vr.req.index for vr in reqs]], dtype=np.int64).reshape(3, len(reqs)), arith)
 
     @property
     def computed(self) -> np.ndarray:
@@ -142,17 +140,15 @@ class _DecodePrefix:
     def idx(self) -> np.ndarray:
         return self.rows[2]
 
-    def advanced(self, k: int) -> _DecodePrefix:
+    def advanced(self, k: int, arith) -> _DecodePrefix:
         """The same requests after ``k`` more decode passes, less those that finished."""
-        rows = self.rows + (self.STEP if k == 1 else self.STEP * k)
-        if self.left_min > k:
-            return _DecodePrefix(self.reqs, rows, self.left_min - k)
-        keep = rows[1] > 0
-        return _DecodePrefix.of([vr for vr, kept in zip(self.reqs, keep.tolist()) if kept], rows[:, keep])
+        rows, left_min, kept = arith.advance_rows(self.rows, k, self.left_min)
+        reqs = self.reqs if kept is None else [self.reqs[i] for i in kept]
+        return _DecodePrefix(reqs, rows, left_min)
 
-    def extended(self, more: list[VReq]) -> _DecodePrefix:
+    def extended(self, more: list[VReq], arith) -> _DecodePrefix:
         """These requests followed by the plain decodes ``more``."""
-        new = _DecodePrefix.read(more)
+        new = _DecodePrefix.read(more, arith)
         return _DecodePrefix(self.reqs + more, np.concatenate((self.rows, new.rows), axis=1),
                              min(self.left_min, new.left_min))
 
@@ -189,6 +185,8 @@ class VLLMEngine(Engine):
         self.bs = bs = opt.block_size
         self.num_blocks = max(limits.kv_capacity_tokens // bs - 1, 0)
         self.capacity = self.num_blocks * bs
+        #: Per-pass decode arithmetic: compiled when built (engines/blocks.py:decode_arithmetic).
+        self._arith = decode_arithmetic()
         self.pool = new_block_pool(self.num_blocks, bs, policy=opt.eviction_policy, oracle=oracle,
                                    enable_caching=opt.enable_prefix_caching)
         self._belady = opt.eviction_policy == "belady"
@@ -481,7 +479,8 @@ class VLLMEngine(Engine):
             return idx, dctx, pre
         if lead < self.FAST_DECODES_MIN:
             return idx, dctx, None
-        return idx, dctx, _DecodePrefix.of(scheduled[:lead], np.stack((dctx[:lead] - 1, left[:lead], idx[:lead])))
+        return idx, dctx, _DecodePrefix.of(scheduled[:lead], np.stack((dctx[:lead] - 1, left[:lead], idx[:lead])),
+                                           self._arith)
 
     def _fast_decodes(self, budget: int, dt: int) -> tuple[_DecodePrefix | None, np.ndarray | None]:
         """Schedule the leading plain decodes known from the last commit, if that is exact.
@@ -499,18 +498,15 @@ class VLLMEngine(Engine):
         m = len(pre.reqs)
         if m == 0 or m > budget or self.running[:m] != pre.reqs:
             return None, None
-        bs = self.bs
-        ctx = pre.computed + 1
-        r = ctx % bs  # 1 % bs: the pass opens a block; 0: it fills one
-        due = (r <= 1 if self.caching else r == 1 % bs).nonzero()[0]
+        ctx, due, due_computed, opens = self._arith.decode_due(pre.computed, self.bs, self.caching)
         pool = self.pool
-        if due.size > pool.num_free_blocks and int(np.count_nonzero(r == 1 % bs)) > pool.num_free_blocks:
+        if len(due) > pool.num_free_blocks and opens > pool.num_free_blocks:
             return None, None
         reqs = pre.reqs
-        if due.size:
-            hit = [reqs[j] for j in due.tolist()]
+        if due:
+            hit = [reqs[j] for j in due]
             if self._bulk_replay():  # the stretch replay, for one pass
-                self._replay(hit, pre.computed[due].tolist(), 0, 1)
+                self._replay(hit, due_computed, 0, 1)
             else:
                 for vr in hit:
                     ok = self._allocate(vr, 1)
@@ -530,7 +526,7 @@ class VLLMEngine(Engine):
         if pre is None or self.spec is not None or len(self.running) < self.FAST_DECODES_MIN:
             self._prefix = None
             return
-        pre = pre.advanced(k)
+        pre = pre.advanced(k, self._arith)
         running = self.running
         m = j = len(pre.reqs)
         while j < len(running):
@@ -539,7 +535,7 @@ class VLLMEngine(Engine):
                 break
             j += 1
         if j > m:
-            pre = pre.extended(running[m:j])
+            pre = pre.extended(running[m:j], self._arith)
         self._prefix = pre if len(pre.reqs) >= self.FAST_DECODES_MIN else None
 
     def _admit(self, now: float, budget: int, scheduled: list[VReq]) -> int:
@@ -786,7 +782,7 @@ class VLLMEngine(Engine):
             if self.caching:
                 m = np.minimum(m, (-(c + 2)) % bs + 1)
             limit = min(limit, int(m.min()))
-        return stretch_within_free_blocks(c, bs, self.pool.num_free_blocks, limit)
+        return self._arith.stretch_within_free_blocks(c, bs, self.pool.num_free_blocks, limit)
 
     # -- state ---------------------------------------------------------------------------------
     def snapshot(self) -> EngineSnapshot:

@@ -1,0 +1,63 @@
+"""The compiled decode arithmetic equals engines/blocks.py's numpy versions on random inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from servesim.compiled import compiled_module
+from servesim.engines import blocks
+
+core = compiled_module("engines._decode_core")
+pytestmark = pytest.mark.skipif(core is None, reason="compiled extensions not built")
+
+
+def _rows(rng: np.random.Generator, n: int) -> np.ndarray:
+    """A decode prefix's rows: computed tokens, remaining output (>= 1), recorder rows."""
+    return np.stack((rng.integers(0, 9000, n), rng.integers(1, 60, n), rng.permutation(n) * 3)).astype(np.int64)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_stretch_within_free_blocks(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        n = int(rng.integers(0, 40))
+        computed = rng.integers(0, 5000, n).astype(np.int64)
+        bs = int(rng.choice([1, 8, 16, 64]))
+        free, limit = int(rng.integers(0, 200)), int(rng.integers(0, 300))
+        want = blocks.stretch_within_free_blocks(computed, bs, free, limit)
+        assert core.stretch_within_free_blocks(computed, bs, free, limit) == want
+        strided = np.repeat(computed, 2)[::2]  # a strided view of the same values
+        assert core.stretch_within_free_blocks(strided, bs, free, limit) == want
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_prefix_rows(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        n = int(rng.integers(0, 40))
+        rows = _rows(rng, n)
+        assert core.left_min(rows) == blocks.left_min(rows)
+        lm = blocks.left_min(rows)
+        k = int(rng.integers(1, 70))
+        got, want = core.advance_rows(rows, k, lm), blocks.advance_rows(rows, k, lm)
+        np.testing.assert_array_equal(got[0], want[0])
+        assert got[0].dtype == want[0].dtype and got[1:] == want[1:]
+
+
+@pytest.mark.parametrize("caching", [True, False])
+@pytest.mark.parametrize("bs", [1, 16, 64])
+def test_decode_due(caching, bs):
+    rng = np.random.default_rng(bs)
+    for _ in range(200):
+        rows = _rows(rng, int(rng.integers(0, 40)))
+        computed = rows[0]  # a row of the prefix, as _fast_decodes passes it
+        got, want = core.decode_due(computed, bs, caching), blocks.decode_due(computed, bs, caching)
+        np.testing.assert_array_equal(got[0], want[0])
+        assert got[1:] == want[1:]
+
+
+def test_engines_use_the_compiled_arithmetic_unless_switched_off(monkeypatch):
+    assert blocks.decode_arithmetic() is core
+    monkeypatch.setenv("SERVESIM_PURE_PYTHON", "1")
+    assert blocks.decode_arithmetic() is blocks
