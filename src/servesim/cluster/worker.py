@@ -8,9 +8,9 @@ reaches the worker (an arrival), so results equal pass-by-pass simulation.
 
 from __future__ import annotations
 
-import numpy as np
-
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from servesim.engines.base import Engine
 from servesim.perf.plan import PassPlan, StepTimeModel, plan_stretch_times

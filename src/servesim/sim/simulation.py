@@ -271,6 +271,7 @@ class Simulation:
         for worker in workers:
             if worker.settle(now):
                 self._dirty.add(worker.worker_id)
+            self._drain_terminated(worker, now)  # none expected: a stretch's requests finish at its end
 
     def _handle_pass_end(self, payload: tuple[Worker, int], now: float) -> None:
         worker, epoch = payload
