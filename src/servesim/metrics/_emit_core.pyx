@@ -139,3 +139,24 @@ cdef class Emitter:
             free(cold)
             free(hot)
         return n_warm
+
+    def emit_stretch(self, const int64_t[:] idx, const double[:] pass_ends):
+        """Requests ``idx`` each emit one token at every time in ``pass_ends`` (two or more).
+
+        :meth:`emit` for the first pass (with the second token at the next pass end), then
+        the gaps between consecutive pass ends, one (value, count) pair per pass for the
+        cold requests and one for the warm-up requests, as ``RequestRecorder.emit_stretch``
+        appends them.
+        """
+        cdef Py_ssize_t k = pass_ends.shape[0], s
+        cdef int n_warm = self.emit(idx, pass_ends[0], pass_ends[1], True, pass_ends[k - 1], k)
+        cdef Py_ssize_t n_cold = idx.shape[0] - n_warm
+        cdef double g
+        for s in range(1, k):
+            g = pass_ends[s] - pass_ends[s - 1]
+            if n_cold:
+                self.gv.append(g)
+                self.gw.append(n_cold)
+            if n_warm:
+                self.wv.append(g)
+                self.ww.append(n_warm)

@@ -189,8 +189,8 @@ class RequestRecorder:
             self._c_gen.data[idx] += np.asarray(tokens_each) - 1
 
     def _emit_compiled(self, idx: np.ndarray, t: float, t_second: float, t_last: float, passes: int) -> int:
-        """:meth:`emit` (``passes`` 1) or a stretch's first pass (``t_second``: the next pass's
-        end, ``t_last``: the last one's) in the compiled kernel; returns the warm-up requests."""
+        """:meth:`emit` in the compiled kernel (``passes`` 1; ``t_second``, ``t_last``: see
+        ``Emitter.emit``); returns the warm-up requests."""
         if idx.dtype is not _INT64:
             idx = idx.astype(np.int64)
         n_warm = self._emitter.emit(idx, t, t_second, passes > 1, t_last, passes)
@@ -263,18 +263,22 @@ class RequestRecorder:
         if k == 1:
             self.emit(idx, t0)
             return
-        if self._kernel is not None:  # also writes the emission counts and last token times
-            n_warm = self._emit_compiled(idx, t0, float(pass_ends[1]), float(pass_ends[-1]), k)
-        else:
-            em = self._c_em.data
-            last = self._c_last.data
-            prev = em[idx]
-            later = self._milestones(idx, prev, t0, float(pass_ends[1]))
-            if later.size:
-                self._emit_gaps(t0 - last[later], later)
-            em[idx] = prev + k
-            last[idx] = pass_ends[-1]
-            n_warm = int(self._warm.data[idx].sum()) if self._any_warm else 0
+        if self._kernel is not None:  # the first pass's emission and every gap, in C
+            if idx.dtype is not _INT64:
+                idx = idx.astype(np.int64)
+            self._emitter.emit_stretch(idx, pass_ends)
+            if len(self._gv) > self._FLUSH or len(self._wv) > self._FLUSH:
+                self._flush()
+            return
+        em = self._c_em.data
+        last = self._c_last.data
+        prev = em[idx]
+        later = self._milestones(idx, prev, t0, float(pass_ends[1]))
+        if later.size:
+            self._emit_gaps(t0 - last[later], later)
+        em[idx] = prev + k
+        last[idx] = pass_ends[-1]
+        n_warm = int(self._warm.data[idx].sum()) if self._any_warm else 0
         gaps = (pass_ends[1:] - pass_ends[:-1]).tolist()
         k1 = k - 1
         n_cold = idx.size - n_warm
