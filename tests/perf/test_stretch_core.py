@@ -63,3 +63,29 @@ def test_compiled_stretch_equals_pass_by_pass() -> None:
     for s in range(12):
         plan = PassPlan(decode_ctx=ctx + s)
         assert times[s] == fast.pass_time(plan), s
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(sorted(CASES)), st.integers(0, 2**32 - 1), st.integers(0, 40), st.integers(0, 300),
+       st.floats(0, 1e5), st.sampled_from([None, 0.0, 3.5e-4]))
+def test_stretch_ends_equal_the_summed_durations(case, seed, n, steps, now, extra) -> None:
+    """The fused end times equal ``d (+ extra); d.cumsum() + now`` bit for bit, compiled or not,
+    and through the scheduler-overhead wrapper the worker uses."""
+    from servesim.perf.frontend import SchedulerOverheadStepTime
+    from servesim.perf.plan import plan_stretch_ends
+
+    ref, fast = models(case)
+    rng = random.Random(seed)
+    ctx = np.array([rng.randint(1, 9000) for _ in range(n)], dtype=np.int64)
+    d = ref.decode_stretch_times(ctx, steps)
+    if extra is not None:
+        d += extra
+    want = d.cumsum()
+    want += now
+    for model in (ref, fast):
+        assert model.decode_stretch_ends(ctx, steps, now, extra).tobytes() == want.tobytes()
+    for model in (ref, fast):
+        wrapped = SchedulerOverheadStepTime(model, 2e-4, 3e-6)
+        w = wrapped.decode_stretch_times(ctx, steps).cumsum()
+        w += now
+        assert plan_stretch_ends(wrapped, PassPlan(decode_ctx=ctx), steps, now).tobytes() == w.tobytes()

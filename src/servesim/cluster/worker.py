@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from servesim.engines.base import Engine
-from servesim.perf.plan import PassPlan, StepTimeModel, plan_stretch_times
+from servesim.perf.plan import PassPlan, StepTimeModel, plan_stretch_ends
 
 if TYPE_CHECKING:
     from servesim.metrics.timeseries import TimeSeries
@@ -75,9 +75,7 @@ class Worker:
         if self.fast_forward and plan.is_decode_only:
             steps = self.engine.decode_stretch_limit()
         if steps > 1:
-            durations = plan_stretch_times(self.step_time, plan, steps)  # attention-DP plans keep their ranks
-            ends = durations.cumsum()  # the array method: np.cumsum's wrapper costs more than a short sum
-            ends += now
+            ends = plan_stretch_ends(self.step_time, plan, steps, now)  # attention-DP plans keep their ranks
             if self.timeseries is not None:
                 ends = ends[:self.timeseries.passes_to_sample(self.worker_id, ends)]
         else:

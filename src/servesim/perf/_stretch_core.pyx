@@ -75,3 +75,21 @@ def decode_stretch_times(const int64_t[:] ctx, Py_ssize_t steps, double base, in
         free(srt)
         free(prefix)
     return out
+
+
+def decode_stretch_ends(const int64_t[:] ctx, Py_ssize_t steps, double base, int64_t window,
+                        double overhead, double c_full, double m_full, double c_cap, double m_cap,
+                        double dp, bint add_extra, double extra, double now):
+    """The passes' end times, from ``now``: :func:`decode_stretch_times`, plus ``extra`` each
+    when ``add_extra`` (a scheduler overhead), summed in order, plus ``now`` — numpy's
+    ``d += extra; e = d.cumsum(); e += now``, operation for operation."""
+    out = decode_stretch_times(ctx, steps, base, window, overhead, c_full, m_full, c_cap, m_cap, dp)
+    cdef double[::1] o = out
+    cdef Py_ssize_t s
+    cdef double acc = 0.0
+    for s in range(steps):
+        if add_extra:
+            o[s] = o[s] + extra
+        acc = o[s] if s == 0 else acc + o[s]
+        o[s] = acc + now
+    return out

@@ -147,6 +147,9 @@ class AnalyticParams(BaseModel):
 class AnalyticStepTime:
     """Roofline model of one worker's forward pass; see module docstring."""
 
+    #: :meth:`decode_stretch_ends` takes a wrapper's per-pass overhead (``extra``).
+    fuses_overhead_into_ends = True
+
     def __init__(
         self,
         model: ModelArch,
@@ -451,6 +454,25 @@ class AnalyticStepTime:
         if n_chunks:
             t += self._prefill_attn(new, plan.prefill_cached.tolist())
         return t
+
+    def decode_stretch_ends(self, decode_ctx: np.ndarray, steps: int, now: float,
+                            extra: float | None = None) -> np.ndarray:
+        """End times of the passes of :meth:`decode_stretch_times` from ``now``, each pass
+        ``extra`` seconds longer when given (a wrapper's per-pass overhead): the worker's
+        ``d += extra; ends = d.cumsum(); ends += now`` in one compiled call where built."""
+        n = decode_ctx.size
+        if self._compiled_stretch and n and steps > 0:
+            cc, mc = self._dec_cap if self._cap else (0.0, 0.0)
+            return _STRETCH_CORE.decode_stretch_ends(
+                decode_ctx.astype(np.int64, copy=False), steps, self._token_part(n, 0, n, 1, True),
+                int(self._cap or 0), self._dec_oh * n, *self._dec_full, cc, mc, float(self._dp),
+                extra is not None, 0.0 if extra is None else extra, now)
+        durations = self.decode_stretch_times(decode_ctx, steps)
+        if extra is not None:
+            durations += extra
+        ends = durations.cumsum()
+        ends += now
+        return ends
 
     def decode_stretch_times(self, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
         """``steps`` decode-only passes in closed form; equals :meth:`pass_time` pass by pass."""

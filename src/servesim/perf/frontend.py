@@ -190,6 +190,17 @@ class SchedulerOverheadStepTime:
         out += extra
         return out
 
+    def decode_stretch_ends(self, decode_ctx: np.ndarray, steps: int, now: float) -> np.ndarray:
+        """End times of :meth:`decode_stretch_times`'s passes from ``now`` (see
+        :func:`servesim.perf.plan.plan_stretch_ends`): fused into the analytic model's call
+        when it is the wrapped model, else summed here."""
+        extra = self.pass_s + self.per_request_s * decode_ctx.size
+        if getattr(type(self.inner), "fuses_overhead_into_ends", False):
+            return self.inner.decode_stretch_ends(decode_ctx, steps, now, extra)
+        ends = self.decode_stretch_times(decode_ctx, steps).cumsum()
+        ends += now
+        return ends
+
     def rank_stretch_times(self, plan: PassPlan, steps: int) -> np.ndarray:
         """Attention-DP decode stretches (see :func:`servesim.perf.plan.plan_stretch_times`)."""
         extra = self.pass_s + self.per_request_s * scheduled_requests(plan)

@@ -89,6 +89,21 @@ class StepTimeModel(Protocol):
         ...
 
 
+def plan_stretch_ends(model: StepTimeModel, plan: PassPlan, steps: int, now: float) -> np.ndarray:
+    """End times of the ``steps`` passes of :func:`plan_stretch_times` starting at ``now``.
+
+    Models that define ``decode_stretch_ends`` (looked up on the class, so that a wrapper
+    forwarding attributes to its inner model is never skipped) return them in one call, equal
+    to ``durations.cumsum() + now`` operation for operation.
+    """
+    fused = getattr(type(model), "decode_stretch_ends", None)
+    if plan.ranks is None and fused is not None:
+        return fused(model, plan.decode_ctx, steps, now)
+    ends = plan_stretch_times(model, plan, steps).cumsum()  # the array method: np.cumsum's wrapper costs more
+    ends += now
+    return ends
+
+
 def stretch_by_steps(model: StepTimeModel, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
     """Reference implementation of ``decode_stretch_times``: one pricing per pass."""
     out = np.empty(steps, dtype=np.float64)
