@@ -35,6 +35,9 @@ from ..errors import WorkloadError
 from .request import MAX_TOKENS, Request
 
 _MISSING = object()
+_INT_ONLY = {int}
+#: ``json.loads`` without its per-call type checks (lines are str).
+_decode_json = json.JSONDecoder().decode
 
 
 def _show(value: Any) -> str:
@@ -49,11 +52,17 @@ def _show(value: Any) -> str:
 class _Row:
     """Field access for one parsed line, raising errors that name file, line and field."""
 
-    __slots__ = ("where", "obj")
+    __slots__ = ("path", "line_no", "obj")
 
-    def __init__(self, where: str, obj: dict[str, Any]) -> None:
-        self.where = where
+    def __init__(self, path: Path, line_no: int, obj: dict[str, Any]) -> None:
+        self.path = path
+        self.line_no = line_no
         self.obj = obj
+
+    @property
+    def where(self) -> str:
+        """``file:line``, for messages (built only when one is raised)."""
+        return f"{self.path}:{self.line_no}"
 
     def fail(self, field: str, expected: str, value: Any = _MISSING) -> WorkloadError:
         got = "it is missing" if value is _MISSING else f"got {_show(value)}"
@@ -147,8 +156,8 @@ def _parse_hash_ids(row: _Row, input_length: int, block_size: int) -> tuple[int,
         return None
     if not isinstance(value, list):
         raise row.fail("hash_ids", "a list of integers >= 0", value)
-    # Fast path: a list of non-negative Python ints (every real trace).
-    if not all(type(x) is int and x >= 0 for x in value):
+    # Fast path: a list of non-negative Python ints (every real trace); type() tells bool from int.
+    if value and (set(map(type, value)) != _INT_ONLY or min(value) < 0):
         for i, x in enumerate(value):
             as_int = _as_int(x)
             if as_int is None or as_int < 0:
@@ -217,14 +226,13 @@ def _read(
         for line_no, line in _lines(fh, path):
             if not line.strip():
                 continue
-            where = f"{path}:{line_no}"
             try:
-                obj = json.loads(line)
+                obj = _decode_json(line)
             except json.JSONDecodeError as exc:
-                raise WorkloadError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+                raise WorkloadError(f"{path}:{line_no}: invalid JSON: {exc.msg} (column {exc.colno})") from None
             if not isinstance(obj, dict):
-                raise WorkloadError(f"{where}: expected a JSON object, got {_show(obj)}")
-            row = _Row(where, obj)
+                raise WorkloadError(f"{path}:{line_no}: expected a JSON object, got {_show(obj)}")
+            row = _Row(path, line_no, obj)
 
             session_id = row.key("session_id")
             later_turn = session_id is not None and session_id in sessions
@@ -253,7 +261,7 @@ def _read(
                 assert timestamp is not None
                 if last_ts is not None and timestamp < last_ts:
                     raise WorkloadError(
-                        f"{where}: field 'timestamp': expected a value >= {_show(last_ts_written)} "
+                        f"{row.where}: field 'timestamp': expected a value >= {_show(last_ts_written)} "
                         f"(the timestamp on line {last_ts_line}; rows must be in arrival order), "
                         f"got {_show(obj['timestamp'])}"
                     )
