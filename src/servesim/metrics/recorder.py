@@ -31,6 +31,11 @@ _PENDING = int(Status.PENDING)
 _INT64 = np.dtype(np.int64)
 
 
+def _as_int64(idx: np.ndarray) -> np.ndarray:
+    """Request indices as the int64 array the compiled emitter takes (no copy when they are)."""
+    return idx if idx.dtype is _INT64 else idx.astype(np.int64)
+
+
 class RequestRecorder:
     """Column store of per-request milestones and counters."""
 
@@ -174,7 +179,8 @@ class RequestRecorder:
         if idx.size == 0:
             return
         if self._kernel is not None:
-            self._emit_compiled(idx, t, NAN, t, 1)
+            self._emitter.emit(_as_int64(idx), t, NAN, False, t, 1)
+            self._flush_if_full()
         else:
             em = self._c_em.data
             last = self._c_last.data
@@ -188,15 +194,10 @@ class RequestRecorder:
             # ``generated`` stores only the tokens beyond one per emission (speculative decoding).
             self._c_gen.data[idx] += np.asarray(tokens_each) - 1
 
-    def _emit_compiled(self, idx: np.ndarray, t: float, t_second: float, t_last: float, passes: int) -> int:
-        """:meth:`emit` in the compiled kernel (``passes`` 1; ``t_second``, ``t_last``: see
-        ``Emitter.emit``); returns the warm-up requests."""
-        if idx.dtype is not _INT64:
-            idx = idx.astype(np.int64)
-        n_warm = self._emitter.emit(idx, t, t_second, passes > 1, t_last, passes)
+    def _flush_if_full(self) -> None:
+        """Hand the pending gaps to the samples once either list passes :attr:`_FLUSH`."""
         if len(self._gv) > self._FLUSH or len(self._wv) > self._FLUSH:
             self._flush()
-        return n_warm
 
     def _milestones(self, idx: np.ndarray, prev_em: np.ndarray, t: float, t_next: float | None) -> np.ndarray:
         """First / second token times of a pass at ``t``; returns the requests that emitted before.
@@ -264,11 +265,8 @@ class RequestRecorder:
             self.emit(idx, t0)
             return
         if self._kernel is not None:  # the first pass's emission and every gap, in C
-            if idx.dtype is not _INT64:
-                idx = idx.astype(np.int64)
-            self._emitter.emit_stretch(idx, pass_ends)
-            if len(self._gv) > self._FLUSH or len(self._wv) > self._FLUSH:
-                self._flush()
+            self._emitter.emit_stretch(_as_int64(idx), pass_ends)
+            self._flush_if_full()
             return
         em = self._c_em.data
         last = self._c_last.data
@@ -288,8 +286,7 @@ class RequestRecorder:
         if n_warm:
             self._wv.extend(gaps)
             self._ww.extend([n_warm] * k1)
-        if len(self._gv) > self._FLUSH or len(self._wv) > self._FLUSH:
-            self._flush()
+        self._flush_if_full()
 
     def finished(self, index: int, t: float, status: Status, reason: str = "") -> None:
         st = self.cols["status"].data

@@ -62,7 +62,7 @@ from servesim.errors import ModelError
 from servesim.hardware.gpu import GPUSpec
 from servesim.models.arch import ModelArch
 from servesim.perf.memory import Layout, attention_params_per_gpu
-from servesim.perf.plan import PassPlan
+from servesim.perf.plan import PassPlan, ends_from_durations
 from servesim.perf.precision import compute_precision, kv_bytes, layer_dtypes, weight_bytes
 
 try:  # the compiled decode-stretch pricing (servesim/compiled.py), if built
@@ -462,17 +462,19 @@ class AnalyticStepTime:
         ``d += extra; ends = d.cumsum(); ends += now`` in one compiled call where built."""
         n = decode_ctx.size
         if self._compiled_stretch and n and steps > 0:
-            cc, mc = self._dec_cap if self._cap else (0.0, 0.0)
             return _STRETCH_CORE.decode_stretch_ends(
-                decode_ctx.astype(np.int64, copy=False), steps, self._token_part(n, 0, n, 1, True),
-                int(self._cap or 0), self._dec_oh * n, *self._dec_full, cc, mc, float(self._dp),
+                *self._stretch_kernel_args(decode_ctx, steps, self._token_part(n, 0, n, 1, True)),
                 extra is not None, 0.0 if extra is None else extra, now)
         durations = self.decode_stretch_times(decode_ctx, steps)
         if extra is not None:
             durations += extra
-        ends = durations.cumsum()
-        ends += now
-        return ends
+        return ends_from_durations(durations, now)
+
+    def _stretch_kernel_args(self, decode_ctx: np.ndarray, steps: int, base: float) -> tuple:
+        """The compiled stretch kernels' leading arguments (see ``perf/_stretch_core.pyx``)."""
+        cc, mc = self._dec_cap if self._cap else (0.0, 0.0)
+        return (decode_ctx.astype(np.int64, copy=False), steps, base, int(self._cap or 0),
+                self._dec_oh * decode_ctx.size, *self._dec_full, cc, mc, float(self._dp))
 
     def decode_stretch_times(self, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
         """``steps`` decode-only passes in closed form; equals :meth:`pass_time` pass by pass."""
@@ -483,10 +485,7 @@ class AnalyticStepTime:
         if n == 0:
             return np.full(steps, base)
         if self._compiled_stretch:  # the same arithmetic, compiled
-            cc, mc = self._dec_cap if self._cap else (0.0, 0.0)
-            return _STRETCH_CORE.decode_stretch_times(
-                decode_ctx.astype(np.int64, copy=False), steps, base, int(self._cap or 0),
-                self._dec_oh * n, *self._dec_full, cc, mc, float(self._dp))
+            return _STRETCH_CORE.decode_stretch_times(*self._stretch_kernel_args(decode_ctx, steps, base))
         s = np.arange(steps, dtype=np.int64)
         s_full = (int(decode_ctx.sum()) + n * s).astype(np.float64)
         if self._cap:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from servesim.perf.plan import PassPlan, StepTimeModel, plan_stretch_times
+from servesim.perf.plan import PassPlan, StepTimeModel, ends_from_durations, plan_stretch_times
 
 
 class FrontendParams(BaseModel):
@@ -197,9 +197,7 @@ class SchedulerOverheadStepTime:
         extra = self.pass_s + self.per_request_s * decode_ctx.size
         if getattr(type(self.inner), "fuses_overhead_into_ends", False):
             return self.inner.decode_stretch_ends(decode_ctx, steps, now, extra)
-        ends = self.decode_stretch_times(decode_ctx, steps).cumsum()
-        ends += now
-        return ends
+        return ends_from_durations(self.decode_stretch_times(decode_ctx, steps), now)
 
     def rank_stretch_times(self, plan: PassPlan, steps: int) -> np.ndarray:
         """Attention-DP decode stretches (see :func:`servesim.perf.plan.plan_stretch_times`)."""

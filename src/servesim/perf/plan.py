@@ -89,6 +89,13 @@ class StepTimeModel(Protocol):
         ...
 
 
+def ends_from_durations(durations: np.ndarray, now: float) -> np.ndarray:
+    """Pass end times from ``now`` (in place: ``durations`` is consumed)."""
+    ends = durations.cumsum()  # the array method: np.cumsum's wrapper costs more than a short sum
+    ends += now
+    return ends
+
+
 def plan_stretch_ends(model: StepTimeModel, plan: PassPlan, steps: int, now: float) -> np.ndarray:
     """End times of the ``steps`` passes of :func:`plan_stretch_times` starting at ``now``.
 
@@ -99,9 +106,7 @@ def plan_stretch_ends(model: StepTimeModel, plan: PassPlan, steps: int, now: flo
     fused = getattr(type(model), "decode_stretch_ends", None)
     if plan.ranks is None and fused is not None:
         return fused(model, plan.decode_ctx, steps, now)
-    ends = plan_stretch_times(model, plan, steps).cumsum()  # the array method: np.cumsum's wrapper costs more
-    ends += now
-    return ends
+    return ends_from_durations(plan_stretch_times(model, plan, steps), now)
 
 
 def stretch_by_steps(model: StepTimeModel, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
