@@ -35,6 +35,8 @@ class GeneralPathEngine(VLLMEngine):
     """vLLM with the decode prefix off: every running request goes through the running loop."""
 
     def _next_prefix(self, batch, k: int) -> None:
+        super()._next_prefix(batch, k)
+        self._drop_lazy()  # the leading decodes written back, and no longer tracked
         self._prefix = None
 
 
@@ -53,8 +55,9 @@ def random_options(rng: random.Random) -> tuple[VLLMOptions, int]:
 
 
 def engine_state(eng: VLLMEngine) -> tuple:
-    reqs = [(vr.req.index, vr.computed, vr.generated, vr.num_tokens, vr.sched, list(vr.blocks), vr.n_cached)
-            for vr in eng.running]
+    # The true progress (a lazy decode prefix's rows stand in for its requests' fields).
+    reqs = [(vr.req.index, computed, generated, sched, list(vr.blocks), vr.n_cached)
+            for vr, computed, sched, generated in eng.running_progress()]
     waiting = [(vr.req.index, vr.computed) for vr in eng.waiting]
     pool = eng.pool
     return (reqs, waiting, pool.free_order(), sorted(pool.cached_map().items()), list(pool.refs), list(pool.hashes),

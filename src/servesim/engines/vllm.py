@@ -108,6 +108,12 @@ class _DecodePrefix:
     needs a block exactly when ``computed % block_size == 0`` and registers one when
     ``(computed + 1) % block_size == 0``: a pass can schedule all of them with a few array
     operations instead of a Python iteration per request.
+
+    The rows are the truth for these requests: with the bulk block replay (see
+    ``VLLMEngine._lazy``) a commit advances the rows and leaves the requests' own
+    ``computed``, ``generated``, ``num_tokens`` and ``sched`` behind, until
+    :meth:`write_back` brings them up to date (when a request leaves the prefix, finishes, or
+    the prefix is dropped).  That keeps a pass's cost off the number of decoding requests.
     """
 
     reqs: list[VReq]
@@ -145,6 +151,24 @@ class _DecodePrefix:
         rows, left_min, kept = arith.advance_rows(self.rows, k, self.left_min)
         reqs = self.reqs if kept is None else [self.reqs[i] for i in kept]
         return _DecodePrefix(reqs, rows, left_min)
+
+    def write_back(self, k: int = 0, only: list[int] | None = None) -> list[VReq]:
+        """Write the rows, ``k`` passes on, into the requests (all, or those at positions
+        ``only``); returns the requests written."""
+        reqs = self.reqs
+        pos = range(len(reqs)) if only is None else only
+        computed = self.rows[0].tolist()
+        left = self.rows[1].tolist()
+        out = []
+        for j in pos:
+            vr = reqs[j]
+            vr.computed = computed[j] + k
+            g = vr.max_new - left[j] + k
+            vr.generated = g
+            vr.num_tokens = vr.req.input_length + g
+            vr.sched = 0
+            out.append(vr)
+        return out
 
     def extended(self, more: list[VReq], arith) -> _DecodePrefix:
         """These requests followed by the plain decodes ``more``."""
@@ -207,6 +231,12 @@ class VLLMEngine(Engine):
         self._last: _VBatch | None = None
         #: Leading running requests known to be plain decodes (set at each commit).
         self._prefix: _DecodePrefix | None = None
+        #: The prefix whose rows are the truth for its requests (``running[:len(reqs)]``):
+        #: with the bulk block replay their own fields lag behind until written back (see
+        #: :class:`_DecodePrefix`); otherwise they are written back at every commit.
+        self._lazy: _DecodePrefix | None = None
+        #: Whether a scheduled pass awaits its commit (the lazy requests' ``sched`` is then 1).
+        self._in_flight = False
         #: Disaggregated decode: requests whose prompt KV arrived, awaiting admission.
         self.ready: deque[VReq] = deque()
         #: Host tier (CPU offloading): blocks recycled from the GPU cache are kept in host
@@ -438,6 +468,8 @@ class VLLMEngine(Engine):
         batch = _VBatch(reqs=scheduled, decode_only=not prefill, preempted=preempted, idx=idx)
         if dt == 1:
             batch.prefix = prefix
+        self._lazy = batch.prefix
+        self._in_flight = True
         self._last = batch
         kw = {}
         if prefill:
@@ -497,10 +529,12 @@ class VLLMEngine(Engine):
             return None, None
         m = len(pre.reqs)
         if m == 0 or m > budget or self.running[:m] != pre.reqs:
+            self._drop_lazy()
             return None, None
         ctx, due, due_computed, opens = self._arith.decode_due(pre.computed, self.bs, self.caching)
         pool = self.pool
         if len(due) > pool.num_free_blocks and opens > pool.num_free_blocks:
+            self._drop_lazy()
             return None, None
         reqs = pre.reqs
         if due:
@@ -508,12 +542,17 @@ class VLLMEngine(Engine):
             if self._bulk_replay():  # the stretch replay, for one pass
                 self._replay(hit, due_computed, 0, 1)
             else:
-                for vr in hit:
+                for vr in hit:  # their fields are written back at every commit on this path
                     ok = self._allocate(vr, 1)
                     assert ok, "vLLM model: decode beyond the free blocks"
-        for vr in reqs:
-            vr.sched = 1
         return pre, ctx
+
+    def _drop_lazy(self) -> None:
+        """Bring the lazy prefix's requests up to date and stop tracking it (the running loop
+        reads their fields)."""
+        if self._lazy is not None:
+            self._lazy.write_back()
+            self._lazy = None
 
     def _next_prefix(self, batch: _VBatch, k: int) -> None:
         """After ``k`` committed passes of ``batch``: the leading plain decodes for the next pass.
@@ -522,11 +561,14 @@ class VLLMEngine(Engine):
         extended by the running requests right after it that are now plain decodes (a
         prompt whose last chunk just ran, usually).
         """
+        self._prefix = self._lazy = None
         pre = batch.prefix
-        if pre is None or self.spec is not None or len(self.running) < self.FAST_DECODES_MIN:
-            self._prefix = None
+        if pre is None:
             return
         pre = pre.advanced(k, self._arith)
+        if self.spec is not None or len(self.running) < self.FAST_DECODES_MIN:
+            pre.write_back()
+            return
         running = self.running
         m = j = len(pre.reqs)
         while j < len(running):
@@ -536,7 +578,11 @@ class VLLMEngine(Engine):
             j += 1
         if j > m:
             pre = pre.extended(running[m:j], self._arith)
-        self._prefix = pre if len(pre.reqs) >= self.FAST_DECODES_MIN else None
+        if len(pre.reqs) < self.FAST_DECODES_MIN or not self._bulk_replay():
+            pre.write_back()  # the per-event block paths read the requests' own fields
+            if len(pre.reqs) < self.FAST_DECODES_MIN:
+                return
+        self._prefix = self._lazy = pre
 
     def _admit(self, now: float, budget: int, scheduled: list[VReq]) -> int:
         """The waiting loop: FCFS admission while seats, budget and blocks allow."""
@@ -571,14 +617,10 @@ class VLLMEngine(Engine):
     # -- commit -----------------------------------------------------------------------------
     def complete(self, plan: PassPlan, end: float) -> None:
         self.pool.now = end
+        self._in_flight = False
         batch: _VBatch = plan.requests
-        pre = batch.prefix
+        pre = batch.prefix  # the leading plain decodes: their rows advance in _next_prefix
         m = len(pre.reqs) if pre is not None else 0
-        for vr in batch.reqs[:m]:  # the leading plain decodes: one token computed and sampled
-            vr.computed += 1
-            vr.sched = 0
-            vr.generated += 1
-            vr.num_tokens += 1
         emitted: list[VReq] = []
         spec: list[VReq] = []
         for vr in batch.reqs[m:]:
@@ -598,7 +640,7 @@ class VLLMEngine(Engine):
                 vr.generated += 1
                 vr.num_tokens += 1
             if m and pre.left_min <= 1:  # leading decodes that sampled their last token
-                emitted = [vr for vr, left in zip(pre.reqs, pre.left.tolist()) if left <= 1] + emitted
+                emitted = self._finished_in_prefix(pre, 1) + emitted
             self._finish_done(emitted, end)
         if spec:
             self._complete_spec(spec, end)
@@ -627,9 +669,12 @@ class VLLMEngine(Engine):
 
     def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
         """Commit ``ends.size`` identical decode passes, replaying their block events in order."""
+        self._in_flight = False
         batch: _VBatch = plan.requests
         reqs = batch.reqs
         k = int(ends.size)
+        pre = batch.prefix  # the leading plain decodes: their rows advance in _next_prefix
+        m = len(pre.reqs) if pre is not None else 0
         # A stretch follows a decode-only pass, whose schedule recorded computed and left_min.
         c0 = batch.computed.tolist()
         # Pass s (1..k-1) computes position c0 + s of each request; at its start (the end of
@@ -641,15 +686,22 @@ class VLLMEngine(Engine):
         else:
             self._replay_stretch(reqs, c0, stretch_block_events(c0, k, self.bs, self.caching), ends)
         pool.now = float(ends[-1])
-        for vr, c in zip(reqs, c0):
+        for vr, c in zip(reqs[m:], c0[m:]):
             vr.computed = c + k
             vr.generated += k
             vr.num_tokens += k
             vr.sched = 0
         self.rec.emit_stretch(batch.idx, ends)
         if batch.left_min <= k:  # else no request reached max_new (left_min is their minimum)
-            self._finish_done(reqs, float(ends[-1]))
+            done = self._finished_in_prefix(pre, k) if m else []
+            self._finish_done(done + reqs[m:] if m else reqs, float(ends[-1]))
         self._next_prefix(batch, k)
+
+    @staticmethod
+    def _finished_in_prefix(pre: _DecodePrefix, k: int) -> list[VReq]:
+        """The prefix's requests that sample their last token within ``k`` passes, written
+        back to their state after those passes (they leave the prefix)."""
+        return pre.write_back(k, [j for j, left in enumerate(pre.left.tolist()) if left <= k])
 
     def _replay_stretch(self, reqs: list[VReq], c0: list[int], keys: list[int], ends: np.ndarray) -> None:
         """The block events of a decode stretch through :meth:`_allocate`, each at its pass's time.
@@ -785,9 +837,29 @@ class VLLMEngine(Engine):
         return self._arith.stretch_within_free_blocks(c, bs, self.pool.num_free_blocks, limit)
 
     # -- state ---------------------------------------------------------------------------------
+    def running_progress(self) -> list[tuple[VReq, int, int, int]]:
+        """Each running request with its true ``(computed, sched, generated)``.
+
+        A lazy prefix's rows stand in for its requests' own fields (see :class:`_DecodePrefix`);
+        ``num_tokens`` is always ``input_length + generated``.
+        """
+        lazy = self._lazy
+        m = len(lazy.reqs) if lazy is not None else 0
+        out = []
+        if m:
+            sched = 1 if self._in_flight else 0
+            for vr, c, left in zip(lazy.reqs, lazy.computed.tolist(), lazy.left.tolist()):
+                out.append((vr, c, sched, vr.max_new - left))
+        out.extend((vr, vr.computed, vr.sched, vr.generated) for vr in self.running[m:])
+        return out
+
     def snapshot(self) -> EngineSnapshot:
         outstanding = sum(vr.num_tokens - vr.computed + vr.max_new - vr.generated for vr in self.waiting)
-        outstanding += sum(vr.max_new - vr.generated for vr in self.running)
+        lazy = self._lazy
+        m = len(lazy.reqs) if lazy is not None else 0
+        if m:
+            outstanding += int(lazy.left.sum())
+        outstanding += sum(vr.max_new - vr.generated for vr in self.running[m:])
         return EngineSnapshot(
             running=len(self.running),
             waiting=len(self.waiting),
@@ -804,24 +876,29 @@ class VLLMEngine(Engine):
         pool.check_invariants()
         assert len(self.running) <= self.max_seqs
         held = 0
-        for vr in self.running:
-            assert len(vr.blocks) == -(-(vr.computed + vr.sched) // self.bs), (vr.req.index, len(vr.blocks))
+        lazy = self._lazy
+        progress = self.running_progress()
+        assert [p[0] for p in progress] == self.running
+        for j, (vr, computed, sched, generated) in enumerate(progress):
+            assert len(vr.blocks) == -(-(computed + sched) // self.bs), (vr.req.index, len(vr.blocks))
             if self.caching and self.spec is None:  # the decode fast path relies on this
-                assert vr.n_cached == (vr.computed + vr.sched) // self.bs, (vr.req.index, vr.n_cached)
-            assert vr.computed + vr.sched <= vr.num_tokens
-            assert vr.generated <= vr.max_new
-            assert vr.num_tokens == vr.req.input_length + vr.generated
+                assert vr.n_cached == (computed + sched) // self.bs, (vr.req.index, vr.n_cached)
+            assert computed + sched <= vr.req.input_length + generated
+            assert generated <= vr.max_new
+            if lazy is None or j >= len(lazy.reqs):
+                assert vr.num_tokens == vr.req.input_length + vr.generated
             assert all(pool.refs[b] >= 1 for b in vr.blocks)
             held += len(vr.blocks)
         for vr in self.waiting:
             assert not vr.blocks and vr.computed == 0 and vr.sched == 0
         pre = self._prefix
-        if pre is not None:  # the leading decodes as recorded equal the requests' own state
+        if pre is not None:  # the leading running requests, and plain decodes
+            assert pre is lazy
             assert self.running[:len(pre.reqs)] == pre.reqs
-            assert pre.computed.tolist() == [vr.computed for vr in pre.reqs]
-            assert pre.left.tolist() == [vr.max_new - vr.generated for vr in pre.reqs]
             assert pre.idx.tolist() == [vr.req.index for vr in pre.reqs]
-            assert all(vr.computed == vr.num_tokens - 1 and vr.generated > 0 for vr in pre.reqs)
+            assert all(c == vr.req.input_length + g - 1 and g > 0 for vr, c, _, g in progress[:len(pre.reqs)])
+            if not self._bulk_replay():  # then written back at every commit
+                assert all((vr.computed, vr.generated) == (c, g) for vr, c, _, g in progress[:len(pre.reqs)])
         assert sum(pool.refs) == held, (sum(pool.refs), held)
         assert pool.num_free_blocks + pool.num_used_blocks == self.num_blocks
         if self.host is not None:
