@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servesim.errors import WorkloadError
 from servesim.workload.request import output_block_id
@@ -243,3 +245,65 @@ def test_old_mac_line_endings_are_lines(tmp_path):
     path = tmp_path / "cr.jsonl"
     path.write_bytes(b"\r".join(json.dumps(row(i)).encode() for i in range(3)) + b"\r")
     assert [r.arrival for r in read_all(path)] == [0.0, 0.001, 0.002]
+
+
+# -- the typed decoder and the Python checks agree ------------------------------------------
+#: Per field: values both ways accept (None: the field is left out), then values to refuse or
+#: that only the Python checks take (integral floats, integers past 64 bits).
+_GOOD = {
+    "timestamp": [0, 5, 7.5, 12, 40.25],
+    "input_length": [1, 3, 600, 256, 300],
+    "output_length": [1, 9, 4],
+    "hash_ids": [None, None, [0], [4, 5, 6], [7, 8]],
+    "session_id": [None, None, "a", "b", 7],
+    "request_id": [None, "r", 3, "", 0],
+    "delay": [None, 0, 2, 2.5],
+}
+_ODD = {
+    "timestamp": [None, -1, "3", True, 1e300, 10**30, 12.0],
+    "input_length": [600.0, 0, -2, 2.5, True, "4", None, 10**9, 10**30],
+    "output_length": [9.0, 0, 1.5, False, None],
+    "hash_ids": [[1.0, 2], [-1, 2], [True], "x", [2**70, 1], [1, 2]],
+    "session_id": [7.0, True, [1], 10**30],
+    "request_id": [1.5, [2], 10**30],
+    "delay": [-1, "1", 10**30],
+}
+
+
+def _outcome(path: Path) -> object:
+    try:
+        return [(r.index, r.request_id, r.arrival, r.input_length, r.output_length, r.hash_ids, r.session_id,
+                 r.turn, r.after, r.delay) for r in read_all(path, block_size=256)]
+    except WorkloadError as exc:
+        return str(exc)
+
+
+_PICK = st.tuples(st.booleans(), st.integers(0, 30))  # (odd?, which)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.fixed_dictionaries({k: _PICK for k in _GOOD}), st.integers(0, 12)),
+                min_size=1, max_size=8))
+def test_typed_decoder_equals_python_checks(tmp_path_factory, picks):
+    """Random rows, mostly good, some with one odd field: the typed decoder plus the Python
+    checks (the reader) give the same requests, or the same error, as the Python checks alone."""
+    import servesim.workload.trace as trace
+
+    rows = []
+    for pick, odd_field in picks:
+        row_ = {}
+        for j, (field, (odd, which)) in enumerate(pick.items()):
+            pool = _ODD[field] if odd and j == odd_field else _GOOD[field]
+            value = pool[which % len(pool)]
+            if value is not None:
+                row_[field] = value
+        rows.append(row_)
+    path = write(tmp_path_factory.mktemp("typed"), rows)
+    assert trace.msgspec is not None
+    typed = _outcome(path)
+    saved, trace.msgspec = trace.msgspec, None
+    try:
+        checked = _outcome(path)
+    finally:
+        trace.msgspec = saved
+    assert repr(typed) == repr(checked)  # repr: NaN arrivals of later turns compare equal
