@@ -564,8 +564,12 @@ class SGLangEngine(Engine):
         # Passes 2..k of the stretch: same requests, one more token each; the first pass's
         # allocation was made at schedule time, the others' here.
         self.rec.emit_stretch(batch.indices(), ends)
-        grown = self.tree.alloc(batch.advance(k, self.page))
-        assert grown, "SGLang model: decode stretch beyond the free KV"
+        extra = batch.advance(k, self.page)
+        if extra > self.free:  # passes that evict first (see decode_stretch_limit)
+            self._alloc_evicting(batch.n, k - 1)
+        else:
+            grown = self.tree.alloc(extra)
+            assert grown, "SGLang model: decode stretch beyond the free KV"
         self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay * (k - 1), self.min_ratio)
         if self.recv is not None:  # the scheduler iterations of passes 2..k
             self.recv.skip_decode_iterations(k - 1)
@@ -573,6 +577,31 @@ class SGLangEngine(Engine):
         self._left_min -= k
         if self._left_min <= 0:
             self._finish_done(end)
+
+    def _alloc_evicting(self, n: int, passes: int) -> None:
+        """The KV of ``passes`` decode passes of ``n`` requests (a token each, page 1), with the
+        evictions pass-by-pass scheduling makes: a pass that finds fewer than ``n`` tokens free
+        first evicts ``n`` tokens of cache (``_decode_plan``).  Exact only where eviction
+        ignores the time and reports to no one (:meth:`_evictions_fold`)."""
+        tree = self.tree
+        while passes:
+            fit = min(self.free // n, passes)  # passes that find their tokens free
+            if fit:
+                grown = tree.alloc(n * fit)
+                assert grown
+                passes -= fit
+            if passes:
+                tree.evict(n)
+                grown = tree.alloc(n)
+                assert grown, "SGLang model: decode stretch beyond the free KV and the cache"
+                passes -= 1
+
+    def _evictions_fold(self) -> bool:
+        """Whether a decode stretch may run through passes that evict cache: eviction must not
+        depend on the time (LRU, LFU, FIFO) nor be seen outside (KV events, a host tier), and
+        pages must be single tokens (a pass then needs one token per request)."""
+        tree = self.tree
+        return self.page == 1 and tree._lazy and tree.on_event is None and tree.on_evict is None
 
     def _complete_prefill(self, batch: _PrefillBatch, end: float) -> None:
         self.prefilling = []
@@ -686,7 +715,12 @@ class SGLangEngine(Engine):
 
     # -- fast-forward -------------------------------------------------------------------------
     def decode_stretch_limit(self) -> int:
-        """Decode passes that will repeat unchanged: nothing can be admitted, finish or evict."""
+        """Decode passes that will repeat unchanged: nothing can be admitted, finish or be retracted.
+
+        Passes may evict cache where :meth:`_evictions_fold` allows (the commit replays the
+        evictions in order); the unlocked cache never changes otherwise during the stretch, so
+        every pass finds its tokens while the stretch's need fits the free and evictable KV.
+        """
         if self.chunked is not None or not self.running:
             return 1
         if self.ready or self.spec is not None:  # transferred KV waiting; speculative passes vary
@@ -699,7 +733,8 @@ class SGLangEngine(Engine):
             k = min(k, self.recv.decode_passes_before_pull())
         n = self.batch.n
         if self.page == 1:
-            room = self.free // n + 1 if n else k
+            kv = self.free + self.evictable if self._evictions_fold() else self.free
+            room = kv // n + 1 if n else k
         else:
             room = self.free // (n * self.page) + 1
         return max(1, min(k, room))
