@@ -218,3 +218,42 @@ def test_events():
     c.evict(100)
     assert events[-1].kind == "removed" and events[-1].tokens == 11
     assert events[-1].stamped(1.5, 3).worker == 3
+
+
+def _nodes(cache: RadixCache) -> list:
+    """Every node with what eviction policies read: key, access stamps, locks."""
+    out, stack = [], [cache.root]
+    while stack:
+        node = stack.pop()
+        out.append((node.uid, tuple(node.key), node.last_access, node.last_seq, node.access_count,
+                    node.insert_seq, node.lock_ref, sorted(node.children)))
+        stack.extend(node.children.values())
+    return sorted(out)
+
+
+@pytest.mark.parametrize("page", [1, 4])
+@pytest.mark.parametrize("seed", range(6))
+def test_insert_and_match_equals_insert_then_match(seed, page):
+    """The fused call leaves every node, stamp and counter as insert followed by match_prefix."""
+    import random
+
+    rng = random.Random(seed)
+    a, b = RadixCache(10_000, page_size=page), RadixCache(10_000, page_size=page)
+    for step in range(300):
+        units = seq(*[rng.randrange(4) if k < 2 else rng.randrange(30) for k in range(rng.randint(1, 6))],
+                    last=rng.randint(1, U))
+        n = rng.randint(0, sum(k for _, k in units))
+        a.now = b.now = float(step)
+        if rng.random() < 0.3:  # plain matches and inserts in between, as engines make them
+            assert a.match_prefix(units, n).tokens == b.match_prefix(units, n).tokens
+        else:  # a request's private KV for the tokens moves into the tree; its duplicates are freed
+            aligned = n - n % page
+            assert a.alloc(aligned) and b.alloc(aligned)
+            present = a.insert(units, n)
+            ref = a.match_prefix(units, n)
+            got_present, got = b.insert_and_match(units, n)
+            assert (got_present, got.tokens, got.node.uid) == (present, ref.tokens, ref.node.uid)
+            a.free(present)
+            b.free(present)
+        assert _nodes(a) == _nodes(b)
+        assert (a.evictable_size, a.pool.free_tokens, a._seq) == (b.evictable_size, b.pool.free_tokens, b._seq)

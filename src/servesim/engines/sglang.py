@@ -38,7 +38,7 @@ from servesim.engines.sglang_batch import NO_LIMIT, new_running_batch
 from servesim.engines.sglang_options import SGLangOptions
 from servesim.errors import ConfigError
 from servesim.kvcache.host_tier import HostRadix
-from servesim.kvcache.radix_cache import RadixCache
+from servesim.kvcache.radix_cache import MatchResult, RadixCache
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.plan import PassPlan
 from servesim.workload.request import Request, sequence_units
@@ -675,29 +675,33 @@ class SGLangEngine(Engine):
             self._finish(sr.req, end)
 
     # -- radix-tree bookkeeping ---------------------------------------------------------------
-    def _insert_computed(self, sr: SGReq) -> int:
-        """Move the request's page-aligned computed tokens into the tree; returns the aligned length."""
+    def _insert_computed(self, sr: SGReq, match: bool = False) -> tuple[int, MatchResult | None]:
+        """Move the request's page-aligned computed tokens into the tree; returns the aligned
+        length and, with ``match``, the match of those tokens (None if nothing was inserted)."""
         aligned = self._floor_page(sr.computed)
         if aligned <= sr.prefix:
-            return sr.prefix
+            return sr.prefix, None
         units = sequence_units(sr.req, aligned)
-        present = self.tree.insert(units)
+        res = None
+        if match:
+            present, res = self.tree.insert_and_match(units)
+        else:
+            present = self.tree.insert(units)
         # Tokens [prefix, present) were computed privately but already cached by another
         # request meanwhile: free our copies.  Tokens [present, aligned) now belong to the tree.
         dup = max(present - sr.prefix, 0)
         if dup:
             self.tree.free(dup)
         sr.alloc -= aligned - sr.prefix
-        return aligned
+        return aligned, res
 
     def _cache_unfinished(self, sr: SGReq) -> None:
         """Insert what the request computed so far and move its lock to the new end."""
         if self.opt.disable_radix_cache:
             return
-        aligned = self._insert_computed(sr)
-        if aligned == sr.prefix:
+        aligned, res = self._insert_computed(sr, match=True)
+        if res is None:
             return
-        res = self.tree.match_prefix(sequence_units(sr.req, aligned))
         self.tree.inc_lock_ref(res.node)
         self.tree.dec_lock_ref(sr.node)
         sr.node = res.node

@@ -274,6 +274,32 @@ class RadixCache:
 
     def insert_segments(self, segs: list[Segment]) -> int:
         """:meth:`insert` of a canonical, page-aligned segment list."""
+        return self._insert_segments(segs)[0]
+
+    def insert_and_match(self, units: Units, n_tokens: int | None = None) -> tuple[int, MatchResult]:
+        """:meth:`insert`, then :meth:`match_prefix` of the same tokens, walking the tree once.
+
+        After the insertion the whole path is in the tree and its last node ends exactly at
+        its end (a leaf made for it, or a node the walk split there), so the match is that
+        node; what the match's own walk would change — one more access stamp on every node of
+        the path — is applied going up through the parents.
+        """
+        if self.disable:
+            return 0, MatchResult(0, self.root)
+        segs, aligned = self._aligned_segments(units, n_tokens)
+        present, end = self._insert_segments(segs)
+        self._seq += 1
+        seq, now, root = self._seq, self.now, self.root
+        node = end
+        while node is not root:
+            node.last_access = now
+            node.last_seq = seq
+            node.access_count += 1
+            node = node.parent  # type: ignore[assignment]
+        return present, MatchResult(aligned, end)
+
+    def _insert_segments(self, segs: list[Segment]) -> tuple[int, RadixNode]:
+        """Insert ``segs``; returns the tokens already present and the node ending at ``segs``' end."""
         prefix, node, i, s = self._walk(segs)
         if i < len(segs):
             rest = [(segs[i][0], s, segs[i][2]), *segs[i + 1 :]]
@@ -286,7 +312,8 @@ class RadixCache:
             self.pool.adopt(leaf.ntok)
             if self.on_event is not None:
                 self.on_event(self._event("stored", leaf))
-        return prefix
+            return prefix, leaf
+        return prefix, node
 
     def _event(self, kind: str, node: RadixNode) -> KVEvent:
         ids = tuple(dict.fromkeys(seg[0] for seg in node.key))
