@@ -601,7 +601,7 @@ class SGLangEngine(Engine):
         depend on the time (LRU, LFU, FIFO) nor be seen outside (KV events, a host tier), and
         pages must be single tokens (a pass then needs one token per request)."""
         tree = self.tree
-        return self.page == 1 and tree._lazy and tree.on_event is None and tree.on_evict is None
+        return self.page == 1 and tree.eviction_ignores_time and tree.on_event is None and tree.on_evict is None
 
     def _complete_prefill(self, batch: _PrefillBatch, end: float) -> None:
         self.prefilling = []

@@ -171,6 +171,12 @@ class RadixCache:
         return self.pool.free_tokens
 
     @property
+    def eviction_ignores_time(self) -> bool:
+        """Whether the eviction order depends only on the tree (LRU, LFU, FIFO), not on
+        :attr:`now` (Belady's next use does)."""
+        return self._lazy
+
+    @property
     def available_tokens(self) -> int:
         """Tokens an allocation could obtain: free plus evictable (SGLang's admission budget)."""
         return self.pool.free_tokens + self.evictable_size

@@ -34,9 +34,7 @@ import json
 import math
 import zlib
 from pathlib import Path
-from typing import IO, Any, Iterator
-
-from typing import Annotated, Union
+from typing import IO, Annotated, Any, Iterator, Union
 
 from ..errors import WorkloadError
 from .request import MAX_TOKENS, Request
