@@ -54,14 +54,30 @@ def apply(pool, op: tuple, log: list) -> object:
             n = pool.find_cached_prefix(arg)
             hits = pool.count_free_hits(arg[:n])
             return n, hits, pool.take_cached(arg[:n]), [pool.get_cached_block(h) for h in arg]
+        if kind == "chain_cache":
+            blocks, chain, unit, start, stop = arg
+            return pool.chain_cache(blocks, chain, unit, start, stop)
+        if kind == "chain_lookup":
+            chain, unit, n = arg
+            m = pool.chain_prefix(chain, unit, n)
+            return m, pool.chain_count_free(chain, unit, m), pool.chain_take(chain, unit, m)
     except (RuntimeError, KeyError) as exc:
         return type(exc).__name__
     raise AssertionError(kind)
 
 
+def random_chain(rng: random.Random, values: list[int], unit: int, n_blocks: int) -> list[int]:
+    """A unit chain reaching block ``n_blocks - 1`` (blocks of 4 tokens), from a small set of
+    values (so hashes repeat) that includes some within a unit of 2^63 (so a block's hash, the
+    value plus its offset, passes int64)."""
+    units = (n_blocks * 4 - 1) // unit + 1 if n_blocks else 0
+    return [rng.choice(values) for _ in range(units)]
+
+
 def run(seed: int, num_blocks: int, sink: bool) -> None:
     rng = random.Random(seed)
     small = [rng.randint(-(2**63), 2**63 - 1) for _ in range(3 * num_blocks + 2)]
+    chain_values = [rng.randint(-(2**63), 2**63 - 1) for _ in range(4)] + [2**63 - 1 - rng.randint(0, 12)]
     logs: list[list] = [[], []]
     pools = [BlockPool(num_blocks, 4), CompiledLRUPool(num_blocks, 4)]
     if sink:
@@ -78,8 +94,16 @@ def run(seed: int, num_blocks: int, sink: bool) -> None:
         elif r < 0.8 and held:
             blocks = rng.choice(held)
             op = ("cache", (blocks, [random_hash(rng, small) for _ in blocks]))
-        elif r < 0.9:
+        elif r < 0.85:
             op = ("lookup", [random_hash(rng, small) for _ in range(rng.randint(0, 6))])
+        elif r < 0.9 and held:  # hashes from a unit chain: units of 4, 8 or 12 tokens
+            blocks, unit = rng.choice(held), rng.choice([4, 8, 12])
+            start = rng.randint(0, len(blocks))
+            stop = rng.randint(start, len(blocks))
+            op = ("chain_cache", (blocks, random_chain(rng, chain_values, unit, stop), unit, start, stop))
+        elif r < 0.95:
+            unit, n = rng.choice([4, 8, 12]), rng.randint(0, 6)
+            op = ("chain_lookup", (random_chain(rng, chain_values, unit, n), unit, n))
         elif pools[0].free_order():  # a bad free: a block nobody holds
             op = ("free", [rng.choice(pools[0].free_order())])
         else:
@@ -88,7 +112,7 @@ def run(seed: int, num_blocks: int, sink: bool) -> None:
         assert out[0] == out[1], (op, out)
         if op[0] == "allocate" and out[0]:
             held.append(out[0])
-        elif op[0] == "lookup" and out[0][2]:
+        elif op[0] in ("lookup", "chain_lookup") and out[0][2]:
             held.append(out[0][2])
         assert state(pools[0]) == state(pools[1]), op
         assert logs[0] == logs[1], op
@@ -133,3 +157,16 @@ def test_bad_free_names_the_block() -> None:
         pool.free([2])
     with pytest.raises(IndexError, match="block 9 outside the pool of 4"):
         pool.free([9])
+
+
+def test_chain_operations_check_the_chain_reaches_the_blocks() -> None:
+    """The core reads the chain without bounds checks: a chain too short is refused first."""
+    pool = CompiledLRUPool(8, 4)
+    blocks = pool.allocate(3)
+    with pytest.raises(ValueError, match="a unit chain of 1 units does not reach block 2"):
+        pool.chain_cache(blocks, [5], 8, 0, 3)  # block 2 ends at token 12, in unit 1
+    with pytest.raises(ValueError, match="does not reach block 2"):
+        pool.chain_prefix([5], 8, 3)
+    assert pool.chain_cache(blocks, [5, 6], 8, 0, 3) == 3
+    assert pool.chain_prefix([5, 6], 8, 3) == 3
+    assert pool.cached_map() == {5 + 4: blocks[0], 5 + 8: blocks[1], 6 + 4: blocks[2]}

@@ -46,12 +46,24 @@ from servesim.engines.blocks import decode_arithmetic, decode_event_buckets, str
 from servesim.engines.host import host_link
 from servesim.engines.vllm_options import VLLMOptions, resolve_vllm_options
 from servesim.errors import ConfigError
-from servesim.kvcache.hashing import ROOT_HASH, block_content_ids, chain_block_hashes, unit_chain
+from servesim.kvcache.hashing import ROOT_HASH, block_content_ids, chain_block_hash, chain_block_hashes, unit_chain
 from servesim.kvcache.host_tier import HostTier
 from servesim.kvcache.lru_pool import new_block_pool
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.plan import PassPlan
 from servesim.workload.request import Request, sequence_units
+
+
+def extend_unit_chain(req: Request, chain: list[int], n_blocks: int, block_size: int) -> list[int]:
+    """Extend ``chain`` (the request's unit chain so far, in place) to reach the trace unit
+    holding the last token of its first ``n_blocks`` blocks of ``block_size`` tokens."""
+    us = req.block_size
+    need = (n_blocks * block_size - 1) // us + 1 if n_blocks > 0 else 0  # units
+    if need > len(chain):
+        units = sequence_units(req, need * us)
+        parent = chain[-1] if chain else ROOT_HASH
+        chain.extend(unit_chain(units[len(chain):], parent))
+    return chain
 
 
 def extend_block_hashes(req: Request, hashes: list[int], chain: list[int], n_blocks: int,
@@ -67,10 +79,7 @@ def extend_block_hashes(req: Request, hashes: list[int], chain: list[int], n_blo
     if n_blocks > have:
         us = req.block_size
         n_blocks = max(n_blocks, ((n_blocks * block_size - 1) // us + 1) * us // block_size)
-        if (n_blocks * block_size - 1) // us >= len(chain):  # the chain must reach the last unit
-            units = sequence_units(req, n_blocks * block_size)
-            parent = chain[-1] if chain else ROOT_HASH
-            chain.extend(unit_chain(units[len(chain):], parent))
+        extend_unit_chain(req, chain, n_blocks, block_size)
         hashes.extend(chain_block_hashes(chain, block_size, n_blocks, unit_size=us, start_block=have))
     return hashes
 
@@ -87,8 +96,7 @@ class VReq:
     #: Tokens being computed in the pass in flight.
     sched: int = 0
     blocks: list[int] = field(default_factory=list)
-    #: Hashes of the sequence's full blocks known so far, and the unit chain behind them.
-    hashes: list[int] = field(default_factory=list)
+    #: The sequence's unit chain so far (kvcache/hashing.py): its block hashes follow from it.
     chain: list[int] = field(default_factory=list)
     #: Leading blocks already registered in the prefix cache (or taken from it).
     n_cached: int = 0
@@ -307,9 +315,16 @@ class VLLMEngine(Engine):
         return bool(self.waiting or self.running or self.ready)
 
     # -- block hashes -----------------------------------------------------------------------
-    def _hashes(self, vr: VReq, n_blocks: int) -> list[int]:
-        """The request's block hash list, extended to cover ``n_blocks`` full blocks."""
-        return extend_block_hashes(vr.req, vr.hashes, vr.chain, n_blocks, self.bs)
+    # A request's block hashes follow from its unit chain (kvcache/hashing.py); the pool's
+    # ``chain_*`` operations compute them, so the engine keeps only the chain.
+    def _chain(self, vr: VReq, n_blocks: int) -> list[int]:
+        """The request's unit chain, extended to cover its first ``n_blocks`` blocks."""
+        return extend_unit_chain(vr.req, vr.chain, n_blocks, self.bs)
+
+    def _hashes(self, vr: VReq, start: int, stop: int) -> list[int]:
+        """The hashes of the request's blocks ``start..stop-1`` (for the host tier)."""
+        return chain_block_hashes(self._chain(vr, stop), self.bs, stop, unit_size=vr.req.block_size,
+                                  start_block=start)
 
     def _cache_blocks(self, vr: VReq, upto: int) -> None:
         """Register the request's full blocks among its first ``upto`` tokens (allocate_slots)."""
@@ -318,13 +333,12 @@ class VLLMEngine(Engine):
         n_full = min(upto, vr.num_tokens) // self.bs
         if n_full <= vr.n_cached:
             return
-        hashes = self._hashes(vr, n_full)
         start = vr.n_cached
         ids = None
         if self._belady:
             ids = block_content_ids(sequence_units(vr.req, n_full * self.bs), self.bs, n_full,
                                     unit_size=vr.req.block_size, start_block=start)
-        self.pool.cache_full_blocks(vr.blocks[start:n_full], hashes[start:n_full], ids)
+        self.pool.chain_cache(vr.blocks, self._chain(vr, n_full), vr.req.block_size, start, n_full, ids)
         vr.n_cached = n_full
 
     def _lookup(self, vr: VReq) -> int:
@@ -334,8 +348,7 @@ class VLLMEngine(Engine):
         cap = (vr.num_tokens - 1) // self.bs
         if cap <= 0:
             return 0
-        hashes = self._hashes(vr, cap)
-        return self.pool.find_cached_prefix(hashes[:cap])
+        return self.pool.chain_prefix(self._chain(vr, cap), vr.req.block_size, cap)
 
     # -- allocation ---------------------------------------------------------------------------
     def _allocate(self, vr: VReq, n: int) -> bool:
@@ -358,15 +371,15 @@ class VLLMEngine(Engine):
         blocks, count as computed and are registered in the prefix cache like computed ones.
         """
         pool = self.pool
-        hashes = vr.hashes[:hit]
-        free_hits = pool.count_free_hits(hashes) if hit else 0
+        us = vr.req.block_size
+        free_hits = pool.chain_count_free(vr.chain, us, hit) if hit else 0  # _lookup extended the chain
         start = (hit + host_hit) * self.bs
         need = -(-(start + n) // self.bs) - hit
         if need + free_hits > pool.num_free_blocks:
             return False
-        vr.blocks = pool.take_cached(hashes) if hit else []
+        vr.blocks = pool.chain_take(vr.chain, us, hit) if hit else []
         if host_hit:  # loaded now: most recent on host before this allocation writes evictions there
-            self.host.touch(vr.hashes[hit:hit + host_hit])
+            self.host.touch(self._hashes(vr, hit, hit + host_hit))
         got = pool.allocate(need)
         assert got is not None
         vr.blocks.extend(got)
@@ -380,7 +393,7 @@ class VLLMEngine(Engine):
         cap = (vr.num_tokens - 1) // self.bs
         if cap <= hit:
             return 0
-        return self.host.match(self._hashes(vr, cap)[:cap], hit, touch=False)
+        return self.host.match(self._hashes(vr, 0, cap), hit, touch=False)
 
     def _preempt(self, vr: VReq) -> None:
         self.pool.free_request(vr.blocks)
@@ -734,7 +747,7 @@ class VLLMEngine(Engine):
     def _replay(self, reqs: list[VReq], c0: list[int], first: int, k: int) -> None:
         """Decode block events of passes ``first..k-1`` in bulk: on the compiled pool, or in Python."""
         if self.pool.compiled:
-            self.pool.replay_decode(reqs, c0, first, k, self.caching, self._hashes)
+            self.pool.replay_decode(reqs, c0, first, k, self.caching, self._chain)
         else:
             self._replay_lru(reqs, c0, first, k)
 
@@ -784,11 +797,12 @@ class VLLMEngine(Engine):
                 fills += 1  # fills block i
                 i = (c0[j] + s + 1) // bs - 1
                 vr.n_cached = i + 1
-                hashes = vr.hashes
-                if i >= len(hashes):
-                    hashes = self._hashes(vr, (c0[j] + k) // bs)
+                chain = vr.chain
+                us = vr.req.block_size
+                if ((i + 1) * bs - 1) // us >= len(chain):
+                    chain = self._chain(vr, (c0[j] + k) // bs)
                 b = vr.blocks[i]
-                h = hashes[i]
+                h = chain_block_hash(chain, bs, i, unit_size=us)
                 if block_hash[b] is not None or h in table:
                     continue
                 if refs[b] <= 0:

@@ -18,6 +18,11 @@ Hashes are Python ints.  Those within a signed 64-bit integer (all but ~1 in 10^
 chained hash plus an offset can pass 2^63) go to the C map; any other goes to a small
 Python dict beside it, so every hash stays exact.
 
+The ``chain_*`` methods take a request's unit chain instead of its list of block hashes and
+compute block ``i``'s hash in C (``servesim.kvcache.hashing.chain_block_hashes``: the chain
+value of the unit holding the block's last token plus the block's end offset in that unit),
+so a prompt's ~200 hashes are never built as Python ints.
+
 :class:`servesim.kvcache.lru_pool.CompiledLRUPool` wraps this core with the Python pool's
 interface; ``tests/kvcache/test_compiled_pool.py`` checks the two agree after every
 operation of random sequences.
@@ -42,6 +47,10 @@ cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
     x *= <uint64_t>0x94d049bb133111eb
     x ^= x >> 31
     return x
+
+
+cdef extern from "<stdint.h>":
+    const int64_t INT64_MAX
 
 
 cdef inline bint _occurs(int r, int first, int k, int bs) noexcept nogil:
@@ -236,6 +245,106 @@ cdef class LRUCore:
             raise IndexError(f"block {b} outside the pool of {self.num_blocks}")
         return <int32_t>b
 
+    # ------------------------------------------------------------------ hashes from a unit chain
+    cdef inline object _chain_key(self, list chain, int64_t us, int64_t bs, Py_ssize_t i, int64_t* k):
+        """Block ``i``'s hash: written to ``k`` (returns None) when it fits in int64, else returned.
+
+        The block ends at token ``t = (i + 1) * bs``, in unit ``j = (t - 1) // us``; its hash is
+        ``chain[j] + (t - j * us)``.  Callers check that ``chain`` reaches unit ``j``.
+        """
+        cdef int64_t t = (i + 1) * bs
+        cdef Py_ssize_t j = <Py_ssize_t>((t - 1) // us)
+        cdef int64_t d = t - j * us
+        cdef object pj = chain[j]
+        cdef int overflow = 0
+        cdef int64_t p = PyLong_AsLongLongAndOverflow(pj, &overflow)
+        if overflow == 0 and p <= INT64_MAX - d:
+            k[0] = p + d
+            return None
+        return pj + d
+
+    cdef inline int32_t _find_chain(self, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -2:
+        """The block cached under block ``i``'s hash, or -1."""
+        cdef int64_t k = 0
+        h = self._chain_key(chain, us, bs, i, &k)
+        return self._find(k) if h is None else self._find_obj(h)
+
+    cdef int _check_chain(self, list chain, int64_t us, int64_t bs, Py_ssize_t stop) except -1:
+        """Raise unless ``chain`` reaches the unit of block ``stop - 1``."""
+        if us <= 0 or bs <= 0:
+            raise ValueError(f"need unit and block sizes >= 1, got {us}, {bs}")
+        if stop > 0 and (stop * bs - 1) // us >= len(chain):
+            raise ValueError(f"a unit chain of {len(chain)} units does not reach block {stop - 1}")
+        return 0
+
+    def chain_prefix(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
+        """:meth:`find_cached_prefix` of blocks ``0..n-1``'s hashes."""
+        self._check_chain(chain, us, bs, n)
+        cdef Py_ssize_t i
+        for i in range(n):
+            if self._find_chain(chain, us, bs, i) < 0:
+                return i
+        return n
+
+    def chain_count_free(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
+        """:meth:`count_free` of blocks ``0..n-1``'s hashes."""
+        self._check_chain(chain, us, bs, n)
+        cdef int free_hits = 0
+        cdef Py_ssize_t i
+        cdef int32_t b
+        for i in range(n):
+            b = self._find_chain(chain, us, bs, i)
+            if b < 0:
+                raise KeyError(i)
+            if self.refs[b] == 0:
+                free_hits += 1
+        return free_hits
+
+    def chain_take(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> list:
+        """:meth:`take_cached` of blocks ``0..n-1``'s hashes."""
+        self._check_chain(chain, us, bs, n)
+        cdef list out = []
+        cdef Py_ssize_t i
+        cdef int32_t b
+        for i in range(n):
+            b = self._find_chain(chain, us, bs, i)
+            if b < 0:
+                raise KeyError(i)
+            out.append(b)
+        for b in out:
+            if self.refs[b] == 0:
+                self._unlink(b)
+            self.refs[b] += 1
+        return out
+
+    cdef int _cache_chain_one(self, object ob, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
+        """:meth:`_cache_one` of block ``ob`` under block ``i``'s hash; 1 if it was registered."""
+        cdef int32_t b = self._block(ob)
+        cdef int64_t k = 0
+        h = self._chain_key(chain, us, bs, i, &k)
+        if self.hset[b] or (self._find(k) if h is None else self._find_obj(h)) >= 0:
+            return 0
+        if self.refs[b] <= 0:
+            raise RuntimeError(f"caching block {b}, which is not in use")
+        if h is None:
+            self.hval[b] = k
+            self.hset[b] = 1
+            self._put(k, b)
+        else:
+            self._insert_obj(h, b)
+        return 1
+
+    def chain_cache(self, list blocks, list chain, int64_t us, int64_t bs, Py_ssize_t start, Py_ssize_t stop) -> int:
+        """:meth:`cache_full_blocks` of ``blocks[start:stop]`` under blocks ``start..stop-1``'s hashes."""
+        if stop > len(blocks):
+            raise ValueError(f"caching blocks up to {stop} of a request holding {len(blocks)}")
+        self._check_chain(chain, us, bs, stop)
+        cdef int n = 0
+        cdef Py_ssize_t i
+        for i in range(start, stop):
+            n += self._cache_chain_one(blocks[i], chain, us, bs, i)
+        return n
+
     # ------------------------------------------------------------------ pool operations
     def find_cached_prefix(self, hashes) -> int:
         """Number of leading ``hashes`` present in the map."""
@@ -333,10 +442,11 @@ cdef class LRUCore:
 
         Request ``j`` (``reqs[j]``, a ``VReq``) computes position ``c0[j] + s`` in pass ``s``:
         it takes a block from the free list's head when that position opens one, and
-        registers its block ``i`` when the position fills it (with prefix caching).  Events
-        of one pass go in request order, an open before a fill.  ``extend(vr, n)`` returns
-        the request's hash list covering ``n`` blocks; ``on_evict`` (or None) receives each
-        evicted hash as a 1-tuple.  Same effects as ``VLLMEngine._replay_lru``.
+        registers its block ``i`` when the position fills it (with prefix caching), under
+        the hash its unit chain ``vr.chain`` gives (units of ``vr.req.block_size`` tokens).
+        Events of one pass go in request order, an open before a fill.  ``extend(vr, n)``
+        returns the request's unit chain extended to cover ``n`` blocks; ``on_evict`` (or
+        None) receives each evicted hash as a 1-tuple.  Same effects as ``VLLMEngine._replay_lru``.
         """
         cdef int n = len(reqs)
         if n == 0 or k <= first:
@@ -352,10 +462,13 @@ cdef class LRUCore:
             free(cs); free(last_fill); free(opens); free(fills); free(start); free(pos); free(ev)
             raise MemoryError()
         cdef list blocks_of = [None] * n
-        cdef list hashes_of = [None] * n
+        cdef list chain_of = [None] * n
+        cdef list units_of = [None] * n
         cdef int j, r, a, s, e, i
+        cdef int64_t us
         cdef int32_t b
-        cdef object vr, hashes, h
+        cdef object vr, h
+        cdef list chain
         cdef list removed = [] if on_evict is not None else None
         try:
             # Each request's events: pass s opens a block when s ≡ a = -c (mod bs) and, with
@@ -385,7 +498,8 @@ cdef class LRUCore:
                 if opens[j] >= 0 or fills[j] >= 0:  # only requests with events are read
                     vr = reqs[j]
                     blocks_of[j] = vr.blocks
-                    hashes_of[j] = vr.hashes
+                    chain_of[j] = vr.chain
+                    units_of[j] = vr.req.block_size
             for s in range(first, k):
                 r = s % bs
                 for e in range(start[r], start[r + 1]):
@@ -402,11 +516,13 @@ cdef class LRUCore:
                         continue
                     i = <int>((cs[j] + s + 1) // bs - 1)  # fills block i
                     last_fill[j] = i
-                    hashes = hashes_of[j]
-                    if i >= len(hashes):
-                        hashes = extend(reqs[j], <int>((cs[j] + k) // bs))
-                        hashes_of[j] = hashes
-                    self._cache_one((<list>blocks_of[j])[i], hashes[i], None)
+                    chain = <list>chain_of[j]
+                    us = <int64_t>units_of[j]
+                    if ((i + 1) * <int64_t>bs - 1) // us >= len(chain):  # the chain must reach its unit
+                        chain = extend(reqs[j], <int>((cs[j] + k) // bs))
+                        chain_of[j] = chain
+                        self._check_chain(chain, us, bs, i + 1)
+                    self._cache_chain_one((<list>blocks_of[j])[i], chain, us, bs, i)
             for j in range(n):
                 if last_fill[j] >= 0:
                     reqs[j].n_cached = last_fill[j] + 1

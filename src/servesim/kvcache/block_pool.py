@@ -27,7 +27,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 
 from servesim.kvcache.events import EventSink, KVEvent
-from servesim.kvcache.hashing import block_content_ids, block_hashes, unit_chain
+from servesim.kvcache.hashing import block_content_ids, block_hashes, chain_block_hashes, unit_chain
 from servesim.kvcache.policies import (
     BeladyPolicy,
     EvictionPolicy,
@@ -400,6 +400,25 @@ class BlockPool:
         return self.num_used_blocks / self.num_blocks if self.num_blocks else 0.0
 
     # ------------------------------------------------------------------ prefix lookup
+
+    # -- the same operations on the hashes of a request's unit chain (kvcache/hashing.py) --------
+    def chain_prefix(self, chain: list[int], unit_size: int, n: int) -> int:
+        """:meth:`find_cached_prefix` of the hashes of blocks ``0..n-1`` from a unit chain."""
+        return self.find_cached_prefix(chain_block_hashes(chain, self.block_size, n, unit_size=unit_size))
+
+    def chain_count_free(self, chain: list[int], unit_size: int, n: int) -> int:
+        """:meth:`count_free_hits` of blocks ``0..n-1``'s hashes."""
+        return self.count_free_hits(chain_block_hashes(chain, self.block_size, n, unit_size=unit_size))
+
+    def chain_take(self, chain: list[int], unit_size: int, n: int) -> list[int]:
+        """:meth:`take_cached` of blocks ``0..n-1``'s hashes."""
+        return self.take_cached(chain_block_hashes(chain, self.block_size, n, unit_size=unit_size))
+
+    def chain_cache(self, blocks: list[int], chain: list[int], unit_size: int, start: int, stop: int,
+                    content_ids: Sequence[int] | None = None) -> int:
+        """:meth:`cache_full_blocks` of ``blocks[start:stop]`` under blocks ``start..stop-1``'s hashes."""
+        hashes = chain_block_hashes(chain, self.block_size, stop, unit_size=unit_size, start_block=start)
+        return self.cache_full_blocks(blocks[start:stop], hashes, content_ids)
 
     def find_cached_prefix(self, hashes: Sequence[int]) -> int:
         """Number of leading ``hashes`` present in the cache (no side effects)."""

@@ -91,6 +91,13 @@ def chain_block_hashes(
         j += 1
 
 
+def chain_block_hash(chain: Sequence[int], block_size: int, i: int, *, unit_size: int = 512) -> int:
+    """The hash of pool block ``i`` alone (:func:`chain_block_hashes`' element ``i``)."""
+    t = (i + 1) * block_size
+    j = (t - 1) // unit_size
+    return chain[j] - j * unit_size + t
+
+
 def block_content_ids(
     units: Sequence[tuple[int, int]], block_size: int, n_blocks: int, *, unit_size: int = 512, start_block: int = 0
 ) -> list[int]:

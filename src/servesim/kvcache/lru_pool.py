@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from servesim.compiled import PURE_PYTHON_ENV, compiled_module
 from servesim.kvcache.block_pool import Block, BlockPool, _LazyBlocks, publish_evictions
 from servesim.kvcache.events import EventSink, KVEvent
+from servesim.kvcache.hashing import chain_block_hashes
 from servesim.kvcache.policies import EvictionPolicy, LRUPolicy, NextUseOracle
 
 __all__ = ["CompiledLRUPool", "compiled_core_available", "new_block_pool", "PURE_PYTHON_ENV"]
@@ -130,6 +131,25 @@ class CompiledLRUPool:
     def take_cached(self, hashes: Iterable[int]) -> list[int]:
         return self.core.take_cached(hashes)
 
+    # The hashes of a request's unit chain, computed in the core (see BlockPool.chain_prefix).
+    def chain_prefix(self, chain: list[int], unit_size: int, n: int) -> int:
+        return self.core.chain_prefix(chain, unit_size, self.block_size, n)
+
+    def chain_count_free(self, chain: list[int], unit_size: int, n: int) -> int:
+        return self.core.chain_count_free(chain, unit_size, self.block_size, n)
+
+    def chain_take(self, chain: list[int], unit_size: int, n: int) -> list[int]:
+        return self.core.chain_take(chain, unit_size, self.block_size, n)
+
+    def chain_cache(self, blocks: list[int], chain: list[int], unit_size: int, start: int, stop: int,
+                    content_ids: Sequence[int] | None = None) -> int:
+        if not self.enable_caching:
+            return 0
+        if self.on_event is None:
+            return self.core.chain_cache(blocks, chain, unit_size, self.block_size, start, stop)
+        hashes = chain_block_hashes(chain, self.block_size, stop, unit_size=unit_size, start_block=start)
+        return self.cache_full_blocks(blocks[start:stop], hashes)  # with its stored event
+
     # ------------------------------------------------------------------ allocate / free
     def allocate(self, n: int) -> list[int] | None:
         """``n`` fresh blocks from the free list's head (recycling cached ones); None if short."""
@@ -166,6 +186,7 @@ class CompiledLRUPool:
 
     def replay_decode(self, reqs: list, computed: list[int], first: int, k: int, caching: bool,
                       extend: Callable[[object, int], list[int]]) -> None:
+        # ``extend(vr, n)``: the request's unit chain, extended to cover ``n`` blocks.
         """The vLLM model's decode block events (see ``LRUCore.replay_decode``); no ``on_event`` sink."""
         assert self.on_event is None, "the compiled replay publishes no KV events"
         self.core.replay_decode(reqs, computed, first, k, self.block_size, caching, extend, self.on_evict)
