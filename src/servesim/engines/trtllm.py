@@ -65,9 +65,9 @@ from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
 from servesim.engines.blocks import decode_arithmetic, stretch_block_events
 from servesim.engines.host import host_link
 from servesim.engines.trtllm_options import TRTLLMOptions
-from servesim.engines.vllm import extend_block_hashes
+from servesim.engines.vllm import extend_unit_chain
 from servesim.errors import ConfigError
-from servesim.kvcache.hashing import block_content_ids
+from servesim.kvcache.hashing import block_content_ids, chain_block_hashes
 from servesim.kvcache.host_tier import HostTier
 from servesim.kvcache.lru_pool import new_block_pool
 from servesim.metrics.recorder import RequestRecorder, Status
@@ -93,7 +93,7 @@ class TReq:
     sched: int = 0
     context: bool = True
     blocks: list[int] = field(default_factory=list)
-    hashes: list[int] = field(default_factory=list)
+    #: The sequence's unit chain so far (kvcache/hashing.py): its block hashes follow from it.
     chain: list[int] = field(default_factory=list)
     n_cached: int = 0
     #: Reusable prefix blocks found for the next first chunk (set while scheduling), and
@@ -197,7 +197,7 @@ class TRTLLMEngine(Engine):
         cap = (tr.ctx_len - 1) // self.bs
         if self.host is None or cap <= tr.hit:
             return 0
-        return self.host.match(tr.hashes[:cap], tr.hit, touch=False)
+        return self.host.match(self._hashes(tr, 0, cap), tr.hit, touch=False)
 
     # -- arrivals -------------------------------------------------------------------------
     def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
@@ -240,7 +240,7 @@ class TRTLLMEngine(Engine):
             elif self._blocks_for(tr.ctx_len) > free:
                 break
             hit = self._lookup(tr)
-            tr.blocks = self.pool.take_cached(tr.hashes[:hit]) if hit else []
+            tr.blocks = self.pool.chain_take(tr.chain, tr.req.block_size, hit) if hit else []
             got = self.pool.allocate(self._blocks_for(tr.ctx_len) - len(tr.blocks))
             assert got is not None, "TensorRT-LLM model: transferred KV admitted without free blocks"
             tr.blocks.extend(got)
@@ -289,14 +289,24 @@ class TRTLLMEngine(Engine):
             return max(self._blocks_for(self._spec_kv_end(tr, d)) - len(tr.blocks), 0)
         return 1 if tr.computed % self.bs == 0 else 0
 
+    # Block hashes follow from the request's unit chain (kvcache/hashing.py); the pool's
+    # ``chain_*`` operations compute them, so the engine keeps only the chain.
+    def _chain(self, tr: TReq, n_blocks: int) -> list[int]:
+        """The request's unit chain, extended to cover its first ``n_blocks`` blocks."""
+        return extend_unit_chain(tr.req, tr.chain, n_blocks, self.bs)
+
+    def _hashes(self, tr: TReq, start: int, stop: int) -> list[int]:
+        """The hashes of the request's blocks ``start..stop-1`` (for the host tier)."""
+        return chain_block_hashes(self._chain(tr, stop), self.bs, stop, unit_size=tr.req.block_size,
+                                  start_block=start)
+
     def _lookup(self, tr: TReq) -> int:
         if not self.reuse:
             return 0
         cap = (tr.ctx_len - 1) // self.bs
         if cap <= 0:
             return 0
-        hashes = extend_block_hashes(tr.req, tr.hashes, tr.chain, cap, self.bs)
-        return self.pool.find_cached_prefix(hashes[:cap])
+        return self.pool.chain_prefix(self._chain(tr, cap), tr.req.block_size, cap)
 
     def _cache_blocks(self, tr: TReq, upto: int) -> None:
         if not self.reuse:
@@ -304,13 +314,12 @@ class TRTLLMEngine(Engine):
         n_full = upto // self.bs
         if n_full <= tr.n_cached:
             return
-        hashes = extend_block_hashes(tr.req, tr.hashes, tr.chain, n_full, self.bs)
         start = tr.n_cached
         ids = None
         if self._belady:
             ids = block_content_ids(sequence_units(tr.req, n_full * self.bs), self.bs, n_full,
                                     unit_size=tr.req.block_size, start_block=start)
-        self.pool.cache_full_blocks(tr.blocks[start:n_full], hashes[start:n_full], ids)
+        self.pool.chain_cache(tr.blocks, self._chain(tr, n_full), tr.req.block_size, start, n_full, ids)
         tr.n_cached = n_full
 
     def _alloc_gen(self, tr: TReq) -> None:
@@ -491,11 +500,11 @@ class TRTLLMEngine(Engine):
         new_ctx = [tr for tr in contexts if not tr.blocks]
         loading = 0
         for tr in new_ctx:
-            tr.blocks = self.pool.take_cached(tr.hashes[:tr.hit]) if tr.hit else []
+            tr.blocks = self.pool.chain_take(tr.chain, tr.req.block_size, tr.hit) if tr.hit else []
             tr.n_cached = tr.hit
             tr.computed = (tr.hit + tr.host_hit) * self.bs
             if tr.host_hit:
-                self.host.touch(tr.hashes[tr.hit:tr.hit + tr.host_hit])
+                self.host.touch(self._hashes(tr, tr.hit, tr.hit + tr.host_hit))
                 loading += tr.host_hit * self.bs
         for tr in new_ctx:
             got = self.pool.allocate(self._blocks_for(tr.ctx_len) - len(tr.blocks))
