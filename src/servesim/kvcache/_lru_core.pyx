@@ -311,10 +311,7 @@ cdef class LRUCore:
             if b < 0:
                 raise KeyError(i)
             out.append(b)
-        for b in out:
-            if self.refs[b] == 0:
-                self._unlink(b)
-            self.refs[b] += 1
+        self._reference(out)
         return out
 
     cdef int _cache_chain_one(self, object ob, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
@@ -346,6 +343,16 @@ cdef class LRUCore:
         return n
 
     # ------------------------------------------------------------------ pool operations
+    cdef int _reference(self, list blocks) except -1:
+        """One more reference to each block of a prefix hit; a free one leaves the free list."""
+        cdef int32_t b
+        for ob in blocks:
+            b = <int32_t>ob
+            if self.refs[b] == 0:
+                self._unlink(b)
+            self.refs[b] += 1
+        return 0
+
     def find_cached_prefix(self, hashes) -> int:
         """Number of leading ``hashes`` present in the map."""
         cdef int n = 0
@@ -381,10 +388,7 @@ cdef class LRUCore:
             if b < 0:
                 raise KeyError(h)
             out.append(b)
-        for b in out:
-            if self.refs[b] == 0:
-                self._unlink(b)
-            self.refs[b] += 1
+        self._reference(out)
         return out
 
     def allocate(self, int n, list removed=None) -> list:

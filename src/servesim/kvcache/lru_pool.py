@@ -186,8 +186,10 @@ class CompiledLRUPool:
 
     def replay_decode(self, reqs: list, computed: list[int], first: int, k: int, caching: bool,
                       extend: Callable[[object, int], list[int]]) -> None:
-        # ``extend(vr, n)``: the request's unit chain, extended to cover ``n`` blocks.
-        """The vLLM model's decode block events (see ``LRUCore.replay_decode``); no ``on_event`` sink."""
+        """The vLLM model's decode block events (see ``LRUCore.replay_decode``); no ``on_event`` sink.
+
+        ``extend(vr, n)`` returns the request's unit chain, extended to cover ``n`` blocks.
+        """
         assert self.on_event is None, "the compiled replay publishes no KV events"
         self.core.replay_decode(reqs, computed, first, k, self.block_size, caching, extend, self.on_evict)
 
