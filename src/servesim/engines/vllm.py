@@ -761,7 +761,7 @@ class VLLMEngine(Engine):
         ``computed // bs`` are registered (``check_invariants``), so each event touches
         exactly one block and ``_allocate``'s checks reduce to the event's kind.  Used for
         a stretch (``first`` 1: pass 0 was allocated when scheduled) and for the requests at
-        a block boundary in one pass (``first`` 0, ``k`` 1).  A request's hash list is extended
+        a block boundary in one pass (``first`` 0, ``k`` 1).  A request's unit chain is extended
         once for all passes (at its first fill beyond it) instead of once per block.
         """
         bs = self.bs
