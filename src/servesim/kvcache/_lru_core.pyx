@@ -286,22 +286,8 @@ cdef class LRUCore:
                 return i
         return n
 
-    def chain_count_free(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
-        """:meth:`count_free` of blocks ``0..n-1``'s hashes."""
-        self._check_chain(chain, us, bs, n)
-        cdef int free_hits = 0
-        cdef Py_ssize_t i
-        cdef int32_t b
-        for i in range(n):
-            b = self._find_chain(chain, us, bs, i)
-            if b < 0:
-                raise KeyError(i)
-            if self.refs[b] == 0:
-                free_hits += 1
-        return free_hits
-
-    def chain_take(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> list:
-        """:meth:`take_cached` of blocks ``0..n-1``'s hashes."""
+    cdef list _chain_blocks(self, list chain, int64_t us, int64_t bs, Py_ssize_t n):
+        """The blocks cached under blocks ``0..n-1``'s hashes; KeyError if one is not cached."""
         self._check_chain(chain, us, bs, n)
         cdef list out = []
         cdef Py_ssize_t i
@@ -311,6 +297,19 @@ cdef class LRUCore:
             if b < 0:
                 raise KeyError(i)
             out.append(b)
+        return out
+
+    def chain_count_free(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
+        """:meth:`count_free` of blocks ``0..n-1``'s hashes."""
+        cdef int free_hits = 0
+        for ob in self._chain_blocks(chain, us, bs, n):
+            if self.refs[<int32_t>ob] == 0:
+                free_hits += 1
+        return free_hits
+
+    def chain_take(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> list:
+        """:meth:`take_cached` of blocks ``0..n-1``'s hashes."""
+        cdef list out = self._chain_blocks(chain, us, bs, n)
         self._reference(out)
         return out
 
