@@ -34,8 +34,11 @@ def _tree(eng: SGLangEngine) -> list:
 
 
 def _state(eng: SGLangEngine) -> tuple:
-    eng.batch.sync(eng.page)
-    return eng.free, eng.evictable, _tree(eng), [(sr.req.index, sr.computed, sr.generated) for sr in eng.running]
+    """Free and evictable KV, the tree, and the running batch's progress (read from its
+    columns, which hold it between write-backs)."""
+    comp, gen, _max_new, _prefix = eng.batch.columns()
+    progress = list(zip(eng.batch.indices().tolist(), comp.tolist(), gen.tolist()))
+    return eng.free, eng.evictable, _tree(eng), progress
 
 
 def _engine() -> tuple[SGLangEngine, RequestRecorder]:
