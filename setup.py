@@ -9,20 +9,26 @@ from setuptools import Extension, setup
 #: The compiled modules (servesim/compiled.py says what each replaces).
 COMPILED = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lru_core",
             "kvcache._segments_core", "metrics._emit_core", "perf._stretch_core", "workload._units_core")
+#: Modules compiled from their own Python source, typed by the .pxd beside it (compiled.py).
+FROM_SOURCE = ("kvcache.radix_cache",)
 
 try:
     from Cython.Build import cythonize
 except ImportError:  # Cython is a build requirement; without it, no compiled core
     ext_modules = []
 else:
-    ext_modules = cythonize(
-        # No floating-point contraction: a fused multiply-add rounds once where numpy rounds
-        # twice, and the compiled paths must give numpy's results bit for bit.
-        [Extension(f"servesim.{name}", [f"src/servesim/{name.replace('.', '/')}.pyx"],
-                   extra_compile_args=["-ffp-contract=off"])
-         for name in COMPILED],
-        language_level=3,
-    )
+    # No floating-point contraction: a fused multiply-add rounds once where numpy rounds
+    # twice, and the compiled paths must give numpy's results bit for bit.
+    def extension(name: str, suffix: str) -> Extension:
+        return Extension(f"servesim.{name}", [f"src/servesim/{name.replace('.', '/')}{suffix}"],
+                         extra_compile_args=["-ffp-contract=off"])
+
+    ext_modules = cythonize([extension(name, ".pyx") for name in COMPILED], language_level=3)
+    # A .py's annotations are documentation (``int`` may hold any Python int): only its
+    # .pxd's declarations type the compiled module.  ``nonecheck``: a None where a typed
+    # object is read raises, as in Python, instead of crashing.
+    ext_modules += cythonize([extension(name, ".py") for name in FROM_SOURCE], language_level=3,
+                             compiler_directives={"annotation_typing": False, "nonecheck": True})
     for ext in ext_modules:  # a failed compile skips the module (cythonize drops this flag)
         ext.optional = True
 

@@ -8,13 +8,14 @@ and inter-token gaps with the compiled parts on and off (``python_versions``).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from servesim.api import predict
-from servesim.compiled import MODULES, PURE_PYTHON_ENV, compiled_module, describe
+from servesim.compiled import FROM_SOURCE, MODULES, PURE_PYTHON_ENV, compiled_module, describe, runs_compiled
 from simharness import python_versions
 
 pytestmark = pytest.mark.skipif(any(compiled_module(m) is None for m in MODULES), reason="compiled core not built")
@@ -25,7 +26,7 @@ COLUMNS = ("first_scheduled", "first_token", "second_token", "last_token", "fini
 
 def test_setup_builds_every_compiled_module():
     setup_py = (Path(__file__).resolve().parents[1] / "setup.py").read_text()
-    assert all(f'"{name}"' in setup_py for name in MODULES)
+    assert all(f'"{name}"' in setup_py for name in MODULES + FROM_SOURCE)
 
 
 def test_python_versions_rebinds_functions_bound_at_import():
@@ -42,7 +43,7 @@ def test_python_versions_rebinds_functions_bound_at_import():
 
 
 def test_describe_names_the_switch(monkeypatch):
-    assert describe() == f"compiled parts: all {len(MODULES)} in use"
+    assert describe() == f"compiled parts: all {len(MODULES) + len(FROM_SOURCE)} in use"
     monkeypatch.setenv(PURE_PYTHON_ENV, "1")
     assert describe() == f"compiled parts: off ({PURE_PYTHON_ENV} is set)"
 
@@ -75,3 +76,54 @@ def test_compiled_run_equals_python_run(engine: str, model: str) -> None:
     for a, b in ((ref.itl, fast.itl), (ref.itl_warmup, fast.itl_warmup)):
         (va, wa), (vb, wb) = a.arrays(), b.arrays()
         assert va.tobytes() == vb.tobytes() and wa.tolist() == wb.tolist()
+
+
+#: SGLang runs that drive the radix cache through every path: LRU with a loose pool; LFU and
+#: Belady under memory pressure (evictions, retractions); FIFO with pages and a host tier
+#: (evicted paths written back, a host tree, host hits loaded).
+SOURCE_CASES = {
+    "lru": {"name": "sglang", "schedule_policy": "lpm"},
+    "lfu-tight": {"name": "sglang", "mem_fraction_static": 0.25, "eviction_policy": "lfu"},
+    "belady-tight": {"name": "sglang", "mem_fraction_static": 0.25, "eviction_policy": "belady"},
+    "fifo-paged-host": {"name": "sglang", "mem_fraction_static": 0.25, "eviction_policy": "fifo",
+                        "page_size": 16, "host_kv_gb": 16},
+}
+
+_RUN_CASE = """
+import json, sys
+import numpy as np
+from servesim.api import predict
+cfg, out = json.loads(sys.argv[1]), sys.argv[2]
+rec = predict(cfg).recorder
+np.savez(out, **{name: rec.column(name) for name in json.loads(sys.argv[3])}, itl=rec.itl.arrays()[0])
+"""
+
+
+def source_config(engine: dict) -> dict:
+    cfg = config("sglang", "meta-llama/Llama-3.1-8B-Instruct")
+    cfg["deployment"] = dict(cfg["deployment"], engine=engine)
+    return cfg
+
+
+@pytest.mark.skipif(not all(runs_compiled(name) for name in FROM_SOURCE), reason="modules from source not compiled")
+@pytest.mark.parametrize("case", sorted(SOURCE_CASES))
+def test_modules_compiled_from_source_equal_their_source(case: str, tmp_path: Path) -> None:
+    """The switch is read at import, so the Python run is a separate process."""
+    import json
+    import subprocess
+    import sys
+
+    cfg = source_config(SOURCE_CASES[case])
+    runs = {}
+    for label, env in (("compiled", {}), ("source", {PURE_PYTHON_ENV: "1"})):
+        out = tmp_path / f"{label}.npz"
+        probe = "from servesim.compiled import runs_compiled; print(runs_compiled('kvcache.radix_cache'))"
+        subprocess.run([sys.executable, "-c", _RUN_CASE, json.dumps(cfg), str(out), json.dumps(COLUMNS)],
+                       check=True, env={**os.environ, **env})
+        used = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True,
+                              env={**os.environ, **env}).stdout.strip()
+        assert used == str(label == "compiled")
+        runs[label] = dict(np.load(out))
+    assert int(runs["compiled"]["cached_tokens"].sum()) > 0
+    for name, col in runs["compiled"].items():
+        assert col.tobytes() == runs["source"][name].tobytes(), name

@@ -35,7 +35,7 @@ def test_every_data_file_is_declared_as_package_data():
         matched = set(PACKAGE.glob(pattern))
         assert matched, f"package-data pattern {pattern!r} matches no file"
         declared |= matched
-    code = (".py", ".pyc", ".pyx", ".c", ".so")  # sources, and the compiled core and its C
+    code = (".py", ".pyc", ".pyx", ".pxd", ".c", ".so")  # sources, and the compiled core and its C
     data_files = {p for p in PACKAGE.rglob("*")
                   if p.is_file() and p.suffix not in code and "__pycache__" not in p.parts}
     missing = sorted(str(p.relative_to(PACKAGE)) for p in data_files - declared)

@@ -6,6 +6,10 @@ The public entry points are :func:`predict` (run one simulation from a config) a
 
 from __future__ import annotations
 
+from servesim.compiled import load_sources_if_forced
+
+load_sources_if_forced()  # SERVESIM_PURE_PYTHON: modules compiled from source run as Python
+
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "predict", "Prediction", "load_config"]

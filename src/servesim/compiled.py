@@ -8,12 +8,21 @@ built (no C compiler).  Setting ``SERVESIM_PURE_PYTHON=1`` makes every part use 
 version: it is read when a block pool, recorder or step-time model is built, and for the
 functions bound at import (the segment arithmetic, ``sequence_units``) when
 ``servesim.kvcache.segments`` and ``servesim.workload.request`` are imported.
+
+Other modules (:data:`FROM_SOURCE`) are compiled from their own ``.py``, typed by the
+``.pxd`` beside it: there is no second version to keep equal, the extension simply shadows
+the source on import.  For them the switch is read once, when ``servesim`` is imported:
+:func:`load_sources_if_forced` then makes those imports read the ``.py``.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import os
+import sys
 from types import ModuleType
 
 #: Set to 1 to run every compiled part in Python (identical results, slower).
@@ -22,6 +31,9 @@ PURE_PYTHON_ENV = "SERVESIM_PURE_PYTHON"
 #: The compiled modules (setup.py builds the same list).
 MODULES = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lru_core",
            "kvcache._segments_core", "metrics._emit_core", "perf._stretch_core", "workload._units_core")
+
+#: Modules compiled from their own Python source (setup.py builds the same list).
+FROM_SOURCE = ("kvcache.radix_cache",)
 
 
 def pure_python_forced() -> bool:
@@ -39,9 +51,40 @@ def compiled_module(name: str) -> ModuleType | None:
         return None
 
 
+def runs_compiled(name: str) -> bool:
+    """Whether the imported module ``servesim.<name>`` (one of :data:`FROM_SOURCE`) is the extension."""
+    path = getattr(importlib.import_module(f"servesim.{name}"), "__file__", None) or ""
+    return path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+class _SourceFinder(importlib.abc.MetaPathFinder):
+    """Imports the :data:`FROM_SOURCE` modules from their ``.py`` even where the extension is built."""
+
+    names = frozenset(f"servesim.{name}" for name in FROM_SOURCE)
+
+    def find_spec(self, fullname: str, path=None, target=None):
+        if fullname not in self.names:
+            return None
+        leaf = fullname.rpartition(".")[2] + ".py"
+        for folder in path or ():
+            source = os.path.join(folder, leaf)
+            if os.path.isfile(source):
+                return importlib.util.spec_from_file_location(fullname, source)
+        return None
+
+
+def load_sources_if_forced() -> None:
+    """With :data:`PURE_PYTHON_ENV` set, import the :data:`FROM_SOURCE` modules from source
+    (``servesim/__init__.py`` calls this before any of them is imported)."""
+    if pure_python_forced() and not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SourceFinder())
+
+
 def compiled_parts() -> dict[str, bool]:
     """Each compiled module and whether runs use it now (built and not switched off)."""
-    return {name: compiled_module(name) is not None for name in MODULES}
+    parts = {name: compiled_module(name) is not None for name in MODULES}
+    parts.update((name, runs_compiled(name)) for name in FROM_SOURCE)
+    return parts
 
 
 def describe() -> str:

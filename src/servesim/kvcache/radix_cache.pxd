@@ -1,0 +1,78 @@
+# Types for compiling radix_cache.py with Cython (setup.py, FROM_SOURCE): the .py stays the
+# one source and runs as it is without a build; compiled, the nodes and the tree become C
+# structs and these locals C integers.  Every attribute of the two classes must be declared
+# here (an undeclared one raises AttributeError in the compiled module only).
+cimport cython
+
+
+cdef class RadixNode:
+    cdef public long long uid
+    cdef public list key
+    cdef public long long ntok
+    cdef public dict children
+    cdef public RadixNode parent
+    cdef public long long lock_ref
+    cdef public double last_access
+    cdef public long long last_seq
+    cdef public long long access_count
+    cdef public double insert_time
+    cdef public long long insert_seq
+    cdef public object block_id
+
+
+cdef class RadixCache:
+    cdef public object pool
+    cdef public long long page_size
+    cdef public object policy
+    cdef public bint disable
+    cdef public object on_event
+    cdef public object tier
+    cdef public object on_evict
+    cdef public double now
+    cdef public long long _seq
+    cdef public object _uids
+    cdef public RadixNode root
+    cdef public long long evictable_size
+    cdef public long long protected_size
+    cdef public set _evictable_leaves
+    cdef public bint _lazy
+    cdef public list _heap
+    cdef public object _pushes
+
+    cpdef _add_leaf(self, RadixNode node)
+
+    @cython.locals(total=cython.longlong, aligned=cython.longlong)
+    cpdef tuple _aligned_segments(self, object units, object n_tokens)
+
+    @cython.locals(seq=cython.longlong, now=cython.double, page=cython.longlong, node=RadixNode,
+                   child=RadixNode, i=cython.Py_ssize_t, n=cython.Py_ssize_t, total=cython.longlong,
+                   m=cython.longlong)
+    cpdef tuple _walk(self, list segs)
+
+    @cython.locals(parent=RadixNode, new=RadixNode)
+    cpdef RadixNode _split(self, RadixNode child, long long m)
+
+    @cython.locals(seq=cython.longlong, now=cython.double, root=RadixNode, node=RadixNode, end=RadixNode)
+    cpdef tuple insert_and_match(self, object units, object n_tokens=*)
+
+    @cython.locals(node=RadixNode, leaf=RadixNode, prefix=cython.longlong, i=cython.Py_ssize_t)
+    cpdef tuple _insert_segments(self, list segs)
+
+    @cython.locals(delta=cython.longlong, root=RadixNode)
+    cpdef long long inc_lock_ref(self, RadixNode node) except? -1
+
+    @cython.locals(delta=cython.longlong, root=RadixNode)
+    cpdef long long dec_lock_ref(self, RadixNode node) except? -1
+
+    cpdef _check_attached(self, RadixNode node)
+
+    @cython.locals(freed=cython.longlong, node=RadixNode, parent=RadixNode, heap=list, leaves=set)
+    cpdef long long _evict_lazy(self, long long num_tokens) except? -1
+
+    @cython.locals(parent=RadixNode, leaves=set)
+    cpdef RadixNode _remove_leaf(self, RadixNode node)
+
+    @cython.locals(short=cython.longlong)
+    cpdef bint alloc(self, long long n, bint evict=*) except? -1
+
+    cpdef free(self, long long n)
