@@ -1,0 +1,25 @@
+# Types for compiling worker.py with Cython (setup.py FROM_SOURCE; see radix_cache.pxd).
+cdef class Worker:
+    cdef public object worker_id
+    cdef public object engine
+    cdef public object step_time
+    cdef public object gpus
+    cdef public bint fast_forward
+    cdef public bint busy
+    cdef public object plan
+    cdef public object ends
+    cdef public double start
+    cdef public long long epoch
+    cdef public object cut_at
+    cdef public bint settle_on_input
+    cdef public object timeseries
+    cdef public double busy_time
+    cdef public long long passes
+    cdef public long long tokens
+    cdef public long long last_pass_tokens
+
+    cpdef object start_pass(self, double now)
+    cpdef object truncate(self, double t)
+    cpdef bint settle(self, double t) except? -1
+    cpdef close_at(self, double t)
+    cpdef double finish_pass(self) except? -1.0

@@ -1,0 +1,46 @@
+# Types for compiling simulation.py with Cython (setup.py FROM_SOURCE; see radix_cache.pxd).
+cimport cython
+from servesim.cluster.worker cimport Worker
+from servesim.sim.events cimport EventQueue
+
+
+cdef class Simulation:
+    cdef public object in_flight
+    cdef public object disagg
+    cdef public object source
+    cdef public object mode
+    cdef public object concurrency
+    cdef public list workers
+    cdef public object router
+    cdef public object rec
+    cdef public object ts
+    cdef public double max_sim_time
+    cdef public object progress
+    cdef public EventQueue events
+    cdef public object stats
+    cdef public bint _exhausted
+    cdef public object _lookahead
+    cdef public dict _waiting_turns
+    cdef public dict _ended
+    cdef public long long _in_flight
+    cdef public long long _warmups_left
+    cdef public object _held
+    cdef public set _dirty
+    cdef public long long _terminated
+    cdef public object frontend
+    cdef public dict _sent
+
+    cpdef object _pull(self)
+    cpdef _feed_open(self, double now)
+    cpdef _on_terminated(self, object req, double t)
+    @cython.locals(eng=object)
+    cpdef _drain_terminated(self, Worker worker, double t)
+    @cython.locals(now=cython.double, max_t=cython.double, heap=list, n_events=cython.longlong)
+    cpdef object run(self)
+    cpdef _advance_intake(self, double now)
+    @cython.locals(worker=Worker)
+    cpdef _handle_arrival(self, object req, double now)
+    @cython.locals(worker=Worker, epoch=cython.longlong)
+    cpdef _handle_pass_end(self, tuple payload, double now)
+    @cython.locals(worker=Worker)
+    cpdef _start_idle_workers(self, double now)
