@@ -9,7 +9,6 @@ become visible only when it ends.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from servesim.metrics.recorder import RequestRecorder, Status
@@ -44,14 +43,18 @@ class EngineSnapshot:
     outstanding_tokens: int
 
 
-class Engine(ABC):
-    """One worker's scheduler and KV cache."""
+class Engine:
+    """One worker's scheduler and KV cache.
+
+    Subclasses implement the five verbs that raise NotImplementedError here.  (Not an ABC:
+    engines compiled from source, engines/base.pxd, are extension types, which cannot
+    derive from one.)
+    """
 
     name: str = "engine"
     #: Speculative decoding (engines/speculative.py): engines that model it set
     #: ``supports_speculative``; ``spec`` (a SpecDecoder) is attached when configured.
     supports_speculative: bool = False
-    spec = None
 
     def __init__(self, worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> None:
         self.worker_id = worker_id
@@ -62,9 +65,9 @@ class Engine(ABC):
         self.terminated: list[Request] = []
         self.prompt_tokens = 0
         self.cached_prompt_tokens = 0
+        self.spec = None
 
     # -- the loop's verbs --------------------------------------------------------------
-    @abstractmethod
     def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
         """A request arrives at this worker (it may be rejected at once).
 
@@ -72,22 +75,23 @@ class Engine(ABC):
         first token exists; the engine reserves the KV as for an admission, runs no
         prefill, and emits the first token when it admits the request.
         """
+        raise NotImplementedError
 
-    @abstractmethod
     def has_work(self) -> bool:
         """Whether any request is waiting or running."""
+        raise NotImplementedError
 
-    @abstractmethod
     def schedule(self, now: float) -> PassPlan | None:
         """Decide the next pass, or ``None`` when nothing can run until something changes."""
+        raise NotImplementedError
 
-    @abstractmethod
     def complete(self, plan: PassPlan, end: float) -> None:
         """Commit the effects of ``plan``, which ended at ``end``."""
+        raise NotImplementedError
 
-    @abstractmethod
     def snapshot(self) -> EngineSnapshot:
         """Current queue and cache state."""
+        raise NotImplementedError
 
     def abort_all(self, now: float, reason: str) -> None:
         """End of simulation: requests still here become unfinished (the recorder does it)."""

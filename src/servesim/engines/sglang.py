@@ -51,27 +51,38 @@ RETRACT_DECODE_STEPS = 20
 LPM_FALLBACK_QUEUE_LEN = 128
 
 
-@dataclass(slots=True, eq=False)
 class SGReq:
-    """Engine-side state of one request."""
+    """Engine-side state of one request.
 
-    req: Request
-    max_new: int
-    generated: int = 0
-    #: Tokens whose KV exists (prompt, then all generated tokens but the last sampled one).
-    computed: int = 0
-    #: Page-aligned tokens held in the radix tree and locked by this request.
-    prefix: int = 0
-    node: object = None
-    #: KV tokens allocated privately (outside the tree), page rounded.
-    alloc: int = 0
-    #: Tokens to compute before the next token can be sampled (prompt + generated).
-    fill: int = 0
-    #: Tokens being computed in the pass in flight.
-    extend: int = 0
-    #: Tokens loaded from the host tier when this round was admitted (recorded, then reset).
-    host_hit: int = 0
-    admitted_once: bool = False
+    A plain class, not a dataclass: engines/sglang.pxd types its fields when the module is
+    compiled.
+    """
+
+    __slots__ = ("req", "max_new", "generated", "computed", "prefix", "node", "alloc", "fill", "extend",
+                 "host_hit", "admitted_once")
+
+    def __init__(self, req: Request, max_new: int, fill: int = 0) -> None:
+        self.req = req
+        self.max_new = max_new
+        self.generated = 0
+        #: Tokens whose KV exists (prompt, then all generated tokens but the last sampled one).
+        self.computed = 0
+        #: Page-aligned tokens held in the radix tree and locked by this request.
+        self.prefix = 0
+        self.node: object = None
+        #: KV tokens allocated privately (outside the tree), page rounded.
+        self.alloc = 0
+        #: Tokens to compute before the next token can be sampled (prompt + generated).
+        self.fill = fill
+        #: Tokens being computed in the pass in flight.
+        self.extend = 0
+        #: Tokens loaded from the host tier when this round was admitted (recorded, then reset).
+        self.host_hit = 0
+        self.admitted_once = False
+
+    def __repr__(self) -> str:
+        return (f"SGReq(index={self.req.index}, max_new={self.max_new}, generated={self.generated}, "
+                f"computed={self.computed}, prefix={self.prefix}, alloc={self.alloc}, fill={self.fill})")
 
     @property
     def remaining_new(self) -> int:
@@ -367,13 +378,10 @@ class SGLangEngine(Engine):
         can_run: list[SGReq] = []
         new_chunked: SGReq | None = None
 
-        def rem_total() -> float:
-            return self.free + self.evictable - total_offset
-
         if self.chunked is not None:
             sr = self.chunked
             left = sr.fill - sr.computed
-            take = int(min(rem_chunk, rem_total(), left))
+            take = int(min(rem_chunk, self._budget(total_offset), left))
             if take <= 0:
                 return None
             sr.extend = take
@@ -387,7 +395,7 @@ class SGLangEngine(Engine):
             rem_chunk -= sr.extend
             can_run.append(sr)
 
-        stop = rem_total() <= 0 or self.free + self.evictable - cur_offset <= 0 or rem_input <= 0 or rem_chunk <= 0
+        stop = self._budget(total_offset) <= 0 or self.free + self.evictable - cur_offset <= 0 or rem_input <= 0 or rem_chunk <= 0
         consumed = 0
         if not stop:
             for sr in self.waiting:
@@ -400,7 +408,7 @@ class SGLangEngine(Engine):
                 # Host hits need KV room (counted in ``extend``) but no compute.
                 hh = self._host_match(sr, matched) if self.host is not None else 0
                 total_tokens = extend + min(sr.remaining_new, CLIP_MAX_NEW_TOKENS)
-                if total_tokens >= rem_total():
+                if total_tokens >= self._budget(total_offset):
                     self.batch_is_full = True
                     break
                 input_tokens = self._ceil_page(extend - hh)
@@ -408,7 +416,7 @@ class SGLangEngine(Engine):
                     break
                 # Locking the matched prefix takes it out of the evictable pool.
                 self.tree.inc_lock_ref(node)
-                if total_tokens >= rem_total():
+                if total_tokens >= self._budget(total_offset):
                     self.tree.dec_lock_ref(node)
                     self.batch_is_full = True
                     break
@@ -432,7 +440,7 @@ class SGLangEngine(Engine):
                 self._take_prefix(sr, matched, node, hh)
                 can_run.append(sr)
                 consumed += 1
-                if rem_total() <= 0 or self.free + self.evictable - cur_offset <= 0:
+                if self._budget(total_offset) <= 0 or self.free + self.evictable - cur_offset <= 0:
                     self.batch_is_full = True
                     break
                 if rem_input <= 0 or rem_chunk <= 0 or new_chunked is sr:
@@ -443,6 +451,10 @@ class SGLangEngine(Engine):
             return None
         self.chunked = new_chunked
         return _PrefillBatch(reqs=can_run, chunked=new_chunked)
+
+    def _budget(self, reserved: float) -> float:
+        """PrefillAdder's ``rem_total_tokens``: free plus evictable KV beyond ``reserved``."""
+        return self.free + self.evictable - reserved
 
     def _take_prefix(self, sr: SGReq, matched: int, node: object, host_hit: int = 0) -> None:
         """The request starts this round from a cached prefix it has locked.
@@ -614,8 +626,7 @@ class SGLangEngine(Engine):
             sr.generated += 1
             emitted.append(sr)
         if emitted:
-            idx = np.fromiter((sr.req.index for sr in emitted), dtype=np.int64, count=len(emitted))
-            self.rec.emit(idx, end)
+            self.rec.emit(np.array([sr.req.index for sr in emitted], dtype=np.int64), end)
         for sr in emitted:
             if sr.generated >= sr.max_new:
                 self._release(sr, insert=True)
