@@ -41,9 +41,20 @@ def _state(eng: SGLangEngine) -> tuple:
     return eng.free, eng.evictable, _tree(eng), progress
 
 
-def _engine() -> tuple[SGLangEngine, RequestRecorder]:
+class _CountingEngine(SGLangEngine):
+    """Records the passes of each stretch commit that replays evictions."""
+
+    evicting: list[int]
+
+    def _alloc_evicting(self, n: int, passes: int) -> None:
+        self.evicting.append(passes)
+        super()._alloc_evicting(n, passes)
+
+
+def _engine(counting: bool = False) -> tuple[SGLangEngine, RequestRecorder]:
     rec = RequestRecorder()
-    return SGLangEngine(0, rec, EngineLimits(6000, 4096), SGLangOptions(page_size=1), None), rec
+    cls = _CountingEngine if counting else SGLangEngine
+    return cls(0, rec, EngineLimits(6000, 4096), SGLangOptions(page_size=1), None), rec
 
 
 def _submit(pairs, reqs, now: float) -> None:
@@ -55,7 +66,7 @@ def _submit(pairs, reqs, now: float) -> None:
 
 
 def test_stretch_that_evicts_equals_pass_by_pass():
-    (fast, fast_rec), (step, step_rec) = pairs = [_engine(), _engine()]
+    (fast, fast_rec), (step, step_rec) = pairs = [_engine(counting=True), _engine()]
     # 200 prompts of three tokens, one output token each: they end at their prefill and stay
     # cached as 200 leaves of three tokens.
     _submit(pairs, [make_request(i, 0.0, 3, 1, hash_ids=(5000 + i,), block_size=4) for i in range(200)], 0.0)
@@ -68,9 +79,7 @@ def test_stretch_that_evicts_equals_pass_by_pass():
     # Eight long requests (ending a few passes apart): decoding needs up to 8 tokens a pass,
     # and in all some 500 more than the free KV holds.
     _submit(pairs, [make_request(200 + j, now, 100, 610 + 5 * j) for j in range(8)], now)
-    evicting = []
-    replay = fast._alloc_evicting
-    fast._alloc_evicting = lambda n, passes: (evicting.append(passes), replay(n, passes))
+    evicting = fast.evicting = []
     while fast.has_work():
         plan = fast.schedule(now)
         k = fast.decode_stretch_limit() if plan.is_decode_only else 1

@@ -51,10 +51,10 @@ class Engine:
     derive from one.)
     """
 
-    name: str = "engine"
+    name = "engine"  # class attributes, not annotated: a compiled class warns of class-level annotations
     #: Speculative decoding (engines/speculative.py): engines that model it set
     #: ``supports_speculative``; ``spec`` (a SpecDecoder) is attached when configured.
-    supports_speculative: bool = False
+    supports_speculative = False
 
     def __init__(self, worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> None:
         self.worker_id = worker_id
