@@ -169,6 +169,8 @@ class AnalyticStepTime:
             raise ModelError(f"{model.name}: both a sliding window and sparse top-k attention; unsupported")
         self._precompute()
         self._cache: dict[tuple, float] = {}
+        #: Memo of :meth:`_rank_local_tokens` (attention data parallelism).
+        self._rank_cache: dict[tuple, float] = {}
 
     # ------------------------------------------------------------ precompute
     def _precompute(self) -> None:
@@ -510,7 +512,7 @@ class AnalyticStepTime:
 
     def _rank_local_tokens(self, t: int, n_chunks: int, n_dec: int, dtok: int) -> float:
         """One rank's work that depends only on its token counts; memoised."""
-        cache = self.__dict__.setdefault("_rank_cache", {})
+        cache = self._rank_cache
         key = (t, n_chunks, n_dec, dtok)
         hit = cache.get(key)
         if hit is not None:

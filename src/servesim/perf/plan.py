@@ -7,7 +7,6 @@ attends to, and every decoding request with its own context length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -15,7 +14,6 @@ import numpy as np
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
-@dataclass(slots=True)
 class PassPlan:
     """What one forward pass computes.
 
@@ -24,22 +22,36 @@ class PassPlan:
     KV length decoding request ``j`` attends to, its new token included.  ``decode_tokens``
     is the number of tokens each decoding request verifies this pass (1 without
     speculative decoding).  ``requests`` holds engine-private bookkeeping.
+
+    (A plain class, not a dataclass: perf/plan.pxd types it when the module is compiled.)
     """
 
-    prefill_new: np.ndarray = field(default_factory=lambda: _EMPTY)
-    prefill_cached: np.ndarray = field(default_factory=lambda: _EMPTY)
-    decode_ctx: np.ndarray = field(default_factory=lambda: _EMPTY)
-    decode_tokens: int = 1
-    #: Seconds the host-tier load takes over the host link (set by the engine, which knows
-    #: the link and the bytes); the worker adds it to the pass, or with
-    #: ``host_load_overlap`` (layer-wise loading during compute) takes max(compute, load).
-    host_load_s: float = 0.0
-    host_load_overlap: bool = False
-    requests: object = None
-    #: Attention data parallelism: one sub-plan per attention rank (``None`` for a rank with
-    #: nothing to compute, which still joins the pass).  The arrays above then hold the
-    #: union of the ranks' compositions, in rank order; see :func:`rank_union`.
-    ranks: tuple["PassPlan | None", ...] | None = None
+    __slots__ = ("prefill_new", "prefill_cached", "decode_ctx", "decode_tokens", "host_load_s",
+                 "host_load_overlap", "requests", "ranks")
+
+    def __init__(self, prefill_new: np.ndarray = _EMPTY, prefill_cached: np.ndarray = _EMPTY,
+                 decode_ctx: np.ndarray = _EMPTY, decode_tokens: int = 1, host_load_s: float = 0.0,
+                 host_load_overlap: bool = False, requests: object = None,
+                 ranks: "tuple[PassPlan | None, ...] | None" = None) -> None:
+        self.prefill_new = prefill_new
+        self.prefill_cached = prefill_cached
+        self.decode_ctx = decode_ctx
+        self.decode_tokens = decode_tokens
+        #: Seconds the host-tier load takes over the host link (set by the engine, which knows
+        #: the link and the bytes); the worker adds it to the pass, or with
+        #: ``host_load_overlap`` (layer-wise loading during compute) takes max(compute, load).
+        self.host_load_s = host_load_s
+        self.host_load_overlap = host_load_overlap
+        self.requests = requests
+        #: Attention data parallelism: one sub-plan per attention rank (``None`` for a rank with
+        #: nothing to compute, which still joins the pass).  The arrays above then hold the
+        #: union of the ranks' compositions, in rank order; see :func:`rank_union`.
+        self.ranks = ranks
+
+    def __repr__(self) -> str:
+        return (f"PassPlan(prefill_new={self.prefill_new!r}, prefill_cached={self.prefill_cached!r}, "
+                f"decode_ctx={self.decode_ctx!r}, decode_tokens={self.decode_tokens!r}, "
+                f"host_load_s={self.host_load_s!r}, ranks={self.ranks!r})")
 
     @property
     def num_prefill_tokens(self) -> int:

@@ -1,0 +1,44 @@
+# Types for compiling analytic.py with Cython (setup.py FROM_SOURCE; see kvcache/radix_cache.pxd).
+# The model's coefficients stay Python objects (their arithmetic is Python's, bit for bit);
+# what compiling buys is direct attribute access and C calls between the pricing methods.
+cdef class AnalyticStepTime:
+    cdef public object model
+    cdef public object gpu
+    cdef public object layout
+    cdef public object weight_dtype
+    cdef public object kv_dtype
+    cdef public object p
+    cdef public dict _cache
+    cdef public dict _rank_cache
+    cdef public object _bw_eff
+    cdef public object _attn_gemms
+    cdef public object _mlp_gemms
+    cdef public object _moe_log_miss
+    cdef public object _moe
+    cdef public object _elem_s
+    cdef public object _lm
+    cdef public object _cap
+    cdef public object _pre_full
+    cdef public object _pre_cap
+    cdef public object _dec_full
+    cdef public object _dec_cap
+    cdef public object _dec_oh
+    cdef public object _dp
+    cdef public bint _compiled_stretch
+    cdef public object _lin_flop_s
+    cdef public object _lin_state_s
+    cdef public object _ar_attn
+    cdef public object _a2a
+    cdef public object _L
+
+    cpdef _gemm_eff(self, tokens)
+    cpdef _gemms_time(self, gemms, tokens)
+    cpdef _moe_time(self, t_total)
+    cpdef _pass_overhead(self, decode_only, decode_batch)
+    cpdef _token_part(self, t_total, n_chunks, n_dec, dtok, decode_only)
+    cpdef _decode_attn(self, n, s_full, s_cap, dtok=*)
+    cpdef _prefill_attn(self, list new, list cached)
+    cpdef pass_time(self, plan)
+    cpdef decode_stretch_ends(self, decode_ctx, steps, now, extra=*)
+    cpdef tuple _stretch_kernel_args(self, decode_ctx, steps, base)
+    cpdef decode_stretch_times(self, decode_ctx, steps)
