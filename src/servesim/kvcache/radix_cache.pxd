@@ -3,6 +3,7 @@
 # structs and these locals C integers.  Every attribute of the two classes must be declared
 # here (an undeclared one raises AttributeError in the compiled module only).
 cimport cython
+from servesim.kvcache.token_pool cimport TokenPool
 
 
 cdef class RadixNode:
@@ -21,7 +22,7 @@ cdef class RadixNode:
 
 
 cdef class RadixCache:
-    cdef public object pool
+    cdef public TokenPool pool
     cdef public long long page_size
     cdef public object policy
     cdef public bint disable

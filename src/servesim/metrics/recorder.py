@@ -84,6 +84,8 @@ class RequestRecorder:
         self._capacity = min(self._warm.data.size, *(col.data.size for col in self.cols.values()))
         #: The compiled emission (``metrics/_emit_core.pyx``), or None: the numpy version.
         self._kernel = compiled_module("metrics._emit_core")
+        #: Pending gaps held before they go to the samples (tests lower it to exercise flushing).
+        self._flush_at = self._FLUSH
         self._emitter = None
         self._new_emitter()
 
@@ -98,7 +100,7 @@ class RequestRecorder:
             for col in self.cols.values():
                 col.ensure(self.size)
             self._warm.ensure(self.size)
-            self._capacity = min(self._warm.data.size, *(col.data.size for col in self.cols.values()))
+            self._capacity = min(self._warm.data.size, *[col.data.size for col in self.cols.values()])
             self._new_emitter()  # the columns are new arrays
         for col in self.extra_columns.values():
             col.ensure(self.size)
@@ -195,8 +197,8 @@ class RequestRecorder:
             self._c_gen.data[idx] += np.asarray(tokens_each) - 1
 
     def _flush_if_full(self) -> None:
-        """Hand the pending gaps to the samples once either list passes :attr:`_FLUSH`."""
-        if len(self._gv) > self._FLUSH or len(self._wv) > self._FLUSH:
+        """Hand the pending gaps to the samples once either list passes :attr:`_flush_at`."""
+        if len(self._gv) > self._flush_at or len(self._wv) > self._flush_at:
             self._flush()
 
     def _milestones(self, idx: np.ndarray, prev_em: np.ndarray, t: float, t_next: float | None) -> np.ndarray:
@@ -247,7 +249,7 @@ class RequestRecorder:
                 vals, cnts = np.unique(rest, return_counts=True)
                 values.extend(vals.tolist())
                 counts.extend(cnts.tolist())
-        if len(values) > self._FLUSH:
+        if len(values) > self._flush_at:
             self._flush()
 
     def emit_stretch(self, idx: np.ndarray, pass_ends: np.ndarray) -> None:
