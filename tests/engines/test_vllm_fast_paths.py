@@ -89,7 +89,7 @@ def make_engines(opt: VLLMOptions, kv: int) -> list[tuple[VLLMEngine, RequestRec
         if sink:
             eng.pool.on_event = lambda event: None  # forces the block pool's general paths
         if fast_min is not None:
-            eng.FAST_DECODES_MIN = fast_min
+            eng.fast_decodes_min = fast_min
         out.append((eng, rec))
     return out
 

@@ -37,7 +37,6 @@ not fit its KV cache), so every admitted request can run alone.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -84,28 +83,39 @@ def extend_block_hashes(req: Request, hashes: list[int], chain: list[int], n_blo
     return hashes
 
 
-@dataclass(slots=True, eq=False)
 class VReq:
-    """Engine-side state of one request."""
+    """Engine-side state of one request.
 
-    req: Request
-    max_new: int
-    generated: int = 0
-    #: Tokens whose KV exists (vLLM's num_computed_tokens), committed at pass end.
-    computed: int = 0
-    #: Tokens being computed in the pass in flight.
-    sched: int = 0
-    blocks: list[int] = field(default_factory=list)
-    #: The sequence's unit chain so far (kvcache/hashing.py): its block hashes follow from it.
-    chain: list[int] = field(default_factory=list)
-    #: Leading blocks already registered in the prefix cache (or taken from it).
-    n_cached: int = 0
-    admitted_once: bool = False
-    #: Prompt plus sampled tokens (vLLM's num_tokens), kept equal to input + generated.
-    num_tokens: int = 0
+    (Plain classes here, not dataclasses: engines/vllm.pxd types them when the module is
+    compiled.)
+    """
+
+    __slots__ = ("req", "max_new", "generated", "computed", "sched", "blocks", "chain", "n_cached",
+                 "admitted_once", "num_tokens")
+
+    def __init__(self, req: Request, max_new: int, num_tokens: int = 0) -> None:
+        self.req = req
+        self.max_new = max_new
+        self.generated = 0
+        #: Tokens whose KV exists (vLLM's num_computed_tokens), committed at pass end.
+        self.computed = 0
+        #: Tokens being computed in the pass in flight.
+        self.sched = 0
+        self.blocks: list[int] = []
+        #: The sequence's unit chain so far (kvcache/hashing.py): its block hashes follow from it.
+        self.chain: list[int] = []
+        #: Leading blocks already registered in the prefix cache (or taken from it).
+        self.n_cached = 0
+        self.admitted_once = False
+        #: Prompt plus sampled tokens (vLLM's num_tokens), kept equal to input + generated.
+        self.num_tokens = num_tokens
+
+    def __repr__(self) -> str:
+        return (f"VReq(index={self.req.index}, max_new={self.max_new}, generated={self.generated}, "
+                f"computed={self.computed}, sched={self.sched}, blocks={len(self.blocks)}, "
+                f"n_cached={self.n_cached})")
 
 
-@dataclass(slots=True)
 class _DecodePrefix:
     """The leading running requests that are plain decodes, as arrays (see ``VLLMEngine.schedule``).
 
@@ -124,12 +134,15 @@ class _DecodePrefix:
     the prefix is dropped).  That keeps a pass's cost off the number of decoding requests.
     """
 
-    reqs: list[VReq]
-    #: Rows: each request's computed tokens, its ``max_new - generated``, its recorder row
-    #: (one array, so that advancing, filtering and extending are one operation each).
-    rows: np.ndarray
-    #: ``left.min()`` (a large number when empty).
-    left_min: int
+    __slots__ = ("reqs", "rows", "left_min")
+
+    def __init__(self, reqs: list[VReq], rows: np.ndarray, left_min: int) -> None:
+        self.reqs = reqs
+        #: Rows: each request's computed tokens, its ``max_new - generated``, its recorder row
+        #: (one array, so that advancing, filtering and extending are one operation each).
+        self.rows = rows
+        #: ``left.min()`` (a large number when empty).
+        self.left_min = left_min
 
     # ``arith``: the engine's decode arithmetic (engines/blocks.py:decode_arithmetic).
     @classmethod
@@ -185,19 +198,23 @@ class _DecodePrefix:
                              min(self.left_min, new.left_min))
 
 
-@dataclass(slots=True)
 class _VBatch:
-    reqs: list[VReq]
-    decode_only: bool
-    preempted: bool
-    #: Request indices of ``reqs`` (the recorder's rows), built once per pass.
-    idx: np.ndarray | None = None
-    #: For a decode-only pass: each request's computed tokens, and min(max_new - generated).
-    computed: np.ndarray | None = None
-    left_min: int = 0
-    #: The pass's leading decodes (``reqs[:len(prefix.reqs)]``), in their state before the
-    #: pass; the commit advances it into the next pass's :class:`_DecodePrefix`.
-    prefix: _DecodePrefix | None = None
+    """A scheduled pass's requests and what its commit needs."""
+
+    __slots__ = ("reqs", "decode_only", "preempted", "idx", "computed", "left_min", "prefix")
+
+    def __init__(self, reqs: list[VReq], decode_only: bool, preempted: bool, idx: np.ndarray | None = None) -> None:
+        self.reqs = reqs
+        self.decode_only = decode_only
+        self.preempted = preempted
+        #: Request indices of ``reqs`` (the recorder's rows), built once per pass.
+        self.idx = idx
+        #: For a decode-only pass: each request's computed tokens, and min(max_new - generated).
+        self.computed: np.ndarray | None = None
+        self.left_min = 0
+        #: The pass's leading decodes (``reqs[:len(prefix.reqs)]``), in their state before the
+        #: pass; the commit advances it into the next pass's :class:`_DecodePrefix`.
+        self.prefix: _DecodePrefix | None = None
 
 
 class VLLMEngine(Engine):
@@ -261,6 +278,8 @@ class VLLMEngine(Engine):
             self.pool.on_evict = self.host.store
         self.host_loaded_tokens = 0
         self._loading = 0  # host tokens loaded for the pass being scheduled
+        #: :attr:`FAST_DECODES_MIN` for this engine (tests vary it per engine).
+        self.fast_decodes_min = self.FAST_DECODES_MIN
 
     def _host_event(self, event) -> None:
         """Host-tier events go wherever the GPU pool's events go (tier "host")."""
@@ -308,7 +327,7 @@ class VLLMEngine(Engine):
             self.running.append(vr)
             taken.append(vr)
         if taken:
-            self.rec.emit(np.fromiter((vr.req.index for vr in taken), dtype=np.int64, count=len(taken)), now)
+            self.rec.emit(np.array([vr.req.index for vr in taken], dtype=np.int64), now)
             self._finish_done(taken, now)
 
     def has_work(self) -> bool:
@@ -486,8 +505,8 @@ class VLLMEngine(Engine):
         self._last = batch
         kw = {}
         if prefill:
-            kw["prefill_new"] = np.fromiter((vr.sched for vr in prefill), dtype=np.int64, count=len(prefill))
-            kw["prefill_cached"] = np.fromiter((vr.computed for vr in prefill), dtype=np.int64, count=len(prefill))
+            kw["prefill_new"] = np.array([vr.sched for vr in prefill], dtype=np.int64)
+            kw["prefill_cached"] = np.array([vr.computed for vr in prefill], dtype=np.int64)
         if dctx.size:
             kw["decode_ctx"] = dctx
             kw["decode_tokens"] = dt
@@ -496,7 +515,7 @@ class VLLMEngine(Engine):
                 # small batches and under speculative decoding).
                 whole = prefix is not None and lead == len(scheduled)
                 batch.computed = prefix.computed if whole else dctx - 1
-                batch.left_min = prefix.left_min if whole else min(vr.max_new - vr.generated for vr in scheduled)
+                batch.left_min = prefix.left_min if whole else min([vr.max_new - vr.generated for vr in scheduled])
         if self._loading:
             self.host_loaded_tokens += self._loading
             kw["host_load_s"] = self.hostlink.load_seconds(self._loading)
@@ -513,7 +532,7 @@ class VLLMEngine(Engine):
         contexts are ``pre_ctx``).
         """
         m = len(pre.reqs) if pre is not None else 0
-        idx = np.fromiter((vr.req.index for vr in scheduled[m:]), dtype=np.int64, count=len(scheduled) - m)
+        idx = np.array([vr.req.index for vr in scheduled[m:]], dtype=np.int64)
         dctx = np.array(ctx, dtype=np.int64)
         left = np.array(lefts, dtype=np.int64)
         if pre is not None:
@@ -522,7 +541,7 @@ class VLLMEngine(Engine):
             left = np.concatenate((pre.left, left))
         if lead == m and pre is not None:
             return idx, dctx, pre
-        if lead < self.FAST_DECODES_MIN:
+        if lead < self.fast_decodes_min:
             return idx, dctx, None
         return idx, dctx, _DecodePrefix.of(scheduled[:lead], np.stack((dctx[:lead] - 1, left[:lead], idx[:lead])),
                                            self._arith)
@@ -579,7 +598,7 @@ class VLLMEngine(Engine):
         if pre is None:
             return
         pre = pre.advanced(k, self._arith)
-        if self.spec is not None or len(self.running) < self.FAST_DECODES_MIN:
+        if self.spec is not None or len(self.running) < self.fast_decodes_min:
             pre.write_back()
             return
         running = self.running
@@ -591,9 +610,9 @@ class VLLMEngine(Engine):
             j += 1
         if j > m:
             pre = pre.extended(running[m:j], self._arith)
-        if len(pre.reqs) < self.FAST_DECODES_MIN or not self._bulk_replay():
+        if len(pre.reqs) < self.fast_decodes_min or not self._bulk_replay():
             pre.write_back()  # the per-event block paths read the requests' own fields
-            if len(pre.reqs) < self.FAST_DECODES_MIN:
+            if len(pre.reqs) < self.fast_decodes_min:
                 return
         self._prefix = self._lazy = pre
 
@@ -645,7 +664,7 @@ class VLLMEngine(Engine):
             if vr.computed == vr.num_tokens:
                 emitted.append(vr)
         if m or emitted:
-            idx = np.fromiter((vr.req.index for vr in emitted), dtype=np.int64, count=len(emitted))
+            idx = np.array([vr.req.index for vr in emitted], dtype=np.int64)
             if m:
                 idx = np.concatenate((pre.idx, idx)) if emitted else pre.idx
             self.rec.emit(idx, end)
@@ -815,7 +834,7 @@ class VLLMEngine(Engine):
         done = [vr for vr in reqs if vr.generated >= vr.max_new]
         if not done:
             return
-        gone = set(id(vr) for vr in done)
+        gone = {id(vr) for vr in done}
         self.running = [vr for vr in self.running if id(vr) not in gone]
         for vr in done:
             self.pool.free_request(vr.blocks)

@@ -1,0 +1,119 @@
+# Types for compiling vllm.py with Cython (setup.py FROM_SOURCE; see kvcache/radix_cache.pxd).
+cimport cython
+from servesim.engines.base cimport Engine
+
+
+cdef class VReq:
+    cdef public object req
+    cdef public long long max_new
+    cdef public long long generated
+    cdef public long long computed
+    cdef public long long sched
+    cdef public list blocks
+    cdef public list chain
+    cdef public long long n_cached
+    cdef public bint admitted_once
+    cdef public long long num_tokens
+
+
+cdef class _DecodePrefix:
+    cdef public list reqs
+    cdef public object rows
+    cdef public long long left_min
+
+
+cdef class _VBatch:
+    cdef public list reqs
+    cdef public bint decode_only
+    cdef public bint preempted
+    cdef public object idx
+    cdef public object computed
+    cdef public long long left_min
+    cdef public _DecodePrefix prefix
+
+
+cdef class VLLMEngine(Engine):
+    cdef public object opt
+    cdef public long long bs
+    cdef public long long num_blocks
+    cdef public long long capacity
+    cdef public object _arith
+    cdef public object pool
+    cdef public bint _belady
+    cdef public long long budget
+    cdef public long long max_seqs
+    cdef public long long max_model_len
+    cdef public long long max_len
+    cdef public bint chunked_prefill
+    cdef public object threshold
+    cdef public bint caching
+    cdef public object waiting
+    cdef public list running
+    cdef public long long retractions
+    cdef public _VBatch _last
+    cdef public _DecodePrefix _prefix
+    cdef public _DecodePrefix _lazy
+    cdef public bint _in_flight
+    cdef public object ready
+    cdef public object hostlink
+    cdef public object host
+    cdef public long long host_loaded_tokens
+    cdef public long long _loading
+    cdef public long long fast_decodes_min
+
+    cpdef add_request(self, object req, double now, long long kv_ready=*)
+    cpdef bint has_work(self)
+    cpdef list _chain(self, VReq vr, long long n_blocks)
+
+    @cython.locals(n_full=cython.longlong, start=cython.longlong)
+    cpdef _cache_blocks(self, VReq vr, long long upto)
+
+    @cython.locals(cap=cython.longlong)
+    cpdef long long _lookup(self, VReq vr)
+
+    @cython.locals(bs=cython.longlong, end=cython.longlong)
+    cpdef bint _allocate(self, VReq vr, long long n)
+
+    @cython.locals(us=cython.longlong, free_hits=cython.longlong, start=cython.longlong, need=cython.longlong)
+    cpdef bint _allocate_new(self, VReq vr, long long hit, long long n, long long host_hit=*)
+
+    cpdef _preempt(self, VReq vr)
+
+    @cython.locals(budget=cython.longlong, running=list, preempted=cython.bint, dt=cython.longlong,
+                   bs=cython.longlong, caching=cython.bint, m=cython.Py_ssize_t, scheduled=list, prefill=list,
+                   ctx=list, lefts=list, lead=cython.Py_ssize_t, i=cython.Py_ssize_t, vr=VReq, c=cython.longlong,
+                   n=cython.longlong, end=cython.longlong, ok=cython.bint, victim=VReq,
+                   n_running_sched=cython.Py_ssize_t, batch=_VBatch, whole=cython.bint)
+    cpdef object schedule(self, double now)
+
+    @cython.locals(m=cython.Py_ssize_t)
+    cpdef tuple _batch_arrays(self, list scheduled, _DecodePrefix pre, object pre_ctx, list ctx, list lefts,
+                              Py_ssize_t lead)
+
+    @cython.locals(pre=_DecodePrefix, m=cython.Py_ssize_t, reqs=list, vr=VReq, ok=cython.bint)
+    cpdef tuple _fast_decodes(self, long long budget, long long dt)
+
+    cpdef _drop_lazy(self)
+
+    @cython.locals(pre=_DecodePrefix, running=list, m=cython.Py_ssize_t, j=cython.Py_ssize_t, vr=VReq)
+    cpdef _next_prefix(self, _VBatch batch, long long k)
+
+    @cython.locals(waiting=object, vr=VReq, hit=cython.longlong, hh=cython.longlong, n=cython.longlong,
+                   cached=cython.longlong)
+    cpdef long long _admit(self, double now, long long budget, list scheduled)
+
+    @cython.locals(batch=_VBatch, pre=_DecodePrefix, m=cython.Py_ssize_t, emitted=list, spec=list, vr=VReq)
+    cpdef complete(self, object plan, double end)
+
+    @cython.locals(batch=_VBatch, reqs=list, k=cython.longlong, pre=_DecodePrefix, m=cython.Py_ssize_t,
+                   c0=list, vr=VReq)
+    cpdef complete_stretch(self, object plan, object ends)
+
+    cpdef bint _bulk_replay(self)
+    cpdef _replay(self, list reqs, list c0, long long first, long long k)
+
+    @cython.locals(done=list, vr=VReq)
+    cpdef _finish_done(self, list reqs, double end)
+
+    @cython.locals(batch=_VBatch, n=cython.Py_ssize_t, bs=cython.longlong, limit=cython.longlong)
+    cpdef long long decode_stretch_limit(self)
