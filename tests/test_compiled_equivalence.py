@@ -8,7 +8,10 @@ and inter-token gaps with the compiled parts on and off (``python_versions``).
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -78,15 +81,18 @@ def test_compiled_run_equals_python_run(engine: str, model: str) -> None:
         assert va.tobytes() == vb.tobytes() and wa.tolist() == wb.tolist()
 
 
-#: SGLang runs that drive the radix cache through every path: LRU with a loose pool; LFU and
-#: Belady under memory pressure (evictions, retractions); FIFO with pages and a host tier
-#: (evicted paths written back, a host tree, host hits loaded).
+#: Runs through the modules compiled from source: SGLang driving the radix cache through every
+#: path (LRU with a loose pool; LFU and Belady under memory pressure, with evictions and
+#: retractions; FIFO with pages and a host tier: evicted paths written back, host hits
+#: loaded), and vLLM with and without memory pressure (preemptions).
 SOURCE_CASES = {
-    "lru": {"name": "sglang", "schedule_policy": "lpm"},
-    "lfu-tight": {"name": "sglang", "mem_fraction_static": 0.25, "eviction_policy": "lfu"},
-    "belady-tight": {"name": "sglang", "mem_fraction_static": 0.25, "eviction_policy": "belady"},
-    "fifo-paged-host": {"name": "sglang", "mem_fraction_static": 0.25, "eviction_policy": "fifo",
-                        "page_size": 16, "host_kv_gb": 16},
+    "sglang-lru": {"name": "sglang", "schedule_policy": "lpm"},
+    "sglang-lfu-tight": {"name": "sglang", "mem_fraction_static": 0.25, "eviction_policy": "lfu"},
+    "sglang-belady-tight": {"name": "sglang", "mem_fraction_static": 0.25, "eviction_policy": "belady"},
+    "sglang-fifo-paged-host": {"name": "sglang", "mem_fraction_static": 0.25, "eviction_policy": "fifo",
+                               "page_size": 16, "host_kv_gb": 16},
+    "vllm": {"name": "vllm"},
+    "vllm-tight": {"name": "vllm", "gpu_memory_utilization": 0.3},
 }
 
 _RUN_CASE = """
@@ -100,7 +106,7 @@ np.savez(out, **{name: rec.column(name) for name in json.loads(sys.argv[3])}, it
 
 
 def source_config(engine: dict) -> dict:
-    cfg = config("sglang", "meta-llama/Llama-3.1-8B-Instruct")
+    cfg = config(engine["name"], "meta-llama/Llama-3.1-8B-Instruct")
     cfg["deployment"] = dict(cfg["deployment"], engine=engine)
     return cfg
 
@@ -109,20 +115,16 @@ def source_config(engine: dict) -> dict:
 @pytest.mark.parametrize("case", sorted(SOURCE_CASES))
 def test_modules_compiled_from_source_equal_their_source(case: str, tmp_path: Path) -> None:
     """The switch is read at import, so the Python run is a separate process."""
-    import json
-    import subprocess
-    import sys
-
     cfg = source_config(SOURCE_CASES[case])
     runs = {}
     for label, env in (("compiled", {}), ("source", {PURE_PYTHON_ENV: "1"})):
         out = tmp_path / f"{label}.npz"
-        probe = "from servesim.compiled import runs_compiled; print(runs_compiled('kvcache.radix_cache'))"
+        probe = "from servesim.compiled import FROM_SOURCE, runs_compiled; print({runs_compiled(n) for n in FROM_SOURCE})"
         subprocess.run([sys.executable, "-c", _RUN_CASE, json.dumps(cfg), str(out), json.dumps(COLUMNS)],
                        check=True, env={**os.environ, **env})
         used = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True,
                               env={**os.environ, **env}).stdout.strip()
-        assert used == str(label == "compiled")
+        assert used == str({label == "compiled"})  # every module compiled, or every one from source
         runs[label] = dict(np.load(out))
     assert int(runs["compiled"]["cached_tokens"].sum()) > 0
     for name, col in runs["compiled"].items():
