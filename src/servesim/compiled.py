@@ -33,9 +33,9 @@ MODULES = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lru_c
            "kvcache._segments_core", "metrics._emit_core", "perf._stretch_core", "workload._units_core")
 
 #: Modules compiled from their own Python source (setup.py builds the same list).
-FROM_SOURCE = ("cluster.worker", "engines.base", "engines.sglang", "engines.vllm", "kvcache.radix_cache",
-               "kvcache.token_pool", "metrics.recorder", "perf.analytic", "perf.frontend", "perf.plan", "sim.events",
-               "sim.simulation")
+FROM_SOURCE = ("cluster.worker", "engines.base", "engines.sglang", "engines.trtllm", "engines.vllm",
+               "kvcache.radix_cache", "kvcache.token_pool", "metrics.recorder", "perf.analytic", "perf.frontend",
+               "perf.plan", "sim.events", "sim.simulation")
 
 
 def pure_python_forced() -> bool:

@@ -56,7 +56,6 @@ iteration.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from operator import attrgetter
 
 import numpy as np
@@ -75,32 +74,44 @@ from servesim.perf.plan import PassPlan
 from servesim.workload.request import Request, sequence_units
 
 
-@dataclass(slots=True, eq=False)
 class TReq:
-    """Engine-side state of one request."""
+    """Engine-side state of one request.
 
-    req: Request
-    max_new: int
-    #: Tokens the context phase computes: the prompt, plus output so far after a pause.
-    ctx_len: int
-    #: Blocks the request holds at its maximum length, ``ceil((prompt + max_new) / block)``:
-    #: what GUARANTEED_NO_EVICT reserves (fixed for the request's life).
-    target: int = 0
-    generated: int = 0
-    computed: int = 0
-    #: Context tokens computed in the iteration in flight (a generation step always computes
-    #: ``1 + drafts`` tokens and does not record them here).
-    sched: int = 0
-    context: bool = True
-    blocks: list[int] = field(default_factory=list)
-    #: The sequence's unit chain so far (kvcache/hashing.py): its block hashes follow from it.
-    chain: list[int] = field(default_factory=list)
-    n_cached: int = 0
-    #: Reusable prefix blocks found for the next first chunk (set while scheduling), and
-    #: blocks after them found on the host tier.
-    hit: int = 0
-    host_hit: int = 0
-    admitted_once: bool = False
+    (Plain classes here, not dataclasses: engines/trtllm.pxd types them when the module is
+    compiled.)
+    """
+
+    __slots__ = ("req", "max_new", "ctx_len", "target", "generated", "computed", "sched", "context", "blocks",
+                 "chain", "n_cached", "hit", "host_hit", "admitted_once")
+
+    def __init__(self, req: Request, max_new: int, ctx_len: int, target: int = 0) -> None:
+        self.req = req
+        self.max_new = max_new
+        #: Tokens the context phase computes: the prompt, plus output so far after a pause.
+        self.ctx_len = ctx_len
+        #: Blocks the request holds at its maximum length, ``ceil((prompt + max_new) / block)``:
+        #: what GUARANTEED_NO_EVICT reserves (fixed for the request's life).
+        self.target = target
+        self.generated = 0
+        self.computed = 0
+        #: Context tokens computed in the iteration in flight (a generation step always computes
+        #: ``1 + drafts`` tokens and does not record them here).
+        self.sched = 0
+        self.context = True
+        self.blocks: list[int] = []
+        #: The sequence's unit chain so far (kvcache/hashing.py): its block hashes follow from it.
+        self.chain: list[int] = []
+        self.n_cached = 0
+        #: Reusable prefix blocks found for the next first chunk (set while scheduling), and
+        #: blocks after them found on the host tier.
+        self.hit = 0
+        self.host_hit = 0
+        self.admitted_once = False
+
+    def __repr__(self) -> str:
+        return (f"TReq(index={self.req.index}, max_new={self.max_new}, ctx_len={self.ctx_len}, "
+                f"generated={self.generated}, computed={self.computed}, context={self.context}, "
+                f"blocks={len(self.blocks)})")
 
 
 # C-level field readers for the per-pass loops over the running batch (map/sum over them
@@ -118,15 +129,20 @@ def _indices(reqs: list[TReq]) -> np.ndarray:
     return np.fromiter(map(_INDEX, reqs), dtype=np.int64, count=len(reqs))
 
 
-@dataclass(slots=True)
 class _TBatch:
-    contexts: list[TReq]
-    gens: list[TReq]
-    #: Whether the capacity scheduler let any context request through, and paused any.
-    context_fit: bool
-    paused: bool
-    #: Whether batch waiting held back the context requests the schedulers chose.
-    held: bool = False
+    """A scheduled iteration's context and generation requests."""
+
+    __slots__ = ("contexts", "gens", "context_fit", "paused", "held")
+
+    def __init__(self, contexts: list[TReq], gens: list[TReq], context_fit: bool, paused: bool,
+                 held: bool = False) -> None:
+        self.contexts = contexts
+        self.gens = gens
+        #: Whether the capacity scheduler let any context request through, and paused any.
+        self.context_fit = context_fit
+        self.paused = paused
+        #: Whether batch waiting held back the context requests the schedulers chose.
+        self.held = held
 
 
 class TRTLLMEngine(Engine):
