@@ -99,9 +99,11 @@ _RUN_CASE = """
 import json, sys
 import numpy as np
 from servesim.api import predict
+from servesim.compiled import FROM_SOURCE, runs_compiled
 cfg, out = json.loads(sys.argv[1]), sys.argv[2]
 rec = predict(cfg).recorder
 np.savez(out, **{name: rec.column(name) for name in json.loads(sys.argv[3])}, itl=rec.itl.arrays()[0])
+print({runs_compiled(n) for n in FROM_SOURCE})
 """
 
 
@@ -119,11 +121,8 @@ def test_modules_compiled_from_source_equal_their_source(case: str, tmp_path: Pa
     runs = {}
     for label, env in (("compiled", {}), ("source", {PURE_PYTHON_ENV: "1"})):
         out = tmp_path / f"{label}.npz"
-        probe = "from servesim.compiled import FROM_SOURCE, runs_compiled; print({runs_compiled(n) for n in FROM_SOURCE})"
-        subprocess.run([sys.executable, "-c", _RUN_CASE, json.dumps(cfg), str(out), json.dumps(COLUMNS)],
-                       check=True, env={**os.environ, **env})
-        used = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True,
-                              env={**os.environ, **env}).stdout.strip()
+        used = subprocess.run([sys.executable, "-c", _RUN_CASE, json.dumps(cfg), str(out), json.dumps(COLUMNS)],
+                              check=True, capture_output=True, text=True, env={**os.environ, **env}).stdout.strip()
         assert used == str({label == "compiled"})  # every module compiled, or every one from source
         runs[label] = dict(np.load(out))
     assert int(runs["compiled"]["cached_tokens"].sum()) > 0

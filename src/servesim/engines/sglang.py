@@ -395,7 +395,7 @@ class SGLangEngine(Engine):
             rem_chunk -= sr.extend
             can_run.append(sr)
 
-        stop = self._budget(total_offset) <= 0 or self.free + self.evictable - cur_offset <= 0 or rem_input <= 0 or rem_chunk <= 0
+        stop = self._budget(total_offset) <= 0 or self._budget(cur_offset) <= 0 or rem_input <= 0 or rem_chunk <= 0
         consumed = 0
         if not stop:
             for sr in self.waiting:
@@ -440,7 +440,7 @@ class SGLangEngine(Engine):
                 self._take_prefix(sr, matched, node, hh)
                 can_run.append(sr)
                 consumed += 1
-                if self._budget(total_offset) <= 0 or self.free + self.evictable - cur_offset <= 0:
+                if self._budget(total_offset) <= 0 or self._budget(cur_offset) <= 0:
                     self.batch_is_full = True
                     break
                 if rem_input <= 0 or rem_chunk <= 0 or new_chunked is sr:
@@ -453,7 +453,8 @@ class SGLangEngine(Engine):
         return _PrefillBatch(reqs=can_run, chunked=new_chunked)
 
     def _budget(self, reserved: float) -> float:
-        """PrefillAdder's ``rem_total_tokens``: free plus evictable KV beyond ``reserved``."""
+        """Free plus evictable KV beyond ``reserved``: PrefillAdder's ``rem_total_tokens`` with the
+        pass's total offset, its ``cur_rem_tokens`` with the current one."""
         return self.free + self.evictable - reserved
 
     def _take_prefix(self, sr: SGReq, matched: int, node: object, host_hit: int = 0) -> None:

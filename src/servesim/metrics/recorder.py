@@ -81,7 +81,7 @@ class RequestRecorder:
         self._c_out = self.cols["output_length"]
         self._c_turn = self.cols["turn"]
         #: Indices every column (and the warm-up flags) can hold without growing.
-        self._capacity = min(self._warm.data.size, *(col.data.size for col in self.cols.values()))
+        self._capacity = self._columns_capacity()
         #: The compiled emission (``metrics/_emit_core.pyx``), or None: the numpy version.
         self._kernel = compiled_module("metrics._emit_core")
         #: Pending gaps held before they go to the samples (tests lower it to exercise flushing).
@@ -100,7 +100,7 @@ class RequestRecorder:
             for col in self.cols.values():
                 col.ensure(self.size)
             self._warm.ensure(self.size)
-            self._capacity = min(self._warm.data.size, *[col.data.size for col in self.cols.values()])
+            self._capacity = self._columns_capacity()
             self._new_emitter()  # the columns are new arrays
         for col in self.extra_columns.values():
             col.ensure(self.size)
@@ -116,6 +116,10 @@ class RequestRecorder:
         self.session_id.append(session_id)
         self.reason.append("")
         self.warmup.append(warmup)
+
+    def _columns_capacity(self) -> int:
+        """Indices every column (and the warm-up flags) can hold without growing."""
+        return min(self._warm.data.size, *[col.data.size for col in self.cols.values()])
 
     def extra(self, name: str, dtype=np.float64, fill=NAN) -> np.ndarray:
         """A named extra column (e.g. disaggregation milestones), created on first use."""
