@@ -21,6 +21,7 @@ Usage::
 
     python benchmarks/bench_block_pool.py                  # 46k-block pool, 190 blocks per request
     python benchmarks/bench_block_pool.py --blocks 750     # Mooncake-sized prompts
+    python benchmarks/bench_block_pool.py --pools 4        # four workers' pools sharing the caches
 """
 
 from __future__ import annotations
@@ -39,12 +40,18 @@ def fresh_hashes(rng: random.Random, n: int) -> list[int]:
     return [rng.getrandbits(62) for _ in range(n)]
 
 
-def pool_cycle(pool, blocks: int, live: int, requests: int, seed: int) -> tuple[float, float, float]:
-    """µs per request of allocate, cache_full_blocks and free_request after a warm-up."""
+def pool_cycle(pools: list, blocks: int, live: int, requests: int, seed: int) -> tuple[float, float, float]:
+    """µs per request of allocate, cache_full_blocks and free_request after a warm-up.
+
+    Requests go round-robin to ``pools`` (the workers of a deployment), whose state then
+    competes for the CPU's caches as the workers' pools do in a run.
+    """
     rng = random.Random(seed)
-    held: deque[list[int]] = deque()
+    helds: list[deque[list[int]]] = [deque() for _ in pools]
     spent = [0.0, 0.0, 0.0]
     for r in range(2 * requests):
+        pool = pools[r % len(pools)]
+        held = helds[r % len(pools)]
         keys = fresh_hashes(rng, blocks - 1)
         t0 = time.perf_counter()
         got = pool.allocate(blocks)
@@ -86,11 +93,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--num-blocks", type=int, default=46_000, help="pool size (Qwen3-32B FP8 on H200: ~46k)")
     ap.add_argument("--blocks", type=int, default=190, help="blocks per request (workload 1: ~190)")
-    ap.add_argument("--live", type=int, default=150, help="requests holding blocks at once")
+    ap.add_argument("--live", type=int, default=150, help="requests holding blocks at once, per pool")
     ap.add_argument("--requests", type=int, default=3000, help="timed requests (after as many warm-up)")
+    ap.add_argument("--pools", type=int, default=1, help="pools served round-robin (workload 1: 4 workers)")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    alloc, cache, free = pool_cycle(BlockPool(a.num_blocks, 16), a.blocks, a.live, a.requests, a.seed)
+    alloc, cache, free = pool_cycle([BlockPool(a.num_blocks, 16) for _ in range(a.pools)], a.blocks, a.live,
+                                    a.requests, a.seed)
     floor = dict_floor(a.num_blocks, a.blocks, a.requests, a.seed)
     total = alloc + cache + free
     print(f"pool: allocate {alloc:.1f} + cache {cache:.1f} + free {free:.1f} = {total:.1f} µs per request "
@@ -98,8 +107,8 @@ def main() -> None:
     print(f"dict floor: {floor:.1f} µs per request ({floor / a.blocks * 1e3:.0f} ns per block); "
           f"pool / floor = {total / floor:.2f}")
     if compiled_core_available():
-        c_alloc, c_cache, c_free = pool_cycle(CompiledLRUPool(a.num_blocks, 16), a.blocks, a.live, a.requests,
-                                              a.seed)
+        c_alloc, c_cache, c_free = pool_cycle([CompiledLRUPool(a.num_blocks, 16) for _ in range(a.pools)],
+                                              a.blocks, a.live, a.requests, a.seed)
         c_total = c_alloc + c_cache + c_free
         print(f"compiled pool: allocate {c_alloc:.1f} + cache {c_cache:.1f} + free {c_free:.1f} = "
               f"{c_total:.1f} µs per request ({c_total / a.blocks * 1e3:.0f} ns per block); "

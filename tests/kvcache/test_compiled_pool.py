@@ -170,3 +170,40 @@ def test_chain_operations_check_the_chain_reaches_the_blocks() -> None:
     assert pool.chain_cache(blocks, [5, 6], 8, 0, 3) == 3
     assert pool.chain_prefix([5, 6], 8, 3) == 3
     assert pool.cached_map() == {5 + 4: blocks[0], 5 + 8: blocks[1], 6 + 4: blocks[2]}
+
+
+_M64 = 2**64 - 1
+
+
+def _unmix(y: int) -> int:
+    """The key whose splitmix64 finaliser (the core's ``_mix``) is ``y``: each step inverted."""
+    def unshift(v: int, r: int) -> int:  # inverse of v ^= v >> r
+        x = v
+        for _ in range(64 // r + 1):
+            x = v ^ (x >> r)
+        return x & _M64
+    y = unshift(y, 31)
+    y = (y * pow(0x94D049BB133111EB, -1, 2**64)) & _M64
+    y = unshift(y, 27)
+    y = (y * pow(0xBF58476D1CE4E5B9, -1, 2**64)) & _M64
+    y = unshift(y, 30)
+    return y - 2**64 if y >= 2**63 else y  # as a signed 64-bit key
+
+
+def test_keys_sharing_a_fingerprint_stay_apart() -> None:
+    """A map slot keeps only 32 bits of the key's mixed hash: keys whose mixed hashes share
+    them (same home slot, same fingerprint) must still be told apart by the full key, through
+    inserts, lookups and deletions by backward shift."""
+    low = 0x1234_5678
+    keys = [_unmix((high << 32) | low) for high in range(1, 7)]
+    py, c = BlockPool(8, 4), CompiledLRUPool(8, 4)
+    for pool in (py, c):
+        blocks = pool.allocate(4)
+        assert pool.cache_full_blocks(blocks, keys[:4]) == 4
+        assert [pool.get_cached_block(h) for h in keys] == blocks + [None, None]
+        pool.free_request(blocks[:2])
+        pool.allocate(6)  # the four never used, then the two freed: their keys leave the map
+    assert [c.get_cached_block(h) for h in keys] == [py.get_cached_block(h) for h in keys]
+    assert [c.get_cached_block(h) is None for h in keys] == [True, True, False, False, True, True]
+    assert state(py) == state(c)
+    c.check_invariants()

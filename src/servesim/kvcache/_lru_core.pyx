@@ -5,14 +5,19 @@ The pure-Python :class:`servesim.kvcache.block_pool.BlockPool` spends most of it
 the per-block work of a Python ``dict`` (one delete and one insert per recycled block) and
 one interpreted iteration per block.  This core keeps the same state in C arrays:
 
-* ``refs[b]``: requests holding block ``b``;
-* ``hval[b]`` / ``hset[b]``: the hash block ``b`` is cached under, if any;
-* the free list, doubly linked through ``prev`` / ``nxt`` (vLLM's ``FreeKVCacheBlockQueue``:
-  freed blocks join the tail, allocations pop the head, a prefix hit unlinks a block from
-  the middle) — the same order as the Python pool's lazily deleted deque; a block is on it
-  exactly when its reference count is 0;
+* one ``Blk`` struct per block ``b``, so that a block's state shares a cache line:
+  ``refs`` (requests holding it), ``hval`` / ``hset`` (the hash it is cached under, if
+  any) and ``prev`` / ``nxt``, the links of the free list (vLLM's
+  ``FreeKVCacheBlockQueue``: freed blocks join the tail, allocations pop the head, a prefix
+  hit unlinks a block from the middle) — the same order as the Python pool's lazily deleted
+  deque; a block is on it exactly when its reference count is 0;
 * an open-addressing hash map from hash to block (linear probing, deletion by backward
-  shift, load at most one half), holding one block per hash as the Python pool does.
+  shift, load at most one half), holding one block per hash as the Python pool does.  A
+  slot holds only the block and 32 bits of the key's mixed hash (its home slot and a
+  fingerprint); the key itself is the block's ``hval``, read only when the fingerprint
+  matches.  At 8 bytes a slot the map of a 50k-block pool fits in 1 MB: the pool's
+  work is mostly cache misses, and halving the map cut a block's cost by about a third
+  (``benchmarks/bench_lru_core.py``).
 
 Hashes are Python ints.  Those within a signed 64-bit integer (all but ~1 in 10^16: a
 chained hash plus an offset can pass 2^63) go to the C map; any other goes to a small
@@ -28,15 +33,23 @@ interface; ``tests/kvcache/test_compiled_pool.py`` checks the two agree after ev
 operation of random sequences.
 """
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 
 
+cdef struct Blk:
+    int64_t hval  # the hash the block is cached under (hset 1)
+    int32_t refs
+    int32_t prev
+    int32_t nxt
+    uint8_t hset
+
+
 cdef struct Slot:
-    int64_t key
-    int32_t block  # -1: empty
+    uint32_t h  # the low 32 bits of the key's mixed hash: its home slot and a fingerprint
+    int32_t block  # -1: empty; the key itself is the block's hval
 
 
 cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
@@ -62,11 +75,7 @@ cdef class LRUCore:
     """Block pool state under LRU; see the module docstring.  Methods mirror ``BlockPool``'s."""
 
     cdef readonly int num_blocks
-    cdef int32_t* refs
-    cdef int64_t* hval
-    cdef uint8_t* hset
-    cdef int32_t* prev
-    cdef int32_t* nxt
+    cdef Blk* blk
     cdef int32_t head
     cdef int32_t tail
     cdef readonly int num_free
@@ -85,13 +94,9 @@ cdef class LRUCore:
         while cap < <uint64_t>(2 * m):
             cap <<= 1
         self.num_blocks = n
-        self.refs = <int32_t*>malloc(m * sizeof(int32_t))
-        self.hval = <int64_t*>malloc(m * sizeof(int64_t))
-        self.hset = <uint8_t*>malloc(m * sizeof(uint8_t))
-        self.prev = <int32_t*>malloc(m * sizeof(int32_t))
-        self.nxt = <int32_t*>malloc(m * sizeof(int32_t))
+        self.blk = <Blk*>malloc(m * sizeof(Blk))
         self.table = <Slot*>malloc(cap * sizeof(Slot))
-        if not self.refs or not self.hval or not self.hset or not self.prev or not self.nxt or not self.table:
+        if not self.blk or not self.table:
             raise MemoryError()
         self.tmask = cap - 1
         cdef int b
@@ -99,11 +104,11 @@ cdef class LRUCore:
         for slot in range(cap):
             self.table[slot].block = -1
         for b in range(n):  # every block free, in id order
-            self.refs[b] = 0
-            self.hset[b] = 0
-            self.hval[b] = 0
-            self.prev[b] = b - 1
-            self.nxt[b] = b + 1 if b + 1 < n else -1
+            self.blk[b].refs = 0
+            self.blk[b].hset = 0
+            self.blk[b].hval = 0
+            self.blk[b].prev = b - 1
+            self.blk[b].nxt = b + 1 if b + 1 < n else -1
         self.head = 0 if n > 0 else -1
         self.tail = n - 1
         self.num_free = n
@@ -112,11 +117,7 @@ cdef class LRUCore:
         self.big_of = {}
 
     def __dealloc__(self):
-        free(self.refs)
-        free(self.hval)
-        free(self.hset)
-        free(self.prev)
-        free(self.nxt)
+        free(self.blk)
         free(self.table)
 
     # ------------------------------------------------------------------ hashes as Python ints
@@ -134,70 +135,76 @@ cdef class LRUCore:
         cdef int overflow = 0
         cdef int64_t k = PyLong_AsLongLongAndOverflow(h, &overflow)
         if overflow == 0:
-            self.hval[b] = k
-            self.hset[b] = 1
+            self.blk[b].hval = k
+            self.blk[b].hset = 1
             self._put(k, b)
         else:
             self.big[h] = b
             self.big_of[b] = h
-            self.hset[b] = 2
+            self.blk[b].hset = 2
             self.num_cached += 1
         return 0
 
     cdef inline int _uncache(self, int32_t b, list removed) except -1:
         """Drop block ``b``'s hash from the map (appended to ``removed`` unless None)."""
-        if self.hset[b] == 1:
+        if self.blk[b].hset == 1:
             if removed is not None:
-                removed.append(self.hval[b])
-            self._delete(self.hval[b])
+                removed.append(self.blk[b].hval)
+            self._delete(self.blk[b].hval)
         else:
             h = self.big_of.pop(b)
             del self.big[h]
             self.num_cached -= 1
             if removed is not None:
                 removed.append(h)
-        self.hset[b] = 0
+        self.blk[b].hset = 0
         return 0
 
     cdef inline object _hash_of(self, int32_t b):
         """The hash block ``b`` is cached under, or None."""
-        if self.hset[b] == 1:
-            return self.hval[b]
-        if self.hset[b] == 2:
+        if self.blk[b].hset == 1:
+            return self.blk[b].hval
+        if self.blk[b].hset == 2:
             return self.big_of[b]
         return None
 
     # ------------------------------------------------------------------ hash map
     cdef inline int32_t _find(self, int64_t k) noexcept:
-        cdef uint64_t i = _mix(<uint64_t>k) & self.tmask
-        while self.table[i].block >= 0:
-            if self.table[i].key == k:
-                return self.table[i].block
+        cdef uint32_t h = <uint32_t>_mix(<uint64_t>k)
+        cdef uint64_t i = h & self.tmask
+        cdef int32_t b
+        while True:
+            b = self.table[i].block
+            if b < 0:
+                return -1
+            if self.table[i].h == h and self.blk[b].hval == k:
+                return b
             i = (i + 1) & self.tmask
-        return -1
 
     cdef inline void _put(self, int64_t k, int32_t b) noexcept:
-        """Insert ``k`` (absent) -> ``b``."""
-        cdef uint64_t i = _mix(<uint64_t>k) & self.tmask
+        """Insert ``k`` (absent) -> ``b``; ``b``'s hval is already ``k``."""
+        cdef uint32_t h = <uint32_t>_mix(<uint64_t>k)
+        cdef uint64_t i = h & self.tmask
         while self.table[i].block >= 0:
             i = (i + 1) & self.tmask
-        self.table[i].key = k
+        self.table[i].h = h
         self.table[i].block = b
         self.num_cached += 1
 
     cdef void _delete(self, int64_t k) noexcept:
         """Remove ``k`` (present), shifting later entries of its probe run back."""
         cdef uint64_t mask = self.tmask
-        cdef uint64_t i = _mix(<uint64_t>k) & mask
+        cdef uint32_t h = <uint32_t>_mix(<uint64_t>k)
+        cdef uint64_t i = h & mask
         cdef uint64_t j, home
-        while self.table[i].key != k or self.table[i].block < 0:
+        while self.table[i].block < 0 or self.table[i].h != h or self.blk[self.table[i].block].hval != k:
             i = (i + 1) & mask
         j = i
         while True:
             j = (j + 1) & mask
             if self.table[j].block < 0:
                 break
-            home = _mix(<uint64_t>self.table[j].key) & mask
+            home = self.table[j].h & mask
             # The entry at j may move to the hole at i unless its home lies cyclically in (i, j].
             if ((j - home) & mask) >= ((j - i) & mask):
                 self.table[i] = self.table[j]
@@ -207,23 +214,23 @@ cdef class LRUCore:
 
     # ------------------------------------------------------------------ free list
     cdef inline void _unlink(self, int32_t b) noexcept:
-        cdef int32_t p = self.prev[b]
-        cdef int32_t q = self.nxt[b]
+        cdef int32_t p = self.blk[b].prev
+        cdef int32_t q = self.blk[b].nxt
         if p >= 0:
-            self.nxt[p] = q
+            self.blk[p].nxt = q
         else:
             self.head = q
         if q >= 0:
-            self.prev[q] = p
+            self.blk[q].prev = p
         else:
             self.tail = p
         self.num_free -= 1
 
     cdef inline void _push_tail(self, int32_t b) noexcept:
-        self.prev[b] = self.tail
-        self.nxt[b] = -1
+        self.blk[b].prev = self.tail
+        self.blk[b].nxt = -1
         if self.tail >= 0:
-            self.nxt[self.tail] = b
+            self.blk[self.tail].nxt = b
         else:
             self.head = b
         self.tail = b
@@ -233,9 +240,9 @@ cdef class LRUCore:
         """Pop the head block, evict its hash (appended to ``removed`` unless None), ref it."""
         cdef int32_t b = self.head
         self._unlink(b)
-        if self.hset[b]:
+        if self.blk[b].hset:
             self._uncache(b, removed)
-        self.refs[b] = 1
+        self.blk[b].refs = 1
         return b
 
     cdef inline int32_t _block(self, object ob) except -1:
@@ -303,7 +310,7 @@ cdef class LRUCore:
         """:meth:`count_free` of blocks ``0..n-1``'s hashes."""
         cdef int free_hits = 0
         for ob in self._chain_blocks(chain, us, bs, n):
-            if self.refs[<int32_t>ob] == 0:
+            if self.blk[<int32_t>ob].refs == 0:
                 free_hits += 1
         return free_hits
 
@@ -318,13 +325,13 @@ cdef class LRUCore:
         cdef int32_t b = self._block(ob)
         cdef int64_t k = 0
         h = self._chain_key(chain, us, bs, i, &k)
-        if self.hset[b] or (self._find(k) if h is None else self._find_obj(h)) >= 0:
+        if self.blk[b].hset or (self._find(k) if h is None else self._find_obj(h)) >= 0:
             return 0
-        if self.refs[b] <= 0:
+        if self.blk[b].refs <= 0:
             raise RuntimeError(f"caching block {b}, which is not in use")
         if h is None:
-            self.hval[b] = k
-            self.hset[b] = 1
+            self.blk[b].hval = k
+            self.blk[b].hset = 1
             self._put(k, b)
         else:
             self._insert_obj(h, b)
@@ -347,9 +354,9 @@ cdef class LRUCore:
         cdef int32_t b
         for ob in blocks:
             b = <int32_t>ob
-            if self.refs[b] == 0:
+            if self.blk[b].refs == 0:
                 self._unlink(b)
-            self.refs[b] += 1
+            self.blk[b].refs += 1
         return 0
 
     def find_cached_prefix(self, hashes) -> int:
@@ -374,7 +381,7 @@ cdef class LRUCore:
             b = self._find_obj(h)
             if b < 0:
                 raise KeyError(h)
-            if self.refs[b] == 0:
+            if self.blk[b].refs == 0:
                 n += 1
         return n
 
@@ -408,18 +415,18 @@ cdef class LRUCore:
         cdef int32_t b
         for ob in blocks:
             b = self._block(ob)
-            if self.refs[b] <= 0:
+            if self.blk[b].refs <= 0:
                 raise RuntimeError(f"freeing block {b}, which is not in use")
-            self.refs[b] -= 1
-            if self.refs[b] == 0:
+            self.blk[b].refs -= 1
+            if self.blk[b].refs == 0:
                 self._push_tail(b)
 
     cdef inline int _cache_one(self, object ob, object h, list stored) except -1:
         """Register block ``ob`` under ``h`` unless either is taken; 1 if it was registered."""
         cdef int32_t b = self._block(ob)
-        if self.hset[b] or self._find_obj(h) >= 0:
+        if self.blk[b].hset or self._find_obj(h) >= 0:
             return 0
-        if self.refs[b] <= 0:
+        if self.blk[b].refs <= 0:
             raise RuntimeError(f"caching block {b}, which is not in use")
         self._insert_obj(h, b)
         if stored is not None:
@@ -540,14 +547,14 @@ cdef class LRUCore:
 
     # ------------------------------------------------------------------ views and checks
     def ref(self, b) -> int:
-        return self.refs[self._block(b)]
+        return self.blk[self._block(b)].refs
 
     def hash_of(self, b):
         """The hash block ``b`` is cached under, or None."""
         return self._hash_of(self._block(b))
 
     def refs_list(self) -> list:
-        return [self.refs[b] for b in range(self.num_blocks)]
+        return [self.blk[b].refs for b in range(self.num_blocks)]
 
     def hashes_list(self) -> list:
         return [self._hash_of(b) for b in range(self.num_blocks)]
@@ -558,12 +565,12 @@ cdef class LRUCore:
         cdef int32_t b = self.head
         while b >= 0:
             out.append(b)
-            b = self.nxt[b]
+            b = self.blk[b].nxt
         return out
 
     def cached_map(self) -> dict:
         """``{hash: block}`` of every cached block."""
-        return {self._hash_of(b): b for b in range(self.num_blocks) if self.hset[b]}
+        return {self._hash_of(b): b for b in range(self.num_blocks) if self.blk[b].hset}
 
     def check(self) -> None:
         """Raise AssertionError unless the free list, reference counts and map agree."""
@@ -571,18 +578,18 @@ cdef class LRUCore:
         cdef int seen = 0, cached = 0, unreferenced = 0
         b = self.head
         while b >= 0:
-            assert self.refs[b] == 0, f"block {b} on the free list but in use"
-            assert self.prev[b] == p, f"free list broken at block {b}"
+            assert self.blk[b].refs == 0, f"block {b} on the free list but in use"
+            assert self.blk[b].prev == p, f"free list broken at block {b}"
             p = b
-            b = self.nxt[b]
+            b = self.blk[b].nxt
             seen += 1
             assert seen <= self.num_blocks, "free list has a cycle"
         assert p == self.tail, "free list tail"
         assert seen == self.num_free, (seen, self.num_free)
         for b in range(self.num_blocks):
-            assert self.refs[b] >= 0, b
-            unreferenced += self.refs[b] == 0
-            if self.hset[b]:
+            assert self.blk[b].refs >= 0, b
+            unreferenced += self.blk[b].refs == 0
+            if self.blk[b].hset:
                 cached += 1
                 assert self._find_obj(self._hash_of(b)) == b, f"block {b}'s hash not mapped to it"
         assert cached == self.num_cached, (cached, self.num_cached)
