@@ -84,7 +84,8 @@ def test_compiled_run_equals_python_run(engine: str, model: str) -> None:
 #: Runs through the modules compiled from source: SGLang driving the radix cache through every
 #: path (LRU with a loose pool; LFU and Belady under memory pressure, with evictions and
 #: retractions; FIFO with pages and a host tier: evicted paths written back, host hits
-#: loaded), and vLLM with and without memory pressure (preemptions).
+#: loaded), vLLM with and without memory pressure (preemptions), and TensorRT-LLM under both
+#: capacity policies (MAX_UTILIZATION under memory pressure: pauses) and with chunked context.
 SOURCE_CASES = {
     "sglang-lru": {"name": "sglang", "schedule_policy": "lpm"},
     "sglang-lfu-tight": {"name": "sglang", "mem_fraction_static": 0.25, "eviction_policy": "lfu"},
@@ -93,6 +94,10 @@ SOURCE_CASES = {
                                "page_size": 16, "host_kv_gb": 16},
     "vllm": {"name": "vllm"},
     "vllm-tight": {"name": "vllm", "gpu_memory_utilization": 0.3},
+    "trtllm": {"name": "trtllm"},
+    "trtllm-maxutil-tight-chunked": {"name": "trtllm", "capacity_scheduler_policy": "MAX_UTILIZATION",
+                                     "free_gpu_memory_fraction": 0.12, "enable_chunked_context": True,
+                                     "max_num_tokens": 2048},
 }
 
 _RUN_CASE = """

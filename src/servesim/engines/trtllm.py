@@ -56,7 +56,6 @@ iteration.
 
 from __future__ import annotations
 
-from operator import attrgetter
 
 import numpy as np
 
@@ -114,19 +113,40 @@ class TReq:
                 f"blocks={len(self.blocks)})")
 
 
-# C-level field readers for the per-pass loops over the running batch (map/sum over them
-# iterate without Python bytecode per request).
-_BLOCKS = attrgetter("blocks")
-_TARGET = attrgetter("target")
-_COMPUTED = attrgetter("computed")
-_GENERATED = attrgetter("generated")
-_MAX_NEW = attrgetter("max_new")
-_INDEX = attrgetter("req.index")
-
-
+# Per-pass columns of a list of requests.  Written as index loops into a fresh array: compiled
+# (engines/trtllm.pxd) the array is a typed C view and each request a C struct, so a batch of
+# tens of requests costs well under a microsecond.
 def _indices(reqs: list[TReq]) -> np.ndarray:
     """Recorder rows of ``reqs``, in order."""
-    return np.fromiter(map(_INDEX, reqs), dtype=np.int64, count=len(reqs))
+    out = np.empty(len(reqs), dtype=np.int64)
+    view = out
+    for i in range(len(reqs)):
+        tr = reqs[i]
+        view[i] = tr.req.index
+    return out
+
+
+def _decode_contexts(gens: list[TReq]) -> np.ndarray:
+    """Each generation step's context length (its token included)."""
+    out = np.empty(len(gens), dtype=np.int64)
+    view = out
+    for i in range(len(gens)):
+        tr = gens[i]
+        view[i] = tr.computed + 1
+    return out
+
+
+def _context_chunks(contexts: list[TReq]) -> tuple[np.ndarray, np.ndarray]:
+    """Each context chunk's new tokens and the tokens computed before it."""
+    new = np.empty(len(contexts), dtype=np.int64)
+    cached = np.empty(len(contexts), dtype=np.int64)
+    vnew = new
+    vcached = cached
+    for i in range(len(contexts)):
+        tr = contexts[i]
+        vnew[i] = tr.sched
+        vcached[i] = tr.computed
+    return new, cached
 
 
 class _TBatch:
@@ -272,7 +292,7 @@ class TRTLLMEngine(Engine):
             taken.append(tr)
         if taken:
             del self.ready[:len(taken)]
-            self.rec.emit(np.fromiter((tr.req.index for tr in taken), dtype=np.int64, count=len(taken)), now)
+            self.rec.emit(_indices(taken), now)
             self._finish_done(taken, now)
 
     def has_work(self) -> bool:
@@ -405,7 +425,10 @@ class TRTLLMEngine(Engine):
             self._lead_gens = len(fitting)
             if len(fitting) == len(active) or len(fitting) >= self.max_batch:
                 return fitting, False
-            available = self.pool.num_free_blocks - (sum(map(_TARGET, fitting)) - sum(map(len, map(_BLOCKS, fitting))))
+            reserved = 0  # blocks the generating requests still reserve to completion
+            for tr in fitting:
+                reserved += tr.target - len(tr.blocks)
+            available = self.pool.num_free_blocks - reserved
             for tr in active:
                 if not tr.context:
                     continue
@@ -538,10 +561,9 @@ class TRTLLMEngine(Engine):
         self._last = batch
         kw = {}
         if contexts:
-            kw["prefill_new"] = np.fromiter((tr.sched for tr in contexts), dtype=np.int64, count=len(contexts))
-            kw["prefill_cached"] = np.fromiter((tr.computed for tr in contexts), dtype=np.int64, count=len(contexts))
+            kw["prefill_new"], kw["prefill_cached"] = _context_chunks(contexts)
         if gens:
-            kw["decode_ctx"] = np.fromiter((tr.computed + 1 for tr in gens), dtype=np.int64, count=len(gens))
+            kw["decode_ctx"] = _decode_contexts(gens)
             kw["decode_tokens"] = step_tokens
         if loading:
             self.host_loaded_tokens += loading
@@ -614,11 +636,14 @@ class TRTLLMEngine(Engine):
         reqs = batch.gens
         k = int(ends.size)
         bs = self.bs
-        c0 = list(map(_COMPUTED, reqs))
+        n = len(reqs)
+        c0 = [0] * n
+        for j in range(n):
+            tr = reqs[j]
+            c0[j] = tr.computed
         # Pass s (1..k-1; pass 0 allocated in schedule) opens a block for request j when
         # c0[j] + s is a multiple of the block size; keys s * n + j sorted: passes in order,
         # requests in batch order within a pass, as a pass-by-pass run allocates them.
-        n = len(reqs)
         keys = stretch_block_events(c0, k, bs, caching=False)
         pool = self.pool
         if pool.lru_fast_path:  # pool.now is unused: all the stretch's blocks in one call
@@ -631,8 +656,9 @@ class TRTLLMEngine(Engine):
                 pool.now = float(ends[s - 1])
                 self._alloc_gen(tr)
         pool.now = float(ends[-1])
-        for tr, c in zip(reqs, c0):
-            tr.computed = c + k
+        for j in range(n):
+            tr = reqs[j]
+            tr.computed = c0[j] + k
             tr.generated += k
         if batch.held:  # the passes after the first held their contexts too
             self.batch_wait_count += k - 1
@@ -641,10 +667,13 @@ class TRTLLMEngine(Engine):
         self._finish_done(reqs, float(ends[-1]))
 
     def _finish_done(self, reqs: list[TReq], end: float) -> None:
-        done = [tr for tr in reqs if tr.generated >= tr.max_new]
+        done = []
+        for tr in reqs:
+            if tr.generated >= tr.max_new:
+                done.append(tr)
         if not done:
             return
-        gone = set(id(tr) for tr in done)
+        gone = {id(tr) for tr in done}
         self.active = [tr for tr in self.active if id(tr) not in gone]
         for tr in done:
             self._cache_blocks(tr, tr.computed)
@@ -669,16 +698,27 @@ class TRTLLMEngine(Engine):
         n = len(gens)
         if n == 0:
             return 1
-        if n != len(self.active) and (not self.no_evict or n != sum(1 for tr in self.active if not tr.context)):
-            return 1
+        if n != len(self.active):
+            if not self.no_evict:
+                return 1
+            generating = 0
+            for tr in self.active:
+                generating += not tr.context
+            if n != generating:
+                return 1
         # Under GUARANTEED_NO_EVICT a context request that failed its reservation keeps
         # failing: each generation block moves one block from "free" to "held", so the
         # blocks left after the generating requests' reservations do not change.
         bs = self.bs
-        c = np.fromiter(map(_COMPUTED, gens), dtype=np.int64, count=n)
-        left = np.fromiter(map(_MAX_NEW, gens), dtype=np.int64, count=n)
-        left -= np.fromiter(map(_GENERATED, gens), dtype=np.int64, count=n)
-        limit = int(left.min())
+        c = np.empty(n, dtype=np.int64)  # each request's KV length
+        view = c
+        limit = 0  # the fewest output tokens any request has left
+        for j in range(n):
+            tr = gens[j]
+            view[j] = tr.computed
+            left = tr.max_new - tr.generated
+            if j == 0 or left < limit:
+                limit = left
         if batch.held:
             # held passes in a row, this one included: while the counter is below the timeout
             limit = min(limit, self.batch_wait_timeout - self.batch_wait_count + 1)
