@@ -7,6 +7,8 @@ cdef class Worker:
     cdef public bint fast_forward
     cdef public bint busy
     cdef public object plan
+    cdef public long long n_passes
+    cdef public double end
     cdef public object ends
     cdef public double start
     cdef public long long epoch
@@ -19,6 +21,7 @@ cdef class Worker:
     cdef public long long last_pass_tokens
 
     cpdef object start_pass(self, double now)
+    cpdef _keep_first(self, long long k)
     cpdef object truncate(self, double t)
     cpdef bint settle(self, double t) except? -1
     cpdef close_at(self, double t)

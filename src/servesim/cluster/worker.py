@@ -8,14 +8,15 @@ reaches the worker (an arrival), so results equal pass-by-pass simulation.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from servesim.engines.base import Engine
 from servesim.perf.plan import PassPlan, StepTimeModel, plan_stretch_ends
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from servesim.metrics.timeseries import TimeSeries
 
 
@@ -43,9 +44,13 @@ class Worker:
         self.gpus = gpus
         self.fast_forward = fast_forward
         self.busy = False
-        #: The pass (or stretch of identical decode passes) in flight.
+        #: The pass (or stretch of identical decode passes) in flight: its number of passes,
+        #: the end of the last one and, for a stretch, every pass's end (None for one pass,
+        #: which then needs no array).
         self.plan: PassPlan | None = None
-        self.ends: np.ndarray = np.zeros(0)
+        self.n_passes = 0
+        self.end = 0.0
+        self.ends: np.ndarray | None = None
         self.start: float = 0.0
         #: Increments whenever the pending end event is superseded.
         self.epoch = 0
@@ -78,11 +83,22 @@ class Worker:
             ends = plan_stretch_ends(self.step_time, plan, steps, now)  # attention-DP plans keep their ranks
             if self.timeseries is not None:
                 ends = ends[:self.timeseries.passes_to_sample(self.worker_id, ends)]
+            self.n_passes = ends.size
+            self.end = float(ends[-1])
         else:
-            ends = np.array([now + pass_seconds(self.step_time, plan)])
+            ends = None
+            self.n_passes = 1
+            self.end = now + pass_seconds(self.step_time, plan)
         self.plan, self.ends, self.start, self.busy = plan, ends, now, True
         self.cut_at = None
-        return float(ends[-1])
+        return self.end
+
+    def _keep_first(self, k: int) -> None:
+        """Cut the stretch in flight to its first ``k`` passes."""
+        ends = self.ends[:k]
+        self.ends = ends
+        self.n_passes = k
+        self.end = float(ends[k - 1])
 
     def truncate(self, t: float) -> float | None:
         """Something reaches the worker at ``t``: stop the stretch after the pass in flight.
@@ -94,15 +110,15 @@ class Worker:
         """
         if self.settle_on_input:
             self.settle(t)  # if this leaves the worker idle, the caller restarts it (it always does)
-        if not self.busy or self.ends.size <= 1:
+        if not self.busy or self.n_passes <= 1:
             return None
-        keep = int(self.ends.searchsorted(t, side="left")) + 1
-        if keep >= self.ends.size:
+        keep = bisect_left(self.ends, t) + 1  # the passes ended before t and the one in flight
+        if keep >= self.n_passes:
             return None
-        self.ends = self.ends[:keep]
+        self._keep_first(keep)
         self.epoch += 1
         self.cut_at = t
-        return float(self.ends[-1])
+        return self.end
 
     def settle(self, t: float) -> bool:
         """Bring the engine's state up to ``t`` before someone reads it (a load-aware router).
@@ -115,11 +131,11 @@ class Worker:
         the next one is not scheduled: pass-by-pass, it is decided after the events of the
         instant.  Returns True then (the caller must start the worker again).
         """
-        if not self.busy or self.ends.size <= 1:
+        if not self.busy or self.n_passes <= 1:
             return False
         ends = self.ends
-        done = int(ends.searchsorted(t, side="right"))
-        if done == 0 or done == ends.size:  # nothing ended yet / the end event is due now
+        done = bisect_right(ends, t)
+        if done == 0 or done == self.n_passes:  # nothing ended yet / the end event is due now
             return False
         if self.cut_at is not None:
             # The engine already holds the input that cut the stretch at ``cut_at``; scheduling
@@ -127,7 +143,7 @@ class Worker:
             raise AssertionError(f"worker {self.worker_id}: settled at t={t} after input cut its stretch "
                                  f"at t={self.cut_at} unsettled")
         rest = ends[done:]
-        self.ends = ends[:done]
+        self._keep_first(done)
         end = self.finish_pass()
         if end == t:
             self.epoch += 1  # the stretch's end event is void: the worker restarts after this instant
@@ -136,6 +152,8 @@ class Worker:
         if plan is None or not plan.is_decode_only or self.engine.decode_stretch_limit() < rest.size:
             raise AssertionError(f"worker {self.worker_id}: a decode stretch changed when settled at t={t}")
         self.plan, self.ends, self.start, self.busy = plan, rest, end, True
+        self.n_passes = rest.size
+        self.end = float(rest[-1])
         return False
 
     def close_at(self, t: float) -> None:
@@ -148,9 +166,13 @@ class Worker:
         if not self.busy:
             return
         start = self.start
-        done = int(self.ends.searchsorted(t, side="right"))
+        if self.ends is None:
+            done = 1 if self.end <= t else 0
+        else:
+            done = bisect_right(self.ends, t)
         if done:
-            self.ends = self.ends[:done]
+            if done < self.n_passes:
+                self._keep_first(done)
             start = self.finish_pass()
         self.busy_time += t - start
         self.busy = False
@@ -159,9 +181,8 @@ class Worker:
         """Commit the pass or stretch in flight; returns its end time."""
         plan = self.plan
         assert plan is not None
-        ends = self.ends
-        end = float(ends[-1])
-        n = ends.size
+        end = self.end
+        n = self.n_passes
         self.busy_time += end - self.start
         self.passes += n
         self.last_pass_tokens = tokens = plan.num_tokens
@@ -169,7 +190,7 @@ class Worker:
         if n == 1:
             self.engine.complete(plan, end)
         else:
-            self.engine.complete_stretch(plan, ends)
+            self.engine.complete_stretch(plan, self.ends)
         self.plan = None
         self.busy = False
         return end
