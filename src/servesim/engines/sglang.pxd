@@ -18,6 +18,15 @@ cdef class SGReq:
     cdef public bint admitted_once
 
 
+cdef class _PrefillBatch:
+    cdef public list reqs
+    cdef public SGReq chunked
+
+
+cdef class _DecodeBatch:
+    cdef public long long n
+
+
 cdef class SGLangEngine(Engine):
     cdef public object opt
     cdef public long long page
@@ -84,7 +93,7 @@ cdef class SGLangEngine(Engine):
     cpdef _take_prefix(self, SGReq sr, long long matched, object node, long long host_hit=*)
 
     @cython.locals(sr=SGReq, i=cython.Py_ssize_t, loaded=cython.longlong, ok=cython.bint)
-    cpdef object _prefill_plan(self, object batch, double now)
+    cpdef object _prefill_plan(self, _PrefillBatch batch, double now)
 
     @cython.locals(need=cython.longlong, n=cython.longlong, grown=cython.bint)
     cpdef object _decode_plan(self)
@@ -103,7 +112,7 @@ cdef class SGLangEngine(Engine):
     cpdef bint _evictions_fold(self)
 
     @cython.locals(sr=SGReq, emitted=list)
-    cpdef _complete_prefill(self, object batch, double end)
+    cpdef _complete_prefill(self, _PrefillBatch batch, double end)
 
     cpdef _complete_decode(self, long long n, double end)
 

@@ -27,7 +27,6 @@ is modelled and what is left out.  In short:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -89,17 +88,26 @@ class SGReq:
         return max(self.max_new - self.generated, 0)
 
 
-@dataclass(slots=True)
 class _PrefillBatch:
-    reqs: list[SGReq]
-    chunked: SGReq | None
+    """A prefill pass: its requests, and the one whose prompt it only partly computes (if any).
+
+    (Plain classes here and below, not dataclasses: engines/sglang.pxd types them.)
+    """
+
+    __slots__ = ("reqs", "chunked")
+
+    def __init__(self, reqs: list[SGReq], chunked: SGReq | None) -> None:
+        self.reqs = reqs
+        self.chunked = chunked
 
 
-@dataclass(slots=True)
 class _DecodeBatch:
     """A decode pass: the first ``n`` running requests (the whole running batch)."""
 
-    n: int
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
 
 
 def default_chunked_prefill_size(gpu_memory_gib: float) -> int:

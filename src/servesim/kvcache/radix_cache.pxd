@@ -21,6 +21,11 @@ cdef class RadixNode:
     cdef public object block_id
 
 
+cdef class MatchResult:
+    cdef public long long tokens
+    cdef public RadixNode node
+
+
 cdef class RadixCache:
     cdef public TokenPool pool
     cdef public long long page_size

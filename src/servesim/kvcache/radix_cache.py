@@ -26,7 +26,6 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from servesim.kvcache.events import EventSink, KVEvent, Segment
 from servesim.kvcache.policies import (
@@ -86,12 +85,20 @@ class RadixNode:
         return f"RadixNode(uid={self.uid}, key={self.key}, lock_ref={self.lock_ref}, children={len(self.children)})"
 
 
-@dataclass(slots=True)
 class MatchResult:
-    """A cached prefix: ``tokens`` leading tokens, ending exactly at ``node`` (root if none)."""
+    """A cached prefix: ``tokens`` leading tokens, ending exactly at ``node`` (root if none).
 
-    tokens: int
-    node: RadixNode
+    (A plain class, not a dataclass: kvcache/radix_cache.pxd types it.)
+    """
+
+    __slots__ = ("tokens", "node")
+
+    def __init__(self, tokens: int, node: RadixNode) -> None:
+        self.tokens = tokens
+        self.node = node
+
+    def __repr__(self) -> str:
+        return f"MatchResult(tokens={self.tokens}, node={self.node.uid})"
 
 
 class RadixCache:
