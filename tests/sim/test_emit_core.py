@@ -31,7 +31,8 @@ def recorders(n: int, warm: list[bool]) -> tuple[RequestRecorder, RequestRecorde
     fast = RequestRecorder()
     assert ref._kernel is None and fast._kernel is not None
     for rec in (ref, fast):
-        rec._flush_at = 3  # flush in small chunks
+        rec._flush_at = 3  # flush in small chunks (the compiled emitter's buffers take it when built)
+        rec._new_emitter()
         for i in range(n):
             rec.register(i, f"r{i}", None, 0, 10, 100, warm[i])
     return ref, fast

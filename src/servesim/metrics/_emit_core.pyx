@@ -12,10 +12,18 @@ appended are the same values in the same order: the first gap and how often it o
 then, of the others, one value and its count if they are all equal, or else each distinct
 value with its count in ascending order.  ``tests/sim/test_emit_core.py`` checks the two
 recorders agree on random emissions.
+
+The pairs wait in C arrays (:class:`Pairs`), not in Python lists: a run appends millions
+of them, and a Python float and int per pair, then a list-to-array conversion per chunk,
+cost more than the emission itself.  A full buffer goes to the recorder's samples as one
+pair of arrays; chunk boundaries do not matter, since the samples concatenate the chunks.
 """
 
-from libc.stdint cimport int64_t, uint8_t
+import numpy as np
+
+from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc, qsort
+from libc.string cimport memcpy
 
 
 cdef int _cmp_double(const void* a, const void* b) noexcept nogil:
@@ -24,7 +32,52 @@ cdef int _cmp_double(const void* a, const void* b) noexcept nogil:
     return (x > y) - (x < y)
 
 
-cdef int _add_gaps(double* gaps, Py_ssize_t n, list values, list counts) except -1:
+cdef class Pairs:
+    """Pending (gap, count) pairs; every ``capacity`` of them go to ``sink.add(values, counts)``
+    (a :class:`servesim.metrics.stats.WeightedSamples`) as float64 and int32 arrays."""
+
+    cdef double* v
+    cdef int32_t* w
+    cdef Py_ssize_t n, cap
+    cdef object sink
+
+    def __cinit__(self, object sink, Py_ssize_t capacity):
+        self.cap = capacity if capacity > 0 else 1
+        self.n = 0
+        self.sink = sink
+        self.v = <double*>malloc(self.cap * sizeof(double))
+        self.w = <int32_t*>malloc(self.cap * sizeof(int32_t))
+        if not self.v or not self.w:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.v)
+        free(self.w)
+
+    cdef inline int push(self, double value, Py_ssize_t count) except -1:
+        if self.n == self.cap:
+            self.flush()
+        self.v[self.n] = value
+        self.w[self.n] = <int32_t>count
+        self.n += 1
+        return 0
+
+    cpdef flush(self):
+        """Hand the pending pairs to the sink."""
+        cdef Py_ssize_t n = self.n
+        if n == 0:
+            return
+        values = np.empty(n, dtype=np.float64)
+        counts = np.empty(n, dtype=np.int32)
+        cdef double[::1] vv = values
+        cdef int32_t[::1] cc = counts
+        memcpy(&vv[0], self.v, n * sizeof(double))
+        memcpy(&cc[0], self.w, n * sizeof(int32_t))
+        self.n = 0
+        self.sink.add(values, counts)
+
+
+cdef int _add_gaps(double* gaps, Py_ssize_t n, Pairs out) except -1:
     """Append ``gaps[:n]`` as (value, count) pairs, as ``RequestRecorder._add_gaps`` does."""
     if n == 0:
         return 0
@@ -36,8 +89,7 @@ cdef int _add_gaps(double* gaps, Py_ssize_t n, list values, list counts) except 
         else:
             gaps[m] = gaps[i]  # the others, in order, compacted to the front
             m += 1
-    values.append(g0)
-    counts.append(k)
+    out.push(g0, k)
     if m == 0:
         return 0
     cdef double g1 = gaps[0]
@@ -47,8 +99,7 @@ cdef int _add_gaps(double* gaps, Py_ssize_t n, list values, list counts) except 
             same = False
             break
     if same:
-        values.append(g1)
-        counts.append(m)
+        out.push(g1, m)
         return 0
     qsort(gaps, m, sizeof(double), _cmp_double)
     i = 0
@@ -56,8 +107,7 @@ cdef int _add_gaps(double* gaps, Py_ssize_t n, list values, list counts) except 
         run = i + 1
         while run < m and gaps[run] == gaps[i]:
             run += 1
-        values.append(gaps[i])
-        counts.append(run - i)
+        out.push(gaps[i], run - i)
         i = run
     return 0
 
@@ -67,8 +117,9 @@ cdef class Emitter:
 
     Acquiring six array views costs a few microseconds per call, more than the emission of
     a small batch, so the recorder builds one ``Emitter`` and rebuilds it only when its
-    columns grow (:meth:`RequestRecorder.register`).  The gap lists are the recorder's own
-    (it empties them in place when it flushes them).
+    columns grow (:meth:`RequestRecorder.register`), flushing the old one's pairs first.
+    Gaps of measured requests go to ``itl``, those of warm-up requests to ``itl_warmup``,
+    in chunks of ``chunk`` pairs (and whatever is pending at :meth:`flush`).
     """
 
     cdef int64_t[::1] em
@@ -77,13 +128,19 @@ cdef class Emitter:
     cdef double[::1] second
     cdef const uint8_t[::1] warm
     cdef public bint any_warm
-    cdef list gv, gw, wv, ww
+    cdef Pairs cold_pairs, warm_pairs
 
     def __init__(self, int64_t[::1] em, double[::1] last, double[::1] first, double[::1] second,
-                 const uint8_t[::1] warm, bint any_warm, list gv, list gw, list wv, list ww):
+                 const uint8_t[::1] warm, bint any_warm, itl, itl_warmup, Py_ssize_t chunk):
         self.em, self.last, self.first, self.second, self.warm = em, last, first, second, warm
         self.any_warm = any_warm
-        self.gv, self.gw, self.wv, self.ww = gv, gw, wv, ww
+        self.cold_pairs = Pairs(itl, chunk)
+        self.warm_pairs = Pairs(itl_warmup, chunk)
+
+    def flush(self):
+        """Hand every pending pair to the samples."""
+        self.cold_pairs.flush()
+        self.warm_pairs.flush()
 
     def emit(self, const int64_t[:] idx, double t, double t_second, bint has_second, double t_last,
              int64_t add_emissions) -> int:
@@ -133,8 +190,8 @@ cdef class Emitter:
                         nc += 1
                 self.last[r] = t_last
                 self.em[r] = e + add_emissions
-            _add_gaps(hot, nw, self.wv, self.ww)
-            _add_gaps(cold, nc, self.gv, self.gw)
+            _add_gaps(hot, nw, self.warm_pairs)
+            _add_gaps(cold, nc, self.cold_pairs)
         finally:
             free(cold)
             free(hot)
@@ -155,8 +212,6 @@ cdef class Emitter:
         for s in range(1, k):
             g = pass_ends[s] - pass_ends[s - 1]
             if n_cold:
-                self.gv.append(g)
-                self.gw.append(n_cold)
+                self.cold_pairs.push(g, n_cold)
             if n_warm:
-                self.wv.append(g)
-                self.ww.append(n_warm)
+                self.warm_pairs.push(g, n_warm)

@@ -61,7 +61,8 @@ class RequestRecorder:
         # Inter-token gaps of warm-up requests are kept apart so they can be excluded.
         self._itl_warmup = WeightedSamples()
         # Gaps not yet handed to the samples above: (value, count) pairs in plain lists,
-        # flushed as arrays in chunks (one small array per pass would cost more).
+        # flushed as arrays in chunks (one small array per pass would cost more).  The
+        # compiled emitter keeps its own pending pairs in C arrays instead.
         self._gv: list[float] = []
         self._gw: list[int] = []
         self._wv: list[float] = []
@@ -163,7 +164,8 @@ class RequestRecorder:
         return self._itl_warmup
 
     def _flush(self) -> None:
-        # Emptied in place: the compiled emitter holds these lists.
+        if self._emitter is not None:
+            self._emitter.flush()
         if self._gv:
             self._itl.add(np.array(self._gv, dtype=np.float64), np.array(self._gw, dtype=np.int32))
             self._gv.clear()
@@ -174,11 +176,14 @@ class RequestRecorder:
             self._ww.clear()
 
     def _new_emitter(self) -> None:
-        """(Re)build the compiled emitter over the current hot columns."""
+        """(Re)build the compiled emitter over the current hot columns, its pending gaps
+        handed to the samples first; its buffers hold :attr:`_flush_at` pairs."""
         if self._kernel is not None:
+            if self._emitter is not None:
+                self._emitter.flush()
             self._emitter = self._kernel.Emitter(
                 self._c_em.data, self._c_last.data, self._c_first.data, self._c_second.data,
-                self._warm.data.view(np.uint8), self._any_warm, self._gv, self._gw, self._wv, self._ww)
+                self._warm.data.view(np.uint8), self._any_warm, self._itl, self._itl_warmup, self._flush_at)
 
     def emit(self, idx: np.ndarray, t: float, tokens_each: np.ndarray | int = 1) -> None:
         """Requests ``idx`` each received ``tokens_each`` output tokens at time ``t``."""
@@ -186,7 +191,6 @@ class RequestRecorder:
             return
         if self._kernel is not None:
             self._emitter.emit(_as_int64(idx), t, NAN, False, t, 1)
-            self._flush_if_full()
         else:
             em = self._c_em.data
             last = self._c_last.data
@@ -272,7 +276,6 @@ class RequestRecorder:
             return
         if self._kernel is not None:  # the first pass's emission and every gap, in C
             self._emitter.emit_stretch(_as_int64(idx), pass_ends)
-            self._flush_if_full()
             return
         em = self._c_em.data
         last = self._c_last.data
