@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from servesim.kvcache import KVEvent, RadixCache
@@ -257,3 +259,27 @@ def test_insert_and_match_equals_insert_then_match(seed, page):
             b.free(present)
         assert _nodes(a) == _nodes(b)
         assert (a.evictable_size, a.pool.free_tokens, a._seq) == (b.evictable_size, b.pool.free_tokens, b._seq)
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "fifo"])
+def test_lazy_heap_keys_are_the_policys_keys(policy):
+    """The lazy eviction heap reads its keys from the nodes (``_lazy_key``): they must be the
+    policy's own keys for every node, after inserts, hits and splits."""
+    rng = random.Random(7)
+    c = RadixCache(400, policy=policy)
+    assert c._lazy
+    for step in range(60):
+        c.now = float(step)
+        ids = tuple(rng.randint(1, 6) for _ in range(rng.randint(1, 4)))
+        m, t = admit(c, seq(*ids))
+        finish(c, seq(*ids), m, t)
+        if rng.random() < 0.3:
+            c.evict(rng.randint(1, 40))
+    nodes, stack = [], [c.root]
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        stack.extend(node.children.values())
+    assert len(nodes) > 5
+    for node in nodes:
+        assert c._lazy_key(node) == c.policy.key(node, 0.0)

@@ -42,10 +42,12 @@ cdef class RadixCache:
     cdef public long long protected_size
     cdef public set _evictable_leaves
     cdef public bint _lazy
+    cdef public int _lazy_kind
     cdef public list _heap
     cdef public object _pushes
 
     cpdef _add_leaf(self, RadixNode node)
+    cpdef object _lazy_key(self, RadixNode node)
 
     @cython.locals(total=cython.longlong, aligned=cython.longlong)
     cpdef tuple _aligned_segments(self, object units, object n_tokens)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from servesim.kvcache.events import EventSink, KVEvent, Segment
 from servesim.kvcache.policies import (
@@ -148,6 +149,8 @@ class RadixCache:
         # current key.  Since keys never decrease, the first current entry popped is the
         # true minimum, so eviction order equals a heap rebuilt from all leaves each call.
         self._lazy = type(self.policy) in (LRUPolicy, LFUPolicy, FIFOPolicy)
+        #: Which of the three the lazy heap orders by (:meth:`_lazy_key`); 0 when not lazy.
+        self._lazy_kind = {LRUPolicy: 1, LFUPolicy: 2, FIFOPolicy: 3}.get(type(self.policy), 0)
         self._heap: list = []
         self._pushes = itertools.count()
 
@@ -158,11 +161,22 @@ class RadixCache:
             if len(heap) > 2 * len(self._evictable_leaves) + 1024:
                 self._rebuild_heap()
             else:
-                heapq.heappush(heap, (self.policy.key(node, 0.0), node.uid, next(self._pushes), node))
+                heapq.heappush(heap, (self._lazy_key(node), node.uid, next(self._pushes), node))
+
+    def _lazy_key(self, node: RadixNode) -> Any:
+        """``policy.key(node, 0.0)`` for the lazy heap's policies, read from the node itself: the
+        same values as :mod:`servesim.kvcache.policies` gives, without a Python method call per
+        heap entry (``tests/kvcache/test_radix_cache.py`` checks they agree)."""
+        kind = self._lazy_kind
+        if kind == 1:  # LRUPolicy
+            return node.last_seq
+        if kind == 2:  # LFUPolicy
+            return (node.access_count, node.last_seq)
+        return node.insert_seq  # FIFOPolicy
 
     def _rebuild_heap(self) -> None:
-        key, count = self.policy.key, self._pushes
-        self._heap = [(key(n, 0.0), n.uid, next(count), n) for n in self._evictable_leaves]
+        count = self._pushes
+        self._heap = [(self._lazy_key(n), n.uid, next(count), n) for n in self._evictable_leaves]
         heapq.heapify(self._heap)
 
     # ------------------------------------------------------------------ counters
@@ -398,21 +412,21 @@ class RadixCache:
         return freed
 
     def _evict_lazy(self, num_tokens: int) -> int:
-        key, heap, leaves, count = self.policy.key, self._heap, self._evictable_leaves, self._pushes
+        heap, leaves, count = self._heap, self._evictable_leaves, self._pushes
         pop, push = heapq.heappop, heapq.heappush
         freed = 0
         while freed < num_tokens and leaves:
             k, uid, _, node = pop(heap)
             if node not in leaves:
                 continue
-            cur = key(node, 0.0)
+            cur = self._lazy_key(node)
             if cur != k:
                 push(heap, (cur, uid, next(count), node))
                 continue
             freed += node.ntok
             parent = self._remove_leaf(node)
             if parent is not None:
-                push(heap, (key(parent, 0.0), parent.uid, next(count), parent))
+                push(heap, (self._lazy_key(parent), parent.uid, next(count), parent))
         return freed
 
     def _remove_leaf(self, node: RadixNode) -> RadixNode | None:
