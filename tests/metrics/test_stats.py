@@ -86,8 +86,8 @@ def _reference_describe(values, weights, scale):
     keep = w > 0
     v, w = v[keep], w[keep]
     total = int(w.sum())
-    mean = float(np.dot(v, w) / total)
-    var = float(np.dot((v - mean) ** 2, w) / total)
+    mean = float(np.add.reduce(v * w)) / total  # servesim's fixed-order sum (not BLAS's dot)
+    var = float(np.add.reduce((v - mean) ** 2 * w)) / total
     out = {"count": total, "mean": mean, "std": float(np.sqrt(max(var, 0.0))), "min": float(v[0]),
            "max": float(v[-1])}
     for p in PERCENTILES:
@@ -107,3 +107,22 @@ def test_itl_summary_is_bit_identical_to_the_unique_and_bincount_computation(pai
     w = np.array([p[1] for p in pairs], dtype=np.int64)
     got = describe(*s.arrays(), scale=scale)
     assert got == _reference_describe(v, w, scale)  # exact: ==, not isclose
+
+
+def test_weighted_sum_over_chunks_is_accurate_and_fixed(monkeypatch):
+    """Sums longer than a chunk add the chunks' pairwise sums in order: accurate to about an
+    ulp of the exact sum, and the same however many threads the machine has."""
+    import math
+
+    from servesim.metrics import stats
+
+    rng = np.random.default_rng(5)
+    v = rng.random(10_000) * 0.05
+    w = rng.integers(1, 40, 10_000)
+    exact = math.fsum((v * w).tolist())
+    monkeypatch.setattr(stats, "_SUM_CHUNK", 1024)  # ten chunks
+    chunked = stats._weighted_sum(v, w)
+    assert chunked == sum(float(np.add.reduce(v[i:i + 1024] * w[i:i + 1024])) for i in range(0, v.size, 1024))
+    assert abs(chunked - exact) <= 1e-12 * exact
+    got = describe(v, w)
+    assert abs(got["mean"] - exact / int(w.sum())) <= 1e-12 * got["mean"]

@@ -74,15 +74,33 @@ def describe(values: np.ndarray, weights: np.ndarray | None = None, scale: float
     del keep
     v = v * scale
     total = int(w.sum())
-    out = {"count": total, "mean": float(np.dot(v, w) / total), "std": 0.0, "min": float(v[0]), "max": float(v[-1])}
+    out = {"count": total, "mean": _weighted_sum(v, w) / total, "std": 0.0, "min": float(v[0]), "max": float(v[-1])}
     cum = np.cumsum(w)
     for p in PERCENTILES:
         out[f"p{p}"] = weighted_percentile(v, w, p, cum)
     del cum
     v -= out["mean"]  # from here on the squared deviations
     np.square(v, out=v)
-    out["std"] = math.sqrt(max(float(np.dot(v, w) / total), 0.0))
+    out["std"] = math.sqrt(max(_weighted_sum(v, w) / total, 0.0))
     return out
+
+
+#: Pairs per step of :func:`_weighted_sum` (bounds its temporary array to 8 MB).
+_SUM_CHUNK = 1 << 20
+
+
+def _weighted_sum(v: np.ndarray, w: np.ndarray) -> float:
+    """``Σ v·w`` in an order fixed by the data alone: numpy's pairwise sum of each chunk's
+    products, the chunks added in order.
+
+    Not ``np.dot``: BLAS splits a long dot product over threads, so its last bits depend on
+    the machine's thread count, and its idle threads spin for a while after the call,
+    burning CPU (about 6% of a 20k-request run on two cores).
+    """
+    total = 0.0
+    for i in range(0, v.size, _SUM_CHUNK):
+        total += float(np.add.reduce(v[i:i + _SUM_CHUNK] * w[i:i + _SUM_CHUNK]))
+    return total
 
 
 def _is_sorted(v: np.ndarray) -> bool:
