@@ -154,7 +154,10 @@ class WeightedSamples:
         w = np.concatenate(self._weights)  # counts of one pass: int32 (the recorder's chunks)
         self._values = []  # only once both copies exist: a failed copy loses no sample
         self._weights = []
-        order = np.argsort(v, kind="stable")
+        # Any sort will do: equal values merge below, their weights summed exactly (integers),
+        # and gaps (later minus earlier time) are never -0.0, so equal means identical bits.
+        # numpy's default sort takes half the time of the stable one on a run's gaps.
+        order = np.argsort(v)
         v = v[order]
         w = w[order]
         del order
