@@ -56,7 +56,6 @@ iteration.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
