@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-from servesim.errors import ConfigError, ServesimError
-from servesim.report.plots import RUN_FIGURES
+# A run does no linear algebra and the calibration fits are small, so numpy's OpenBLAS threads
+# would only spin: about 0.08 s of CPU when numpy loads, on two cores.  Set before the imports
+# below load numpy; a value the user set wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from servesim.errors import ConfigError, ServesimError  # noqa: E402 (after the BLAS setting)
+from servesim.report.plots import RUN_FIGURES  # noqa: E402
 
 
 def _add_predict(sub) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -290,3 +293,15 @@ def test_unusable_output_folders_and_config_files_are_clear_errors(tmp_path, cap
     binary.write_bytes(b"\xff\xfe\x00")
     assert main(["predict", str(binary)]) == 2
     assert "is not UTF-8 text" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given, expected", [(None, "1"), ("3", "3")])
+def test_cli_keeps_blas_to_one_thread_unless_told(given, expected):
+    """The command sets OPENBLAS_NUM_THREADS=1 before numpy loads (its idle BLAS threads only
+    spin, about a tenth of a default run's CPU); a value the user set is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    code = "import sys, os, servesim.cli; print(os.environ['OPENBLAS_NUM_THREADS'], 'numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [expected, "True"]
