@@ -17,7 +17,7 @@ one interpreted iteration per block.  This core keeps the same state in C arrays
   fingerprint); the key itself is the block's ``hval``, read only when the fingerprint
   matches.  At 8 bytes a slot the map of a 50k-block pool fits in 1 MB: the pool's
   work is mostly cache misses, and halving the map cut a block's cost by about a third
-  (``benchmarks/bench_lru_core.py``).
+  (``benchmarks/bench_block_pool.py --pools 4``).
 
 Hashes are Python ints.  Those within a signed 64-bit integer (all but ~1 in 10^16: a
 chained hash plus an offset can pass 2^63) go to the C map; any other goes to a small
