@@ -21,6 +21,7 @@ cdef class Worker:
     cdef public long long last_pass_tokens
 
     cpdef object start_pass(self, double now)
+    cpdef _hold(self, object ends)
     cpdef _keep_first(self, long long k)
     cpdef object truncate(self, double t)
     cpdef bint settle(self, double t) except? -1

@@ -83,22 +83,24 @@ class Worker:
             ends = plan_stretch_ends(self.step_time, plan, steps, now)  # attention-DP plans keep their ranks
             if self.timeseries is not None:
                 ends = ends[:self.timeseries.passes_to_sample(self.worker_id, ends)]
-            self.n_passes = ends.size
-            self.end = float(ends[-1])
+            self._hold(ends)
         else:
-            ends = None
+            self.ends = None
             self.n_passes = 1
             self.end = now + pass_seconds(self.step_time, plan)
-        self.plan, self.ends, self.start, self.busy = plan, ends, now, True
+        self.plan, self.start, self.busy = plan, now, True
         self.cut_at = None
         return self.end
 
+    def _hold(self, ends: np.ndarray) -> None:
+        """The stretch in flight has passes ending at ``ends``."""
+        self.ends = ends
+        self.n_passes = ends.size
+        self.end = float(ends[-1])
+
     def _keep_first(self, k: int) -> None:
         """Cut the stretch in flight to its first ``k`` passes."""
-        ends = self.ends[:k]
-        self.ends = ends
-        self.n_passes = k
-        self.end = float(ends[k - 1])
+        self._hold(self.ends[:k])
 
     def truncate(self, t: float) -> float | None:
         """Something reaches the worker at ``t``: stop the stretch after the pass in flight.
@@ -151,9 +153,8 @@ class Worker:
         plan = self.engine.schedule(end)
         if plan is None or not plan.is_decode_only or self.engine.decode_stretch_limit() < rest.size:
             raise AssertionError(f"worker {self.worker_id}: a decode stretch changed when settled at t={t}")
-        self.plan, self.ends, self.start, self.busy = plan, rest, end, True
-        self.n_passes = rest.size
-        self.end = float(rest[-1])
+        self.plan, self.start, self.busy = plan, end, True
+        self._hold(rest)
         return False
 
     def close_at(self, t: float) -> None:
