@@ -89,3 +89,13 @@ def test_stretch_ends_equal_the_summed_durations(case, seed, n, steps, now, extr
         w = wrapped.decode_stretch_times(ctx, steps).cumsum()
         w += now
         assert plan_stretch_ends(wrapped, PassPlan(decode_ctx=ctx), steps, now).tobytes() == w.tobytes()
+    # The worker's prepared pricer: the same ends, through the wrapper or not; none without the kernel.
+    from servesim.perf.plan import stretch_pricer
+
+    assert stretch_pricer(ref) is None and stretch_pricer(SchedulerOverheadStepTime(ref, 2e-4, 3e-6)) is None
+    plain = fast.decode_stretch_ends(ctx, steps, now)
+    wrapped = SchedulerOverheadStepTime(fast, 2e-4, 3e-6)
+    for pricer, expected in ((stretch_pricer(fast), plain), (stretch_pricer(wrapped), w)):
+        for _ in range(2):  # a fresh batch size, then its memoised terms
+            assert pricer(ctx, steps, now).tobytes() == expected.tobytes()
+        assert pricer(ctx.astype(np.int32), steps, now).tobytes() == expected.tobytes()

@@ -5,6 +5,7 @@ cdef class Worker:
     cdef public object step_time
     cdef public object gpus
     cdef public bint fast_forward
+    cdef public object stretch_ends
     cdef public bint busy
     cdef public object plan
     cdef public long long n_passes

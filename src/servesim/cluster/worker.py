@@ -12,7 +12,7 @@ from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING
 
 from servesim.engines.base import Engine
-from servesim.perf.plan import PassPlan, StepTimeModel, plan_stretch_ends
+from servesim.perf.plan import PassPlan, StepTimeModel, plan_stretch_ends, stretch_pricer
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,6 +43,8 @@ class Worker:
         self.step_time = step_time
         self.gpus = gpus
         self.fast_forward = fast_forward
+        #: The step-time model's prepared stretch pricing, if it has one (plans without ranks).
+        self.stretch_ends = stretch_pricer(step_time) if fast_forward else None
         self.busy = False
         #: The pass (or stretch of identical decode passes) in flight: its number of passes,
         #: the end of the last one and, for a stretch, every pass's end (None for one pass,
@@ -80,7 +82,10 @@ class Worker:
         if self.fast_forward and plan.is_decode_only:
             steps = self.engine.decode_stretch_limit()
         if steps > 1:
-            ends = plan_stretch_ends(self.step_time, plan, steps, now)  # attention-DP plans keep their ranks
+            if self.stretch_ends is not None and plan.ranks is None:
+                ends = self.stretch_ends(plan.decode_ctx, steps, now)
+            else:  # attention-DP plans keep their ranks
+                ends = plan_stretch_ends(self.step_time, plan, steps, now)
             if self.timeseries is not None:
                 ends = ends[:self.timeseries.passes_to_sample(self.worker_id, ends)]
             self._hold(ends)

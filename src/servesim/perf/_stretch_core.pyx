@@ -27,19 +27,12 @@ cdef inline double _max(double a, double b) noexcept nogil:
     return a if (a >= b or a != a) else b
 
 
-def decode_stretch_times(const int64_t[:] ctx, Py_ssize_t steps, double base, int64_t window,
-                         double overhead, double c_full, double m_full, double c_cap, double m_cap,
-                         double dp):
-    """Durations of ``steps`` decode-only passes over contexts ``ctx`` (pass ``s``: ``ctx + s``).
-
-    Pass ``s`` costs ``base`` plus, divided by ``dp``, ``max(c_full * x, m_full * x)`` with
-    ``x = Σ(ctx + s) + overhead`` and, if ``window`` > 0, ``max(c_cap * y, m_cap * y)`` with
-    ``y = Σ min(ctx + s, window) + overhead``.
-    """
+cdef int _stretch_times(const int64_t[:] ctx, Py_ssize_t steps, double base, int64_t window,
+                        double overhead, double c_full, double m_full, double c_cap, double m_cap,
+                        double dp, double* o) except -1:
+    """Write the ``steps`` durations of :func:`decode_stretch_times` to ``o``."""
     cdef Py_ssize_t n = ctx.shape[0], i, s
-    out = np.empty(steps, dtype=np.float64)
-    cdef double[::1] o = out
-    cdef int64_t total = 0, below_sum, below
+    cdef int64_t total = 0, below = 0
     cdef int64_t* srt = NULL
     cdef int64_t* prefix = NULL
     cdef double x, y, t
@@ -61,19 +54,44 @@ def decode_stretch_times(const int64_t[:] ctx, Py_ssize_t steps, double base, in
         below = n  # requests with ctx + s < window; only falls as s grows
         while below > 0 and srt[below - 1] >= window:
             below -= 1
-    try:
-        for s in range(steps):
-            x = <double>(total + n * s)
-            t = _max(c_full * (x + overhead), m_full * (x + overhead))
-            if window:
-                while below > 0 and srt[below - 1] >= window - s:
-                    below -= 1
-                y = <double>(prefix[below] + below * s + (n - below) * window)
-                t = t + _max(c_cap * (y + overhead), m_cap * (y + overhead))
-            o[s] = base + t / dp
-    finally:
-        free(srt)
-        free(prefix)
+    for s in range(steps):
+        x = <double>(total + n * s)
+        t = _max(c_full * (x + overhead), m_full * (x + overhead))
+        if window:
+            while below > 0 and srt[below - 1] >= window - s:
+                below -= 1
+            y = <double>(prefix[below] + below * s + (n - below) * window)
+            t = t + _max(c_cap * (y + overhead), m_cap * (y + overhead))
+        o[s] = base + t / dp
+    free(srt)
+    free(prefix)
+    return 0
+
+
+cdef inline void _sum_ends(double* o, Py_ssize_t steps, bint add_extra, double extra, double now) noexcept:
+    """Durations to end times: ``d += extra; e = d.cumsum(); e += now``, operation for operation."""
+    cdef Py_ssize_t s
+    cdef double acc = 0.0
+    for s in range(steps):
+        if add_extra:
+            o[s] = o[s] + extra
+        acc = o[s] if s == 0 else acc + o[s]
+        o[s] = acc + now
+
+
+def decode_stretch_times(const int64_t[:] ctx, Py_ssize_t steps, double base, int64_t window,
+                         double overhead, double c_full, double m_full, double c_cap, double m_cap,
+                         double dp):
+    """Durations of ``steps`` decode-only passes over contexts ``ctx`` (pass ``s``: ``ctx + s``).
+
+    Pass ``s`` costs ``base`` plus, divided by ``dp``, ``max(c_full * x, m_full * x)`` with
+    ``x = Σ(ctx + s) + overhead`` and, if ``window`` > 0, ``max(c_cap * y, m_cap * y)`` with
+    ``y = Σ min(ctx + s, window) + overhead``.
+    """
+    out = np.empty(steps, dtype=np.float64)
+    cdef double[::1] o = out
+    if steps > 0:
+        _stretch_times(ctx, steps, base, window, overhead, c_full, m_full, c_cap, m_cap, dp, &o[0])
     return out
 
 
@@ -83,13 +101,66 @@ def decode_stretch_ends(const int64_t[:] ctx, Py_ssize_t steps, double base, int
     """The passes' end times, from ``now``: :func:`decode_stretch_times`, plus ``extra`` each
     when ``add_extra`` (a scheduler overhead), summed in order, plus ``now`` — numpy's
     ``d += extra; e = d.cumsum(); e += now``, operation for operation."""
-    out = decode_stretch_times(ctx, steps, base, window, overhead, c_full, m_full, c_cap, m_cap, dp)
+    out = np.empty(steps, dtype=np.float64)
     cdef double[::1] o = out
-    cdef Py_ssize_t s
-    cdef double acc = 0.0
-    for s in range(steps):
-        if add_extra:
-            o[s] = o[s] + extra
-        acc = o[s] if s == 0 else acc + o[s]
-        o[s] = acc + now
+    if steps > 0:
+        _stretch_times(ctx, steps, base, window, overhead, c_full, m_full, c_cap, m_cap, dp, &o[0])
+        _sum_ends(&o[0], steps, add_extra, extra, now)
     return out
+
+
+cdef class StretchPricer:
+    """:func:`decode_stretch_ends` for one analytic model (and the scheduler overhead wrapped
+    around it), its constants read once.
+
+    A worker prices every decode stretch through the same model; going through the model's
+    Python methods each time (the wrapper, the model, its memo of the token-count part, the
+    argument tuple) cost several times the kernel itself.  The per-batch-size terms come from
+    the model's own Python arithmetic once per batch size, so the results are those of
+    ``AnalyticStepTime.decode_stretch_ends`` bit for bit.
+    """
+
+    cdef object model
+    cdef object pass_s
+    cdef object per_request_s
+    cdef bint add_extra
+    cdef int64_t window
+    cdef double c_full, m_full, c_cap, m_cap, dp
+    #: batch size -> (base, overhead, extra): the terms that depend on it alone
+    cdef dict _terms
+
+    def __init__(self, model, pass_s=None, per_request_s=None):
+        self.model = model
+        self.add_extra = pass_s is not None
+        self.pass_s = pass_s
+        self.per_request_s = per_request_s
+        self.window = int(model._cap or 0)
+        self.c_full, self.m_full = model._dec_full
+        self.c_cap, self.m_cap = model._dec_cap if model._cap else (0.0, 0.0)
+        self.dp = float(model._dp)
+        self._terms = {}
+
+    cdef tuple _terms_for(self, Py_ssize_t n):
+        terms = self._terms.get(n)
+        if terms is None:  # the same Python expressions as the model's and the wrapper's
+            m = self.model
+            extra = self.pass_s + self.per_request_s * n if self.add_extra else 0.0
+            terms = (float(m._token_part(n, 0, n, 1, True)), float(m._dec_oh * n), float(extra))
+            self._terms[n] = terms
+        return <tuple>terms
+
+    def __call__(self, decode_ctx, Py_ssize_t steps, double now):
+        """End times of ``steps`` decode passes over ``decode_ctx`` starting at ``now``."""
+        cdef const int64_t[:] ctx
+        try:
+            ctx = decode_ctx
+        except ValueError:  # not int64
+            ctx = decode_ctx.astype(np.int64)
+        cdef tuple terms = self._terms_for(ctx.shape[0])
+        out = np.empty(steps, dtype=np.float64)
+        cdef double[::1] o = out
+        if steps > 0:
+            _stretch_times(ctx, steps, <double>terms[0], self.window, <double>terms[1], self.c_full,
+                           self.m_full, self.c_cap, self.m_cap, self.dp, &o[0])
+            _sum_ends(&o[0], steps, self.add_extra, <double>terms[2], now)
+        return out

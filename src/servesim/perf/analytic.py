@@ -476,6 +476,14 @@ class AnalyticStepTime:
             durations += extra
         return ends_from_durations(durations, now)
 
+    def stretch_pricer(self, pass_s: float | None = None, per_request_s: float | None = None):
+        """A compiled callable ``(decode_ctx, steps, now) -> ends`` equal to
+        :meth:`decode_stretch_ends` with ``extra = pass_s + per_request_s * n`` when ``pass_s``
+        is given (a scheduler-overhead wrapper's), or None where the kernel is not built."""
+        if not self._compiled_stretch:
+            return None
+        return _STRETCH_CORE.StretchPricer(self, pass_s, per_request_s)
+
     def _stretch_kernel_args(self, decode_ctx: np.ndarray, steps: int, base: float) -> tuple:
         """The compiled stretch kernels' leading arguments (see ``perf/_stretch_core.pyx``)."""
         cc, mc = self._dec_cap if self._cap else (0.0, 0.0)

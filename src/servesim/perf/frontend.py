@@ -199,6 +199,13 @@ class SchedulerOverheadStepTime:
             return self.inner.decode_stretch_ends(decode_ctx, steps, now, extra)
         return ends_from_durations(self.decode_stretch_times(decode_ctx, steps), now)
 
+    def stretch_pricer(self):
+        """The wrapped model's compiled stretch pricer with this overhead fused in, if it has one
+        (see :func:`servesim.perf.plan.stretch_pricer`)."""
+        if not getattr(type(self.inner), "fuses_overhead_into_ends", False):
+            return None
+        return self.inner.stretch_pricer(self.pass_s, self.per_request_s)
+
     def rank_stretch_times(self, plan: PassPlan, steps: int) -> np.ndarray:
         """Attention-DP decode stretches (see :func:`servesim.perf.plan.plan_stretch_times`)."""
         extra = self.pass_s + self.per_request_s * scheduled_requests(plan)

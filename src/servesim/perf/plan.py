@@ -122,6 +122,17 @@ def plan_stretch_ends(model: StepTimeModel, plan: PassPlan, steps: int, now: flo
     return ends_from_durations(plan_stretch_times(model, plan, steps), now)
 
 
+def stretch_pricer(model: StepTimeModel):
+    """A callable ``(decode_ctx, steps, now) -> ends`` equal to :func:`plan_stretch_ends` for a
+    plan without attention-DP ranks, prepared once per model; None if the model has none.
+
+    A worker prices thousands of stretches through one model: the prepared callable reads the
+    model's constants once instead of going through its methods each time.
+    """
+    make = getattr(type(model), "stretch_pricer", None)
+    return make(model) if make is not None else None
+
+
 def stretch_by_steps(model: StepTimeModel, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
     """Reference implementation of ``decode_stretch_times``: one pricing per pass."""
     out = np.empty(steps, dtype=np.float64)
