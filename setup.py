@@ -7,7 +7,7 @@ and runs on the Python versions of those paths, which give identical results, mo
 from setuptools import Extension, setup
 
 #: The compiled modules (servesim/compiled.py says what each replaces).
-COMPILED = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lru_core",
+COMPILED = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lazy_heap", "kvcache._lru_core",
             "kvcache._segments_core", "metrics._emit_core", "perf._stretch_core", "workload._units_core")
 #: Modules compiled from their own Python source, typed by the .pxd beside it (compiled.py).
 FROM_SOURCE = ("cluster.worker", "engines.base", "engines.sglang", "engines.trtllm", "engines.vllm",

@@ -29,7 +29,7 @@ from types import ModuleType
 PURE_PYTHON_ENV = "SERVESIM_PURE_PYTHON"
 
 #: The compiled modules (setup.py builds the same list).
-MODULES = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lru_core",
+MODULES = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lazy_heap", "kvcache._lru_core",
            "kvcache._segments_core", "metrics._emit_core", "perf._stretch_core", "workload._units_core")
 
 #: Modules compiled from their own Python source (setup.py builds the same list).

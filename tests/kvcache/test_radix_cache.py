@@ -7,6 +7,7 @@ import random
 import pytest
 
 from servesim.kvcache import KVEvent, RadixCache
+from servesim.kvcache.lazy_heap import new_lazy_heap
 
 U = 8  # trace block size used by these tests' units
 
@@ -263,8 +264,8 @@ def test_insert_and_match_equals_insert_then_match(seed, page):
 
 @pytest.mark.parametrize("policy", ["lru", "lfu", "fifo"])
 def test_lazy_heap_keys_are_the_policys_keys(policy):
-    """The lazy eviction heap reads its keys from the nodes (``_lazy_key``): they must be the
-    policy's own keys for every node, after inserts, hits and splits."""
+    """The lazy eviction heap reads its keys from the nodes (``_lazy_push``, ``_lazy_current``):
+    they must order as the policy's own keys for every node, after inserts, hits and splits."""
     rng = random.Random(7)
     c = RadixCache(400, policy=policy)
     assert c._lazy
@@ -282,4 +283,10 @@ def test_lazy_heap_keys_are_the_policys_keys(policy):
         stack.extend(node.children.values())
     assert len(nodes) > 5
     for node in nodes:
-        assert c._lazy_key(node) == c.policy.key(node, 0.0)
+        key = c.policy.key(node, 0.0)
+        pair = key if isinstance(key, tuple) else (key, 0)  # LFU's key is (count, seq) already
+        c._heap = heap = new_lazy_heap()
+        c._lazy_push(node)
+        assert heap.pop() is node and (heap.k1, heap.k2) == pair
+        assert c._lazy_current(node, *pair)
+        assert not c._lazy_current(node, pair[0] - 1, pair[1])

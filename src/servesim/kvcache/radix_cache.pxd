@@ -43,11 +43,12 @@ cdef class RadixCache:
     cdef public set _evictable_leaves
     cdef public bint _lazy
     cdef public int _lazy_kind
-    cdef public list _heap
-    cdef public object _pushes
+    cdef public object _heap
 
     cpdef _add_leaf(self, RadixNode node)
-    cpdef object _lazy_key(self, RadixNode node)
+    cpdef _lazy_push(self, RadixNode node)
+    cpdef bint _lazy_current(self, RadixNode node, long long k1, long long k2) except? -1
+    cpdef _rebuild_heap(self)
 
     @cython.locals(total=cython.longlong, aligned=cython.longlong)
     cpdef tuple _aligned_segments(self, object units, object n_tokens)
@@ -74,7 +75,7 @@ cdef class RadixCache:
 
     cpdef _check_attached(self, RadixNode node)
 
-    @cython.locals(freed=cython.longlong, node=RadixNode, parent=RadixNode, heap=list, leaves=set)
+    @cython.locals(freed=cython.longlong, node=RadixNode, parent=RadixNode, leaves=set)
     cpdef long long _evict_lazy(self, long long num_tokens) except? -1
 
     @cython.locals(parent=RadixNode, leaves=set)

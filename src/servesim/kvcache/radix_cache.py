@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from servesim.kvcache.events import EventSink, KVEvent, Segment
+from servesim.kvcache.lazy_heap import new_lazy_heap
 from servesim.kvcache.policies import (
     EvictionPolicy,
     FIFOPolicy,
@@ -143,41 +144,52 @@ class RadixCache:
         self.protected_size = 0
         self._evictable_leaves: set[RadixNode] = set()
         # Time-independent policies whose keys only grow (lru, lfu, fifo) keep one lazy heap
-        # of (key, uid, n, node) across calls: an entry is pushed whenever a node becomes an
-        # evictable leaf; entries of nodes that are no longer evictable leaves are dropped
+        # of nodes by (key, uid) across calls (kvcache/lazy_heap.py): an entry is pushed
+        # whenever a node becomes an evictable leaf; entries of nodes that are no longer evictable leaves are dropped
         # when popped, and an entry whose key is out of date is pushed again with the
         # current key.  Since keys never decrease, the first current entry popped is the
         # true minimum, so eviction order equals a heap rebuilt from all leaves each call.
         self._lazy = type(self.policy) in (LRUPolicy, LFUPolicy, FIFOPolicy)
-        #: Which of the three the lazy heap orders by (:meth:`_lazy_key`); 0 when not lazy.
+        #: Which of the three the lazy heap orders by (:meth:`_lazy_push`); 0 when not lazy.
         self._lazy_kind = {LRUPolicy: 1, LFUPolicy: 2, FIFOPolicy: 3}.get(type(self.policy), 0)
-        self._heap: list = []
-        self._pushes = itertools.count()
+        self._heap = new_lazy_heap()
 
     def _add_leaf(self, node: RadixNode) -> None:
         self._evictable_leaves.add(node)
         if self._lazy:
-            heap = self._heap
-            if len(heap) > 2 * len(self._evictable_leaves) + 1024:
+            if len(self._heap) > 2 * len(self._evictable_leaves) + 1024:
                 self._rebuild_heap()
             else:
-                heapq.heappush(heap, (self._lazy_key(node), node.uid, next(self._pushes), node))
+                self._lazy_push(node)
 
-    def _lazy_key(self, node: RadixNode) -> Any:
-        """``policy.key(node, 0.0)`` for the lazy heap's policies, read from the node itself: the
-        same values as :mod:`servesim.kvcache.policies` gives, without a Python method call per
-        heap entry (``tests/kvcache/test_radix_cache.py`` checks they agree)."""
+    def _lazy_push(self, node: RadixNode) -> None:
+        """Push ``node`` keyed by its policy's key, read from the node itself as an integer pair:
+        LRU ``(last_seq, 0)``, LFU ``(access_count, last_seq)``, FIFO ``(insert_seq, 0)``; the
+        order of :mod:`servesim.kvcache.policies`' keys without a Python method call per entry
+        (``tests/kvcache/test_radix_cache.py`` checks they agree)."""
         kind = self._lazy_kind
-        if kind == 1:  # LRUPolicy
-            return node.last_seq
-        if kind == 2:  # LFUPolicy
-            return (node.access_count, node.last_seq)
-        return node.insert_seq  # FIFOPolicy
+        if kind == 1:
+            self._heap.push(node.last_seq, 0, node.uid, node)
+        elif kind == 2:
+            self._heap.push(node.access_count, node.last_seq, node.uid, node)
+        else:
+            self._heap.push(node.insert_seq, 0, node.uid, node)
+
+    def _lazy_current(self, node: RadixNode, k1: int, k2: int) -> bool:
+        """Whether a popped entry's key ``(k1, k2)`` is the node's current one."""
+        kind = self._lazy_kind
+        if kind == 1:
+            return node.last_seq == k1
+        if kind == 2:
+            return node.access_count == k1 and node.last_seq == k2
+        return node.insert_seq == k1
 
     def _rebuild_heap(self) -> None:
-        count = self._pushes
-        self._heap = [(self._lazy_key(n), n.uid, next(count), n) for n in self._evictable_leaves]
-        heapq.heapify(self._heap)
+        """Drop every stale entry: the heap then holds each evictable leaf once.  The pop
+        order is that of the keys alone, so it is the same however the entries arrive."""
+        self._heap.clear()
+        for node in self._evictable_leaves:
+            self._lazy_push(node)
 
     # ------------------------------------------------------------------ counters
 
@@ -412,21 +424,19 @@ class RadixCache:
         return freed
 
     def _evict_lazy(self, num_tokens: int) -> int:
-        heap, leaves, count = self._heap, self._evictable_leaves, self._pushes
-        pop, push = heapq.heappop, heapq.heappush
+        heap, leaves = self._heap, self._evictable_leaves
         freed = 0
         while freed < num_tokens and leaves:
-            k, uid, _, node = pop(heap)
+            node = heap.pop()
             if node not in leaves:
                 continue
-            cur = self._lazy_key(node)
-            if cur != k:
-                push(heap, (cur, uid, next(count), node))
+            if not self._lazy_current(node, heap.k1, heap.k2):
+                self._lazy_push(node)
                 continue
             freed += node.ntok
             parent = self._remove_leaf(node)
             if parent is not None:
-                push(heap, (self._lazy_key(parent), parent.uid, next(count), parent))
+                self._lazy_push(parent)
         return freed
 
     def _remove_leaf(self, node: RadixNode) -> RadixNode | None:
