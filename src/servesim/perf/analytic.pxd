@@ -1,6 +1,12 @@
 # Types for compiling analytic.py with Cython (setup.py FROM_SOURCE; see kvcache/radix_cache.pxd).
-# The model's coefficients stay Python objects (their arithmetic is Python's, bit for bit);
-# what compiling buys is direct attribute access and C calls between the pricing methods.
+# The model's coefficients stay Python objects; what compiling buys is direct attribute access
+# and C calls between the pricing methods.  The GEMM and prefill-attention pricing run on C
+# doubles and integers: Python floats are IEEE doubles, the operations keep their order, and
+# the build forbids fused multiply-adds, so the results are Python's bit for bit
+# (tests/test_compiled_equivalence.py; benchmarks/check_identical.py).
+cimport cython
+
+
 cdef class AnalyticStepTime:
     cdef public object model
     cdef public object gpu
@@ -8,6 +14,7 @@ cdef class AnalyticStepTime:
     cdef public object weight_dtype
     cdef public object kv_dtype
     cdef public object p
+    cdef public double _gemm_eff_max, _gemm_half, _pre_eff_max, _pre_half
     cdef public dict _cache
     cdef public dict _rank_cache
     cdef public object _bw_eff
@@ -31,12 +38,19 @@ cdef class AnalyticStepTime:
     cdef public object _a2a
     cdef public object _L
 
-    cpdef _gemm_eff(self, tokens)
-    cpdef _gemms_time(self, gemms, tokens)
+    cpdef double _gemm_eff(self, double tokens) except? -1.0
+
+    @cython.locals(eff=cython.double, t=cython.double, c=cython.double, w=cython.double, a=cython.double)
+    cpdef double _gemms_time(self, gemms, double tokens) except? -1.0
     cpdef _moe_time(self, t_total)
     cpdef _pass_overhead(self, decode_only, decode_batch)
     cpdef _token_part(self, t_total, n_chunks, n_dec, dtok, decode_only)
     cpdef _decode_attn(self, n, s_full, s_cap, dtok=*)
+    @cython.locals(tot_new=cython.longlong, pairs=cython.double, read=cython.longlong, W=cython.longlong,
+                   pairs_cap=cython.double, read_cap=cython.longlong, n=cython.longlong, c=cython.longlong,
+                   a=cython.longlong, b=cython.longlong, m=cython.longlong, inside=cython.double,
+                   x=cython.double, eff=cython.double, c_full=cython.double, m_full=cython.double,
+                   t=cython.double, c_cap=cython.double, m_cap=cython.double, i=cython.Py_ssize_t)
     cpdef _prefill_attn(self, list new, list cached)
     cpdef pass_time(self, plan)
     cpdef decode_stretch_ends(self, decode_ctx, steps, now, extra=*)

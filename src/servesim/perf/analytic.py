@@ -169,6 +169,9 @@ class AnalyticStepTime:
         self.layout = Layout(tp=tp, ep=ep, attention_dp=attention_dp)
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         self.p = p = params or AnalyticParams()
+        # Read per pass: kept as plain numbers (an attribute of the params model costs more).
+        self._gemm_eff_max, self._gemm_half = p.gemm_eff_max, p.gemm_half_tokens
+        self._pre_eff_max, self._pre_half = p.attn_prefill_eff_max, p.attn_prefill_half_tokens
         if model.sliding_window and model.index_topk:
             raise ModelError(f"{model.name}: both a sliding window and sparse top-k attention; unsupported")
         self._precompute()
@@ -319,8 +322,7 @@ class AnalyticStepTime:
 
     # --------------------------------------------------------------- pricing
     def _gemm_eff(self, tokens: float) -> float:
-        p = self.p
-        return p.gemm_eff_max * tokens / (tokens + p.gemm_half_tokens)
+        return self._gemm_eff_max * tokens / (tokens + self._gemm_half)
 
     def _gemms_time(self, gemms, tokens: float) -> float:
         """Roofline time of a list of (flop_s, weight_s, io_s) GEMMs at ``tokens`` rows."""
@@ -413,16 +415,16 @@ class AnalyticStepTime:
 
     def _prefill_attn(self, new: list, cached: list) -> float:
         """Prefill attention seconds for chunks given as Python lists of ints."""
-        p = self.p
         tot_new = sum(new)
         if tot_new <= 0:
             return 0.0
         pairs = 0.0
         read = 0
-        W = self._cap
+        W = self._cap or 0
         pairs_cap = 0.0
         read_cap = 0
-        for n, c in zip(new, cached):
+        for i in range(len(new)):  # (indexing: zip's object costs more than a pass's few chunks)
+            n, c = new[i], cached[i]
             pairs += n * c + 0.5 * n * (n + 1)
             read += n + c
             if W:
@@ -432,7 +434,7 @@ class AnalyticStepTime:
                 pairs_cap += inside + (b - (m if m > a - 1 else a - 1)) * W
                 read_cap += m
         x = tot_new / len(new)
-        eff = p.attn_prefill_eff_max * x / (x + p.attn_prefill_half_tokens)
+        eff = self._pre_eff_max * x / (x + self._pre_half)
         c_full, m_full = self._pre_full
         t = max(pairs * c_full / eff, read * m_full)
         if W:
