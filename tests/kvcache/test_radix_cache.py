@@ -262,6 +262,62 @@ def test_insert_and_match_equals_insert_then_match(seed, page):
         assert (a.evictable_size, a.pool.free_tokens, a._seq) == (b.evictable_size, b.pool.free_tokens, b._seq)
 
 
+@pytest.mark.parametrize("page", [1, 4])
+@pytest.mark.parametrize("seed", range(6))
+def test_insert_below_a_locked_node_equals_inserting_from_the_root(seed, page):
+    """Requests lock their match, then insert longer prefixes of their sequence (as SGLang's
+    unfinished and finished requests do): walking from the locked node leaves every node,
+    stamp, counter, lock and the eviction order as the walk from the root."""
+    rng = random.Random(seed)
+    a, b = RadixCache(600, page_size=page), RadixCache(600, page_size=page)
+    live = []  # (units, locked tokens, node in a, node in b) of requests holding a lock
+    walks_below = 0
+    for step in range(400):
+        a.now = b.now = float(step)
+        if live and rng.random() < 0.5:
+            units, prefix, na, nb = live.pop(rng.randrange(len(live)))
+            total = sum(k for _, k in units)
+            n = rng.randint(prefix, total)
+            n -= n % page
+            if n > prefix:
+                walks_below += prefix > 0
+                assert a.alloc(n - prefix) and b.alloc(n - prefix)
+                if rng.random() < 0.5:
+                    pa, pb = a.insert(units, n), b.insert(units, n, nb, prefix)
+                    ma = mb = None
+                else:
+                    pa, ma = a.insert_and_match(units, n)
+                    pb, mb = b.insert_and_match(units, n, nb, prefix)
+                    assert (ma.tokens, ma.node.uid) == (mb.tokens, mb.node.uid)
+                assert pa == pb
+                a.free(max(pa - prefix, 0))
+                b.free(max(pb - prefix, 0))
+                if ma is not None and rng.random() < 0.5:  # the lock moves to the new end
+                    a.inc_lock_ref(ma.node)
+                    b.inc_lock_ref(mb.node)
+                    a.dec_lock_ref(na)
+                    b.dec_lock_ref(nb)
+                    live.append((units, ma.tokens, ma.node, mb.node))
+                    continue
+            a.dec_lock_ref(na)
+            b.dec_lock_ref(nb)
+        else:
+            units = seq(*[rng.randrange(3) if k < 2 else rng.randrange(20) for k in range(rng.randint(1, 6))],
+                        last=rng.randint(1, U))
+            n = sum(k for _, k in units)
+            ma, mb = a.match_prefix(units, n), b.match_prefix(units, n)
+            assert ma.tokens == mb.tokens
+            a.inc_lock_ref(ma.node)
+            b.inc_lock_ref(mb.node)
+            live.append((units, ma.tokens, ma.node, mb.node))
+        if rng.random() < 0.2:
+            k = rng.randint(1, 60)
+            assert a.evict(k) == b.evict(k)
+        assert _nodes(a) == _nodes(b)
+        assert (a.evictable_size, a.pool.free_tokens, a._seq) == (b.evictable_size, b.pool.free_tokens, b._seq)
+    assert walks_below > 20
+
+
 @pytest.mark.parametrize("policy", ["lru", "lfu", "fifo"])
 def test_lazy_heap_keys_are_the_policys_keys(policy):
     """The lazy eviction heap reads its keys from the nodes (``_lazy_push``, ``_lazy_current``):

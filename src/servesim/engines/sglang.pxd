@@ -2,6 +2,7 @@
 cimport cython
 from servesim.engines.base cimport Engine
 from servesim.kvcache.radix_cache cimport RadixCache
+from servesim.kvcache.token_pool cimport TokenPool
 
 
 cdef class SGReq:
@@ -32,7 +33,7 @@ cdef class SGLangEngine(Engine):
     cdef public long long page
     cdef public long long capacity
     cdef public RadixCache tree
-    cdef public object pool
+    cdef public TokenPool pool
     cdef public object hostlink
     cdef public object host
     cdef public long long host_loaded_tokens
@@ -129,5 +130,6 @@ cdef class SGLangEngine(Engine):
 
     cpdef _release(self, SGReq sr, bint insert)
 
-    @cython.locals(k=cython.longlong, n=cython.longlong, kv=cython.longlong, room=cython.longlong)
+    @cython.locals(k=cython.longlong, n=cython.longlong, kv=cython.longlong, room=cython.longlong,
+                   free=cython.longlong)
     cpdef long long decode_stretch_limit(self)

@@ -303,10 +303,10 @@ class SGLangEngine(Engine):
             matched, node = self._match(sr)
             matched = min(self._floor_page(matched), sr.fill - 1)
             total = self._ceil_page(sr.fill) - matched + min(sr.remaining_new - 1, CLIP_MAX_NEW_TOKENS)
-            if total >= self.free + self.evictable - reserve:
+            if total >= self.pool.free_tokens + self.tree.evictable_size - reserve:
                 break
             self.tree.inc_lock_ref(node)
-            if total >= self.free + self.evictable - reserve:
+            if total >= self.pool.free_tokens + self.tree.evictable_size - reserve:
                 self.tree.dec_lock_ref(node)
                 break
             self._take_prefix(sr, matched, node)
@@ -463,7 +463,7 @@ class SGLangEngine(Engine):
     def _budget(self, reserved: float) -> float:
         """Free plus evictable KV beyond ``reserved``: PrefillAdder's ``rem_total_tokens`` with the
         pass's total offset, its ``cur_rem_tokens`` with the current one."""
-        return self.free + self.evictable - reserved
+        return self.pool.free_tokens + self.tree.evictable_size - reserved
 
     def _take_prefix(self, sr: SGReq, matched: int, node: object, host_hit: int = 0) -> None:
         """The request starts this round from a cached prefix it has locked.
@@ -504,9 +504,9 @@ class SGLangEngine(Engine):
 
     def _decode_plan(self) -> PassPlan:
         need = self._decode_need_run()
-        if self.free < need:
+        if self.pool.free_tokens < need:
             self.tree.evict(need)
-        if self.free < need:
+        if self.pool.free_tokens < need:
             self._retract(need)
             need = self._decode_need_run()
         else:
@@ -556,7 +556,7 @@ class SGLangEngine(Engine):
             self.retractions += 1
             need = self._decode_need(order)
             self._evict_to(need)
-            if self.free >= need or len(order) <= 1:
+            if self.pool.free_tokens >= need or len(order) <= 1:
                 break
         keep = set(id(sr) for sr in order)
         self._run_rebuild([sr for sr in self.running if id(sr) in keep])
@@ -586,7 +586,7 @@ class SGLangEngine(Engine):
         # allocation was made at schedule time, the others' here.
         self.rec.emit_stretch(batch.indices(), ends)
         extra = batch.advance(k, self.page)
-        if extra > self.free:  # passes that evict first (see decode_stretch_limit)
+        if extra > self.pool.free_tokens:  # passes that evict first (see decode_stretch_limit)
             self._alloc_evicting(batch.n, k - 1)
         else:
             grown = self.tree.alloc(extra)
@@ -606,7 +606,7 @@ class SGLangEngine(Engine):
         ignores the time and reports to no one (:meth:`_evictions_fold`)."""
         tree = self.tree
         while passes:
-            fit = min(self.free // n, passes)  # passes that find their tokens free
+            fit = min(self.pool.free_tokens // n, passes)  # passes that find their tokens free
             if fit:
                 grown = tree.alloc(n * fit)
                 assert grown
@@ -703,10 +703,11 @@ class SGLangEngine(Engine):
             return sr.prefix, None
         units = sequence_units(sr.req, aligned)
         res = None
+        # The walk starts at the request's locked node, which ends its first ``prefix`` tokens.
         if match:
-            present, res = self.tree.insert_and_match(units)
+            present, res = self.tree.insert_and_match(units, None, sr.node, sr.prefix)
         else:
-            present = self.tree.insert(units)
+            present = self.tree.insert(units, None, sr.node, sr.prefix)
         # Tokens [prefix, present) were computed privately but already cached by another
         # request meanwhile: free our copies.  Tokens [present, aligned) now belong to the tree.
         dup = max(present - sr.prefix, 0)
@@ -757,10 +758,11 @@ class SGLangEngine(Engine):
             k = min(k, self.recv.decode_passes_before_pull())
         n = self.batch.n
         if self.page == 1:
-            kv = self.free + self.evictable if self._evictions_fold() else self.free
+            free = self.pool.free_tokens
+            kv = free + self.tree.evictable_size if self._evictions_fold() else free
             room = kv // n + 1 if n else k
         else:
-            room = self.free // (n * self.page) + 1
+            room = self.pool.free_tokens // (n * self.page) + 1
         return max(1, min(k, room))
 
     # -- state ---------------------------------------------------------------------------------

@@ -53,19 +53,23 @@ cdef class RadixCache:
     @cython.locals(total=cython.longlong, aligned=cython.longlong)
     cpdef tuple _aligned_segments(self, object units, object n_tokens)
 
-    @cython.locals(seq=cython.longlong, now=cython.double, page=cython.longlong, node=RadixNode,
-                   child=RadixNode, i=cython.Py_ssize_t, n=cython.Py_ssize_t, total=cython.longlong,
-                   m=cython.longlong)
     cpdef tuple _walk(self, list segs)
+
+    @cython.locals(seq=cython.longlong, now=cython.double, root=RadixNode, node=RadixNode)
+    cpdef tuple _walk_below(self, RadixNode below, long long prefix, list segs)
+
+    @cython.locals(seq=cython.longlong, now=cython.double, page=cython.longlong,
+                   child=RadixNode, n=cython.Py_ssize_t, m=cython.longlong)
+    cpdef tuple _descend(self, RadixNode node, list segs, Py_ssize_t i, long long s, long long total)
 
     @cython.locals(parent=RadixNode, new=RadixNode)
     cpdef RadixNode _split(self, RadixNode child, long long m)
 
     @cython.locals(seq=cython.longlong, now=cython.double, root=RadixNode, node=RadixNode, end=RadixNode)
-    cpdef tuple insert_and_match(self, object units, object n_tokens=*)
+    cpdef tuple insert_and_match(self, object units, object n_tokens=*, RadixNode below=*, long long prefix=*)
 
     @cython.locals(node=RadixNode, leaf=RadixNode, prefix=cython.longlong, i=cython.Py_ssize_t)
-    cpdef tuple _insert_segments(self, list segs)
+    cpdef tuple _insert_segments(self, list segs, RadixNode below, long long below_tokens)
 
     @cython.locals(delta=cython.longlong, root=RadixNode)
     cpdef long long inc_lock_ref(self, RadixNode node) except? -1

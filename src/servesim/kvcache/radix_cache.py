@@ -227,10 +227,28 @@ class RadixCache:
     def _walk(self, segs: list[Segment]) -> tuple[int, RadixNode, int, int]:
         """Follow ``segs`` down the tree, touching and splitting; return (tokens, node, i, s)."""
         self._seq += 1
+        return self._descend(self.root, segs, 0, 0, 0)
+
+    def _walk_below(self, below: RadixNode, prefix: int, segs: list[Segment]) -> tuple[int, RadixNode, int, int]:
+        """:meth:`_walk` of ``segs`` whose first ``prefix`` tokens are the path root → ``below``
+        (a locked node, so in the tree): that path is stamped as the walk would stamp it
+        (whole nodes, never split: a key ends where ``below`` does), and the walk goes on from
+        ``below`` without comparing the path's segments again."""
+        self._seq += 1
+        seq, now, root = self._seq, self.now, self.root
+        node = below
+        while node is not root:
+            node.last_access = now
+            node.last_seq = seq
+            node.access_count += 1
+            node = node.parent
+        i, s = advance(segs, 0, 0, prefix)
+        return self._descend(below, segs, i, s, prefix)
+
+    def _descend(self, node: RadixNode, segs: list[Segment], i: int, s: int, total: int) -> tuple[int, RadixNode, int, int]:
+        """The walk from ``node``, ``total`` tokens down, at input position (segment ``i``,
+        token ``s``), stamping with the current sequence number."""
         seq, now, page = self._seq, self.now, self.page_size
-        node = self.root
-        i = s = 0
-        total = 0
         n = len(segs)
         while i < n:
             child = node.children.get(segs[i][0])
@@ -299,34 +317,39 @@ class RadixCache:
             node = node.parent  # type: ignore[assignment]
         return canonical_segments([seg for key in reversed(keys) for seg in key])
 
-    def insert(self, units: Units, n_tokens: int | None = None) -> int:
+    def insert(self, units: Units, n_tokens: int | None = None, below: RadixNode | None = None,
+               prefix: int = 0) -> int:
         """Put the page-aligned first ``n_tokens`` of ``units`` in the tree.
 
         Returns how many leading tokens were already present: the caller holds duplicate
         KV for those beyond its own locked prefix and must :meth:`free` them.  The new
-        tokens move from request-private to tree ownership in the pool.
+        tokens move from request-private to tree ownership in the pool.  ``below``: the
+        node the caller has locked, ending ``prefix`` tokens into ``units`` (same result,
+        without walking that path's segments again).
         """
         if self.disable:
             return 0
         segs, _ = self._aligned_segments(units, n_tokens)
-        return self.insert_segments(segs)
+        return self._insert_segments(segs, below, prefix)[0]
 
     def insert_segments(self, segs: list[Segment]) -> int:
         """:meth:`insert` of a canonical, page-aligned segment list."""
-        return self._insert_segments(segs)[0]
+        return self._insert_segments(segs, None, 0)[0]
 
-    def insert_and_match(self, units: Units, n_tokens: int | None = None) -> tuple[int, MatchResult]:
+    def insert_and_match(self, units: Units, n_tokens: int | None = None, below: RadixNode | None = None,
+                         prefix: int = 0) -> tuple[int, MatchResult]:
         """:meth:`insert`, then :meth:`match_prefix` of the same tokens, walking the tree once.
 
         After the insertion the whole path is in the tree and its last node ends exactly at
         its end (a leaf made for it, or a node the walk split there), so the match is that
         node; what the match's own walk would change — one more access stamp on every node of
-        the path — is applied going up through the parents.
+        the path — is applied going up through the parents.  ``below``, ``prefix``: as for
+        :meth:`insert`.
         """
         if self.disable:
             return 0, MatchResult(0, self.root)
         segs, aligned = self._aligned_segments(units, n_tokens)
-        present, end = self._insert_segments(segs)
+        present, end = self._insert_segments(segs, below, prefix)
         self._seq += 1
         seq, now, root = self._seq, self.now, self.root
         node = end
@@ -337,9 +360,13 @@ class RadixCache:
             node = node.parent  # type: ignore[assignment]
         return present, MatchResult(aligned, end)
 
-    def _insert_segments(self, segs: list[Segment]) -> tuple[int, RadixNode]:
-        """Insert ``segs``; returns the tokens already present and the node ending at ``segs``' end."""
-        prefix, node, i, s = self._walk(segs)
+    def _insert_segments(self, segs: list[Segment], below: RadixNode | None, below_tokens: int) -> tuple[int, RadixNode]:
+        """Insert ``segs`` (walking from ``below``, ``below_tokens`` in, when given: see
+        :meth:`insert`); returns the tokens already present and the node ending at ``segs``' end."""
+        if below is None:
+            prefix, node, i, s = self._walk(segs)
+        else:
+            prefix, node, i, s = self._walk_below(below, below_tokens, segs)
         if i < len(segs):
             rest = [(segs[i][0], s, segs[i][2]), *segs[i + 1 :]]
             leaf = RadixNode(next(self._uids), rest, node, self.now, self._seq)
