@@ -1,4 +1,8 @@
 # Types for compiling worker.py with Cython (setup.py FROM_SOURCE; see radix_cache.pxd).
+cimport cython
+from servesim.perf.plan cimport PassPlan
+
+
 cdef class Worker:
     cdef public object worker_id
     cdef public object engine
@@ -7,7 +11,7 @@ cdef class Worker:
     cdef public bint fast_forward
     cdef public object stretch_ends
     cdef public bint busy
-    cdef public object plan
+    cdef public PassPlan plan
     cdef public long long n_passes
     cdef public double end
     cdef public object ends
@@ -21,10 +25,13 @@ cdef class Worker:
     cdef public long long tokens
     cdef public long long last_pass_tokens
 
+    @cython.locals(plan=PassPlan)
     cpdef object start_pass(self, double now)
     cpdef _hold(self, object ends)
     cpdef _keep_first(self, long long k)
     cpdef object truncate(self, double t)
+    @cython.locals(plan=PassPlan)
     cpdef bint settle(self, double t) except? -1
     cpdef close_at(self, double t)
+    @cython.locals(plan=PassPlan)
     cpdef double finish_pass(self) except? -1.0

@@ -79,7 +79,7 @@ class Worker:
             self.busy = False
             return None
         steps = 1
-        if self.fast_forward and plan.is_decode_only:
+        if self.fast_forward and plan.decode_only():
             steps = self.engine.decode_stretch_limit()
         if steps > 1:
             if self.stretch_ends is not None and plan.ranks is None:
@@ -156,7 +156,7 @@ class Worker:
             self.epoch += 1  # the stretch's end event is void: the worker restarts after this instant
             return True
         plan = self.engine.schedule(end)
-        if plan is None or not plan.is_decode_only or self.engine.decode_stretch_limit() < rest.size:
+        if plan is None or not plan.decode_only() or self.engine.decode_stretch_limit() < rest.size:
             raise AssertionError(f"worker {self.worker_id}: a decode stretch changed when settled at t={t}")
         self.plan, self.start, self.busy = plan, end, True
         self._hold(rest)
@@ -191,7 +191,7 @@ class Worker:
         n = self.n_passes
         self.busy_time += end - self.start
         self.passes += n
-        self.last_pass_tokens = tokens = plan.num_tokens
+        self.last_pass_tokens = tokens = plan.token_count()
         self.tokens += tokens * n
         if n == 1:
             self.engine.complete(plan, end)

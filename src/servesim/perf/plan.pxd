@@ -8,3 +8,6 @@ cdef class PassPlan:
     cdef public bint host_load_overlap
     cdef public object requests
     cdef public object ranks
+
+    cpdef long long token_count(self) except? -1
+    cpdef bint decode_only(self) except? -1

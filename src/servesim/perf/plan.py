@@ -64,11 +64,22 @@ class PassPlan:
 
     @property
     def num_tokens(self) -> int:
-        return self.num_prefill_tokens + self.num_decode * self.decode_tokens
+        return self.token_count()
 
     @property
     def is_decode_only(self) -> bool:
-        return self.prefill_new.size == 0
+        return self.decode_only()
+
+    # The worker asks these once or twice per pass: as methods, a compiled caller holding a
+    # typed plan calls them in C, where a property goes through Python's attribute lookup.
+    def token_count(self) -> int:
+        """:attr:`num_tokens`: prefill tokens plus ``decode_tokens`` per decoding request."""
+        n = len(self.decode_ctx) * self.decode_tokens
+        return n + sum(self.prefill_new.tolist()) if len(self.prefill_new) else n
+
+    def decode_only(self) -> bool:
+        """:attr:`is_decode_only`: no prefill chunk in the pass."""
+        return len(self.prefill_new) == 0
 
     def decode_part(self) -> "PassPlan":
         """The pass's decoding requests alone, one token each (per-rank split kept)."""
