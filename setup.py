@@ -7,12 +7,13 @@ and runs on the Python versions of those paths, which give identical results, mo
 from setuptools import Extension, setup
 
 #: The compiled modules (servesim/compiled.py says what each replaces).
-COMPILED = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lazy_heap", "kvcache._lru_core",
-            "kvcache._segments_core", "metrics._emit_core", "perf._stretch_core", "workload._units_core")
+COMPILED = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lazy_heap",
+            "kvcache._lru_core", "kvcache._segments_core", "metrics._emit_core",
+            "perf._stretch_core", "sim._event_core", "workload._units_core")
 #: Modules compiled from their own Python source, typed by the .pxd beside it (compiled.py).
 FROM_SOURCE = ("cluster.worker", "engines.base", "engines.sglang", "engines.trtllm", "engines.vllm",
                "kvcache.radix_cache", "kvcache.token_pool", "metrics.recorder", "perf.analytic", "perf.frontend",
-               "perf.plan", "sim.events", "sim.simulation")
+               "perf.plan", "sim.simulation")
 
 try:
     from Cython.Build import cythonize

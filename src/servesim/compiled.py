@@ -29,13 +29,14 @@ from types import ModuleType
 PURE_PYTHON_ENV = "SERVESIM_PURE_PYTHON"
 
 #: The compiled modules (setup.py builds the same list).
-MODULES = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lazy_heap", "kvcache._lru_core",
-           "kvcache._segments_core", "metrics._emit_core", "perf._stretch_core", "workload._units_core")
+MODULES = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lazy_heap",
+           "kvcache._lru_core", "kvcache._segments_core", "metrics._emit_core",
+           "perf._stretch_core", "sim._event_core", "workload._units_core")
 
 #: Modules compiled from their own Python source (setup.py builds the same list).
 FROM_SOURCE = ("cluster.worker", "engines.base", "engines.sglang", "engines.trtllm", "engines.vllm",
                "kvcache.radix_cache", "kvcache.token_pool", "metrics.recorder", "perf.analytic", "perf.frontend",
-               "perf.plan", "sim.events", "sim.simulation")
+               "perf.plan", "sim.simulation")
 
 
 def pure_python_forced() -> bool:

@@ -1,7 +1,7 @@
 # Types for compiling simulation.py with Cython (setup.py FROM_SOURCE; see radix_cache.pxd).
 cimport cython
 from servesim.cluster.worker cimport Worker
-from servesim.sim.events cimport EventQueue
+from servesim.sim._event_core cimport EventQueue
 
 
 cdef class Simulation:
@@ -35,7 +35,8 @@ cdef class Simulation:
     cpdef _on_terminated(self, object req, double t)
     @cython.locals(eng=object)
     cpdef _drain_terminated(self, Worker worker, double t)
-    @cython.locals(now=cython.double, max_t=cython.double, heap=list, n_events=cython.longlong)
+    @cython.locals(now=cython.double, max_t=cython.double, n_events=cython.longlong, events=EventQueue,
+                   kind=cython.longlong)
     cpdef object run(self)
     cpdef _advance_intake(self, double now)
     @cython.locals(worker=Worker)

@@ -27,7 +27,7 @@ from servesim.cluster.routers import Router
 from servesim.cluster.worker import Worker
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.metrics.timeseries import TimeSeries
-from servesim.sim.events import EventQueue
+from servesim.sim.events import new_event_queue
 from servesim.workload.request import Request
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class Simulation:
         self.ts = timeseries
         self.max_sim_time = max_sim_time if max_sim_time is not None else math.inf
         self.progress = progress
-        self.events = EventQueue()
+        self.events = new_event_queue()
         self.stats = RunStats()
         self._exhausted = False
         self._lookahead: Request | None = None
@@ -197,21 +197,21 @@ class Simulation:
         t0 = wallclock.perf_counter()
         now = 0.0
         self._advance_intake(now)
-        heap = self.events.heap  # read directly: the loop runs once per event
-        pop = self.events.pop
+        events = self.events  # (its methods called on it: a bound method would be a Python call)
         max_t = self.max_sim_time
         progress = self.progress
         n_events = 0
-        while heap:
-            now = heap[0][0]
+        while len(events):
+            now = events.peek_time()
             if now > max_t:
                 self.stats.stopped_early = True
                 break
             # Handle every event of this instant, including arrivals that terminations
             # release at the same instant, before any worker decides its next pass.
-            while heap and heap[0][0] == now:
-                while heap and heap[0][0] == now:
-                    _t, kind, payload = pop()
+            while events.peek_time() == now:
+                while events.peek_time() == now:
+                    payload = events.pop()
+                    kind = events.kind
                     n_events += 1
                     if kind == PASS_END:
                         self._handle_pass_end(payload, now)
