@@ -16,15 +16,18 @@ FROM_SOURCE = ("cluster.worker", "engines.base", "engines.sglang", "engines.trtl
                "perf.plan", "sim.simulation")
 
 try:
+    import numpy
     from Cython.Build import cythonize
-except ImportError:  # Cython is a build requirement; without it, no compiled core
+except ImportError:  # Cython and numpy are build requirements; without them, no compiled core
     ext_modules = []
 else:
     # No floating-point contraction: a fused multiply-add rounds once where numpy rounds
-    # twice, and the compiled paths must give numpy's results bit for bit.
+    # twice, and the compiled paths must give numpy's results bit for bit.  numpy's headers:
+    # some cores make and read arrays through its C API (servesim/_arrays.pxd).
     def extension(name: str, suffix: str) -> Extension:
         return Extension(f"servesim.{name}", [f"src/servesim/{name.replace('.', '/')}{suffix}"],
-                         extra_compile_args=["-ffp-contract=off"])
+                         include_dirs=[numpy.get_include()], extra_compile_args=["-ffp-contract=off"],
+                         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
 
     ext_modules = cythonize([extension(name, ".pyx") for name in COMPILED], language_level=3)
     # A .py's annotations are documentation (``int`` may hold any Python int): only its

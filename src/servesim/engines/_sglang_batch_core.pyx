@@ -10,6 +10,13 @@ held here (token counts).
 
 import numpy as np
 
+cimport numpy as cnp
+from libc.stdint cimport int64_t
+
+from servesim._arrays cimport int64_data, new_int64
+
+cnp.import_array()
+
 cdef long long NO_LIMIT = 1 << 62  # sglang_batch.NO_LIMIT
 
 
@@ -112,8 +119,8 @@ cdef class RunningBatch:
 
     def contexts(self):
         cdef Py_ssize_t i, n = self.n
-        out = np.empty(n, dtype=np.int64)
-        cdef long long[::1] ctx = out
+        out = new_int64(n)
+        cdef int64_t* ctx = int64_data(out)
         for i in range(n):
             ctx[i] = self.comp[i] + 1
         return out

@@ -12,8 +12,13 @@ floating-point contraction off: no fused multiply-add may merge two roundings in
 
 import numpy as np
 
+cimport numpy as cnp
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc, qsort
+
+from servesim._arrays cimport float64_data, int64_data, is_int64_vector, new_float64
+
+cnp.import_array()
 
 
 cdef int _cmp_int64(const void* a, const void* b) noexcept nogil:
@@ -27,11 +32,12 @@ cdef inline double _max(double a, double b) noexcept nogil:
     return a if (a >= b or a != a) else b
 
 
-cdef int _stretch_times(const int64_t[:] ctx, Py_ssize_t steps, double base, int64_t window,
+cdef int _stretch_times(const int64_t* ctx, Py_ssize_t n, Py_ssize_t steps, double base, int64_t window,
                         double overhead, double c_full, double m_full, double c_cap, double m_cap,
                         double dp, double* o) except -1:
-    """Write the ``steps`` durations of :func:`decode_stretch_times` to ``o``."""
-    cdef Py_ssize_t n = ctx.shape[0], i, s
+    """Write the ``steps`` durations of :func:`decode_stretch_times` over the ``n`` contexts
+    ``ctx`` to ``o``."""
+    cdef Py_ssize_t i, s
     cdef int64_t total = 0, below = 0
     cdef int64_t* srt = NULL
     cdef int64_t* prefix = NULL
@@ -79,7 +85,7 @@ cdef inline void _sum_ends(double* o, Py_ssize_t steps, bint add_extra, double e
         o[s] = acc + now
 
 
-def decode_stretch_times(const int64_t[:] ctx, Py_ssize_t steps, double base, int64_t window,
+def decode_stretch_times(const int64_t[::1] ctx, Py_ssize_t steps, double base, int64_t window,
                          double overhead, double c_full, double m_full, double c_cap, double m_cap,
                          double dp):
     """Durations of ``steps`` decode-only passes over contexts ``ctx`` (pass ``s``: ``ctx + s``).
@@ -91,11 +97,12 @@ def decode_stretch_times(const int64_t[:] ctx, Py_ssize_t steps, double base, in
     out = np.empty(steps, dtype=np.float64)
     cdef double[::1] o = out
     if steps > 0:
-        _stretch_times(ctx, steps, base, window, overhead, c_full, m_full, c_cap, m_cap, dp, &o[0])
+        _stretch_times(&ctx[0] if ctx.shape[0] else NULL, ctx.shape[0], steps, base, window, overhead, c_full,
+                       m_full, c_cap, m_cap, dp, &o[0])
     return out
 
 
-def decode_stretch_ends(const int64_t[:] ctx, Py_ssize_t steps, double base, int64_t window,
+def decode_stretch_ends(const int64_t[::1] ctx, Py_ssize_t steps, double base, int64_t window,
                         double overhead, double c_full, double m_full, double c_cap, double m_cap,
                         double dp, bint add_extra, double extra, double now):
     """The passes' end times, from ``now``: :func:`decode_stretch_times`, plus ``extra`` each
@@ -104,7 +111,8 @@ def decode_stretch_ends(const int64_t[:] ctx, Py_ssize_t steps, double base, int
     out = np.empty(steps, dtype=np.float64)
     cdef double[::1] o = out
     if steps > 0:
-        _stretch_times(ctx, steps, base, window, overhead, c_full, m_full, c_cap, m_cap, dp, &o[0])
+        _stretch_times(&ctx[0] if ctx.shape[0] else NULL, ctx.shape[0], steps, base, window, overhead, c_full,
+                       m_full, c_cap, m_cap, dp, &o[0])
         _sum_ends(&o[0], steps, add_extra, extra, now)
     return out
 
@@ -151,16 +159,14 @@ cdef class StretchPricer:
 
     def __call__(self, decode_ctx, Py_ssize_t steps, double now):
         """End times of ``steps`` decode passes over ``decode_ctx`` starting at ``now``."""
-        cdef const int64_t[:] ctx
-        try:
-            ctx = decode_ctx
-        except ValueError:  # not int64
-            ctx = decode_ctx.astype(np.int64)
-        cdef tuple terms = self._terms_for(ctx.shape[0])
-        out = np.empty(steps, dtype=np.float64)
-        cdef double[::1] o = out
+        if not is_int64_vector(decode_ctx):
+            decode_ctx = np.ascontiguousarray(decode_ctx, dtype=np.int64)
+        cdef Py_ssize_t n = len(decode_ctx)
+        cdef tuple terms = self._terms_for(n)
+        out = new_float64(steps)
+        cdef double* o = float64_data(out)
         if steps > 0:
-            _stretch_times(ctx, steps, <double>terms[0], self.window, <double>terms[1], self.c_full,
-                           self.m_full, self.c_cap, self.m_cap, self.dp, &o[0])
-            _sum_ends(&o[0], steps, self.add_extra, <double>terms[2], now)
+            _stretch_times(int64_data(decode_ctx), n, steps, <double>terms[0], self.window, <double>terms[1],
+                           self.c_full, self.m_full, self.c_cap, self.m_cap, self.dp, o)
+            _sum_ends(o, steps, self.add_extra, <double>terms[2], now)
         return out

@@ -489,7 +489,7 @@ class AnalyticStepTime:
     def _stretch_kernel_args(self, decode_ctx: np.ndarray, steps: int, base: float) -> tuple:
         """The compiled stretch kernels' leading arguments (see ``perf/_stretch_core.pyx``)."""
         cc, mc = self._dec_cap if self._cap else (0.0, 0.0)
-        return (decode_ctx.astype(np.int64, copy=False), steps, base, int(self._cap or 0),
+        return (np.ascontiguousarray(decode_ctx, dtype=np.int64), steps, base, int(self._cap or 0),
                 self._dec_oh * decode_ctx.size, *self._dec_full, cc, mc, float(self._dp))
 
     def decode_stretch_times(self, decode_ctx: np.ndarray, steps: int) -> np.ndarray:

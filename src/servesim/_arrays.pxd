@@ -1,0 +1,35 @@
+# numpy arrays through numpy's C API, for the compiled cores (setup.py adds numpy's headers).
+# Making an array or reaching its data this way costs a fraction of a Python call to
+# ``np.empty`` plus a typed memoryview, which the cores paid several times per pass.
+# A module that cimports these must call ``cnp.import_array()`` once at import.
+cimport numpy as cnp
+from libc.stdint cimport int64_t
+
+
+cdef inline object new_float64(Py_ssize_t n):
+    """A new, uninitialised 1-d float64 array of ``n`` elements."""
+    cdef cnp.npy_intp dim = n
+    return cnp.PyArray_EMPTY(1, &dim, cnp.NPY_FLOAT64, 0)
+
+
+cdef inline object new_int64(Py_ssize_t n):
+    """A new, uninitialised 1-d int64 array of ``n`` elements."""
+    cdef cnp.npy_intp dim = n
+    return cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
+
+
+cdef inline double* float64_data(object arr) noexcept:
+    """The data of an array made by :func:`new_float64`."""
+    return <double*>cnp.PyArray_DATA(<cnp.ndarray>arr)
+
+
+cdef inline int64_t* int64_data(object arr) noexcept:
+    """The data of an array made by :func:`new_int64`."""
+    return <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>arr)
+
+
+cdef inline bint is_int64_vector(object obj) noexcept:
+    """Whether ``obj`` is a C-contiguous 1-d int64 ndarray (its data then reads as int64_t*)."""
+    return (cnp.PyArray_Check(obj) and cnp.PyArray_NDIM(<cnp.ndarray>obj) == 1
+            and cnp.PyArray_TYPE(<cnp.ndarray>obj) == cnp.NPY_INT64
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>obj))
