@@ -33,3 +33,10 @@ cdef inline bint is_int64_vector(object obj) noexcept:
     return (cnp.PyArray_Check(obj) and cnp.PyArray_NDIM(<cnp.ndarray>obj) == 1
             and cnp.PyArray_TYPE(<cnp.ndarray>obj) == cnp.NPY_INT64
             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>obj))
+
+
+cdef inline bint is_float64_vector(object obj) noexcept:
+    """Whether ``obj`` is a C-contiguous 1-d float64 ndarray (its data then reads as double*)."""
+    return (cnp.PyArray_Check(obj) and cnp.PyArray_NDIM(<cnp.ndarray>obj) == 1
+            and cnp.PyArray_TYPE(<cnp.ndarray>obj) == cnp.NPY_FLOAT64
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>obj))

@@ -21,9 +21,14 @@ pair of arrays; chunk boundaries do not matter, since the samples concatenate th
 
 import numpy as np
 
+cimport numpy as cnp
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc, qsort
 from libc.string cimport memcpy
+
+from servesim._arrays cimport float64_data, int64_data, is_float64_vector, is_int64_vector
+
+cnp.import_array()
 
 
 cdef int _cmp_double(const void* a, const void* b) noexcept nogil:
@@ -142,8 +147,7 @@ cdef class Emitter:
         self.cold_pairs.flush()
         self.warm_pairs.flush()
 
-    def emit(self, const int64_t[:] idx, double t, double t_second, bint has_second, double t_last,
-             int64_t add_emissions) -> int:
+    def emit(self, idx, double t, double t_second, bint has_second, double t_last, int64_t add_emissions) -> int:
         """Requests ``idx`` emit at ``t``; returns how many of them are warm-up requests.
 
         A request's first token is at ``t`` (its second at ``t_second`` when ``has_second``:
@@ -151,7 +155,14 @@ cdef class Emitter:
         the others add the gap ``t - last``.  Afterwards every request's last token time is
         ``t_last`` and its emission count grows by ``add_emissions``.
         """
-        cdef Py_ssize_t n = idx.shape[0], i, nc = 0, nw = 0
+        if not is_int64_vector(idx):
+            idx = np.ascontiguousarray(idx, dtype=np.int64)
+        return self._emit(int64_data(idx), len(idx), t, t_second, has_second, t_last, add_emissions)
+
+    cdef int _emit(self, const int64_t* idx, Py_ssize_t n, double t, double t_second, bint has_second,
+                   double t_last, int64_t add_emissions) except -1:
+        """:meth:`emit` of the ``n`` request indices at ``idx``."""
+        cdef Py_ssize_t i, nc = 0, nw = 0
         cdef Py_ssize_t rows = min(self.em.shape[0], self.last.shape[0], self.first.shape[0],
                                    self.second.shape[0])
         cdef int64_t r, e
@@ -197,7 +208,7 @@ cdef class Emitter:
             free(hot)
         return n_warm
 
-    def emit_stretch(self, const int64_t[:] idx, const double[:] pass_ends):
+    def emit_stretch(self, idx, pass_ends):
         """Requests ``idx`` each emit one token at every time in ``pass_ends`` (two or more).
 
         :meth:`emit` for the first pass (with the second token at the next pass end), then
@@ -205,12 +216,19 @@ cdef class Emitter:
         cold requests and one for the warm-up requests, as ``RequestRecorder.emit_stretch``
         appends them.
         """
-        cdef Py_ssize_t k = pass_ends.shape[0], s
-        cdef int n_warm = self.emit(idx, pass_ends[0], pass_ends[1], True, pass_ends[k - 1], k)
-        cdef Py_ssize_t n_cold = idx.shape[0] - n_warm
+        if not is_int64_vector(idx):
+            idx = np.ascontiguousarray(idx, dtype=np.int64)
+        if not is_float64_vector(pass_ends):
+            pass_ends = np.ascontiguousarray(pass_ends, dtype=np.float64)
+        cdef Py_ssize_t k = len(pass_ends), s, n = len(idx)
+        if k < 2:
+            raise ValueError(f"a stretch has two or more passes, got {k}")
+        cdef const double* ends = float64_data(pass_ends)
+        cdef int n_warm = self._emit(int64_data(idx), n, ends[0], ends[1], True, ends[k - 1], k)
+        cdef Py_ssize_t n_cold = n - n_warm
         cdef double g
         for s in range(1, k):
-            g = pass_ends[s] - pass_ends[s - 1]
+            g = ends[s] - ends[s - 1]
             if n_cold:
                 self.cold_pairs.push(g, n_cold)
             if n_warm:
