@@ -40,3 +40,35 @@ cdef inline bint is_float64_vector(object obj) noexcept:
     return (cnp.PyArray_Check(obj) and cnp.PyArray_NDIM(<cnp.ndarray>obj) == 1
             and cnp.PyArray_TYPE(<cnp.ndarray>obj) == cnp.NPY_FLOAT64
             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>obj))
+
+
+cdef inline object new_int64_matrix(Py_ssize_t rows, Py_ssize_t cols):
+    """A new, uninitialised C-contiguous ``(rows, cols)`` int64 array."""
+    cdef cnp.npy_intp dims[2]
+    dims[0] = rows
+    dims[1] = cols
+    return cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
+
+
+cdef inline object as_int64_matrix(object obj):
+    """``obj`` as a C-contiguous 2-d int64 ndarray (itself when it already is one)."""
+    if (cnp.PyArray_Check(obj) and cnp.PyArray_NDIM(<cnp.ndarray>obj) == 2
+            and cnp.PyArray_TYPE(<cnp.ndarray>obj) == cnp.NPY_INT64
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>obj)):
+        return obj
+    import numpy
+    out = numpy.ascontiguousarray(obj, dtype=numpy.int64)
+    if cnp.PyArray_NDIM(<cnp.ndarray>out) != 2:
+        raise ValueError(f"expected a 2-d array, got {cnp.PyArray_NDIM(<cnp.ndarray>out)} dimensions")
+    return out
+
+
+cdef inline object as_int64_vector(object obj):
+    """``obj`` as a C-contiguous 1-d int64 ndarray (itself when it already is one)."""
+    if is_int64_vector(obj):
+        return obj
+    import numpy
+    out = numpy.ascontiguousarray(obj, dtype=numpy.int64)
+    if cnp.PyArray_NDIM(<cnp.ndarray>out) != 1:
+        raise ValueError(f"expected a 1-d array, got {cnp.PyArray_NDIM(<cnp.ndarray>out)} dimensions")
+    return out

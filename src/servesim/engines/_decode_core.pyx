@@ -12,6 +12,13 @@ its numpy version.
 
 import numpy as np
 
+cimport numpy as cnp
+from libc.stdint cimport int64_t
+
+from servesim._arrays cimport as_int64_matrix, as_int64_vector, int64_data, new_int64, new_int64_matrix
+
+cnp.import_array()
+
 cdef long long NO_LIMIT = 1 << 62  # vllm._DecodePrefix's left_min of an empty prefix
 
 
@@ -42,59 +49,60 @@ cdef long long _blocks_opened(const long long[:] computed, long long bs, long lo
     return total
 
 
-def left_min(const long long[:, :] rows):
+def left_min(rows):
     """``rows[1].min()``, or the empty prefix's limit."""
-    cdef Py_ssize_t j, n = rows.shape[1]
+    rows = as_int64_matrix(rows)
+    cdef Py_ssize_t j, n = cnp.PyArray_DIM(<cnp.ndarray>rows, 1)
+    cdef const int64_t* left = int64_data(rows) + n
     cdef long long best
     if n == 0:
         return NO_LIMIT
-    best = rows[1, 0]
+    best = left[0]
     for j in range(1, n):
-        if rows[1, j] < best:
-            best = rows[1, j]
+        if left[j] < best:
+            best = left[j]
     return best
 
 
-def advance_rows(const long long[:, :] rows, long long k, long long left_min_):
+def advance_rows(rows, long long k, long long left_min_):
     """The prefix's rows after ``k`` decode passes, less the requests that finished.
 
     Returns ``(rows, left_min, kept)``: ``kept`` lists the positions that remain, or is None
-    when every request remains (``left_min_ > k``).
+    when every request remains (``left_min_ > k``).  (The rows are a ``(3, n)`` int64 array.)
     """
-    cdef Py_ssize_t j, m = 0, n = rows.shape[1]
+    rows = as_int64_matrix(rows)
+    cdef Py_ssize_t j, m = 0, n = cnp.PyArray_DIM(<cnp.ndarray>rows, 1)
+    cdef const int64_t* r = int64_data(rows)
     cdef long long best = NO_LIMIT, left
+    cdef int64_t* o
     if left_min_ > k:
-        out = np.empty((3, n), dtype=np.int64)
-        _advance_into(out, rows, k)
+        out = new_int64_matrix(3, n)
+        o = int64_data(out)
+        for j in range(n):
+            o[j] = r[j] + k
+            o[n + j] = r[n + j] - k
+            o[2 * n + j] = r[2 * n + j]
         return out, left_min_ - k, None
     cdef list kept = []
     for j in range(n):
-        if rows[1, j] - k > 0:
+        if r[n + j] - k > 0:
             kept.append(j)
     m = len(kept)
-    out = np.empty((3, m), dtype=np.int64)
-    cdef long long[:, ::1] o = out
+    out = new_int64_matrix(3, m)
+    o = int64_data(out)
     cdef Py_ssize_t i = 0
     for j in kept:
-        o[0, i] = rows[0, j] + k
-        left = rows[1, j] - k
-        o[1, i] = left
-        o[2, i] = rows[2, j]
+        o[i] = r[j] + k
+        left = r[n + j] - k
+        o[m + i] = left
+        o[2 * m + i] = r[2 * n + j]
         if left < best:
             best = left
         i += 1
     return out, best, kept
 
 
-cdef void _advance_into(long long[:, ::1] o, const long long[:, :] rows, long long k):
-    cdef Py_ssize_t j
-    for j in range(rows.shape[1]):
-        o[0, j] = rows[0, j] + k
-        o[1, j] = rows[1, j] - k
-        o[2, j] = rows[2, j]
-
-
-def decode_due(const long long[:] computed, long long bs, bint caching):
+def decode_due(computed, long long bs, bint caching):
     """A pass of the prefix: its contexts and the requests with a block event.
 
     Returns ``(ctx, due, due_computed, opens)``: ``ctx = computed + 1``; ``due`` the positions
@@ -102,18 +110,20 @@ def decode_due(const long long[:] computed, long long bs, bint caching):
     (``ctx % bs == 0``), in order; ``due_computed`` their computed tokens; ``opens`` how many
     open a block.
     """
-    cdef Py_ssize_t j, n = computed.shape[0]
+    computed = as_int64_vector(computed)
+    cdef Py_ssize_t j, n = len(computed)
+    cdef const int64_t* c = int64_data(computed)
     cdef long long r, one = 1 % bs
     cdef long long opens = 0
-    ctx = np.empty(n, dtype=np.int64)
-    cdef long long[::1] cx = ctx
+    ctx = new_int64(n)
+    cdef int64_t* cx = int64_data(ctx)
     cdef list due = [], due_c = []
     for j in range(n):
-        cx[j] = computed[j] + 1
+        cx[j] = c[j] + 1
         r = cx[j] % bs
         if r == one:
             opens += 1
         if (r <= 1) if caching else (r == one):
             due.append(j)
-            due_c.append(computed[j])
+            due_c.append(c[j])
     return ctx, due, due_c, opens
