@@ -5,6 +5,7 @@
 # the build forbids fused multiply-adds, so the results are Python's bit for bit
 # (tests/test_compiled_equivalence.py; benchmarks/check_identical.py).
 cimport cython
+from servesim.perf.plan cimport PassPlan
 
 
 cdef class AnalyticStepTime:
@@ -52,7 +53,8 @@ cdef class AnalyticStepTime:
                    x=cython.double, eff=cython.double, c_full=cython.double, m_full=cython.double,
                    t=cython.double, c_cap=cython.double, m_cap=cython.double, i=cython.Py_ssize_t)
     cpdef _prefill_attn(self, list new, list cached)
-    cpdef pass_time(self, plan)
+    @cython.locals(n_dec=cython.Py_ssize_t, n_chunks=cython.Py_ssize_t)
+    cpdef pass_time(self, PassPlan plan)
     cpdef decode_stretch_ends(self, decode_ctx, steps, now, extra=*)
     cpdef tuple _stretch_kernel_args(self, decode_ctx, steps, base)
     cpdef decode_stretch_times(self, decode_ctx, steps)

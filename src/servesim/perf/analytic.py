@@ -446,8 +446,8 @@ class AnalyticStepTime:
         if plan.ranks is not None:  # attention DP with per-rank compositions
             return self.rank_pass_time(plan)
         ctx = plan.decode_ctx
-        n_dec = ctx.size
-        n_chunks = plan.prefill_new.size
+        n_dec = len(ctx)
+        n_chunks = len(plan.prefill_new)
         dtok = plan.decode_tokens
         if n_chunks:
             new = plan.prefill_new.tolist()
