@@ -20,13 +20,13 @@ cdef class RequestRecorder:
     cdef public object _c_last
     cdef public object _c_em
     cdef public object _c_gen
-    cdef public object _c_in
-    cdef public object _c_out
-    cdef public object _c_turn
     cdef public long long _capacity
     cdef public object _kernel
     cdef public object _emitter
     cdef public long long _flush_at
+    cdef double[::1] _arrival_v, _first_scheduled_v, _finish_v
+    cdef long long[::1] _worker_v, _cached_v, _host_cached_v, _status_v, _retractions_v
+    cdef long long[::1] _in_v, _out_v, _turn_v
 
     cpdef register(self, long long index, object request_id, object session_id, object turn,
                    object input_length, object output_length, object warmup)

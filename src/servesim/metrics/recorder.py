@@ -78,9 +78,6 @@ class RequestRecorder:
         # speculative decoding), so a plain decode pass writes two columns, not three;
         # :meth:`column` adds the emissions back.
         self._c_gen = self.cols["generated"]
-        self._c_in = self.cols["input_length"]
-        self._c_out = self.cols["output_length"]
-        self._c_turn = self.cols["turn"]
         #: Indices every column (and the warm-up flags) can hold without growing.
         self._capacity = self._columns_capacity()
         #: The compiled emission (``metrics/_emit_core.pyx``), or None: the numpy version.
@@ -88,6 +85,7 @@ class RequestRecorder:
         #: Pending gaps held before they go to the samples (tests lower it to exercise flushing).
         self._flush_at = self._FLUSH
         self._emitter = None
+        self._bind_columns()
         self._new_emitter()
 
     # -- registration -------------------------------------------------------------
@@ -102,12 +100,13 @@ class RequestRecorder:
                 col.ensure(self.size)
             self._warm.ensure(self.size)
             self._capacity = self._columns_capacity()
-            self._new_emitter()  # the columns are new arrays
+            self._bind_columns()  # the columns are new arrays
+            self._new_emitter()
         for col in self.extra_columns.values():
             col.ensure(self.size)
-        self._c_in.data[index] = input_length
-        self._c_out.data[index] = output_length
-        self._c_turn.data[index] = turn
+        self._in_v[index] = input_length
+        self._out_v[index] = output_length
+        self._turn_v[index] = turn
         self._warm.data[index] = warmup
         if warmup and not self._any_warm:
             self._any_warm = True
@@ -117,6 +116,26 @@ class RequestRecorder:
         self.session_id.append(session_id)
         self.reason.append("")
         self.warmup.append(warmup)
+
+    def _bind_columns(self) -> None:
+        """Hold the arrays the per-request setters write (again whenever the columns grow).
+
+        Compiled, these attributes are typed views (``recorder.pxd``): a setter is then a C
+        store, where ``self.cols[name].data[index] = value`` costs a dict lookup, an
+        attribute read and a numpy scalar write.
+        """
+        c = self.cols
+        self._arrival_v = c["arrival"].data
+        self._first_scheduled_v = c["first_scheduled"].data
+        self._finish_v = c["finish"].data
+        self._worker_v = c["worker"].data
+        self._cached_v = c["cached_tokens"].data
+        self._host_cached_v = c["host_cached_tokens"].data
+        self._status_v = c["status"].data
+        self._retractions_v = c["retractions"].data
+        self._in_v = c["input_length"].data
+        self._out_v = c["output_length"].data
+        self._turn_v = c["turn"].data
 
     def _columns_capacity(self) -> int:
         """Indices every column (and the warm-up flags) can hold without growing."""
@@ -133,21 +152,20 @@ class RequestRecorder:
 
     # -- events ---------------------------------------------------------------------
     def arrived(self, index: int, t: float) -> None:
-        self.cols["arrival"].data[index] = t
+        self._arrival_v[index] = t
 
     def assigned(self, index: int, worker: int) -> None:
-        self.cols["worker"].data[index] = worker
+        self._worker_v[index] = worker
 
     def scheduled(self, index: int, t: float, cached_tokens: int, host_cached_tokens: int = 0) -> None:
         """First time a request is put in a pass (later re-admissions after retraction keep it)."""
-        fs = self.cols["first_scheduled"].data
-        if fs[index] != fs[index]:  # NaN: first scheduling
-            fs[index] = t
-            self.cols["cached_tokens"].data[index] = cached_tokens
-            self.cols["host_cached_tokens"].data[index] = host_cached_tokens
+        if self._first_scheduled_v[index] != self._first_scheduled_v[index]:  # NaN: first scheduling
+            self._first_scheduled_v[index] = t
+            self._cached_v[index] = cached_tokens
+            self._host_cached_v[index] = host_cached_tokens
 
     def retracted(self, index: int) -> None:
-        self.cols["retractions"].data[index] += 1
+        self._retractions_v[index] += 1
 
     _FLUSH = 1 << 15
 
@@ -298,12 +316,11 @@ class RequestRecorder:
         self._flush_if_full()
 
     def finished(self, index: int, t: float, status: Status, reason: str = "") -> None:
-        st = self.cols["status"].data
         # Compared with a plain int: a numpy integer compared with an IntEnum member takes ~8 µs.
-        if st[index] != _PENDING:
+        if self._status_v[index] != _PENDING:
             raise AssertionError(f"request {self.request_id[index]} reached a second terminal state")
-        st[index] = status
-        self.cols["finish"].data[index] = t
+        self._status_v[index] = status
+        self._finish_v[index] = t
         self.reason[index] = reason
 
     def close_unfinished(self, t: float, reason: str, not_arrived: str | None = None) -> int:
