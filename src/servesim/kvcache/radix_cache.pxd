@@ -55,8 +55,10 @@ cdef class RadixCache:
 
     cpdef tuple _walk(self, list segs)
 
-    @cython.locals(seq=cython.longlong, now=cython.double, root=RadixNode, node=RadixNode)
     cpdef tuple _walk_below(self, RadixNode below, long long prefix, list segs)
+
+    @cython.locals(seq=cython.longlong, now=cython.double, root=RadixNode)
+    cpdef _touch_path(self, RadixNode node)
 
     @cython.locals(seq=cython.longlong, now=cython.double, page=cython.longlong,
                    child=RadixNode, n=cython.Py_ssize_t, m=cython.longlong)
@@ -65,7 +67,7 @@ cdef class RadixCache:
     @cython.locals(parent=RadixNode, new=RadixNode)
     cpdef RadixNode _split(self, RadixNode child, long long m)
 
-    @cython.locals(seq=cython.longlong, now=cython.double, root=RadixNode, node=RadixNode, end=RadixNode)
+    @cython.locals(end=RadixNode)
     cpdef tuple insert_and_match(self, object units, object n_tokens=*, RadixNode below=*, long long prefix=*)
 
     @cython.locals(node=RadixNode, leaf=RadixNode, prefix=cython.longlong, i=cython.Py_ssize_t)

@@ -234,16 +234,20 @@ class RadixCache:
         (a locked node, so in the tree): that path is stamped as the walk would stamp it
         (whole nodes, never split: a key ends where ``below`` does), and the walk goes on from
         ``below`` without comparing the path's segments again."""
+        self._touch_path(below)
+        i, s = advance(segs, 0, 0, prefix)
+        return self._descend(below, segs, i, s, prefix)
+
+    def _touch_path(self, node: RadixNode) -> None:
+        """One new access stamp on every node from ``node`` up to the root (excluded): what a
+        walk down that path gives it."""
         self._seq += 1
         seq, now, root = self._seq, self.now, self.root
-        node = below
         while node is not root:
             node.last_access = now
             node.last_seq = seq
             node.access_count += 1
-            node = node.parent
-        i, s = advance(segs, 0, 0, prefix)
-        return self._descend(below, segs, i, s, prefix)
+            node = node.parent  # type: ignore[assignment]
 
     def _descend(self, node: RadixNode, segs: list[Segment], i: int, s: int, total: int) -> tuple[int, RadixNode, int, int]:
         """The walk from ``node``, ``total`` tokens down, at input position (segment ``i``,
@@ -350,14 +354,7 @@ class RadixCache:
             return 0, MatchResult(0, self.root)
         segs, aligned = self._aligned_segments(units, n_tokens)
         present, end = self._insert_segments(segs, below, prefix)
-        self._seq += 1
-        seq, now, root = self._seq, self.now, self.root
-        node = end
-        while node is not root:
-            node.last_access = now
-            node.last_seq = seq
-            node.access_count += 1
-            node = node.parent  # type: ignore[assignment]
+        self._touch_path(end)
         return present, MatchResult(aligned, end)
 
     def _insert_segments(self, segs: list[Segment], below: RadixNode | None, below_tokens: int) -> tuple[int, RadixNode]:

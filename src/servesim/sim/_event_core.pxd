@@ -1,19 +1,11 @@
 # The compiled event queue (sim/_event_core.pyx), declared for the modules that call it in C.
-from cpython.object cimport PyObject
 from libc.stdint cimport int64_t
 
-
-cdef struct Event:
-    double time
-    int64_t priority
-    int64_t seq
-    int64_t kind
-    PyObject* payload
+from servesim._heap cimport Heap
 
 
 cdef class EventQueue:
-    cdef Event* a
-    cdef Py_ssize_t size, cap
+    cdef Heap h
     cdef int64_t seq
     cdef public double time
     cdef public int64_t kind
