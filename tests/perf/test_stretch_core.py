@@ -16,13 +16,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from servesim.compiled import pure_python_forced
 from servesim.hardware import load_gpu
 from servesim.models import load_model
 from servesim.perf.analytic import _STRETCH_CORE, AnalyticStepTime
 from servesim.perf.plan import PassPlan
 from simharness import python_versions
 
-pytestmark = pytest.mark.skipif(_STRETCH_CORE is None, reason="compiled core not built")
+pytestmark = pytest.mark.skipif(_STRETCH_CORE is None or pure_python_forced(),
+                                reason="compiled core not built or switched off")
 
 CASES = {
     "qwen3-32b": dict(model="qwen3-32b", gpu="h100"),
