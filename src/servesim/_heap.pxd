@@ -1,12 +1,12 @@
 # A binary min-heap of C structs holding one Python reference each, shared by the compiled
 # event queue (sim/_event_core.pyx) and the radix cache's lazy eviction heap
 # (kvcache/_lazy_heap.pyx).  Entries order by (time, k1, k2, k3, k4); each user fills the
-# fields its order needs and leaves the rest equal.  The functions move entries only: the
-# caller takes a reference to ``obj`` before a push and owns the one a pop hands back.
+# fields its order needs and leaves the rest equal.  The heap holds a reference to each
+# entry's object: :func:`heap_push` takes it, :func:`heap_pop` hands it back.
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_DECREF
+from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.stdint cimport int64_t
-from libc.stdlib cimport realloc
+from libc.stdlib cimport free, realloc
 
 
 cdef struct HeapEntry:
@@ -36,8 +36,29 @@ cdef inline bint entry_before(const HeapEntry* a, const HeapEntry* b) noexcept n
     return a.k4 < b.k4
 
 
-cdef inline int heap_push(Heap* h, HeapEntry e) except -1:
-    """Add ``e`` (its reference already taken by the caller)."""
+cdef inline void heap_clear(Heap* h) noexcept:
+    """Drop every entry's reference (the storage stays for reuse)."""
+    cdef Py_ssize_t i
+    for i in range(h.size):
+        Py_DECREF(<object>h.a[i].obj)
+    h.size = 0
+
+
+cdef inline void heap_init(Heap* h) noexcept:
+    h.a = NULL
+    h.size = h.cap = 0
+
+
+cdef inline void heap_free(Heap* h) noexcept:
+    """Drop every entry's reference and the storage (for ``__dealloc__``)."""
+    heap_clear(h)
+    free(h.a)
+    h.a = NULL
+    h.cap = 0
+
+
+cdef inline int heap_push(Heap* h, HeapEntry e, object obj) except -1:
+    """Add ``e`` holding ``obj`` (the heap takes a reference to it)."""
     cdef Py_ssize_t i, parent
     cdef HeapEntry* grown
     if h.size == h.cap:
@@ -46,6 +67,8 @@ cdef inline int heap_push(Heap* h, HeapEntry e) except -1:
             raise MemoryError()
         h.a = grown
         h.cap = 2 * h.cap + 64
+    Py_INCREF(obj)
+    e.obj = <PyObject*>obj
     i = h.size
     h.size += 1
     while i > 0:  # sift up
@@ -58,10 +81,12 @@ cdef inline int heap_push(Heap* h, HeapEntry e) except -1:
     return 0
 
 
-cdef inline HeapEntry heap_pop(Heap* h) noexcept:
-    """Remove and return the smallest entry (the heap must not be empty; the caller owns the
-    returned reference)."""
-    cdef HeapEntry top = h.a[0]
+cdef inline object heap_pop(Heap* h, HeapEntry* top):
+    """Remove the smallest entry, copied to ``top``; returns its object (the heap's reference
+    passes to the caller).  Raises IndexError on an empty heap."""
+    if h.size == 0:
+        raise IndexError("pop from an empty heap")
+    top[0] = h.a[0]
     cdef HeapEntry last
     cdef Py_ssize_t i = 0, child, n
     h.size -= 1
@@ -79,12 +104,6 @@ cdef inline HeapEntry heap_pop(Heap* h) noexcept:
             h.a[i] = h.a[child]
             i = child
         h.a[i] = last
-    return top
-
-
-cdef inline void heap_clear(Heap* h) noexcept:
-    """Drop every entry's reference (the storage stays for reuse)."""
-    cdef Py_ssize_t i
-    for i in range(h.size):
-        Py_DECREF(<object>h.a[i].obj)
-    h.size = 0
+    obj = <object>top.obj  # a new reference ...
+    Py_DECREF(obj)  # ... replacing the heap's
+    return obj

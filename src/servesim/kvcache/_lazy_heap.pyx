@@ -2,12 +2,9 @@
 """Compiled :class:`servesim.kvcache.lazy_heap.LazyHeap`: the same entries and order, in the C
 heap of ``servesim/_heap.pxd`` (each entry ``(0.0, k1, k2, uid, n)`` holding its node)."""
 
-from cpython.object cimport PyObject
-from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.stdint cimport int64_t
-from libc.stdlib cimport free
 
-from servesim._heap cimport Heap, HeapEntry, heap_clear, heap_pop, heap_push
+from servesim._heap cimport Heap, HeapEntry, heap_clear, heap_free, heap_init, heap_pop, heap_push
 
 
 cdef class LazyHeap:
@@ -19,14 +16,12 @@ cdef class LazyHeap:
     cdef public int64_t k1, k2
 
     def __cinit__(self):
-        self.h.a = NULL
-        self.h.size = self.h.cap = 0
+        heap_init(&self.h)
         self.pushes = 0
         self.k1 = self.k2 = 0
 
     def __dealloc__(self):
-        heap_clear(&self.h)
-        free(self.h.a)
+        heap_free(&self.h)
 
     def __len__(self):
         return self.h.size
@@ -34,23 +29,14 @@ cdef class LazyHeap:
     cpdef push(self, int64_t k1, int64_t k2, int64_t uid, object node):
         cdef HeapEntry e
         e.time, e.k1, e.k2, e.k3, e.k4 = 0.0, k1, k2, uid, self.pushes
-        Py_INCREF(node)
-        e.obj = <PyObject*>node
-        try:
-            heap_push(&self.h, e)
-        except MemoryError:
-            Py_DECREF(node)
-            raise
+        heap_push(&self.h, e, node)
         self.pushes += 1
 
     cpdef object pop(self):
         """The node of the smallest entry, which leaves the heap (its key in ``k1``, ``k2``)."""
-        if self.h.size == 0:
-            raise IndexError("pop from an empty heap")
-        cdef HeapEntry top = heap_pop(&self.h)
+        cdef HeapEntry top
+        node = heap_pop(&self.h, &top)
         self.k1, self.k2 = top.k1, top.k2
-        node = <object>top.obj
-        Py_DECREF(node)  # the heap's reference; ``node`` holds its own
         return node
 
     cpdef clear(self):
