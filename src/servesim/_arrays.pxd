@@ -28,18 +28,27 @@ cdef inline int64_t* int64_data(object arr) noexcept:
     return <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>arr)
 
 
+cdef inline bint _is_c_array(object obj, int ndim, int typenum) noexcept:
+    """Whether ``obj`` is a C-contiguous ndarray of ``ndim`` dimensions and numpy type ``typenum``."""
+    return (cnp.PyArray_Check(obj) and cnp.PyArray_NDIM(<cnp.ndarray>obj) == ndim
+            and cnp.PyArray_TYPE(<cnp.ndarray>obj) == typenum
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>obj))
+
+
+cdef inline object _as_c_array(object obj, int ndim, int typenum):
+    """``obj`` as a C-contiguous ndarray of ``ndim`` dimensions and type ``typenum`` (itself
+    when it already is one, else a copy cast as ``numpy.ascontiguousarray`` casts)."""
+    if _is_c_array(obj, ndim, typenum):
+        return obj
+    out = cnp.PyArray_FROMANY(obj, typenum, 0, 0, cnp.NPY_ARRAY_C_CONTIGUOUS | cnp.NPY_ARRAY_FORCECAST)
+    if cnp.PyArray_NDIM(<cnp.ndarray>out) != ndim:
+        raise ValueError(f"expected a {ndim}-d array, got {cnp.PyArray_NDIM(<cnp.ndarray>out)} dimensions")
+    return out
+
+
 cdef inline bint is_int64_vector(object obj) noexcept:
     """Whether ``obj`` is a C-contiguous 1-d int64 ndarray (its data then reads as int64_t*)."""
-    return (cnp.PyArray_Check(obj) and cnp.PyArray_NDIM(<cnp.ndarray>obj) == 1
-            and cnp.PyArray_TYPE(<cnp.ndarray>obj) == cnp.NPY_INT64
-            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>obj))
-
-
-cdef inline bint is_float64_vector(object obj) noexcept:
-    """Whether ``obj`` is a C-contiguous 1-d float64 ndarray (its data then reads as double*)."""
-    return (cnp.PyArray_Check(obj) and cnp.PyArray_NDIM(<cnp.ndarray>obj) == 1
-            and cnp.PyArray_TYPE(<cnp.ndarray>obj) == cnp.NPY_FLOAT64
-            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>obj))
+    return _is_c_array(obj, 1, cnp.NPY_INT64)
 
 
 cdef inline object new_int64_matrix(Py_ssize_t rows, Py_ssize_t cols):
@@ -50,25 +59,16 @@ cdef inline object new_int64_matrix(Py_ssize_t rows, Py_ssize_t cols):
     return cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
 
 
-cdef inline object as_int64_matrix(object obj):
-    """``obj`` as a C-contiguous 2-d int64 ndarray (itself when it already is one)."""
-    if (cnp.PyArray_Check(obj) and cnp.PyArray_NDIM(<cnp.ndarray>obj) == 2
-            and cnp.PyArray_TYPE(<cnp.ndarray>obj) == cnp.NPY_INT64
-            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>obj)):
-        return obj
-    import numpy
-    out = numpy.ascontiguousarray(obj, dtype=numpy.int64)
-    if cnp.PyArray_NDIM(<cnp.ndarray>out) != 2:
-        raise ValueError(f"expected a 2-d array, got {cnp.PyArray_NDIM(<cnp.ndarray>out)} dimensions")
-    return out
-
-
 cdef inline object as_int64_vector(object obj):
     """``obj`` as a C-contiguous 1-d int64 ndarray (itself when it already is one)."""
-    if is_int64_vector(obj):
-        return obj
-    import numpy
-    out = numpy.ascontiguousarray(obj, dtype=numpy.int64)
-    if cnp.PyArray_NDIM(<cnp.ndarray>out) != 1:
-        raise ValueError(f"expected a 1-d array, got {cnp.PyArray_NDIM(<cnp.ndarray>out)} dimensions")
-    return out
+    return _as_c_array(obj, 1, cnp.NPY_INT64)
+
+
+cdef inline object as_float64_vector(object obj):
+    """``obj`` as a C-contiguous 1-d float64 ndarray (itself when it already is one)."""
+    return _as_c_array(obj, 1, cnp.NPY_FLOAT64)
+
+
+cdef inline object as_int64_matrix(object obj):
+    """``obj`` as a C-contiguous 2-d int64 ndarray (itself when it already is one)."""
+    return _as_c_array(obj, 2, cnp.NPY_INT64)

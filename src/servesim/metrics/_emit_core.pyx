@@ -26,7 +26,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc, qsort
 from libc.string cimport memcpy
 
-from servesim._arrays cimport float64_data, int64_data, is_float64_vector, is_int64_vector
+from servesim._arrays cimport as_float64_vector, as_int64_vector, float64_data, int64_data
 
 cnp.import_array()
 
@@ -155,8 +155,7 @@ cdef class Emitter:
         the others add the gap ``t - last``.  Afterwards every request's last token time is
         ``t_last`` and its emission count grows by ``add_emissions``.
         """
-        if not is_int64_vector(idx):
-            idx = np.ascontiguousarray(idx, dtype=np.int64)
+        idx = as_int64_vector(idx)
         return self._emit(int64_data(idx), len(idx), t, t_second, has_second, t_last, add_emissions)
 
     cdef int _emit(self, const int64_t* idx, Py_ssize_t n, double t, double t_second, bint has_second,
@@ -216,10 +215,8 @@ cdef class Emitter:
         cold requests and one for the warm-up requests, as ``RequestRecorder.emit_stretch``
         appends them.
         """
-        if not is_int64_vector(idx):
-            idx = np.ascontiguousarray(idx, dtype=np.int64)
-        if not is_float64_vector(pass_ends):
-            pass_ends = np.ascontiguousarray(pass_ends, dtype=np.float64)
+        idx = as_int64_vector(idx)
+        pass_ends = as_float64_vector(pass_ends)
         cdef Py_ssize_t k = len(pass_ends), s, n = len(idx)
         if k < 2:
             raise ValueError(f"a stretch has two or more passes, got {k}")

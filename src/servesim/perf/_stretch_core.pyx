@@ -16,7 +16,7 @@ cimport numpy as cnp
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc, qsort
 
-from servesim._arrays cimport float64_data, int64_data, is_int64_vector, new_float64
+from servesim._arrays cimport as_int64_vector, float64_data, int64_data, new_float64
 
 cnp.import_array()
 
@@ -159,8 +159,7 @@ cdef class StretchPricer:
 
     def __call__(self, decode_ctx, Py_ssize_t steps, double now):
         """End times of ``steps`` decode passes over ``decode_ctx`` starting at ``now``."""
-        if not is_int64_vector(decode_ctx):
-            decode_ctx = np.ascontiguousarray(decode_ctx, dtype=np.int64)
+        decode_ctx = as_int64_vector(decode_ctx)
         cdef Py_ssize_t n = len(decode_ctx)
         cdef tuple terms = self._terms_for(n)
         out = new_float64(steps)
