@@ -26,7 +26,6 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from servesim.kvcache.events import EventSink, KVEvent, Segment
 from servesim.kvcache.lazy_heap import new_lazy_heap
@@ -145,9 +144,9 @@ class RadixCache:
         self._evictable_leaves: set[RadixNode] = set()
         # Time-independent policies whose keys only grow (lru, lfu, fifo) keep one lazy heap
         # of nodes by (key, uid) across calls (kvcache/lazy_heap.py): an entry is pushed
-        # whenever a node becomes an evictable leaf; entries of nodes that are no longer evictable leaves are dropped
-        # when popped, and an entry whose key is out of date is pushed again with the
-        # current key.  Since keys never decrease, the first current entry popped is the
+        # whenever a node becomes an evictable leaf; entries of nodes that are no longer
+        # evictable leaves are dropped when popped, and an entry whose key is out of date is
+        # pushed again with the current key.  Since keys never decrease, the first current entry popped is the
         # true minimum, so eviction order equals a heap rebuilt from all leaves each call.
         self._lazy = type(self.policy) in (LRUPolicy, LFUPolicy, FIFOPolicy)
         #: Which of the three the lazy heap orders by (:meth:`_lazy_push`); 0 when not lazy.
