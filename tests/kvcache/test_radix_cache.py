@@ -262,59 +262,72 @@ def test_insert_and_match_equals_insert_then_match(seed, page):
         assert (a.evictable_size, a.pool.free_tokens, a._seq) == (b.evictable_size, b.pool.free_tokens, b._seq)
 
 
+def _segments_after(units, prefix: int, n: int) -> list:
+    """Tokens ``[prefix, n)`` of ``units`` as segments (what ``sequence_segments`` gives a request)."""
+    segs, off = [], 0
+    for bid, k in units:
+        first, end = max(prefix - off, 0), min(n - off, k)
+        if first < end:
+            segs.append((bid, first, end))
+        off += k
+    return segs
+
+
 @pytest.mark.parametrize("page", [1, 4])
 @pytest.mark.parametrize("seed", range(6))
-def test_insert_below_a_locked_node_equals_inserting_from_the_root(seed, page):
+def test_insert_after_a_locked_node_equals_inserting_from_the_root(seed, page):
     """Requests lock their match, then insert longer prefixes of their sequence (as SGLang's
-    unfinished and finished requests do): walking from the locked node leaves every node,
-    stamp, counter, lock and the eviction order as the walk from the root."""
+    unfinished and finished requests do): walking from the locked node, given only the
+    tokens after it (``insert_after``), leaves every node, stamp, counter, lock and the
+    eviction order as inserting the whole sequence from the root."""
     rng = random.Random(seed)
-    a, b = RadixCache(600, page_size=page), RadixCache(600, page_size=page)
-    live = []  # (units, locked tokens, node in a, node in b) of requests holding a lock
+    a, c = RadixCache(600, page_size=page), RadixCache(600, page_size=page)
+    live = []  # (units, locked tokens, node in a, node in c) of requests holding a lock
     walks_below = 0
     for step in range(400):
-        a.now = b.now = float(step)
+        a.now = c.now = float(step)
         if live and rng.random() < 0.5:
-            units, prefix, na, nb = live.pop(rng.randrange(len(live)))
+            units, prefix, na, nc = live.pop(rng.randrange(len(live)))
             total = sum(k for _, k in units)
             n = rng.randint(prefix, total)
             n -= n % page
             if n > prefix:
                 walks_below += prefix > 0
-                assert a.alloc(n - prefix) and b.alloc(n - prefix)
+                assert a.alloc(n - prefix) and c.alloc(n - prefix)
+                tail = _segments_after(units, prefix, n)
                 if rng.random() < 0.5:
-                    pa, pb = a.insert(units, n), b.insert(units, n, nb, prefix)
-                    ma = mb = None
+                    pa, pc = a.insert(units, n), c.insert_after(tail, nc, prefix)
+                    ma = mc = None
                 else:
                     pa, ma = a.insert_and_match(units, n)
-                    pb, mb = b.insert_and_match(units, n, nb, prefix)
-                    assert (ma.tokens, ma.node.uid) == (mb.tokens, mb.node.uid)
-                assert pa == pb
+                    pc, mc = c.insert_after_and_match(tail, nc, prefix)
+                    assert (ma.tokens, ma.node.uid) == (mc.tokens, mc.node.uid)
+                assert pa == pc
                 a.free(max(pa - prefix, 0))
-                b.free(max(pb - prefix, 0))
+                c.free(max(pc - prefix, 0))
                 if ma is not None and rng.random() < 0.5:  # the lock moves to the new end
                     a.inc_lock_ref(ma.node)
-                    b.inc_lock_ref(mb.node)
+                    c.inc_lock_ref(mc.node)
                     a.dec_lock_ref(na)
-                    b.dec_lock_ref(nb)
-                    live.append((units, ma.tokens, ma.node, mb.node))
+                    c.dec_lock_ref(nc)
+                    live.append((units, ma.tokens, ma.node, mc.node))
                     continue
             a.dec_lock_ref(na)
-            b.dec_lock_ref(nb)
+            c.dec_lock_ref(nc)
         else:
             units = seq(*[rng.randrange(3) if k < 2 else rng.randrange(20) for k in range(rng.randint(1, 6))],
                         last=rng.randint(1, U))
             n = sum(k for _, k in units)
-            ma, mb = a.match_prefix(units, n), b.match_prefix(units, n)
-            assert ma.tokens == mb.tokens
+            ma, mc = a.match_prefix(units, n), c.match_segments(_segments_after(units, 0, n - n % page))
+            assert ma.tokens == mc.tokens
             a.inc_lock_ref(ma.node)
-            b.inc_lock_ref(mb.node)
-            live.append((units, ma.tokens, ma.node, mb.node))
+            c.inc_lock_ref(mc.node)
+            live.append((units, ma.tokens, ma.node, mc.node))
         if rng.random() < 0.2:
             k = rng.randint(1, 60)
-            assert a.evict(k) == b.evict(k)
-        assert _nodes(a) == _nodes(b)
-        assert (a.evictable_size, a.pool.free_tokens, a._seq) == (b.evictable_size, b.pool.free_tokens, b._seq)
+            assert a.evict(k) == c.evict(k)
+        assert _nodes(a) == _nodes(c)
+        assert (a.evictable_size, a.pool.free_tokens, a._seq) == (c.evictable_size, c.pool.free_tokens, c._seq)
     assert walks_below > 20
 
 

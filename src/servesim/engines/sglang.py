@@ -40,7 +40,7 @@ from servesim.kvcache.host_tier import HostRadix
 from servesim.kvcache.radix_cache import MatchResult, RadixCache
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.plan import PassPlan
-from servesim.workload.request import Request, sequence_units
+from servesim.workload.request import Request, sequence_segments, sequence_units
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
@@ -368,7 +368,7 @@ class SGLangEngine(Engine):
 
     def _match(self, sr: SGReq) -> tuple[int, object]:
         """Cached tokens for the request's next round (at least one token is recomputed)."""
-        res = self.tree.match_prefix(sequence_units(sr.req, sr.fill - 1))
+        res = self.tree.match_segments(sequence_segments(sr.req, 0, self._floor_page(sr.fill - 1)))
         return res.tokens, res.node
 
     def _new_prefill_batch(self) -> _PrefillBatch | None:
@@ -701,13 +701,13 @@ class SGLangEngine(Engine):
         aligned = self._floor_page(sr.computed)
         if aligned <= sr.prefix:
             return sr.prefix, None
-        units = sequence_units(sr.req, aligned)
-        res = None
         # The walk starts at the request's locked node, which ends its first ``prefix`` tokens.
+        segs = sequence_segments(sr.req, sr.prefix, aligned)
+        res = None
         if match:
-            present, res = self.tree.insert_and_match(units, None, sr.node, sr.prefix)
+            present, res = self.tree.insert_after_and_match(segs, sr.node, sr.prefix)
         else:
-            present = self.tree.insert(units, None, sr.node, sr.prefix)
+            present = self.tree.insert_after(segs, sr.node, sr.prefix)
         # Tokens [prefix, present) were computed privately but already cached by another
         # request meanwhile: free our copies.  Tokens [present, aligned) now belong to the tree.
         dup = max(present - sr.prefix, 0)

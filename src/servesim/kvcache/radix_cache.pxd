@@ -55,8 +55,6 @@ cdef class RadixCache:
 
     cpdef tuple _walk(self, list segs)
 
-    cpdef tuple _walk_below(self, RadixNode below, long long prefix, list segs)
-
     @cython.locals(seq=cython.longlong, now=cython.double, root=RadixNode)
     cpdef _touch_path(self, RadixNode node)
 
@@ -68,10 +66,21 @@ cdef class RadixCache:
     cpdef RadixNode _split(self, RadixNode child, long long m)
 
     @cython.locals(end=RadixNode)
-    cpdef tuple insert_and_match(self, object units, object n_tokens=*, RadixNode below=*, long long prefix=*)
+    cpdef tuple insert_and_match(self, object units, object n_tokens=*)
 
-    @cython.locals(node=RadixNode, leaf=RadixNode, prefix=cython.longlong, i=cython.Py_ssize_t)
-    cpdef tuple _insert_segments(self, list segs, RadixNode below, long long below_tokens)
+    @cython.locals(node=RadixNode, prefix=cython.longlong, i=cython.Py_ssize_t, s=cython.longlong)
+    cpdef tuple _insert_segments(self, list segs)
+
+    cpdef long long insert_after(self, list segs, RadixNode below, long long prefix) except? -1
+
+    @cython.locals(end=RadixNode, present=cython.longlong)
+    cpdef tuple insert_after_and_match(self, list segs, RadixNode below, long long prefix)
+
+    @cython.locals(node=RadixNode, total=cython.longlong, i=cython.Py_ssize_t, s=cython.longlong)
+    cpdef tuple _insert_after(self, list segs, RadixNode below, long long prefix)
+
+    @cython.locals(leaf=RadixNode)
+    cpdef tuple _add_rest(self, list segs, long long prefix, RadixNode node, Py_ssize_t i, long long s)
 
     @cython.locals(delta=cython.longlong, root=RadixNode)
     cpdef long long inc_lock_ref(self, RadixNode node) except? -1

@@ -228,15 +228,6 @@ class RadixCache:
         self._seq += 1
         return self._descend(self.root, segs, 0, 0, 0)
 
-    def _walk_below(self, below: RadixNode, prefix: int, segs: list[Segment]) -> tuple[int, RadixNode, int, int]:
-        """:meth:`_walk` of ``segs`` whose first ``prefix`` tokens are the path root → ``below``
-        (a locked node, so in the tree): that path is stamped as the walk would stamp it
-        (whole nodes, never split: a key ends where ``below`` does), and the walk goes on from
-        ``below`` without comparing the path's segments again."""
-        self._touch_path(below)
-        i, s = advance(segs, 0, 0, prefix)
-        return self._descend(below, segs, i, s, prefix)
-
     def _touch_path(self, node: RadixNode) -> None:
         """One new access stamp on every node from ``node`` up to the root (excluded): what a
         walk down that path gives it."""
@@ -320,49 +311,82 @@ class RadixCache:
             node = node.parent  # type: ignore[assignment]
         return canonical_segments([seg for key in reversed(keys) for seg in key])
 
-    def insert(self, units: Units, n_tokens: int | None = None, below: RadixNode | None = None,
-               prefix: int = 0) -> int:
+    def insert(self, units: Units, n_tokens: int | None = None) -> int:
         """Put the page-aligned first ``n_tokens`` of ``units`` in the tree.
 
         Returns how many leading tokens were already present: the caller holds duplicate
         KV for those beyond its own locked prefix and must :meth:`free` them.  The new
-        tokens move from request-private to tree ownership in the pool.  ``below``: the
-        node the caller has locked, ending ``prefix`` tokens into ``units`` (same result,
-        without walking that path's segments again).
+        tokens move from request-private to tree ownership in the pool.
         """
         if self.disable:
             return 0
         segs, _ = self._aligned_segments(units, n_tokens)
-        return self._insert_segments(segs, below, prefix)[0]
+        return self._insert_segments(segs)[0]
 
     def insert_segments(self, segs: list[Segment]) -> int:
         """:meth:`insert` of a canonical, page-aligned segment list."""
-        return self._insert_segments(segs, None, 0)[0]
+        return self._insert_segments(segs)[0]
 
-    def insert_and_match(self, units: Units, n_tokens: int | None = None, below: RadixNode | None = None,
-                         prefix: int = 0) -> tuple[int, MatchResult]:
+    def insert_and_match(self, units: Units, n_tokens: int | None = None) -> tuple[int, MatchResult]:
         """:meth:`insert`, then :meth:`match_prefix` of the same tokens, walking the tree once.
 
         After the insertion the whole path is in the tree and its last node ends exactly at
         its end (a leaf made for it, or a node the walk split there), so the match is that
         node; what the match's own walk would change — one more access stamp on every node of
-        the path — is applied going up through the parents.  ``below``, ``prefix``: as for
-        :meth:`insert`.
+        the path — is applied going up through the parents.
         """
         if self.disable:
             return 0, MatchResult(0, self.root)
         segs, aligned = self._aligned_segments(units, n_tokens)
-        present, end = self._insert_segments(segs, below, prefix)
+        present, end = self._insert_segments(segs)
         self._touch_path(end)
         return present, MatchResult(aligned, end)
 
-    def _insert_segments(self, segs: list[Segment], below: RadixNode | None, below_tokens: int) -> tuple[int, RadixNode]:
-        """Insert ``segs`` (walking from ``below``, ``below_tokens`` in, when given: see
-        :meth:`insert`); returns the tokens already present and the node ending at ``segs``' end."""
-        if below is None:
-            prefix, node, i, s = self._walk(segs)
-        else:
-            prefix, node, i, s = self._walk_below(below, below_tokens, segs)
+    def insert_after(self, segs: list[Segment], below: RadixNode, prefix: int) -> int:
+        """:meth:`insert` of the tokens after a locked node, given only those tokens.
+
+        ``below`` is the node the caller has locked, ending ``prefix`` tokens into its
+        sequence; ``segs`` are the sequence's tokens from there to a page-aligned end
+        (``workload.request.sequence_segments(req, prefix, end)``).  Same result as
+        :meth:`insert` of the whole sequence, without building or walking its first
+        ``prefix`` tokens again.
+        """
+        if self.disable:
+            return 0
+        return self._insert_after(segs, below, prefix)[0]
+
+    def insert_after_and_match(self, segs: list[Segment], below: RadixNode, prefix: int) -> tuple[int, MatchResult]:
+        """:meth:`insert_and_match` of the tokens after a locked node (arguments as for
+        :meth:`insert_after`)."""
+        if self.disable:
+            return 0, MatchResult(0, self.root)
+        present, end = self._insert_after(segs, below, prefix)
+        self._touch_path(end)
+        return present, MatchResult(prefix + segments_tokens(segs), end)
+
+    def _insert_segments(self, segs: list[Segment]) -> tuple[int, RadixNode]:
+        """Insert ``segs`` walking from the root; returns the tokens already present and the
+        node ending at ``segs``' end."""
+        prefix, node, i, s = self._walk(segs)
+        return self._add_rest(segs, prefix, node, i, s)
+
+    def _insert_after(self, segs: list[Segment], below: RadixNode, prefix: int) -> tuple[int, RadixNode]:
+        """:meth:`_insert_segments` of a sequence whose first ``prefix`` tokens are the path
+        root → ``below`` (a locked node, so in the tree) and whose later tokens are ``segs``.
+
+        That path is stamped as a walk from the root would stamp it (whole nodes, never
+        split: a key ends where ``below`` does), and the walk goes on from ``below``.  It
+        reads positions as (segment, token within its block), starting at the first
+        segment's first token: inside its block when ``prefix`` is.
+        """
+        self._touch_path(below)
+        total, node, i, s = self._descend(below, segs, 0, segs[0][1] if segs else 0, prefix)
+        return self._add_rest(segs, total, node, i, s)
+
+    def _add_rest(self, segs: list[Segment], prefix: int, node: RadixNode, i: int, s: int) -> tuple[int, RadixNode]:
+        """After a walk of ``segs`` that matched ``prefix`` tokens, ending at ``node`` and input
+        position (segment ``i``, token ``s``): a new leaf under ``node`` for the rest, if any.
+        Returns ``prefix`` and the node ending at ``segs``' end."""
         if i < len(segs):
             rest = [(segs[i][0], s, segs[i][2]), *segs[i + 1 :]]
             leaf = RadixNode(next(self._uids), rest, node, self.now, self._seq)

@@ -1,13 +1,22 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled :func:`servesim.workload.request.sequence_units`.
+"""Compiled :func:`servesim.workload.request.sequence_units` and ``sequence_segments``.
 
 Every engine reads a request's sequence as units ``(block_id, tokens)`` several times per
 request (prefix matching, insertion, block hashes).  The Python function builds the list in
 the interpreter; this builds the same list, with the same block ids, in C.
-``tests/workload/test_units_core.py`` compares the two.
+``tests/workload/test_units_core.py`` compares each with its Python version.
 """
 
 from servesim.workload.request import OUTPUT_ID_BASE
+
+
+cdef inline object _block_id(req, object ids, object out_ids, Py_ssize_t n_ids, Py_ssize_t n_out, long long k):
+    """Block ``k``'s id in ``req``'s sequence (see ``sequence_units``)."""
+    if k < n_ids:
+        return ids[k]
+    if k - n_ids < n_out:
+        return out_ids[k - n_ids]
+    return OUTPUT_ID_BASE - (req.index << 24) + n_ids - k  # output_block_id(req.index, k - n_ids)
 
 
 def sequence_units(req, long long n_tokens) -> list:
@@ -23,15 +32,30 @@ def sequence_units(req, long long n_tokens) -> list:
     n_full = n_tokens // bs
     rem = n_tokens - n_full * bs
     n_blocks = n_full + (1 if rem else 0)
-    cdef object base = None
     for k in range(n_blocks):
-        if k < n_ids:
-            bid = ids[k]
-        elif k - n_ids < n_out:
-            bid = out_ids[k - n_ids]
-        else:
-            if base is None:  # output_block_id(req.index, k - n_ids), in Python ints
-                base = OUTPUT_ID_BASE - (req.index << 24) + n_ids
-            bid = base - k
-        units.append((bid, bs if k < n_full else rem))
+        units.append((_block_id(req, ids, out_ids, n_ids, n_out, k), bs if k < n_full else rem))
     return units
+
+
+def sequence_segments(req, long long start, long long stop) -> list:
+    """Segments of tokens ``[start, stop)`` of ``req``'s sequence (see the Python version):
+    the blocks before ``start`` are skipped, not built."""
+    cdef long long bs = req.block_size
+    ids = req.hash_ids
+    out_ids = req.output_hash_ids
+    cdef Py_ssize_t n_ids = len(ids), n_out = len(out_ids)
+    cdef list segs = []
+    cdef long long k, first, end
+    if start < 0:
+        start = 0
+    if stop <= start:
+        return segs
+    for k in range(start // bs, (stop - 1) // bs + 1):
+        first = start - k * bs
+        if first < 0:
+            first = 0
+        end = stop - k * bs
+        if end > bs:
+            end = bs
+        segs.append((_block_id(req, ids, out_ids, n_ids, n_out, k), first, end))
+    return segs

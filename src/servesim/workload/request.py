@@ -88,9 +88,29 @@ def sequence_units(req: Request, n_tokens: int) -> list[tuple[int, int]]:
     return units
 
 
-#: The Python version of :func:`sequence_units`, the reference of ``workload/_units_core.pyx``.
+def sequence_segments(req: Request, start: int, stop: int) -> list[tuple[int, int, int]]:
+    """Tokens ``[start, stop)`` of the request's sequence as segments ``(block_id, first, end)``:
+    tokens ``[first, end)`` of each block of :func:`sequence_units`' grid that the range touches.
+
+    What the radix cache compares (``kvcache/segments.py``); an engine that walks the tree
+    from a node ``start`` tokens in reads only the sequence after it, so the blocks before
+    ``start`` are never built.
+    """
+    bs = req.block_size
+    segs = []
+    for k, (bid, n) in enumerate(sequence_units(req, stop)):
+        first = max(start - k * bs, 0)
+        if first < n:
+            segs.append((bid, first, n))
+    return segs
+
+
+#: The Python versions of :func:`sequence_units` and :func:`sequence_segments`, the
+#: references of ``workload/_units_core.pyx``.
 python_sequence_units = sequence_units
+python_sequence_segments = sequence_segments
 
 _core = compiled_module("workload._units_core")  # SERVESIM_PURE_PYTHON is read at import here
 if _core is not None:
     sequence_units = _core.sequence_units  # noqa: F811
+    sequence_segments = _core.sequence_segments  # noqa: F811
