@@ -8,7 +8,7 @@ the same position mean identical content, hence a reusable prefix.  The KV cache
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from servesim.compiled import compiled_module
 
@@ -56,7 +56,6 @@ class Request:
     output_hash_ids: tuple[int, ...] = ()
     #: Warm-up requests run like any other but are excluded from the metrics.
     warmup: bool = False
-    extra: dict = field(default_factory=dict)
 
 
 def sequence_units(req: Request, n_tokens: int) -> list[tuple[int, int]]:
