@@ -9,28 +9,29 @@ from servesim.metrics.recorder import RequestRecorder
 from servesim.perf.frontend import Frontend, FrontendParams, SchedulerOverheadStepTime
 from servesim.perf.plan import PassPlan, stretch_by_steps
 from servesim.perf.simple import FixedStepTime, LinearStepTime
+from servesim.workload.request import Request
 
 
-class _Req:
-    def __init__(self, n: int) -> None:
-        self.input_length = n
+def _req(n: int) -> Request:
+    """A request of ``n`` prompt tokens (all the tokenizer reads)."""
+    return Request(index=0, request_id="r", arrival=0.0, input_length=n, output_length=1, hash_ids=())
 
 
 def test_tokenizer_is_one_fifo_server():
     fe = Frontend(FrontendParams(request_overhead_s=0.002, tokenize_base_s=0.001, tokenize_per_token_s=1e-6,
                                  first_token_overhead_s=0.0))
     # three requests sent at once queue behind each other
-    t = [fe.admit_time(_Req(1000), 0.0) for _ in range(3)]
+    t = [fe.admit_time(_req(1000), 0.0) for _ in range(3)]
     each = 0.001 + 1000e-6
     assert t == pytest.approx([each + 0.002, 2 * each + 0.002, 3 * each + 0.002])
     # a request sent after the queue drained does not wait
-    assert fe.admit_time(_Req(0), 10.0) == pytest.approx(10.0 + 0.001 + 0.002)
+    assert fe.admit_time(_req(0), 10.0) == pytest.approx(10.0 + 0.001 + 0.002)
 
 
 def test_zero_frontend_admits_immediately():
     fe = Frontend.disabled()
     assert fe.is_zero
-    assert fe.admit_time(_Req(5000), 3.5) == 3.5
+    assert fe.admit_time(_req(5000), 3.5) == 3.5
 
 
 def test_stream_latency_shifts_ttft_and_e2e_not_tpot():

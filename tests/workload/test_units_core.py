@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(core is None, reason="compiled core not built")
 
 
 @settings(max_examples=400, deadline=None)
-@given(index=st.integers(0, 2**20), block_size=st.sampled_from([1, 16, 64, 512]),
+@given(index=st.one_of(st.integers(0, 2**20), st.integers(2**38 - 4, 2**40)), block_size=st.sampled_from([1, 16, 64, 512]),
        ids=st.lists(st.integers(0, 2**40), max_size=6), out_ids=st.lists(st.integers(0, 2**40), max_size=3),
        n_tokens=st.integers(-600, 6000), as_list=st.booleans())
 def test_compiled_sequence_units_equal_python(index, block_size, ids, out_ids, n_tokens, as_list):
@@ -25,7 +25,7 @@ def test_compiled_sequence_units_equal_python(index, block_size, ids, out_ids, n
 
 
 @settings(max_examples=400, deadline=None)
-@given(index=st.integers(0, 2**20), block_size=st.sampled_from([1, 16, 64, 512]),
+@given(index=st.one_of(st.integers(0, 2**20), st.integers(2**38 - 4, 2**40)), block_size=st.sampled_from([1, 16, 64, 512]),
        ids=st.lists(st.integers(0, 2**40), max_size=6), out_ids=st.lists(st.integers(0, 2**40), max_size=3),
        start=st.integers(-100, 6000), length=st.integers(-100, 6000))
 def test_compiled_sequence_segments_equal_python(index, block_size, ids, out_ids, start, length):

@@ -26,7 +26,6 @@ worker.  docs/disaggregation.md has the config and what is left out.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Sequence, Union
@@ -96,7 +95,7 @@ class PrefillOnlyEngine:
         self.__dict__["inner"] = inner
 
     def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
-        self.inner.add_request(dataclasses.replace(req, output_length=1), now)
+        self.inner.add_request(req.replace(output_length=1), now)
 
     @property
     def terminated(self) -> list:

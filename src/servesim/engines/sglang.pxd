@@ -1,12 +1,13 @@
 # Types for compiling sglang.py with Cython (setup.py FROM_SOURCE; see kvcache/radix_cache.pxd).
 cimport cython
+from servesim.workload.request cimport Request
 from servesim.engines.base cimport Engine
 from servesim.kvcache.radix_cache cimport RadixCache
 from servesim.kvcache.token_pool cimport TokenPool
 
 
 cdef class SGReq:
-    cdef public object req
+    cdef public Request req
     cdef public long long max_new
     cdef public long long generated
     cdef public long long computed
@@ -71,7 +72,7 @@ cdef class SGLangEngine(Engine):
     cpdef _run_left_min(self)
 
     @cython.locals(max_new=cython.longlong, sr=SGReq)
-    cpdef add_request(self, object req, double now, long long kv_ready=*)
+    cpdef add_request(self, Request req, double now, long long kv_ready=*)
 
     cpdef bint _has_pulled_work(self)
     cpdef bint has_work(self)

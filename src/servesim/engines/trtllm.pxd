@@ -1,10 +1,11 @@
 # Types for compiling trtllm.py with Cython (setup.py FROM_SOURCE; see kvcache/radix_cache.pxd).
 cimport cython
+from servesim.workload.request cimport Request
 from servesim.engines.base cimport Engine
 
 
 cdef class TReq:
-    cdef public object req
+    cdef public Request req
     cdef public long long max_new
     cdef public long long ctx_len
     cdef public long long target
@@ -56,7 +57,7 @@ cdef class TRTLLMEngine(Engine):
     cdef public long long batch_wait_count
     cdef public long long _lead_gens
 
-    cpdef add_request(self, object req, double now, long long kv_ready=*)
+    cpdef add_request(self, Request req, double now, long long kv_ready=*)
     cpdef bint has_work(self)
     cpdef long long _blocks_for(self, long long tokens)
     cpdef long long _drafts(self)

@@ -1,10 +1,11 @@
 # Types for compiling vllm.py with Cython (setup.py FROM_SOURCE; see kvcache/radix_cache.pxd).
 cimport cython
+from servesim.workload.request cimport Request
 from servesim.engines.base cimport Engine
 
 
 cdef class VReq:
-    cdef public object req
+    cdef public Request req
     cdef public long long max_new
     cdef public long long generated
     cdef public long long computed
@@ -61,7 +62,7 @@ cdef class VLLMEngine(Engine):
     cdef public long long _loading
     cdef public long long fast_decodes_min
 
-    cpdef add_request(self, object req, double now, long long kv_ready=*)
+    cpdef add_request(self, Request req, double now, long long kv_ready=*)
     cpdef bint has_work(self)
     cpdef list _chain(self, VReq vr, long long n_blocks)
 

@@ -85,6 +85,10 @@ class Frontend:
             params = FrontendParams.model_validate(params)
         self.p = params
         self._free_at = 0.0  # when the (single) tokenizer is next idle
+        # Read per request by admit_time: kept as plain floats (typed when compiled).
+        self._tokenize_base_s = float(params.tokenize_base_s)
+        self._tokenize_per_token_s = float(params.tokenize_per_token_s)
+        self._request_overhead_s = float(params.request_overhead_s)
 
     @classmethod
     def disabled(cls) -> "Frontend":
@@ -97,7 +101,7 @@ class Frontend:
                     or p.stream_per_running_s)
 
     def tokenize_seconds(self, input_length: int) -> float:
-        return self.p.tokenize_base_s + self.p.tokenize_per_token_s * input_length
+        return self._tokenize_base_s + self._tokenize_per_token_s * input_length
 
     def admit_time(self, req, now: float) -> float:
         """When a request the client sent at ``now`` reaches the engine.
@@ -106,7 +110,7 @@ class Frontend:
         """
         start = now if now > self._free_at else self._free_at
         self._free_at = start + self.tokenize_seconds(req.input_length)
-        return self._free_at + self.p.request_overhead_s
+        return self._free_at + self._request_overhead_s
 
     def apply_stream_latency(self, recorder) -> None:
         """Shift every client-observed token time by ``first_token_overhead_s`` plus

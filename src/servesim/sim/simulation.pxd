@@ -2,6 +2,7 @@
 cimport cython
 from servesim.cluster.worker cimport Worker
 from servesim.sim._event_core cimport EventQueue
+from servesim.workload.request cimport Request
 
 
 cdef class Simulation:
@@ -30,9 +31,12 @@ cdef class Simulation:
     cdef public object frontend
     cdef public dict _sent
 
+    @cython.locals(req=Request)
     cpdef object _pull(self)
+    @cython.locals(req=Request)
     cpdef _feed_open(self, double now)
-    cpdef _on_terminated(self, object req, double t)
+    @cython.locals(follow=Request)
+    cpdef _on_terminated(self, Request req, double t)
     @cython.locals(eng=object)
     cpdef _drain_terminated(self, Worker worker, double t)
     @cython.locals(now=cython.double, max_t=cython.double, n_events=cython.longlong, events=EventQueue,
@@ -40,7 +44,7 @@ cdef class Simulation:
     cpdef object run(self)
     cpdef _advance_intake(self, double now)
     @cython.locals(worker=Worker)
-    cpdef _handle_arrival(self, object req, double now)
+    cpdef _handle_arrival(self, Request req, double now)
     @cython.locals(worker=Worker, epoch=cython.longlong)
     cpdef _handle_pass_end(self, tuple payload, double now)
     @cython.locals(worker=Worker)

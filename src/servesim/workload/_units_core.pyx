@@ -8,18 +8,25 @@ the interpreter; this builds the same list, with the same block ids, in C.
 """
 
 from servesim.workload.request import OUTPUT_ID_BASE
+from servesim.workload.request cimport Request
+
+cdef long long _BASE = OUTPUT_ID_BASE
+cdef long long INDEX_IN_C = 1LL << 38
 
 
-cdef inline object _block_id(req, object ids, object out_ids, Py_ssize_t n_ids, Py_ssize_t n_out, long long k):
+cdef inline object _block_id(Request req, object ids, object out_ids, Py_ssize_t n_ids, Py_ssize_t n_out, long long k):
     """Block ``k``'s id in ``req``'s sequence (see ``sequence_units``)."""
     if k < n_ids:
         return ids[k]
     if k - n_ids < n_out:
         return out_ids[k - n_ids]
-    return OUTPUT_ID_BASE - (req.index << 24) + n_ids - k  # output_block_id(req.index, k - n_ids)
+    # output_block_id(req.index, k - n_ids): in C while it fits in 64 bits (any index below 2**38)
+    if 0 <= req.index < INDEX_IN_C:
+        return _BASE - (req.index << 24) + n_ids - k
+    return OUTPUT_ID_BASE - ((<object>req.index) << 24) + n_ids - k
 
 
-def sequence_units(req, long long n_tokens) -> list:
+def sequence_units(Request req, long long n_tokens) -> list:
     """Units covering the first ``n_tokens`` of ``req``'s sequence (see the Python version)."""
     cdef long long bs = req.block_size
     ids = req.hash_ids
@@ -37,7 +44,7 @@ def sequence_units(req, long long n_tokens) -> list:
     return units
 
 
-def sequence_segments(req, long long start, long long stop) -> list:
+def sequence_segments(Request req, long long start, long long stop) -> list:
     """Segments of tokens ``[start, stop)`` of ``req``'s sequence (see the Python version):
     the blocks before ``start`` are skipped, not built."""
     cdef long long bs = req.block_size

@@ -8,8 +8,6 @@ the same position mean identical content, hence a reusable prefix.  The KV cache
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from servesim.compiled import compiled_module
 
 # Id spaces for blocks that must never match anything else.  Trace ids are >= 0.
@@ -26,36 +24,79 @@ def output_block_id(request_index: int, block: int) -> int:
     return OUTPUT_ID_BASE - (request_index << 24) - block
 
 
-@dataclass(slots=True)
+#: Request's fields, in order: its constructor's parameters, its repr and its equality.
+REQUEST_FIELDS = ("index", "request_id", "arrival", "input_length", "output_length", "hash_ids", "block_size",
+                  "session_id", "turn", "after", "delay", "output_hash_ids", "warmup")
+
+
 class Request:
     """One inference request as the workload presents it to the deployment.
 
     Times are in seconds of virtual time.  ``index`` is the dense position of the request
     in the run (0..N-1), assigned by the workload source, and is what every column store
     and engine uses to refer to it.
+
+    A plain class with a dataclass's constructor, repr and equality, not a dataclass:
+    ``workload/request.pxd`` makes it an extension type when the module is compiled, so that
+    a workload builds one, and the compiled loop reads its fields, without the interpreter.
     """
 
-    index: int
-    request_id: str
-    arrival: float
-    input_length: int
-    output_length: int
-    hash_ids: tuple[int, ...]
-    block_size: int = 512
-    session_id: str | None = None
-    turn: int = 0
-    #: For a later turn of a session: index of the previous turn, and the think time
-    #: (seconds) between that turn finishing and this one arriving.  ``arrival`` is then
-    #: filled in by the simulation.
-    after: int | None = None
-    delay: float = 0.0
-    #: Block ids continuing the sequence's block grid after the prompt's last block
-    #: (``hash_ids``), covering generated tokens.  Synthetic multi-turn sessions set
-    #: these so that the next turn can reuse the previous answer; past them, generated
-    #: tokens get ids that match nothing.
-    output_hash_ids: tuple[int, ...] = ()
-    #: Warm-up requests run like any other but are excluded from the metrics.
-    warmup: bool = False
+    __slots__ = REQUEST_FIELDS
+
+    def __init__(self, index: int, request_id: str, arrival: float, input_length: int, output_length: int,
+                 hash_ids: tuple[int, ...], block_size: int = 512, session_id: str | None = None, turn: int = 0,
+                 after: int | None = None, delay: float = 0.0, output_hash_ids: tuple[int, ...] = (),
+                 warmup: bool = False) -> None:
+        self.index = index
+        self.request_id = request_id
+        self.arrival = arrival
+        self.input_length = input_length
+        self.output_length = output_length
+        #: Ids of the prompt's blocks of ``block_size`` tokens (the last may be partial).
+        self.hash_ids = hash_ids
+        self.block_size = block_size
+        self.session_id = session_id
+        self.turn = turn
+        #: For a later turn of a session: index of the previous turn, and the think time
+        #: (seconds) between that turn finishing and this one arriving.  ``arrival`` is then
+        #: filled in by the simulation.
+        self.after = after
+        self.delay = delay
+        #: Block ids continuing the sequence's block grid after the prompt's last block
+        #: (``hash_ids``), covering generated tokens.  Synthetic multi-turn sessions set
+        #: these so that the next turn can reuse the previous answer; past them, generated
+        #: tokens get ids that match nothing.
+        self.output_hash_ids = output_hash_ids
+        #: Warm-up requests run like any other but are excluded from the metrics.
+        self.warmup = warmup
+
+    def fields(self) -> tuple:
+        """The field values, in :data:`REQUEST_FIELDS` order."""
+        return (self.index, self.request_id, self.arrival, self.input_length, self.output_length, self.hash_ids,
+                self.block_size, self.session_id, self.turn, self.after, self.delay, self.output_hash_ids,
+                self.warmup)
+
+    def replace(self, **changes) -> Request:
+        """A copy with the given fields changed (``dataclasses.replace``)."""
+        unknown = set(changes) - set(REQUEST_FIELDS)
+        if unknown:
+            raise TypeError(f"Request has no field(s) {sorted(unknown)}")
+        values = dict(zip(REQUEST_FIELDS, self.fields()))
+        values.update(changes)
+        return Request(**values)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.fields() == other.fields()
+
+    __hash__ = None  # mutable, compared by value: unhashable, as a dataclass with eq
+
+    def __repr__(self) -> str:
+        return "Request(" + ", ".join(f"{name}={value!r}" for name, value in zip(REQUEST_FIELDS, self.fields())) + ")"
+
+    def __reduce__(self):
+        return (Request, self.fields())
 
 
 def sequence_units(req: Request, n_tokens: int) -> list[tuple[int, int]]:
