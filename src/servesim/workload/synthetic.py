@@ -65,12 +65,16 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int) -> Iterator[Request]:
         group_ids = [ids.take(prefix.length // bs) for _ in range(prefix.num_groups)]
 
     sessions = cfg.sessions
+    # The config's fields as locals: the loop below reads them per request, and a pydantic
+    # model's attribute lookup is a slow path.
+    num_requests = cfg.num_requests
+    prefix_length = prefix.length if prefix is not None else 0
     index = 0
     session_no = 0
     next_arrival = 0.0
 
-    while index < cfg.num_requests:
-        remaining = cfg.num_requests - index
+    while index < num_requests:
+        remaining = num_requests - index
         n_sessions = min(CHUNK_SESSIONS, remaining)  # every session has >= 1 turn
 
         # --- draws for the chunk, in a fixed order --------------------------------
@@ -103,11 +107,11 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int) -> Iterator[Request]:
         for s in range(n_sessions):
             session_id = f"s{session_no}" if sessions is not None else None
             session_no += 1
-            n_turn = min(turns_l[s], cfg.num_requests - index)
+            n_turn = min(turns_l[s], num_requests - index)
 
             input_length = first_l[s]
             if prefix is not None and uses_prefix[s]:
-                input_length = max(input_length, prefix.length + 1)
+                input_length = max(input_length, prefix_length + 1)
                 shared = group_ids[groups[s]]
                 hash_ids = shared + ids.take(_ceil_div(input_length, bs) - len(shared))
             else:
@@ -143,5 +147,5 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int) -> Iterator[Request]:
                     input_length = total + new_inputs[t + k + 1]
                     hash_ids = kept + ids.take(_ceil_div(input_length, bs) - len(kept))
             t += turns_l[s]
-            if index >= cfg.num_requests:
+            if index >= num_requests:
                 return
