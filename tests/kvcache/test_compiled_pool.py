@@ -96,13 +96,13 @@ def run(seed: int, num_blocks: int, sink: bool) -> None:
             op = ("cache", (blocks, [random_hash(rng, small) for _ in blocks]))
         elif r < 0.85:
             op = ("lookup", [random_hash(rng, small) for _ in range(rng.randint(0, 6))])
-        elif r < 0.9 and held:  # hashes from a unit chain: units of 4, 8 or 12 tokens
-            blocks, unit = rng.choice(held), rng.choice([4, 8, 12])
+        elif r < 0.9 and held:  # hashes from a unit chain: units of 3 to 12 tokens (blocks of 4)
+            blocks, unit = rng.choice(held), rng.choice([3, 4, 8, 12])
             start = rng.randint(0, len(blocks))
             stop = rng.randint(start, len(blocks))
             op = ("chain_cache", (blocks, random_chain(rng, chain_values, unit, stop), unit, start, stop))
         elif r < 0.95:
-            unit, n = rng.choice([4, 8, 12]), rng.randint(0, 6)
+            unit, n = rng.choice([3, 4, 8, 12]), rng.randint(0, 6)
             op = ("chain_lookup", (random_chain(rng, chain_values, unit, n), unit, n))
         elif pools[0].free_order():  # a bad free: a block nobody holds
             op = ("free", [rng.choice(pools[0].free_order())])
@@ -157,6 +157,18 @@ def test_bad_free_names_the_block() -> None:
         pool.free([2])
     with pytest.raises(IndexError, match="block 9 outside the pool of 4"):
         pool.free([9])
+
+
+def test_a_bad_block_in_a_request_fails_where_the_python_pool_does() -> None:
+    """Freeing tail first, the blocks after a bad id are freed before it raises (the compiled
+    pool's look-ahead must not raise early)."""
+    pools = [BlockPool(8, 4), CompiledLRUPool(8, 4)]
+    for pool in pools:
+        blocks = pool.allocate(6)
+        with pytest.raises(IndexError):
+            pool.free_request([99, *blocks[:5]])
+    assert state(pools[0]) == state(pools[1])
+    assert pools[1].num_free_blocks == 7
 
 
 def test_chain_operations_check_the_chain_reaches_the_blocks() -> None:

@@ -26,7 +26,12 @@ Python dict beside it, so every hash stays exact.
 The ``chain_*`` methods take a request's unit chain instead of its list of block hashes and
 compute block ``i``'s hash in C (``servesim.kvcache.hashing.chain_block_hashes``: the chain
 value of the unit holding the block's last token plus the block's end offset in that unit),
-so a prompt's ~200 hashes are never built as Python ints.
+so a prompt's ~200 hashes are never built as Python ints; a cursor walks a prompt's blocks
+(one division to place it, then additions, each unit's chain value converted once).
+
+The work left is mostly cache misses (a pool's blocks and map overflow the L2 cache of a
+four-worker run): the loops over many blocks (``allocate``, ``free_tail_first``,
+``chain_cache``) prefetch the next blocks and map slots so that their misses overlap.
 
 :class:`servesim.kvcache.lru_pool.CompiledLRUPool` wraps this core with the Python pool's
 interface; ``tests/kvcache/test_compiled_pool.py`` checks the two agree after every
@@ -52,6 +57,17 @@ cdef struct Slot:
     int32_t block  # -1: empty; the key itself is the block's hval
 
 
+cdef struct Cursor:
+    # Walks a unit chain block by block (see ``LRUCore._chain_key``): block ``i`` ends at
+    # offset ``d`` (1..us) of unit ``j``, whose chain value is ``p`` when it fits in int64.
+    int64_t us
+    int64_t bs
+    Py_ssize_t j
+    int64_t d
+    int64_t p
+    bint fits
+
+
 cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
     """splitmix64's finaliser: spreads nearby hashes (a unit's blocks differ by 16) over the table."""
     x ^= x >> 30
@@ -64,6 +80,10 @@ cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
 
 cdef extern from "<stdint.h>":
     const int64_t INT64_MAX
+
+cdef extern from *:
+    # GCC / Clang: start loading a cache line now, so that misses overlap instead of queueing.
+    void __builtin_prefetch(const void* addr) nogil
 
 
 cdef inline bint _occurs(int r, int first, int k, int bs) noexcept nogil:
@@ -169,6 +189,10 @@ cdef class LRUCore:
         return None
 
     # ------------------------------------------------------------------ hash map
+    cdef inline void _prefetch_slot(self, int64_t k) noexcept:
+        """Start loading the home slot of key ``k``."""
+        __builtin_prefetch(&self.table[<uint32_t>_mix(<uint64_t>k) & self.tmask])
+
     cdef inline int32_t _find(self, int64_t k) noexcept:
         cdef uint32_t h = <uint32_t>_mix(<uint64_t>k)
         cdef uint64_t i = h & self.tmask
@@ -270,12 +294,6 @@ cdef class LRUCore:
             return None
         return pj + d
 
-    cdef inline int32_t _find_chain(self, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -2:
-        """The block cached under block ``i``'s hash, or -1."""
-        cdef int64_t k = 0
-        h = self._chain_key(chain, us, bs, i, &k)
-        return self._find(k) if h is None else self._find_obj(h)
-
     cdef int _check_chain(self, list chain, int64_t us, int64_t bs, Py_ssize_t stop) except -1:
         """Raise unless ``chain`` reaches the unit of block ``stop - 1``."""
         if us <= 0 or bs <= 0:
@@ -284,26 +302,78 @@ cdef class LRUCore:
             raise ValueError(f"a unit chain of {len(chain)} units does not reach block {stop - 1}")
         return 0
 
+    # A prompt's blocks are walked in order, so their hashes come from a cursor: one
+    # division to place it, then an addition per block, and chain[j] converted from a Python
+    # int once per unit instead of once per block.
+    cdef inline int _cursor_load(self, Cursor* c, list chain) except -1:
+        cdef int overflow = 0
+        c.p = PyLong_AsLongLongAndOverflow(chain[c.j], &overflow)
+        c.fits = overflow == 0
+        return 0
+
+    cdef inline int _cursor_at(self, Cursor* c, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
+        """Place ``c`` on block ``i`` (``chain`` must reach its unit)."""
+        cdef int64_t t = (i + 1) * bs
+        c.us = us
+        c.bs = bs
+        c.j = <Py_ssize_t>((t - 1) // us)
+        c.d = t - c.j * us
+        return self._cursor_load(c, chain)
+
+    cdef inline int _cursor_next(self, Cursor* c, list chain, bint load) except -1:
+        """Move ``c`` to the next block; its unit's value is read only if ``load``."""
+        cdef Py_ssize_t j0 = c.j
+        c.d += c.bs
+        while c.d > c.us:
+            c.d -= c.us
+            c.j += 1
+        if load and c.j != j0:
+            self._cursor_load(c, chain)
+        return 0
+
+    cdef inline object _cursor_key(self, Cursor* c, list chain, int64_t* k):
+        """The hash of the block under ``c``: as :meth:`_chain_key`."""
+        if c.fits and c.p <= INT64_MAX - c.d:
+            k[0] = c.p + c.d
+            return None
+        return chain[c.j] + c.d
+
+    cdef inline int32_t _cursor_find(self, Cursor* c, list chain) except -2:
+        """The block cached under the hash of the block under ``c``, or -1."""
+        cdef int64_t k = 0
+        h = self._cursor_key(c, chain, &k)
+        return self._find(k) if h is None else self._find_obj(h)
+
     def chain_prefix(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
         """:meth:`find_cached_prefix` of blocks ``0..n-1``'s hashes."""
         self._check_chain(chain, us, bs, n)
+        if n <= 0:
+            return 0
+        cdef Cursor c
         cdef Py_ssize_t i
+        self._cursor_at(&c, chain, us, bs, 0)
         for i in range(n):
-            if self._find_chain(chain, us, bs, i) < 0:
+            if self._cursor_find(&c, chain) < 0:
                 return i
+            self._cursor_next(&c, chain, i + 1 < n)
         return n
 
     cdef list _chain_blocks(self, list chain, int64_t us, int64_t bs, Py_ssize_t n):
         """The blocks cached under blocks ``0..n-1``'s hashes; KeyError if one is not cached."""
         self._check_chain(chain, us, bs, n)
         cdef list out = []
+        if n <= 0:
+            return out
+        cdef Cursor c
         cdef Py_ssize_t i
         cdef int32_t b
+        self._cursor_at(&c, chain, us, bs, 0)
         for i in range(n):
-            b = self._find_chain(chain, us, bs, i)
+            b = self._cursor_find(&c, chain)
             if b < 0:
                 raise KeyError(i)
             out.append(b)
+            self._cursor_next(&c, chain, i + 1 < n)
         return out
 
     def chain_count_free(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
@@ -322,9 +392,12 @@ cdef class LRUCore:
 
     cdef int _cache_chain_one(self, object ob, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
         """:meth:`_cache_one` of block ``ob`` under block ``i``'s hash; 1 if it was registered."""
-        cdef int32_t b = self._block(ob)
         cdef int64_t k = 0
         h = self._chain_key(chain, us, bs, i, &k)
+        return self._cache_key(self._block(ob), h, k)
+
+    cdef int _cache_key(self, int32_t b, object h, int64_t k) except -1:
+        """Register block ``b`` under hash ``h`` (``k`` when ``h`` is None) unless either is taken."""
         if self.blk[b].hset or (self._find(k) if h is None else self._find_obj(h)) >= 0:
             return 0
         if self.blk[b].refs <= 0:
@@ -343,9 +416,22 @@ cdef class LRUCore:
             raise ValueError(f"caching blocks up to {stop} of a request holding {len(blocks)}")
         self._check_chain(chain, us, bs, stop)
         cdef int n = 0
-        cdef Py_ssize_t i
+        if start >= stop:
+            return n
+        cdef Cursor c, ahead  # ``ahead``: LEAD blocks on, whose map slot is prefetched
+        cdef Py_ssize_t i, LEAD = 4
+        cdef int64_t k = 0, ka = 0
+        self._cursor_at(&c, chain, us, bs, start)
+        if start + LEAD < stop:
+            self._cursor_at(&ahead, chain, us, bs, start + LEAD)
         for i in range(start, stop):
-            n += self._cache_chain_one(blocks[i], chain, us, bs, i)
+            if i + LEAD < stop:
+                if self._cursor_key(&ahead, chain, &ka) is None:
+                    self._prefetch_slot(ka)
+                self._cursor_next(&ahead, chain, i + LEAD + 1 < stop)
+            h = self._cursor_key(&c, chain, &k)
+            n += self._cache_key(self._block(blocks[i]), h, k)
+            self._cursor_next(&c, chain, i + 1 < stop)
         return n
 
     # ------------------------------------------------------------------ pool operations
@@ -406,20 +492,50 @@ cdef class LRUCore:
             raise ValueError(f"allocating {n} blocks with {self.num_free} free")
         cdef list out = []
         cdef int i
+        cdef int32_t nb
         for i in range(n):
+            # The pool's work is cache misses: the free list's next blocks and the map slots
+            # of the hashes they evict.  Reading the next block now, prefetching the one after
+            # it and the next one's slot lets those misses overlap this block's work.
+            nb = self.blk[self.head].nxt
+            if nb >= 0:
+                if self.blk[nb].nxt >= 0:
+                    __builtin_prefetch(&self.blk[self.blk[nb].nxt])
+                if self.blk[nb].hset == 1:
+                    self._prefetch_slot(self.blk[nb].hval)
             out.append(self._take_head(removed))
         return out
 
     def free(self, blocks) -> None:
         """Drop one reference to each block, in order; unreferenced ones join the tail."""
-        cdef int32_t b
         for ob in blocks:
-            b = self._block(ob)
-            if self.blk[b].refs <= 0:
-                raise RuntimeError(f"freeing block {b}, which is not in use")
-            self.blk[b].refs -= 1
-            if self.blk[b].refs == 0:
-                self._push_tail(b)
+            self._free_one(self._block(ob))
+
+    def free_tail_first(self, list blocks) -> None:
+        """:meth:`free` of ``reversed(blocks)`` (a request's blocks, its last recycled first)."""
+        cdef Py_ssize_t i
+        for i in range(len(blocks) - 1, -1, -1):
+            if i >= 4:  # the pool's work is cache misses: start loading a block a few ahead
+                self._prefetch_block(blocks[i - 4])
+            self._free_one(self._block(blocks[i]))
+
+    cdef inline void _prefetch_block(self, object ob) noexcept:
+        """Start loading block ``ob``'s state; nothing if it is not a block id (the free that
+        reaches it raises, in order)."""
+        cdef int overflow = 0
+        cdef long long b
+        if type(ob) is int:
+            b = PyLong_AsLongLongAndOverflow(ob, &overflow)
+            if overflow == 0 and 0 <= b < self.num_blocks:
+                __builtin_prefetch(&self.blk[b])
+
+    cdef inline int _free_one(self, int32_t b) except -1:
+        if self.blk[b].refs <= 0:
+            raise RuntimeError(f"freeing block {b}, which is not in use")
+        self.blk[b].refs -= 1
+        if self.blk[b].refs == 0:
+            self._push_tail(b)
+        return 0
 
     cdef inline int _cache_one(self, object ob, object h, list stored) except -1:
         """Register block ``ob`` under ``h`` unless either is taken; 1 if it was registered."""
@@ -446,6 +562,36 @@ cdef class LRUCore:
             n += self._cache_one(ob, h, stored)
         return n
 
+    cdef int _replay_pass(self, list reqs, list c0, int s, int bs, bint caching, extend, on_evict) except -1:
+        """:meth:`replay_decode` of the single pass ``s``: its events in request order, each
+        request's open before its fill, with no bucketing (the buckets would give this order)."""
+        cdef Py_ssize_t j
+        cdef int64_t c, us, i
+        cdef int32_t b
+        cdef list chain, removed = [] if on_evict is not None else None
+        for j in range(len(reqs)):
+            c = <int64_t>c0[j] + s  # the position this pass computes
+            if c % bs == 0:  # opens a block: the head of the free list
+                if self.num_free <= 0:
+                    raise RuntimeError("vLLM model: decode stretch beyond the free blocks")
+                b = self._take_head(removed)
+                if removed:
+                    for h in removed:
+                        on_evict((h,))
+                    del removed[:]
+                (<list>reqs[j].blocks).append(b)
+            if caching and (c + 1) % bs == 0:  # fills block i
+                vr = reqs[j]
+                i = (c + 1) // bs - 1
+                chain = <list>vr.chain
+                us = <int64_t>vr.req.block_size
+                if ((i + 1) * <int64_t>bs - 1) // us >= len(chain):  # the chain must reach its unit
+                    chain = extend(vr, <int>(i + 1))
+                    self._check_chain(chain, us, bs, i + 1)
+                self._cache_chain_one((<list>vr.blocks)[i], chain, us, bs, <Py_ssize_t>i)
+                vr.n_cached = i + 1
+        return 0
+
     def replay_decode(self, list reqs, list c0, int first, int k, int bs, bint caching,
                       extend, on_evict) -> None:
         """The block events of decode passes ``first..k-1`` of the vLLM model, in order.
@@ -460,6 +606,9 @@ cdef class LRUCore:
         """
         cdef int n = len(reqs)
         if n == 0 or k <= first:
+            return
+        if k == first + 1:  # one pass (most calls: the requests at a block boundary as a pass is scheduled)
+            self._replay_pass(reqs, c0, first, bs, caching, extend, on_evict)
             return
         cdef int64_t* cs = <int64_t*>malloc(n * sizeof(int64_t))
         cdef int32_t* last_fill = <int32_t*>malloc(n * sizeof(int32_t))

@@ -169,7 +169,10 @@ class CompiledLRUPool:
 
     def free_request(self, blocks: Sequence[int]) -> None:
         """Free a request's blocks tail first, so its last blocks are recycled first (vLLM)."""
-        self.core.free(reversed(blocks))
+        if type(blocks) is list:
+            self.core.free_tail_first(blocks)
+        else:
+            self.core.free(reversed(blocks))
 
     def cache_full_blocks(self, blocks: Sequence[int], hashes: Sequence[int],
                           content_ids: Sequence[int] | None = None) -> int:
