@@ -562,24 +562,28 @@ cdef class LRUCore:
             n += self._cache_one(ob, h, stored)
         return n
 
+    cdef int _replay_open(self, list blocks, list removed, on_evict) except -1:
+        """A decode opens a block: the free list's head joins ``blocks``; the hash it evicts goes
+        to ``on_evict`` (``removed`` is its scratch list, None without a sink)."""
+        if self.num_free <= 0:
+            raise RuntimeError("vLLM model: decode stretch beyond the free blocks")
+        blocks.append(self._take_head(removed))
+        if removed:
+            for h in removed:
+                on_evict((h,))
+            del removed[:]
+        return 0
+
     cdef int _replay_pass(self, list reqs, list c0, int s, int bs, bint caching, extend, on_evict) except -1:
         """:meth:`replay_decode` of the single pass ``s``: its events in request order, each
         request's open before its fill, with no bucketing (the buckets would give this order)."""
         cdef Py_ssize_t j
         cdef int64_t c, us, i
-        cdef int32_t b
         cdef list chain, removed = [] if on_evict is not None else None
         for j in range(len(reqs)):
             c = <int64_t>c0[j] + s  # the position this pass computes
-            if c % bs == 0:  # opens a block: the head of the free list
-                if self.num_free <= 0:
-                    raise RuntimeError("vLLM model: decode stretch beyond the free blocks")
-                b = self._take_head(removed)
-                if removed:
-                    for h in removed:
-                        on_evict((h,))
-                    del removed[:]
-                (<list>reqs[j].blocks).append(b)
+            if c % bs == 0:  # opens a block
+                self._replay_open(<list>reqs[j].blocks, removed, on_evict)
             if caching and (c + 1) % bs == 0:  # fills block i
                 vr = reqs[j]
                 i = (c + 1) // bs - 1
@@ -625,8 +629,7 @@ cdef class LRUCore:
         cdef list units_of = [None] * n
         cdef int j, r, a, s, e, i
         cdef int64_t us
-        cdef int32_t b
-        cdef object vr, h
+        cdef object vr
         cdef list chain
         cdef list removed = [] if on_evict is not None else None
         try:
@@ -663,15 +666,8 @@ cdef class LRUCore:
                 r = s % bs
                 for e in range(start[r], start[r + 1]):
                     j = ev[e] >> 1
-                    if (ev[e] & 1) == 0:  # opens a block: the head of the free list
-                        if self.num_free <= 0:
-                            raise RuntimeError("vLLM model: decode stretch beyond the free blocks")
-                        b = self._take_head(removed)
-                        if removed:
-                            for h in removed:
-                                on_evict((h,))
-                            del removed[:]
-                        (<list>blocks_of[j]).append(b)
+                    if (ev[e] & 1) == 0:  # opens a block
+                        self._replay_open(<list>blocks_of[j], removed, on_evict)
                         continue
                     i = <int>((cs[j] + s + 1) // bs - 1)  # fills block i
                     last_fill[j] = i
