@@ -45,6 +45,45 @@ def test_prefix_rows(seed):
         assert got[0].dtype == want[0].dtype and got[1:] == want[1:]
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_prefix_rows_built_and_joined(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        a, b = _rows(rng, int(rng.integers(0, 30))), _rows(rng, int(rng.integers(0, 30)))
+        columns = [row.tolist() for row in a]
+        pairs = ((core.prefix_rows(*columns), blocks.prefix_rows(*columns)),
+                 (core.join_rows(a, b), blocks.join_rows(a, b)))
+        for got, want in pairs:
+            np.testing.assert_array_equal(got, want)
+            assert got.dtype == want.dtype and got.shape == want.shape and got.flags.c_contiguous
+    with pytest.raises(ValueError):
+        core.prefix_rows([1, 2], [3], [4, 5])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_batch_arrays(seed):
+    """A pass's recorder rows, decode contexts and leading-decode rows, with and without known decodes."""
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        pre = _rows(rng, int(rng.integers(0, 20))) if rng.random() < 0.7 else None
+        pre_ctx = None if pre is None else pre[0] + 1
+        m = 0 if pre is None else pre.shape[1]
+        n_dec = int(rng.integers(0, 20))
+        ctx = rng.integers(1, 9000, n_dec).tolist()
+        lefts = rng.integers(1, 60, n_dec).tolist()
+        idx = (rng.permutation(n_dec + int(rng.integers(0, 10))) * 7 + 1000).tolist()
+        lead = int(rng.integers(0, m + n_dec + 1))
+        for want_rows in (True, False):
+            got = core.batch_arrays(pre, pre_ctx, idx, ctx, lefts, lead, want_rows)
+            want = blocks.batch_arrays(pre, pre_ctx, idx, ctx, lefts, lead, want_rows)
+            for g, w in zip(got, want):
+                if w is None:
+                    assert g is None
+                    continue
+                np.testing.assert_array_equal(g, w)
+                assert g.dtype == w.dtype and g.shape == w.shape
+
+
 @pytest.mark.parametrize("caching", [True, False])
 @pytest.mark.parametrize("bs", [1, 16, 64])
 def test_decode_due(caching, bs):

@@ -127,3 +127,77 @@ def decode_due(computed, long long bs, bint caching):
             due.append(j)
             due_c.append(c[j])
     return ctx, due, due_c, opens
+
+
+def prefix_rows(list computed, list left, list idx):
+    """See ``engines/blocks.py:prefix_rows``."""
+    cdef Py_ssize_t j, n = len(computed)
+    if len(left) != n or len(idx) != n:
+        raise ValueError(f"columns of {n}, {len(left)} and {len(idx)} requests")
+    out = new_int64_matrix(3, n)
+    cdef int64_t* o = int64_data(out)
+    for j in range(n):
+        o[j] = computed[j]
+        o[n + j] = left[j]
+        o[2 * n + j] = idx[j]
+    return out
+
+
+def join_rows(first, then):
+    """See ``engines/blocks.py:join_rows``."""
+    first = as_int64_matrix(first)
+    then = as_int64_matrix(then)
+    if cnp.PyArray_DIM(<cnp.ndarray>first, 0) != 3 or cnp.PyArray_DIM(<cnp.ndarray>then, 0) != 3:
+        raise ValueError("decode prefix rows have 3 rows")
+    cdef Py_ssize_t r, j, m = cnp.PyArray_DIM(<cnp.ndarray>first, 1), n = cnp.PyArray_DIM(<cnp.ndarray>then, 1)
+    cdef const int64_t* a = int64_data(first)
+    cdef const int64_t* b = int64_data(then)
+    out = new_int64_matrix(3, m + n)
+    cdef int64_t* o = int64_data(out)
+    for r in range(3):
+        for j in range(m):
+            o[r * (m + n) + j] = a[r * m + j]
+        for j in range(n):
+            o[r * (m + n) + m + j] = b[r * n + j]
+    return out
+
+
+def batch_arrays(pre_rows, pre_ctx, list idx, list ctx, list lefts, Py_ssize_t lead, bint want_rows):
+    """See ``engines/blocks.py:batch_arrays``."""
+    cdef Py_ssize_t j, m = 0, n_idx, n_dec
+    cdef const int64_t* pr = NULL
+    cdef const int64_t* pc = NULL
+    if pre_rows is not None:
+        pre_rows = as_int64_matrix(pre_rows)
+        pre_ctx = as_int64_vector(pre_ctx)
+        m = cnp.PyArray_DIM(<cnp.ndarray>pre_rows, 1)
+        if cnp.PyArray_DIM(<cnp.ndarray>pre_rows, 0) != 3 or len(pre_ctx) != m:
+            raise ValueError("the known decodes' rows and contexts disagree")
+        pr = int64_data(pre_rows)
+        pc = int64_data(pre_ctx)
+    if len(lefts) != len(ctx):
+        raise ValueError(f"{len(ctx)} decode contexts and {len(lefts)} remaining outputs")
+    n_idx = m + len(idx)
+    n_dec = m + len(ctx)
+    if lead > n_dec or (want_rows and lead > n_idx):
+        raise ValueError(f"{lead} leading decodes of {n_dec}")
+    all_idx = new_int64(n_idx)
+    dctx = new_int64(n_dec)
+    cdef int64_t* oi = int64_data(all_idx)
+    cdef int64_t* oc = int64_data(dctx)
+    for j in range(m):
+        oi[j] = pr[2 * m + j]
+        oc[j] = pc[j]
+    for j in range(len(idx)):
+        oi[m + j] = idx[j]
+    for j in range(len(ctx)):
+        oc[m + j] = ctx[j]
+    if not want_rows:
+        return all_idx, dctx, None
+    rows = new_int64_matrix(3, lead)
+    cdef int64_t* o = int64_data(rows)
+    for j in range(lead):
+        o[j] = oc[j] - 1
+        o[lead + j] = pr[m + j] if j < m else <int64_t>lefts[j - m]
+        o[2 * lead + j] = oi[j]
+    return all_idx, dctx, rows

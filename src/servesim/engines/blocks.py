@@ -136,6 +136,37 @@ def decode_due(computed: np.ndarray, bs: int, caching: bool) -> tuple[np.ndarray
     return ctx, due.tolist(), computed[due].tolist(), int(np.count_nonzero(opening))
 
 
+def prefix_rows(computed: list[int], left: list[int], idx: list[int]) -> np.ndarray:
+    """A decode prefix's ``(3, n)`` rows from its three columns as lists."""
+    return np.array([computed, left, idx], dtype=np.int64).reshape(3, len(computed))
+
+
+def join_rows(first: np.ndarray, then: np.ndarray) -> np.ndarray:
+    """The rows ``first`` followed by the rows ``then`` (two prefixes' requests, in order)."""
+    return np.concatenate((first, then), axis=1)
+
+
+def batch_arrays(pre_rows: np.ndarray | None, pre_ctx: np.ndarray | None, idx: list[int], ctx: list[int],
+                 lefts: list[int], lead: int,
+                 want_rows: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A vLLM pass's recorder rows and decode contexts, and the rows of its ``lead`` leading
+    decodes if ``want_rows`` (``engines/vllm.py:VLLMEngine._batch_arrays``).
+
+    ``pre_rows`` / ``pre_ctx``: the known leading decodes' rows and contexts (or None), ahead
+    of the pass's other requests (recorder rows ``idx``) and other decodes (contexts ``ctx``,
+    remaining output ``lefts``).
+    """
+    all_idx = np.array(idx, dtype=np.int64)
+    dctx = np.array(ctx, dtype=np.int64)
+    left = np.array(lefts, dtype=np.int64)
+    if pre_rows is not None:
+        all_idx = np.concatenate((pre_rows[2], all_idx))
+        dctx = np.concatenate((pre_ctx, dctx))
+        left = np.concatenate((pre_rows[1], left))
+    rows = np.stack((dctx[:lead] - 1, left[:lead], all_idx[:lead])) if want_rows else None
+    return all_idx, dctx, rows
+
+
 def decode_arithmetic() -> ModuleType:
     """The compiled decode arithmetic, or this module (the numpy reference)."""
     core = compiled_module("engines._decode_core")

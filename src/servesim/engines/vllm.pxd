@@ -87,7 +87,7 @@ cdef class VLLMEngine(Engine):
                    n_running_sched=cython.Py_ssize_t, batch=_VBatch, whole=cython.bint)
     cpdef object schedule(self, double now)
 
-    @cython.locals(m=cython.Py_ssize_t)
+    @cython.locals(m=cython.Py_ssize_t, reuse=cython.bint)
     cpdef tuple _batch_arrays(self, list scheduled, _DecodePrefix pre, object pre_ctx, list ctx, list lefts,
                               Py_ssize_t lead)
 

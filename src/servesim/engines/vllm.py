@@ -152,8 +152,8 @@ class _DecodePrefix:
     @classmethod
     def read(cls, reqs: list[VReq], arith) -> _DecodePrefix:
         """From the requests' own state."""
-        return cls.of(reqs, np.array([[vr.computed for vr in reqs], [vr.max_new - vr.generated for vr in reqs],
-                                      [vr.req.index for vr in reqs]], dtype=np.int64).reshape(3, len(reqs)), arith)
+        return cls.of(reqs, arith.prefix_rows([vr.computed for vr in reqs], [vr.max_new - vr.generated for vr in reqs],
+                                              [vr.req.index for vr in reqs]), arith)
 
     @property
     def computed(self) -> np.ndarray:
@@ -194,8 +194,7 @@ class _DecodePrefix:
     def extended(self, more: list[VReq], arith) -> _DecodePrefix:
         """These requests followed by the plain decodes ``more``."""
         new = _DecodePrefix.read(more, arith)
-        return _DecodePrefix(self.reqs + more, np.concatenate((self.rows, new.rows), axis=1),
-                             min(self.left_min, new.left_min))
+        return _DecodePrefix(self.reqs + more, arith.join_rows(self.rows, new.rows), min(self.left_min, new.left_min))
 
 
 class _VBatch:
@@ -532,19 +531,15 @@ class VLLMEngine(Engine):
         contexts are ``pre_ctx``).
         """
         m = len(pre.reqs) if pre is not None else 0
-        idx = np.array([vr.req.index for vr in scheduled[m:]], dtype=np.int64)
-        dctx = np.array(ctx, dtype=np.int64)
-        left = np.array(lefts, dtype=np.int64)
-        if pre is not None:
-            idx = np.concatenate((pre.idx, idx))
-            dctx = np.concatenate((pre_ctx, dctx))
-            left = np.concatenate((pre.left, left))
-        if lead == m and pre is not None:
+        reuse = pre is not None and lead == m  # the known decodes lead the pass: their prefix as it is
+        idx, dctx, rows = self._arith.batch_arrays(pre.rows if pre is not None else None, pre_ctx,
+                                                   [vr.req.index for vr in scheduled[m:]], ctx, lefts, lead,
+                                                   not reuse and lead >= self.fast_decodes_min)
+        if reuse:
             return idx, dctx, pre
-        if lead < self.fast_decodes_min:
+        if rows is None:
             return idx, dctx, None
-        return idx, dctx, _DecodePrefix.of(scheduled[:lead], np.stack((dctx[:lead] - 1, left[:lead], idx[:lead])),
-                                           self._arith)
+        return idx, dctx, _DecodePrefix.of(scheduled[:lead], rows, self._arith)
 
     def _fast_decodes(self, budget: int, dt: int) -> tuple[_DecodePrefix | None, np.ndarray | None]:
         """Schedule the leading plain decodes known from the last commit, if that is exact.
