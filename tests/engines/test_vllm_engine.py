@@ -200,3 +200,13 @@ def test_fast_forward_stretch_used_and_equal():
     for name in ("first_token", "last_token", "finish", "second_token"):
         np.testing.assert_allclose(a.column(name), b.column(name), rtol=1e-9)
     assert a.column("generated").tolist() == b.column("generated").tolist()
+
+
+def test_request_states_compare_by_identity() -> None:
+    """The engines remove finished requests through a set of their states: two requests with
+    equal fields must stay distinct, so the state classes keep object's equality and hash."""
+    from servesim.engines.trtllm import TReq
+    from servesim.engines.vllm import VReq
+
+    for cls in (VReq, TReq):
+        assert cls.__eq__ is object.__eq__ and cls.__hash__ is object.__hash__, cls

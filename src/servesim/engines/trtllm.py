@@ -672,8 +672,8 @@ class TRTLLMEngine(Engine):
                 done.append(tr)
         if not done:
             return
-        gone = {id(tr) for tr in done}
-        self.active = [tr for tr in self.active if id(tr) not in gone]
+        gone = set(done)  # by identity: the class defines no equality
+        self.active = [tr for tr in self.active if tr not in gone]
         for tr in done:
             self._cache_blocks(tr, tr.computed)
             self._release(tr)

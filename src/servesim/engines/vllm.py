@@ -829,8 +829,8 @@ class VLLMEngine(Engine):
         done = [vr for vr in reqs if vr.generated >= vr.max_new]
         if not done:
             return
-        gone = {id(vr) for vr in done}
-        self.running = [vr for vr in self.running if id(vr) not in gone]
+        gone = set(done)  # by identity: the class defines no equality
+        self.running = [vr for vr in self.running if vr not in gone]
         for vr in done:
             self.pool.free_request(vr.blocks)
             vr.blocks = []
