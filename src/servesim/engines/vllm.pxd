@@ -22,6 +22,13 @@ cdef class _DecodePrefix:
     cdef public object rows
     cdef public long long left_min
 
+    cpdef _DecodePrefix advanced(self, long long k, object arith)
+
+    @cython.locals(reqs=list, computed=list, left=list, out=list, j=cython.Py_ssize_t, vr=VReq, g=cython.longlong)
+    cpdef list write_back(self, long long k=*, list only=*)
+
+    cpdef _DecodePrefix extended(self, list more, object arith)
+
 
 cdef class _VBatch:
     cdef public list reqs
