@@ -40,6 +40,7 @@ def test_prefix_rows(seed):
         assert core.left_min(rows) == blocks.left_min(rows)
         lm = blocks.left_min(rows)
         k = int(rng.integers(1, 70))
+        assert core.finishing(rows, k) == blocks.finishing(rows, k)
         got, want = core.advance_rows(rows, k, lm), blocks.advance_rows(rows, k, lm)
         np.testing.assert_array_equal(got[0], want[0])
         assert got[0].dtype == want[0].dtype and got[1:] == want[1:]

@@ -201,3 +201,15 @@ def batch_arrays(pre_rows, pre_ctx, list idx, list ctx, list lefts, Py_ssize_t l
         o[lead + j] = pr[m + j] if j < m else <int64_t>lefts[j - m]
         o[2 * lead + j] = oi[j]
     return all_idx, dctx, rows
+
+
+def finishing(rows, long long k):
+    """See ``engines/blocks.py:finishing``."""
+    rows = as_int64_matrix(rows)
+    cdef Py_ssize_t j, n = cnp.PyArray_DIM(<cnp.ndarray>rows, 1)
+    cdef const int64_t* left = int64_data(rows) + n
+    cdef list out = []
+    for j in range(n):
+        if left[j] <= k:
+            out.append(j)
+    return out

@@ -136,6 +136,12 @@ def decode_due(computed: np.ndarray, bs: int, caching: bool) -> tuple[np.ndarray
     return ctx, due.tolist(), computed[due].tolist(), int(np.count_nonzero(opening))
 
 
+def finishing(rows: np.ndarray, k: int) -> list[int]:
+    """The positions of the prefix's requests with at most ``k`` output tokens left (they
+    finish within ``k`` passes), in order."""
+    return np.flatnonzero(rows[1] <= k).tolist()
+
+
 def prefix_rows(computed: list[int], left: list[int], idx: list[int]) -> np.ndarray:
     """A decode prefix's ``(3, n)`` rows from its three columns as lists."""
     return np.array([computed, left, idx], dtype=np.int64).reshape(3, len(computed))

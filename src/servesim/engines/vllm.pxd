@@ -102,6 +102,7 @@ cdef class VLLMEngine(Engine):
     cpdef tuple _fast_decodes(self, long long budget, long long dt)
 
     cpdef _drop_lazy(self)
+    cpdef list _finished_in_prefix(self, _DecodePrefix pre, long long k)
 
     @cython.locals(pre=_DecodePrefix, running=list, m=cython.Py_ssize_t, j=cython.Py_ssize_t, vr=VReq)
     cpdef _next_prefix(self, _VBatch batch, long long k)

@@ -724,11 +724,10 @@ class VLLMEngine(Engine):
             self._finish_done(done + reqs[m:] if m else reqs, float(ends[-1]))
         self._next_prefix(batch, k)
 
-    @staticmethod
-    def _finished_in_prefix(pre: _DecodePrefix, k: int) -> list[VReq]:
+    def _finished_in_prefix(self, pre: _DecodePrefix, k: int) -> list[VReq]:
         """The prefix's requests that sample their last token within ``k`` passes, written
         back to their state after those passes (they leave the prefix)."""
-        return pre.write_back(k, [j for j, left in enumerate(pre.left.tolist()) if left <= k])
+        return pre.write_back(k, self._arith.finishing(pre.rows, k))
 
     def _replay_stretch(self, reqs: list[VReq], c0: list[int], keys: list[int], ends: np.ndarray) -> None:
         """The block events of a decode stretch through :meth:`_allocate`, each at its pass's time.
