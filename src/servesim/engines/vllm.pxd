@@ -4,6 +4,11 @@ from servesim.workload.request cimport Request
 from servesim.engines.base cimport Engine
 
 
+
+@cython.locals(us=cython.longlong, need=cython.longlong)
+cpdef list extend_unit_chain(Request req, list chain, long long n_blocks, long long block_size)
+
+
 cdef class VReq:
     cdef public Request req
     cdef public long long max_new
