@@ -124,8 +124,6 @@ cdef class VLLMEngine(Engine):
     cpdef complete_stretch(self, object plan, object ends)
 
     cpdef bint _bulk_replay(self)
-    @cython.locals(vr=VReq, blocks=list, chains=list, units=list, filled=list, j=cython.Py_ssize_t,
-                   n=cython.longlong)
     cpdef _replay(self, list reqs, list c0, long long first, long long k)
 
     @cython.locals(done=list, vr=VReq)

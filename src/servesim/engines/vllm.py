@@ -759,22 +759,10 @@ class VLLMEngine(Engine):
 
     def _replay(self, reqs: list[VReq], c0: list[int], first: int, k: int) -> None:
         """Decode block events of passes ``first..k-1`` in bulk: on the compiled pool, or in Python."""
-        if not self.pool.compiled:
+        if self.pool.compiled:
+            self.pool.replay_decode(reqs, c0, first, k, self.caching, self._chain)
+        else:
             self._replay_lru(reqs, c0, first, k)
-            return
-        # The requests' fields as lists: read here from the typed requests, not through
-        # Python attribute lookups in the pool's core.
-        blocks, chains, units = [], [], []
-        for vr in reqs:
-            blocks.append(vr.blocks)
-            chains.append(vr.chain)
-            units.append(vr.req.block_size)
-        filled = self.pool.replay_decode(reqs, blocks, chains, units, c0, first, k, self.caching, self._chain)
-        for j in range(len(reqs)):
-            n = filled[j]
-            if n >= 0:
-                vr = reqs[j]
-                vr.n_cached = n
 
     def _replay_lru(self, reqs: list[VReq], c0: list[int], first: int, k: int) -> None:
         """The block events of decode passes ``first..k-1`` under LRU without KV event sinks, in order.

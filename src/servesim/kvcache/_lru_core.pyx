@@ -574,8 +574,7 @@ cdef class LRUCore:
             del removed[:]
         return 0
 
-    cdef int _replay_pass(self, list reqs, list blocks_of, list chain_of, list units_of, list c0, int s, int bs,
-                          bint caching, extend, on_evict, list filled) except -1:
+    cdef int _replay_pass(self, list reqs, list c0, int s, int bs, bint caching, extend, on_evict) except -1:
         """:meth:`replay_decode` of the single pass ``s``: its events in request order, each
         request's open before its fill, with no bucketing (the buckets would give this order)."""
         cdef Py_ssize_t j
@@ -584,42 +583,37 @@ cdef class LRUCore:
         for j in range(len(reqs)):
             c = <int64_t>c0[j] + s  # the position this pass computes
             if c % bs == 0:  # opens a block
-                self._replay_open(<list>blocks_of[j], removed, on_evict)
+                self._replay_open(<list>reqs[j].blocks, removed, on_evict)
             if caching and (c + 1) % bs == 0:  # fills block i
+                vr = reqs[j]
                 i = (c + 1) // bs - 1
-                chain = <list>chain_of[j]
-                us = <int64_t>units_of[j]
+                chain = <list>vr.chain
+                us = <int64_t>vr.req.block_size
                 if ((i + 1) * <int64_t>bs - 1) // us >= len(chain):  # the chain must reach its unit
-                    chain = extend(reqs[j], <int>(i + 1))
+                    chain = extend(vr, <int>(i + 1))
                     self._check_chain(chain, us, bs, i + 1)
-                self._cache_chain_one((<list>blocks_of[j])[i], chain, us, bs, <Py_ssize_t>i)
-                filled[j] = i + 1
+                self._cache_chain_one((<list>vr.blocks)[i], chain, us, bs, <Py_ssize_t>i)
+                vr.n_cached = i + 1
         return 0
 
-    def replay_decode(self, list reqs, list blocks_of, list chain_of, list units_of, list c0, int first, int k,
-                      int bs, bint caching, extend, on_evict) -> list:
+    def replay_decode(self, list reqs, list c0, int first, int k, int bs, bint caching,
+                      extend, on_evict) -> None:
         """The block events of decode passes ``first..k-1`` of the vLLM model, in order.
 
-        Request ``j`` (``reqs[j]``, a ``VReq``; its block list ``blocks_of[j]``, its unit
-        chain ``chain_of[j]`` in units of ``units_of[j]`` tokens: the caller reads them from
-        the typed requests, which this core sees as plain objects) computes position
-        ``c0[j] + s`` in pass ``s``: it takes a block from the free list's head when that
-        position opens one, and registers its block ``i`` when the position fills it (with
-        prefix caching), under the hash its unit chain gives.  Events of one pass go in
-        request order, an open before a fill.  ``extend(vr, n)`` returns the request's unit
-        chain extended to cover ``n`` blocks; ``on_evict`` (or None) receives each evicted hash
-        as a 1-tuple.  Returns each request's blocks registered after the passes (its new
-        ``n_cached``), -1 where it filled none.  Same effects as ``VLLMEngine._replay_lru``.
+        Request ``j`` (``reqs[j]``, a ``VReq``) computes position ``c0[j] + s`` in pass ``s``:
+        it takes a block from the free list's head when that position opens one, and
+        registers its block ``i`` when the position fills it (with prefix caching), under
+        the hash its unit chain ``vr.chain`` gives (units of ``vr.req.block_size`` tokens).
+        Events of one pass go in request order, an open before a fill.  ``extend(vr, n)``
+        returns the request's unit chain extended to cover ``n`` blocks; ``on_evict`` (or
+        None) receives each evicted hash as a 1-tuple.  Same effects as ``VLLMEngine._replay_lru``.
         """
         cdef int n = len(reqs)
-        if len(blocks_of) != n or len(chain_of) != n or len(units_of) != n or len(c0) != n:
-            raise ValueError("replay_decode: one block list, chain, unit size and position per request")
-        cdef list filled = [-1] * n
         if n == 0 or k <= first:
-            return filled
+            return
         if k == first + 1:  # one pass (most calls: the requests at a block boundary as a pass is scheduled)
-            self._replay_pass(reqs, blocks_of, chain_of, units_of, c0, first, bs, caching, extend, on_evict, filled)
-            return filled
+            self._replay_pass(reqs, c0, first, bs, caching, extend, on_evict)
+            return
         cdef int64_t* cs = <int64_t*>malloc(n * sizeof(int64_t))
         cdef int32_t* last_fill = <int32_t*>malloc(n * sizeof(int32_t))
         cdef int32_t* opens = <int32_t*>malloc(n * sizeof(int32_t))  # residue of the opening passes, or -1
@@ -630,8 +624,12 @@ cdef class LRUCore:
         if not cs or not last_fill or not opens or not fills or not start or not pos or not ev:
             free(cs); free(last_fill); free(opens); free(fills); free(start); free(pos); free(ev)
             raise MemoryError()
+        cdef list blocks_of = [None] * n
+        cdef list chain_of = [None] * n
+        cdef list units_of = [None] * n
         cdef int j, r, a, s, e, i
         cdef int64_t us
+        cdef object vr
         cdef list chain
         cdef list removed = [] if on_evict is not None else None
         try:
@@ -659,6 +657,11 @@ cdef class LRUCore:
                 if fills[j] >= 0:
                     ev[pos[fills[j]]] = 2 * j + 1
                     pos[fills[j]] += 1
+                if opens[j] >= 0 or fills[j] >= 0:  # only requests with events are read
+                    vr = reqs[j]
+                    blocks_of[j] = vr.blocks
+                    chain_of[j] = vr.chain
+                    units_of[j] = vr.req.block_size
             for s in range(first, k):
                 r = s % bs
                 for e in range(start[r], start[r + 1]):
@@ -677,7 +680,7 @@ cdef class LRUCore:
                     self._cache_chain_one((<list>blocks_of[j])[i], chain, us, bs, i)
             for j in range(n):
                 if last_fill[j] >= 0:
-                    filled[j] = last_fill[j] + 1
+                    reqs[j].n_cached = last_fill[j] + 1
         finally:
             free(cs)
             free(last_fill)
@@ -686,7 +689,6 @@ cdef class LRUCore:
             free(start)
             free(pos)
             free(ev)
-        return filled
 
     # ------------------------------------------------------------------ views and checks
     def ref(self, b) -> int:

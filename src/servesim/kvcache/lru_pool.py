@@ -187,19 +187,14 @@ class CompiledLRUPool:
             self.on_event(KVEvent("stored", tuple(stored), len(stored) * self.block_size))
         return n
 
-    def replay_decode(self, reqs: list, blocks_of: list[list[int]], chain_of: list[list[int]],
-                      units_of: list[int], computed: list[int], first: int, k: int, caching: bool,
-                      extend: Callable[[object, int], list[int]]) -> list[int]:
+    def replay_decode(self, reqs: list, computed: list[int], first: int, k: int, caching: bool,
+                      extend: Callable[[object, int], list[int]]) -> None:
         """The vLLM model's decode block events (see ``LRUCore.replay_decode``); no ``on_event`` sink.
 
-        Request ``j``'s block list, unit chain and unit size are ``blocks_of[j]``,
-        ``chain_of[j]`` and ``units_of[j]``; ``extend(reqs[j], n)`` returns its unit chain,
-        extended to cover ``n`` blocks.  Returns each request's new count of registered
-        blocks, -1 where it registered none.
+        ``extend(vr, n)`` returns the request's unit chain, extended to cover ``n`` blocks.
         """
         assert self.on_event is None, "the compiled replay publishes no KV events"
-        return self.core.replay_decode(reqs, blocks_of, chain_of, units_of, computed, first, k, self.block_size,
-                                       caching, extend, self.on_evict)
+        self.core.replay_decode(reqs, computed, first, k, self.block_size, caching, extend, self.on_evict)
 
     # ------------------------------------------------------------------ views and checks
     def free_order(self) -> list[int]:
