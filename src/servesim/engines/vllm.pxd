@@ -4,7 +4,6 @@ from servesim.workload.request cimport Request
 from servesim.engines.base cimport Engine
 
 
-
 @cython.locals(us=cython.longlong, need=cython.longlong)
 cpdef list extend_unit_chain(Request req, list chain, long long n_blocks, long long block_size)
 

@@ -58,7 +58,7 @@ cdef struct Slot:
 
 
 cdef struct Cursor:
-    # Walks a unit chain block by block (see ``LRUCore._chain_key``): block ``i`` ends at
+    # Walks a unit chain block by block (see ``LRUCore._cursor_at``): block ``i`` ends at
     # offset ``d`` (1..us) of unit ``j``, whose chain value is ``p`` when it fits in int64.
     int64_t us
     int64_t bs
@@ -278,21 +278,11 @@ cdef class LRUCore:
 
     # ------------------------------------------------------------------ hashes from a unit chain
     cdef inline object _chain_key(self, list chain, int64_t us, int64_t bs, Py_ssize_t i, int64_t* k):
-        """Block ``i``'s hash: written to ``k`` (returns None) when it fits in int64, else returned.
-
-        The block ends at token ``t = (i + 1) * bs``, in unit ``j = (t - 1) // us``; its hash is
-        ``chain[j] + (t - j * us)``.  Callers check that ``chain`` reaches unit ``j``.
-        """
-        cdef int64_t t = (i + 1) * bs
-        cdef Py_ssize_t j = <Py_ssize_t>((t - 1) // us)
-        cdef int64_t d = t - j * us
-        cdef object pj = chain[j]
-        cdef int overflow = 0
-        cdef int64_t p = PyLong_AsLongLongAndOverflow(pj, &overflow)
-        if overflow == 0 and p <= INT64_MAX - d:
-            k[0] = p + d
-            return None
-        return pj + d
+        """Block ``i``'s hash: written to ``k`` (returns None) when it fits in int64, else returned
+        (a cursor placed on the block; callers check that ``chain`` reaches its unit)."""
+        cdef Cursor c
+        self._cursor_at(&c, chain, us, bs, i)
+        return self._cursor_key(&c, chain, k)
 
     cdef int _check_chain(self, list chain, int64_t us, int64_t bs, Py_ssize_t stop) except -1:
         """Raise unless ``chain`` reaches the unit of block ``stop - 1``."""
@@ -312,7 +302,11 @@ cdef class LRUCore:
         return 0
 
     cdef inline int _cursor_at(self, Cursor* c, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
-        """Place ``c`` on block ``i`` (``chain`` must reach its unit)."""
+        """Place ``c`` on block ``i`` (``chain`` must reach its unit).
+
+        The block ends at token ``t = (i + 1) * bs``, in unit ``j = (t - 1) // us``; its hash is
+        ``chain[j] + (t - j * us)``.
+        """
         cdef int64_t t = (i + 1) * bs
         c.us = us
         c.bs = bs
@@ -332,7 +326,8 @@ cdef class LRUCore:
         return 0
 
     cdef inline object _cursor_key(self, Cursor* c, list chain, int64_t* k):
-        """The hash of the block under ``c``: as :meth:`_chain_key`."""
+        """The hash of the block under ``c``: written to ``k`` (returns None) when it fits in
+        int64, else returned as a Python int."""
         if c.fits and c.p <= INT64_MAX - c.d:
             k[0] = c.p + c.d
             return None
