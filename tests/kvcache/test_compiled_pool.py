@@ -2,7 +2,8 @@
 
 Both pools get the same random allocations, prefix registrations (with hashes that repeat,
 and some beyond a signed 64-bit integer), prefix hits and frees, with KV event sinks on or
-off; after each operation the return values, the events, the free order, the hash map, the
+off, on Python lists of block ids and on block lists (``block_list``, read and extended in
+place by the compiled core); after each operation the return values, the events, the free order, the hash map, the
 reference counts and the counters must agree, and the compiled core's own invariant check
 must pass.  Small pools keep its hash map crowded, so probing and deletion by backward shift
 are exercised.
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.kvcache.block_pool import BlockPool
+from servesim.kvcache.block_pool import BlockPool, block_list
 from servesim.kvcache.lru_pool import CompiledLRUPool, compiled_core_available, new_block_pool
 from simharness import python_versions
 
@@ -44,6 +45,10 @@ def apply(pool, op: tuple, log: list) -> object:
     try:
         if kind == "allocate":
             return pool.allocate(arg)
+        if kind == "allocate_to":  # a request's block list grows in place (each pool its own copy)
+            blocks, n = arg
+            ids = block_list(blocks)
+            return pool.allocate_to(ids, n), ids
         if kind == "free":
             pool.free_request(arg)
             return None
@@ -87,8 +92,10 @@ def run(seed: int, num_blocks: int, sink: bool) -> None:
     held: list[list[int]] = []  # each "request"'s blocks, in the Python pool's ids (equal in both)
     for _ in range(200):
         r = rng.random()
-        if r < 0.35:
+        if r < 0.25:
             op = ("allocate", rng.randint(0, num_blocks // 2 + 1))
+        elif r < 0.35 and held:
+            op = ("allocate_to", (rng.choice(held), rng.randint(0, num_blocks // 2 + 1)))
         elif r < 0.55 and held:
             op = ("free", held.pop(rng.randrange(len(held))))
         elif r < 0.8 and held:
@@ -112,6 +119,9 @@ def run(seed: int, num_blocks: int, sink: bool) -> None:
         assert out[0] == out[1], (op, out)
         if op[0] == "allocate" and out[0]:
             held.append(out[0])
+        elif op[0] == "allocate_to" and out[0][0]:
+            held = [out[0][1] if h is op[1][0] else h for h in held]
+            assert isinstance(out[1][1], type(block_list()))
         elif op[0] in ("lookup", "chain_lookup") and out[0][2]:
             held.append(out[0][2])
         assert state(pools[0]) == state(pools[1]), op

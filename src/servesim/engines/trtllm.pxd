@@ -1,5 +1,6 @@
 # Types for compiling trtllm.py with Cython (setup.py FROM_SOURCE; see kvcache/radix_cache.pxd).
 cimport cython
+from cpython.array cimport array
 from servesim.workload.request cimport Request
 from servesim.engines.base cimport Engine
 
@@ -13,7 +14,7 @@ cdef class TReq:
     cdef public long long computed
     cdef public long long sched
     cdef public bint context
-    cdef public list blocks
+    cdef public array blocks  # a block list (kvcache/block_pool.py:block_list)
     cdef public list chain
     cdef public long long n_cached
     cdef public long long hit

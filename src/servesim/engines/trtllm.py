@@ -66,6 +66,7 @@ from servesim.engines.vllm import extend_unit_chain
 from servesim.errors import ConfigError
 from servesim.kvcache.hashing import block_content_ids, chain_block_hashes
 from servesim.kvcache.host_tier import HostTier
+from servesim.kvcache.block_pool import block_list
 from servesim.kvcache.lru_pool import new_block_pool
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.plan import PassPlan
@@ -96,7 +97,8 @@ class TReq:
         #: ``1 + drafts`` tokens and does not record them here).
         self.sched = 0
         self.context = True
-        self.blocks: list[int] = []
+        #: A block list (kvcache/block_pool.py:block_list): C ints, no Python int per block.
+        self.blocks = block_list()
         #: The sequence's unit chain so far (kvcache/hashing.py): its block hashes follow from it.
         self.chain: list[int] = []
         self.n_cached = 0
@@ -275,10 +277,9 @@ class TRTLLMEngine(Engine):
             elif self._blocks_for(tr.ctx_len) > free:
                 break
             hit = self._lookup(tr)
-            tr.blocks = self.pool.chain_take(tr.chain, tr.req.block_size, hit) if hit else []
-            got = self.pool.allocate(self._blocks_for(tr.ctx_len) - len(tr.blocks))
-            assert got is not None, "TensorRT-LLM model: transferred KV admitted without free blocks"
-            tr.blocks.extend(got)
+            tr.blocks = self.pool.chain_take(tr.chain, tr.req.block_size, hit) if hit else block_list()
+            ok = self.pool.allocate_to(tr.blocks, self._blocks_for(tr.ctx_len) - len(tr.blocks))
+            assert ok, "TensorRT-LLM model: transferred KV admitted without free blocks"
             tr.n_cached = hit
             tr.admitted_once = True
             self.prompt_tokens += tr.req.input_length
@@ -362,14 +363,12 @@ class TRTLLMEngine(Engine):
         if d:  # KV slots for the last token and its drafts (rewound after verification)
             need = self._blocks_for(self._spec_kv_end(tr, d)) - len(tr.blocks)
             if need > 0:
-                got = self.pool.allocate(need)
-                assert got is not None, "TensorRT-LLM model: speculative step without free blocks"
-                tr.blocks.extend(got)
+                ok = self.pool.allocate_to(tr.blocks, need)
+                assert ok, "TensorRT-LLM model: speculative step without free blocks"
             return
         if tr.computed % self.bs == 0:
-            got = self.pool.allocate(1)
-            assert got is not None, "TensorRT-LLM model: generation step without a free block"
-            tr.blocks.extend(got)
+            ok = self.pool.allocate_to(tr.blocks, 1)
+            assert ok, "TensorRT-LLM model: generation step without a free block"
 
     def _alloc_gens(self, gens: list[TReq]) -> None:
         """:meth:`_alloc_gen` for each generation step, in order.
@@ -398,7 +397,7 @@ class TRTLLMEngine(Engine):
 
     def _release(self, tr: TReq) -> None:
         self.pool.free_request(tr.blocks)
-        tr.blocks = []
+        tr.blocks = block_list()
         tr.n_cached = 0
 
     def _pause(self, tr: TReq) -> None:
@@ -538,16 +537,15 @@ class TRTLLMEngine(Engine):
         new_ctx = [tr for tr in contexts if not tr.blocks]
         loading = 0
         for tr in new_ctx:
-            tr.blocks = self.pool.chain_take(tr.chain, tr.req.block_size, tr.hit) if tr.hit else []
+            tr.blocks = self.pool.chain_take(tr.chain, tr.req.block_size, tr.hit) if tr.hit else block_list()
             tr.n_cached = tr.hit
             tr.computed = (tr.hit + tr.host_hit) * self.bs
             if tr.host_hit:
                 self.host.touch(self._hashes(tr, tr.hit, tr.hit + tr.host_hit))
                 loading += tr.host_hit * self.bs
         for tr in new_ctx:
-            got = self.pool.allocate(self._blocks_for(tr.ctx_len) - len(tr.blocks))
-            assert got is not None, "TensorRT-LLM model: context admitted without free blocks"
-            tr.blocks.extend(got)
+            ok = self.pool.allocate_to(tr.blocks, self._blocks_for(tr.ctx_len) - len(tr.blocks))
+            assert ok, "TensorRT-LLM model: context admitted without free blocks"
             if not tr.admitted_once:
                 tr.admitted_once = True
                 self.prompt_tokens += tr.req.input_length

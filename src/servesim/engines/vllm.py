@@ -46,6 +46,7 @@ from servesim.engines.host import host_link
 from servesim.engines.vllm_options import VLLMOptions, resolve_vllm_options
 from servesim.errors import ConfigError
 from servesim.kvcache.hashing import ROOT_HASH, block_content_ids, chain_block_hash, chain_block_hashes, unit_chain
+from servesim.kvcache.block_pool import block_list
 from servesim.kvcache.host_tier import HostTier
 from servesim.kvcache.lru_pool import new_block_pool
 from servesim.metrics.recorder import RequestRecorder, Status
@@ -101,7 +102,8 @@ class VReq:
         self.computed = 0
         #: Tokens being computed in the pass in flight.
         self.sched = 0
-        self.blocks: list[int] = []
+        #: A block list (kvcache/block_pool.py:block_list): C ints, no Python int per block.
+        self.blocks = block_list()
         #: The sequence's unit chain so far (kvcache/hashing.py): its block hashes follow from it.
         self.chain: list[int] = []
         #: Leading blocks already registered in the prefix cache (or taken from it).
@@ -374,10 +376,8 @@ class VLLMEngine(Engine):
         bs = self.bs
         end = vr.computed + n
         if end > len(vr.blocks) * bs:
-            got = self.pool.allocate(-(-end // bs) - len(vr.blocks))
-            if got is None:
+            if not self.pool.allocate_to(vr.blocks, -(-end // bs) - len(vr.blocks)):
                 return False
-            vr.blocks.extend(got)
         if self.caching and end // bs > vr.n_cached:
             self._cache_blocks(vr, end)
         return True
@@ -395,12 +395,11 @@ class VLLMEngine(Engine):
         need = -(-(start + n) // self.bs) - hit
         if need + free_hits > pool.num_free_blocks:
             return False
-        vr.blocks = pool.chain_take(vr.chain, us, hit) if hit else []
+        vr.blocks = pool.chain_take(vr.chain, us, hit) if hit else block_list()
         if host_hit:  # loaded now: most recent on host before this allocation writes evictions there
             self.host.touch(self._hashes(vr, hit, hit + host_hit))
-        got = pool.allocate(need)
-        assert got is not None
-        vr.blocks.extend(got)
+        ok = pool.allocate_to(vr.blocks, need)
+        assert ok
         vr.n_cached = hit
         vr.computed = start
         self._cache_blocks(vr, vr.computed + n)
@@ -415,7 +414,7 @@ class VLLMEngine(Engine):
 
     def _preempt(self, vr: VReq) -> None:
         self.pool.free_request(vr.blocks)
-        vr.blocks = []
+        vr.blocks = block_list()
         vr.computed = 0
         vr.sched = 0
         vr.n_cached = 0
@@ -832,7 +831,7 @@ class VLLMEngine(Engine):
         self.running = [vr for vr in self.running if vr not in gone]
         for vr in done:
             self.pool.free_request(vr.blocks)
-            vr.blocks = []
+            vr.blocks = block_list()
             if vr.max_new < vr.req.output_length:
                 self.rec.finished(vr.req.index, end, Status.COMPLETED, "output cut at max_model_len")
                 self.terminated.append(vr.req)

@@ -29,6 +29,12 @@ value of the unit holding the block's last token plus the block's end offset in 
 so a prompt's ~200 hashes are never built as Python ints; a cursor walks a prompt's blocks
 (one division to place it, then additions, each unit's chain value converted once).
 
+A request's blocks are a *block list* (``servesim.kvcache.block_pool.block_list``): an
+``array.array`` of C ints, which the ``*_to`` / ``chain_*`` / ``free_tail_first`` / replay
+methods read and extend in place.  A Python list of ints would cost one int object per block,
+allocated when the block is taken and freed with the list (about a sixth of a vLLM run's
+instructions) and touched, a cache miss, each time the block id is read.
+
 The work left is mostly cache misses (a pool's blocks and map overflow the L2 cache of a
 four-worker run): the loops over many blocks (``allocate``, ``free_tail_first``,
 ``chain_cache``) prefetch the next blocks and map slots so that their misses overlap.
@@ -42,6 +48,13 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython cimport array
+from cpython.object cimport Py_SIZE
+
+import array as _array_module
+
+#: An empty block list, the template that ``array.clone`` copies the type and item size of.
+cdef array.array _EMPTY_IDS = _array_module.array("i")
 
 
 cdef struct Blk:
@@ -84,6 +97,30 @@ cdef extern from "<stdint.h>":
 cdef extern from *:
     # GCC / Clang: start loading a cache line now, so that misses overlap instead of queueing.
     void __builtin_prefetch(const void* addr) nogil
+
+
+cdef inline int _check_ids(array.array ids) except -1:
+    """Raise unless ``ids`` is a block list (typecode ``i``: C ints)."""
+    if ids.ob_descr.typecode != b'i':
+        raise TypeError(f"expected a block list (array.array of typecode 'i'), got typecode {ids.typecode!r}")
+    return 0
+
+
+cdef inline int _append_id(array.array ids, int32_t b) except -1:
+    """Append block ``b`` to the block list ``ids`` (amortised growth, as ``list.append``)."""
+    cdef Py_ssize_t n = Py_SIZE(ids)
+    array.resize_smart(ids, n + 1)
+    ids.data.as_ints[n] = b
+    return 0
+
+
+cdef inline array.array _ids_of(object vr):
+    """A request's ``blocks``, checked to be a block list."""
+    cdef array.array ids = vr.blocks
+    if ids is None:
+        raise TypeError("expected a block list (array.array of typecode 'i'), got None")
+    _check_ids(ids)
+    return ids
 
 
 cdef inline bint _occurs(int r, int first, int k, int bs) noexcept nogil:
@@ -271,7 +308,10 @@ cdef class LRUCore:
 
     cdef inline int32_t _block(self, object ob) except -1:
         """Block id ``ob`` as a C int, checked to lie in the pool."""
-        cdef long long b = ob
+        return self._id(ob)
+
+    cdef inline int32_t _id(self, long long b) except -1:
+        """Block id ``b`` (as read from a block list), checked to lie in the pool."""
         if b < 0 or b >= self.num_blocks:
             raise IndexError(f"block {b} outside the pool of {self.num_blocks}")
         return <int32_t>b
@@ -353,10 +393,11 @@ cdef class LRUCore:
             self._cursor_next(&c, chain, i + 1 < n)
         return n
 
-    cdef list _chain_blocks(self, list chain, int64_t us, int64_t bs, Py_ssize_t n):
-        """The blocks cached under blocks ``0..n-1``'s hashes; KeyError if one is not cached."""
+    cdef array.array _chain_blocks(self, list chain, int64_t us, int64_t bs, Py_ssize_t n):
+        """The blocks cached under blocks ``0..n-1``'s hashes, as a block list; KeyError if one
+        is not cached."""
         self._check_chain(chain, us, bs, n)
-        cdef list out = []
+        cdef array.array out = array.clone(_EMPTY_IDS, n if n > 0 else 0, False)
         if n <= 0:
             return out
         cdef Cursor c
@@ -367,29 +408,33 @@ cdef class LRUCore:
             b = self._cursor_find(&c, chain)
             if b < 0:
                 raise KeyError(i)
-            out.append(b)
+            out.data.as_ints[i] = b
             self._cursor_next(&c, chain, i + 1 < n)
         return out
 
     def chain_count_free(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
         """:meth:`count_free` of blocks ``0..n-1``'s hashes."""
         cdef int free_hits = 0
-        for ob in self._chain_blocks(chain, us, bs, n):
-            if self.blk[<int32_t>ob].refs == 0:
+        cdef array.array ids = self._chain_blocks(chain, us, bs, n)
+        cdef Py_ssize_t i
+        for i in range(Py_SIZE(ids)):
+            if self.blk[ids.data.as_ints[i]].refs == 0:
                 free_hits += 1
         return free_hits
 
-    def chain_take(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> list:
-        """:meth:`take_cached` of blocks ``0..n-1``'s hashes."""
-        cdef list out = self._chain_blocks(chain, us, bs, n)
-        self._reference(out)
+    def chain_take(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> array.array:
+        """:meth:`take_cached` of blocks ``0..n-1``'s hashes, as a new block list."""
+        cdef array.array out = self._chain_blocks(chain, us, bs, n)
+        cdef Py_ssize_t i
+        for i in range(Py_SIZE(out)):
+            self._reference_one(out.data.as_ints[i])
         return out
 
-    cdef int _cache_chain_one(self, object ob, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
-        """:meth:`_cache_one` of block ``ob`` under block ``i``'s hash; 1 if it was registered."""
+    cdef int _cache_chain_one(self, int32_t b, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
+        """:meth:`_cache_one` of block ``b`` under block ``i``'s hash; 1 if it was registered."""
         cdef int64_t k = 0
         h = self._chain_key(chain, us, bs, i, &k)
-        return self._cache_key(self._block(ob), h, k)
+        return self._cache_key(b, h, k)
 
     cdef int _cache_key(self, int32_t b, object h, int64_t k) except -1:
         """Register block ``b`` under hash ``h`` (``k`` when ``h`` is None) unless either is taken."""
@@ -405,10 +450,15 @@ cdef class LRUCore:
             self._insert_obj(h, b)
         return 1
 
-    def chain_cache(self, list blocks, list chain, int64_t us, int64_t bs, Py_ssize_t start, Py_ssize_t stop) -> int:
-        """:meth:`cache_full_blocks` of ``blocks[start:stop]`` under blocks ``start..stop-1``'s hashes."""
-        if stop > len(blocks):
-            raise ValueError(f"caching blocks up to {stop} of a request holding {len(blocks)}")
+    def chain_cache(self, array.array blocks not None, list chain, int64_t us, int64_t bs, Py_ssize_t start,
+                    Py_ssize_t stop) -> int:
+        """:meth:`cache_full_blocks` of ``blocks[start:stop]`` (a block list) under blocks
+        ``start..stop-1``'s hashes."""
+        _check_ids(blocks)
+        if stop > Py_SIZE(blocks):
+            raise ValueError(f"caching blocks up to {stop} of a request holding {Py_SIZE(blocks)}")
+        if start < 0:
+            raise ValueError(f"caching blocks from {start}")
         self._check_chain(chain, us, bs, stop)
         cdef int n = 0
         if start >= stop:
@@ -425,20 +475,21 @@ cdef class LRUCore:
                     self._prefetch_slot(ka)
                 self._cursor_next(&ahead, chain, i + LEAD + 1 < stop)
             h = self._cursor_key(&c, chain, &k)
-            n += self._cache_key(self._block(blocks[i]), h, k)
+            n += self._cache_key(self._id(blocks.data.as_ints[i]), h, k)
             self._cursor_next(&c, chain, i + 1 < stop)
         return n
 
     # ------------------------------------------------------------------ pool operations
     cdef int _reference(self, list blocks) except -1:
         """One more reference to each block of a prefix hit; a free one leaves the free list."""
-        cdef int32_t b
         for ob in blocks:
-            b = <int32_t>ob
-            if self.blk[b].refs == 0:
-                self._unlink(b)
-            self.blk[b].refs += 1
+            self._reference_one(<int32_t>ob)
         return 0
+
+    cdef inline void _reference_one(self, int32_t b) noexcept:
+        if self.blk[b].refs == 0:
+            self._unlink(b)
+        self.blk[b].refs += 1
 
     def find_cached_prefix(self, hashes) -> int:
         """Number of leading ``hashes`` present in the map."""
@@ -485,7 +536,23 @@ cdef class LRUCore:
         """
         if n > self.num_free:
             raise ValueError(f"allocating {n} blocks with {self.num_free} free")
-        cdef list out = []
+        cdef array.array ids = array.clone(_EMPTY_IDS, n if n > 0 else 0, False)
+        self._take_into(ids.data.as_ints, n, removed)
+        return ids.tolist()
+
+    def allocate_to(self, array.array blocks not None, int n, list removed=None) -> None:
+        """:meth:`allocate` appending the ``n`` blocks to the block list ``blocks``."""
+        _check_ids(blocks)
+        if n > self.num_free:
+            raise ValueError(f"allocating {n} blocks with {self.num_free} free")
+        if n <= 0:
+            return
+        cdef Py_ssize_t have = Py_SIZE(blocks)
+        array.resize_smart(blocks, have + n)
+        self._take_into(blocks.data.as_ints + have, n, removed)
+
+    cdef int _take_into(self, int* out, int n, list removed) except -1:
+        """Take ``n`` (<= num_free) blocks from the free list's head into ``out[0..n-1]``."""
         cdef int i
         cdef int32_t nb
         for i in range(n):
@@ -498,31 +565,26 @@ cdef class LRUCore:
                     __builtin_prefetch(&self.blk[self.blk[nb].nxt])
                 if self.blk[nb].hset == 1:
                     self._prefetch_slot(self.blk[nb].hval)
-            out.append(self._take_head(removed))
-        return out
+            out[i] = self._take_head(removed)
+        return 0
 
     def free(self, blocks) -> None:
         """Drop one reference to each block, in order; unreferenced ones join the tail."""
         for ob in blocks:
             self._free_one(self._block(ob))
 
-    def free_tail_first(self, list blocks) -> None:
-        """:meth:`free` of ``reversed(blocks)`` (a request's blocks, its last recycled first)."""
+    def free_tail_first(self, array.array blocks not None) -> None:
+        """:meth:`free` of ``reversed(blocks)`` (a request's block list, its last recycled first)."""
+        _check_ids(blocks)
+        cdef int* ids = blocks.data.as_ints
         cdef Py_ssize_t i
-        for i in range(len(blocks) - 1, -1, -1):
+        cdef int ahead
+        for i in range(Py_SIZE(blocks) - 1, -1, -1):
             if i >= 4:  # the pool's work is cache misses: start loading a block a few ahead
-                self._prefetch_block(blocks[i - 4])
-            self._free_one(self._block(blocks[i]))
-
-    cdef inline void _prefetch_block(self, object ob) noexcept:
-        """Start loading block ``ob``'s state; nothing if it is not a block id (the free that
-        reaches it raises, in order)."""
-        cdef int overflow = 0
-        cdef long long b
-        if type(ob) is int:
-            b = PyLong_AsLongLongAndOverflow(ob, &overflow)
-            if overflow == 0 and 0 <= b < self.num_blocks:
-                __builtin_prefetch(&self.blk[b])
+                ahead = ids[i - 4]
+                if 0 <= ahead < self.num_blocks:  # else the free that reaches it raises, in order
+                    __builtin_prefetch(&self.blk[ahead])
+            self._free_one(self._id(ids[i]))
 
     cdef inline int _free_one(self, int32_t b) except -1:
         if self.blk[b].refs <= 0:
@@ -557,17 +619,23 @@ cdef class LRUCore:
             n += self._cache_one(ob, h, stored)
         return n
 
-    cdef int _replay_open(self, list blocks, list removed, on_evict) except -1:
-        """A decode opens a block: the free list's head joins ``blocks``; the hash it evicts goes
-        to ``on_evict`` (``removed`` is its scratch list, None without a sink)."""
+    cdef int _replay_open(self, array.array blocks, list removed, on_evict) except -1:
+        """A decode opens a block: the free list's head joins the block list ``blocks``; the
+        hash it evicts goes to ``on_evict`` (``removed`` is its scratch list, None without a sink)."""
         if self.num_free <= 0:
             raise RuntimeError("vLLM model: decode stretch beyond the free blocks")
-        blocks.append(self._take_head(removed))
+        _append_id(blocks, self._take_head(removed))
         if removed:
             for h in removed:
                 on_evict((h,))
             del removed[:]
         return 0
+
+    cdef inline int32_t _block_at(self, array.array ids, int64_t i) except -1:
+        """Block ``i`` of the block list ``ids``, checked."""
+        if i < 0 or i >= Py_SIZE(ids):
+            raise IndexError(f"block {i} of a request holding {Py_SIZE(ids)}")
+        return self._id(ids.data.as_ints[i])
 
     cdef int _replay_pass(self, list reqs, list c0, int s, int bs, bint caching, extend, on_evict) except -1:
         """:meth:`replay_decode` of the single pass ``s``: its events in request order, each
@@ -578,7 +646,7 @@ cdef class LRUCore:
         for j in range(len(reqs)):
             c = <int64_t>c0[j] + s  # the position this pass computes
             if c % bs == 0:  # opens a block
-                self._replay_open(<list>reqs[j].blocks, removed, on_evict)
+                self._replay_open(_ids_of(reqs[j]), removed, on_evict)
             if caching and (c + 1) % bs == 0:  # fills block i
                 vr = reqs[j]
                 i = (c + 1) // bs - 1
@@ -587,7 +655,7 @@ cdef class LRUCore:
                 if ((i + 1) * <int64_t>bs - 1) // us >= len(chain):  # the chain must reach its unit
                     chain = extend(vr, <int>(i + 1))
                     self._check_chain(chain, us, bs, i + 1)
-                self._cache_chain_one((<list>vr.blocks)[i], chain, us, bs, <Py_ssize_t>i)
+                self._cache_chain_one(self._block_at(_ids_of(vr), i), chain, us, bs, <Py_ssize_t>i)
                 vr.n_cached = i + 1
         return 0
 
@@ -654,7 +722,7 @@ cdef class LRUCore:
                     pos[fills[j]] += 1
                 if opens[j] >= 0 or fills[j] >= 0:  # only requests with events are read
                     vr = reqs[j]
-                    blocks_of[j] = vr.blocks
+                    blocks_of[j] = _ids_of(vr)
                     chain_of[j] = vr.chain
                     units_of[j] = vr.req.block_size
             for s in range(first, k):
@@ -662,7 +730,7 @@ cdef class LRUCore:
                 for e in range(start[r], start[r + 1]):
                     j = ev[e] >> 1
                     if (ev[e] & 1) == 0:  # opens a block
-                        self._replay_open(<list>blocks_of[j], removed, on_evict)
+                        self._replay_open(<array.array>blocks_of[j], removed, on_evict)
                         continue
                     i = <int>((cs[j] + s + 1) // bs - 1)  # fills block i
                     last_fill[j] = i
@@ -672,7 +740,7 @@ cdef class LRUCore:
                         chain = extend(reqs[j], <int>((cs[j] + k) // bs))
                         chain_of[j] = chain
                         self._check_chain(chain, us, bs, i + 1)
-                    self._cache_chain_one((<list>blocks_of[j])[i], chain, us, bs, i)
+                    self._cache_chain_one(self._block_at(<array.array>blocks_of[j], i), chain, us, bs, i)
             for j in range(n):
                 if last_fill[j] >= 0:
                     reqs[j].n_cached = last_fill[j] + 1

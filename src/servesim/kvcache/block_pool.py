@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 
@@ -37,7 +38,19 @@ from servesim.kvcache.policies import (
     make_policy,
 )
 
-__all__ = ["Block", "BlockPool", "block_hashes", "block_content_ids", "unit_chain"]
+__all__ = ["Block", "BlockPool", "block_hashes", "block_content_ids", "block_list", "unit_chain"]
+
+
+def block_list(ids: Iterable[int] = ()) -> array:
+    """A request's block ids as a *block list*: an ``array.array`` of C ints.
+
+    Engines hold each request's blocks in one (``VReq.blocks``, ``TReq.blocks``): the
+    compiled pool reads and extends its buffer in place, where a Python list would need an
+    int object per block, made when the block is taken and freed with the list.  Both pools
+    accept and return block lists where a request's blocks pass (:meth:`BlockPool.chain_take`,
+    :meth:`BlockPool.allocate_to`, :meth:`BlockPool.free_request`, :meth:`BlockPool.chain_cache`).
+    """
+    return array("i", ids)
 
 
 class Block:
@@ -410,11 +423,11 @@ class BlockPool:
         """:meth:`count_free_hits` of blocks ``0..n-1``'s hashes."""
         return self.count_free_hits(chain_block_hashes(chain, self.block_size, n, unit_size=unit_size))
 
-    def chain_take(self, chain: list[int], unit_size: int, n: int) -> list[int]:
-        """:meth:`take_cached` of blocks ``0..n-1``'s hashes."""
-        return self.take_cached(chain_block_hashes(chain, self.block_size, n, unit_size=unit_size))
+    def chain_take(self, chain: list[int], unit_size: int, n: int) -> array:
+        """:meth:`take_cached` of blocks ``0..n-1``'s hashes, as a new block list."""
+        return block_list(self.take_cached(chain_block_hashes(chain, self.block_size, n, unit_size=unit_size)))
 
-    def chain_cache(self, blocks: list[int], chain: list[int], unit_size: int, start: int, stop: int,
+    def chain_cache(self, blocks: Sequence[int], chain: list[int], unit_size: int, start: int, stop: int,
                     content_ids: Sequence[int] | None = None) -> int:
         """:meth:`cache_full_blocks` of ``blocks[start:stop]`` under blocks ``start..stop-1``'s hashes."""
         hashes = chain_block_hashes(chain, self.block_size, stop, unit_size=unit_size, start_block=start)
@@ -505,6 +518,15 @@ class BlockPool:
             refs[b] = 1
         publish_evictions(self, removed)
         return out
+
+    def allocate_to(self, blocks: array, n: int) -> bool:
+        """:meth:`allocate` appending the blocks to the block list ``blocks``; False (nothing
+        taken) if short."""
+        got = self.allocate(n)
+        if got is None:
+            return False
+        blocks.extend(got)
+        return True
 
     def _allocate_lru(self, n: int) -> list[int]:
         """:meth:`allocate` under LRU with no event sink: one pass over the blocks taken."""

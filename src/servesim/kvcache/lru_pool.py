@@ -13,10 +13,11 @@ not switched off (:mod:`servesim.compiled`); other policies use the Python pool.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from servesim.compiled import PURE_PYTHON_ENV, compiled_module
-from servesim.kvcache.block_pool import Block, BlockPool, _LazyBlocks, publish_evictions
+from servesim.kvcache.block_pool import Block, BlockPool, _LazyBlocks, block_list, publish_evictions
 from servesim.kvcache.events import EventSink, KVEvent
 from servesim.kvcache.hashing import chain_block_hashes
 from servesim.kvcache.policies import EvictionPolicy, LRUPolicy, NextUseOracle
@@ -138,14 +139,17 @@ class CompiledLRUPool:
     def chain_count_free(self, chain: list[int], unit_size: int, n: int) -> int:
         return self.core.chain_count_free(chain, unit_size, self.block_size, n)
 
-    def chain_take(self, chain: list[int], unit_size: int, n: int) -> list[int]:
+    def chain_take(self, chain: list[int], unit_size: int, n: int) -> array:
         return self.core.chain_take(chain, unit_size, self.block_size, n)
 
-    def chain_cache(self, blocks: list[int], chain: list[int], unit_size: int, start: int, stop: int,
+    def chain_cache(self, blocks: Sequence[int], chain: list[int], unit_size: int, start: int, stop: int,
                     content_ids: Sequence[int] | None = None) -> int:
+        """As :meth:`BlockPool.chain_cache`; ``blocks`` is best a block list (read in place)."""
         if not self.enable_caching:
             return 0
         if self.on_event is None:
+            if type(blocks) is not array:
+                blocks = block_list(blocks)
             return self.core.chain_cache(blocks, chain, unit_size, self.block_size, start, stop)
         hashes = chain_block_hashes(chain, self.block_size, stop, unit_size=unit_size, start_block=start)
         return self.cache_full_blocks(blocks[start:stop], hashes)  # with its stored event
@@ -164,12 +168,27 @@ class CompiledLRUPool:
         publish_evictions(self, removed)
         return out
 
+    def allocate_to(self, blocks: array, n: int) -> bool:
+        """:meth:`allocate` appending the blocks to the block list ``blocks``; False (nothing
+        taken) if short."""
+        if n > self.core.num_free:
+            return False
+        if n <= 0:
+            return True
+        if self.on_event is None and self.on_evict is None:
+            self.core.allocate_to(blocks, n)
+            return True
+        removed: list[int] = []
+        self.core.allocate_to(blocks, n, removed)
+        publish_evictions(self, removed)
+        return True
+
     def free(self, blocks: Iterable[int]) -> None:
         self.core.free(blocks)
 
     def free_request(self, blocks: Sequence[int]) -> None:
         """Free a request's blocks tail first, so its last blocks are recycled first (vLLM)."""
-        if type(blocks) is list:
+        if type(blocks) is array:
             self.core.free_tail_first(blocks)
         else:
             self.core.free(reversed(blocks))
