@@ -12,8 +12,8 @@ COMPILED = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lazy
             "perf._stretch_core", "sim._event_core", "workload._units_core")
 #: Modules compiled from their own Python source, typed by the .pxd beside it (compiled.py).
 FROM_SOURCE = ("cluster.worker", "engines.base", "engines.sglang", "engines.trtllm", "engines.vllm",
-               "kvcache.hashing", "kvcache.lru_pool", "kvcache.radix_cache", "kvcache.token_pool",
-               "metrics.recorder", "perf.analytic", "perf.frontend",
+               "kvcache.block_owner", "kvcache.hashing", "kvcache.lru_pool", "kvcache.radix_cache",
+               "kvcache.token_pool", "metrics.recorder", "perf.analytic", "perf.frontend",
                "perf.plan", "sim.simulation", "workload.request", "workload.synthetic")
 
 try:

@@ -35,8 +35,8 @@ MODULES = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lazy_
 
 #: Modules compiled from their own Python source (setup.py builds the same list).
 FROM_SOURCE = ("cluster.worker", "engines.base", "engines.sglang", "engines.trtllm", "engines.vllm",
-               "kvcache.hashing", "kvcache.lru_pool", "kvcache.radix_cache", "kvcache.token_pool",
-               "metrics.recorder", "perf.analytic", "perf.frontend",
+               "kvcache.block_owner", "kvcache.hashing", "kvcache.lru_pool", "kvcache.radix_cache",
+               "kvcache.token_pool", "metrics.recorder", "perf.analytic", "perf.frontend",
                "perf.plan", "sim.simulation", "workload.request", "workload.synthetic")
 
 

@@ -1,23 +1,19 @@
 # Types for compiling vllm.py with Cython (setup.py FROM_SOURCE; see kvcache/radix_cache.pxd).
 cimport cython
-from cpython.array cimport array
 from servesim.workload.request cimport Request
 from servesim.engines.base cimport Engine
+from servesim.kvcache.block_owner cimport BlockOwner
 
 
 @cython.locals(us=cython.longlong, need=cython.longlong)
 cpdef list extend_unit_chain(Request req, list chain, long long n_blocks, long long block_size)
 
 
-cdef class VReq:
-    cdef public Request req
+cdef class VReq(BlockOwner):  # req, blocks, chain, n_cached: kvcache/block_owner.pxd
     cdef public long long max_new
     cdef public long long generated
     cdef public long long computed
     cdef public long long sched
-    cdef public array blocks  # a block list (kvcache/block_pool.py:block_list)
-    cdef public list chain
-    cdef public long long n_cached
     cdef public bint admitted_once
     cdef public long long num_tokens
 

@@ -46,6 +46,7 @@ from servesim.engines.host import host_link
 from servesim.engines.vllm_options import VLLMOptions, resolve_vllm_options
 from servesim.errors import ConfigError
 from servesim.kvcache.hashing import ROOT_HASH, block_content_ids, chain_block_hash, chain_block_hashes, unit_chain
+from servesim.kvcache.block_owner import BlockOwner
 from servesim.kvcache.block_pool import block_list
 from servesim.kvcache.host_tier import HostTier
 from servesim.kvcache.lru_pool import new_block_pool
@@ -84,30 +85,24 @@ def extend_block_hashes(req: Request, hashes: list[int], chain: list[int], n_blo
     return hashes
 
 
-class VReq:
-    """Engine-side state of one request.
+class VReq(BlockOwner):
+    """Engine-side state of one request; its blocks, unit chain and registered blocks are
+    the :class:`~servesim.kvcache.block_owner.BlockOwner` fields the compiled pool reads.
 
     (Plain classes here, not dataclasses: engines/vllm.pxd types them when the module is
     compiled.)
     """
 
-    __slots__ = ("req", "max_new", "generated", "computed", "sched", "blocks", "chain", "n_cached",
-                 "admitted_once", "num_tokens")
+    __slots__ = ("max_new", "generated", "computed", "sched", "admitted_once", "num_tokens")
 
     def __init__(self, req: Request, max_new: int, num_tokens: int = 0) -> None:
-        self.req = req
+        BlockOwner.__init__(self, req)
         self.max_new = max_new
         self.generated = 0
         #: Tokens whose KV exists (vLLM's num_computed_tokens), committed at pass end.
         self.computed = 0
         #: Tokens being computed in the pass in flight.
         self.sched = 0
-        #: A block list (kvcache/block_pool.py:block_list): C ints, no Python int per block.
-        self.blocks = block_list()
-        #: The sequence's unit chain so far (kvcache/hashing.py): its block hashes follow from it.
-        self.chain: list[int] = []
-        #: Leading blocks already registered in the prefix cache (or taken from it).
-        self.n_cached = 0
         self.admitted_once = False
         #: Prompt plus sampled tokens (vLLM's num_tokens), kept equal to input + generated.
         self.num_tokens = num_tokens

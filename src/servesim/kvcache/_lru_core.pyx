@@ -50,6 +50,7 @@ from libc.string cimport memset
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython cimport array
 from cpython.object cimport Py_SIZE
+from servesim.kvcache.block_owner cimport BlockOwner
 
 import array as _array_module
 
@@ -114,13 +115,20 @@ cdef inline int _append_id(array.array ids, int32_t b) except -1:
     return 0
 
 
-cdef inline array.array _ids_of(object vr):
+cdef inline array.array _ids_of(BlockOwner vr):
     """A request's ``blocks``, checked to be a block list."""
     cdef array.array ids = vr.blocks
     if ids is None:
         raise TypeError("expected a block list (array.array of typecode 'i'), got None")
     _check_ids(ids)
     return ids
+
+
+cdef inline int64_t _unit_size(BlockOwner vr) except -1:
+    """The tokens of one unit of the request's chain (its trace's block size)."""
+    if vr.req is None:
+        raise TypeError("a block owner without its request")
+    return vr.req.block_size
 
 
 cdef inline bint _occurs(int r, int first, int k, int bs) noexcept nogil:
@@ -642,16 +650,17 @@ cdef class LRUCore:
         request's open before its fill, with no bucketing (the buckets would give this order)."""
         cdef Py_ssize_t j
         cdef int64_t c, us, i
+        cdef BlockOwner vr
         cdef list chain, removed = [] if on_evict is not None else None
         for j in range(len(reqs)):
             c = <int64_t>c0[j] + s  # the position this pass computes
             if c % bs == 0:  # opens a block
-                self._replay_open(_ids_of(reqs[j]), removed, on_evict)
+                self._replay_open(_ids_of(<BlockOwner?>reqs[j]), removed, on_evict)
             if caching and (c + 1) % bs == 0:  # fills block i
-                vr = reqs[j]
+                vr = <BlockOwner?>reqs[j]
                 i = (c + 1) // bs - 1
-                chain = <list>vr.chain
-                us = <int64_t>vr.req.block_size
+                chain = vr.chain
+                us = _unit_size(vr)
                 if ((i + 1) * <int64_t>bs - 1) // us >= len(chain):  # the chain must reach its unit
                     chain = extend(vr, <int>(i + 1))
                     self._check_chain(chain, us, bs, i + 1)
@@ -663,7 +672,8 @@ cdef class LRUCore:
                       extend, on_evict) -> None:
         """The block events of decode passes ``first..k-1`` of the vLLM model, in order.
 
-        Request ``j`` (``reqs[j]``, a ``VReq``) computes position ``c0[j] + s`` in pass ``s``:
+        Request ``j`` (``reqs[j]``, a :class:`~servesim.kvcache.block_owner.BlockOwner`: the
+        vLLM model's ``VReq``, whose fields are read here as struct fields) computes position ``c0[j] + s`` in pass ``s``:
         it takes a block from the free list's head when that position opens one, and
         registers its block ``i`` when the position fills it (with prefix caching), under
         the hash its unit chain ``vr.chain`` gives (units of ``vr.req.block_size`` tokens).
@@ -692,7 +702,7 @@ cdef class LRUCore:
         cdef list units_of = [None] * n
         cdef int j, r, a, s, e, i
         cdef int64_t us
-        cdef object vr
+        cdef BlockOwner vr
         cdef list chain
         cdef list removed = [] if on_evict is not None else None
         try:
@@ -721,10 +731,10 @@ cdef class LRUCore:
                     ev[pos[fills[j]]] = 2 * j + 1
                     pos[fills[j]] += 1
                 if opens[j] >= 0 or fills[j] >= 0:  # only requests with events are read
-                    vr = reqs[j]
+                    vr = <BlockOwner?>reqs[j]
                     blocks_of[j] = _ids_of(vr)
                     chain_of[j] = vr.chain
-                    units_of[j] = vr.req.block_size
+                    units_of[j] = _unit_size(vr)
             for s in range(first, k):
                 r = s % bs
                 for e in range(start[r], start[r + 1]):
@@ -743,7 +753,7 @@ cdef class LRUCore:
                     self._cache_chain_one(self._block_at(<array.array>blocks_of[j], i), chain, us, bs, i)
             for j in range(n):
                 if last_fill[j] >= 0:
-                    reqs[j].n_cached = last_fill[j] + 1
+                    (<BlockOwner>reqs[j]).n_cached = last_fill[j] + 1
         finally:
             free(cs)
             free(last_fill)

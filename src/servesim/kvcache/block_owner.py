@@ -1,0 +1,28 @@
+"""What a block pool reads and writes of a request that holds blocks.
+
+A vLLM request's engine state (``engines/vllm.py:VReq``) derives from :class:`BlockOwner`.
+Compiled, this module is a C type (``block_owner.pxd``), so the compiled pool's decode replay
+(``kvcache/_lru_core.pyx:LRUCore.replay_decode``), which touches a few of these fields for
+every block a decode opens or fills, reads and writes them as struct fields; through Python
+attribute lookups they had cost about as much as the replay's own work.
+"""
+
+from __future__ import annotations
+
+from servesim.kvcache.block_pool import block_list
+from servesim.workload.request import Request
+
+
+class BlockOwner:
+    """A request's blocks, its unit chain and how many of its blocks are registered."""
+
+    __slots__ = ("req", "blocks", "chain", "n_cached")
+
+    def __init__(self, req: Request) -> None:
+        self.req = req
+        #: A block list (kvcache/block_pool.py:block_list): C ints, no Python int per block.
+        self.blocks = block_list()
+        #: The sequence's unit chain so far (kvcache/hashing.py): its block hashes follow from it.
+        self.chain: list[int] = []
+        #: Leading blocks already registered in the prefix cache (or taken from it).
+        self.n_cached = 0
