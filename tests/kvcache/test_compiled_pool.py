@@ -229,3 +229,32 @@ def test_keys_sharing_a_fingerprint_stay_apart() -> None:
     assert [c.get_cached_block(h) is None for h in keys] == [True, True, False, False, True, True]
     assert state(py) == state(c)
     c.check_invariants()
+
+
+def test_the_free_ring_compacts_its_stale_entries_in_order() -> None:
+    """Prefix hits take free blocks out of the middle of the queue and leave stale ring
+    entries; freeing them again appends new ones.  Far more such cycles than the ring holds
+    (it holds 8 entries for 4 blocks) force compactions, after which the queue's order, the
+    allocations and every counter must still be the Python pool's."""
+    rng = random.Random(5)
+    keys = [11, 22, 33, 44]
+    pools = [BlockPool(4, 4), CompiledLRUPool(4, 4)]
+    for pool in pools:
+        blocks = pool.allocate(4)
+        pool.cache_full_blocks(blocks, keys)
+        pool.free_request(blocks)
+    for step in range(200):
+        if step % 50 == 49:  # now and then, allocations recycle from the head
+            out = [pool.allocate(2) for pool in pools]
+            assert out[0] == out[1]
+            for pool, got in zip(pools, out):
+                pool.free_request(block_list(got))
+        else:
+            cached = [h for h in keys if pools[0].get_cached_block(h) is not None]
+            hit = rng.sample(cached, rng.randint(1, min(2, len(cached))))
+            taken = [pool.take_cached(hit) for pool in pools]
+            assert taken[0] == taken[1]
+            for pool, got in zip(pools, taken):
+                pool.free_request(block_list(got))
+        assert state(pools[0]) == state(pools[1]), step
+        pools[1].check_invariants()

@@ -7,10 +7,14 @@ one interpreted iteration per block.  This core keeps the same state in C arrays
 
 * one ``Blk`` struct per block ``b``, so that a block's state shares a cache line:
   ``refs`` (requests holding it), ``hval`` / ``hset`` (the hash it is cached under, if
-  any) and ``prev`` / ``nxt``, the links of the free list (vLLM's
-  ``FreeKVCacheBlockQueue``: freed blocks join the tail, allocations pop the head, a prefix
-  hit unlinks a block from the middle) — the same order as the Python pool's lazily deleted
-  deque; a block is on it exactly when its reference count is 0;
+  any) and ``qpos``, its place in the free queue;
+* the free queue (vLLM's ``FreeKVCacheBlockQueue``: freed blocks join the tail, allocations
+  pop the head, a prefix hit takes a block out of the middle) as a ring of block ids with
+  lazy deletion, like the Python pool's deque: an entry at position ``p`` is live when its
+  block's ``qpos`` is ``p``, and a block leaves the middle by dropping its ``qpos``; a block
+  is on the queue exactly when its reference count is 0.  A linked list would make every
+  allocation a chain of dependent cache misses (the next block is known only once this one
+  is loaded); the ring is read in order, so allocation loads blocks several places ahead;
 * an open-addressing hash map from hash to block (linear probing, deletion by backward
   shift, load at most one half), holding one block per hash as the Python pool does.  A
   slot holds only the block and 32 bits of the key's mixed hash (its home slot and a
@@ -60,9 +64,8 @@ cdef array.array _EMPTY_IDS = _array_module.array("i")
 
 cdef struct Blk:
     int64_t hval  # the hash the block is cached under (hset 1)
+    int64_t qpos  # its position in the free ring while it is free (refs 0), else -1
     int32_t refs
-    int32_t prev
-    int32_t nxt
     uint8_t hset
 
 
@@ -131,6 +134,12 @@ cdef inline int64_t _unit_size(BlockOwner vr) except -1:
     return vr.req.block_size
 
 
+# How far ahead an allocation loads the queue's blocks, and the map slots of their hashes.
+cdef enum:
+    LEAD_BLOCK = 8
+    LEAD_SLOT = 4
+
+
 cdef inline bint _occurs(int r, int first, int k, int bs) noexcept nogil:
     """Whether a pass ``s`` with ``s ≡ r (mod bs)`` lies in ``first..k-1``."""
     return first + ((r - first) % bs + bs) % bs < k
@@ -141,8 +150,10 @@ cdef class LRUCore:
 
     cdef readonly int num_blocks
     cdef Blk* blk
-    cdef int32_t head
-    cdef int32_t tail
+    cdef int32_t* ring  # the free queue: entries at positions rhead..rtail-1, stale ones included
+    cdef uint64_t rmask  # ring capacity - 1 (a power of two, at least twice the blocks)
+    cdef int64_t rhead
+    cdef int64_t rtail
     cdef readonly int num_free
     cdef Slot* table  # key and block side by side: one cache line per probe
     cdef uint64_t tmask
@@ -161,9 +172,11 @@ cdef class LRUCore:
         self.num_blocks = n
         self.blk = <Blk*>malloc(m * sizeof(Blk))
         self.table = <Slot*>malloc(cap * sizeof(Slot))
-        if not self.blk or not self.table:
+        self.ring = <int32_t*>malloc(cap * sizeof(int32_t))
+        if not self.blk or not self.table or not self.ring:
             raise MemoryError()
         self.tmask = cap - 1
+        self.rmask = cap - 1
         cdef int b
         cdef uint64_t slot
         for slot in range(cap):
@@ -172,10 +185,10 @@ cdef class LRUCore:
             self.blk[b].refs = 0
             self.blk[b].hset = 0
             self.blk[b].hval = 0
-            self.blk[b].prev = b - 1
-            self.blk[b].nxt = b + 1 if b + 1 < n else -1
-        self.head = 0 if n > 0 else -1
-        self.tail = n - 1
+            self.blk[b].qpos = b
+            self.ring[b] = b
+        self.rhead = 0
+        self.rtail = n
         self.num_free = n
         self.num_cached = 0
         self.big = {}
@@ -184,6 +197,7 @@ cdef class LRUCore:
     def __dealloc__(self):
         free(self.blk)
         free(self.table)
+        free(self.ring)
 
     # ------------------------------------------------------------------ hashes as Python ints
     cdef inline int32_t _find_obj(self, object h) except -2:
@@ -281,33 +295,60 @@ cdef class LRUCore:
         self.table[i].block = -1
         self.num_cached -= 1
 
-    # ------------------------------------------------------------------ free list
+    # ------------------------------------------------------------------ free queue (ring)
+    cdef inline bint _live(self, int64_t p) noexcept:
+        """Whether the ring entry at position ``p`` is its block's place in the queue."""
+        return self.blk[self.ring[p & self.rmask]].qpos == p
+
     cdef inline void _unlink(self, int32_t b) noexcept:
-        cdef int32_t p = self.blk[b].prev
-        cdef int32_t q = self.blk[b].nxt
-        if p >= 0:
-            self.blk[p].nxt = q
-        else:
-            self.head = q
-        if q >= 0:
-            self.blk[q].prev = p
-        else:
-            self.tail = p
+        """Take free block ``b`` out of the queue (its ring entry goes stale)."""
+        self.blk[b].qpos = -1
         self.num_free -= 1
 
     cdef inline void _push_tail(self, int32_t b) noexcept:
-        self.blk[b].prev = self.tail
-        self.blk[b].nxt = -1
-        if self.tail >= 0:
-            self.blk[self.tail].nxt = b
-        else:
-            self.head = b
-        self.tail = b
+        if <uint64_t>(self.rtail - self.rhead) > self.rmask:
+            self._compact()
+        self.ring[self.rtail & self.rmask] = b
+        self.blk[b].qpos = self.rtail
+        self.rtail += 1
         self.num_free += 1
+
+    cdef void _compact(self) noexcept:
+        """Drop the ring's stale entries, keeping the live ones in order (the ring holds at
+        least twice the blocks, so this runs at most once per that many frees)."""
+        cdef int64_t p, w = self.rhead
+        cdef int32_t b
+        for p in range(self.rhead, self.rtail):
+            b = self.ring[p & self.rmask]
+            if self.blk[b].qpos == p:
+                self.ring[w & self.rmask] = b
+                self.blk[b].qpos = w
+                w += 1
+        self.rtail = w
+
+    cdef inline int64_t _head_pos(self) noexcept:
+        """The position of the queue's first live entry (stale ones before it are dropped);
+        the queue must not be empty."""
+        while not self._live(self.rhead):
+            self.rhead += 1
+        return self.rhead
 
     cdef inline int32_t _take_head(self, list removed) except -2:
         """Pop the head block, evict its hash (appended to ``removed`` unless None), ref it."""
-        cdef int32_t b = self.head
+        cdef int64_t p = self._head_pos()
+        cdef int32_t b = self.ring[p & self.rmask], nb
+        # The pool's work is cache misses: the queue's next blocks and the map slots of the
+        # hashes they evict.  The ring lists the blocks to come (a stale entry among them
+        # costs a wasted load, no more), so their states are loaded LEAD_BLOCK entries ahead
+        # and, once loaded, their slots LEAD_SLOT ahead: a run of allocations (a prompt's, or
+        # a decode pass's opens) overlaps its misses.
+        if p + LEAD_BLOCK < self.rtail:
+            __builtin_prefetch(&self.blk[self.ring[(p + LEAD_BLOCK) & self.rmask]])
+        if p + LEAD_SLOT < self.rtail:
+            nb = self.ring[(p + LEAD_SLOT) & self.rmask]
+            if self.blk[nb].hset == 1:
+                self._prefetch_slot(self.blk[nb].hval)
+        self.rhead = p + 1
         self._unlink(b)
         if self.blk[b].hset:
             self._uncache(b, removed)
@@ -560,19 +601,9 @@ cdef class LRUCore:
         self._take_into(blocks.data.as_ints + have, n, removed)
 
     cdef int _take_into(self, int* out, int n, list removed) except -1:
-        """Take ``n`` (<= num_free) blocks from the free list's head into ``out[0..n-1]``."""
+        """Take ``n`` (<= num_free) blocks from the free queue's head into ``out[0..n-1]``."""
         cdef int i
-        cdef int32_t nb
         for i in range(n):
-            # The pool's work is cache misses: the free list's next blocks and the map slots
-            # of the hashes they evict.  Reading the next block now, prefetching the one after
-            # it and the next one's slot lets those misses overlap this block's work.
-            nb = self.blk[self.head].nxt
-            if nb >= 0:
-                if self.blk[nb].nxt >= 0:
-                    __builtin_prefetch(&self.blk[self.blk[nb].nxt])
-                if self.blk[nb].hset == 1:
-                    self._prefetch_slot(self.blk[nb].hval)
             out[i] = self._take_head(removed)
         return 0
 
@@ -780,10 +811,10 @@ cdef class LRUCore:
     def free_order(self) -> list:
         """The free blocks, head (next recycled) first."""
         cdef list out = []
-        cdef int32_t b = self.head
-        while b >= 0:
-            out.append(b)
-            b = self.blk[b].nxt
+        cdef int64_t p
+        for p in range(self.rhead, self.rtail):
+            if self._live(p):
+                out.append(self.ring[p & self.rmask])
         return out
 
     def cached_map(self) -> dict:
@@ -792,21 +823,25 @@ cdef class LRUCore:
 
     def check(self) -> None:
         """Raise AssertionError unless the free list, reference counts and map agree."""
-        cdef int32_t b, p = -1
+        cdef int32_t b
+        cdef int64_t p
         cdef int seen = 0, cached = 0, unreferenced = 0
-        b = self.head
-        while b >= 0:
-            assert self.blk[b].refs == 0, f"block {b} on the free list but in use"
-            assert self.blk[b].prev == p, f"free list broken at block {b}"
-            p = b
-            b = self.blk[b].nxt
-            seen += 1
-            assert seen <= self.num_blocks, "free list has a cycle"
-        assert p == self.tail, "free list tail"
+        assert 0 <= self.rtail - self.rhead <= <int64_t>self.rmask + 1, "free ring overfull"
+        for p in range(self.rhead, self.rtail):
+            b = self.ring[p & self.rmask]
+            assert 0 <= b < self.num_blocks, f"free ring holds {b}"
+            if self._live(p):
+                assert self.blk[b].refs == 0, f"block {b} on the free list but in use"
+                seen += 1
         assert seen == self.num_free, (seen, self.num_free)
         for b in range(self.num_blocks):
             assert self.blk[b].refs >= 0, b
             unreferenced += self.blk[b].refs == 0
+            if self.blk[b].refs == 0:  # its queue entry lies in the ring's live range
+                p = self.blk[b].qpos
+                assert self.rhead <= p < self.rtail and self.ring[p & self.rmask] == b, f"free block {b} not queued"
+            else:
+                assert self.blk[b].qpos == -1, f"block {b} in use but queued"
             if self.blk[b].hset:
                 cached += 1
                 assert self._find_obj(self._hash_of(b)) == b, f"block {b}'s hash not mapped to it"
