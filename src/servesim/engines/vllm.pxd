@@ -25,7 +25,8 @@ cdef class _DecodePrefix:
 
     cpdef _DecodePrefix advanced(self, long long k, object arith)
 
-    @cython.locals(reqs=list, computed=list, left=list, out=list, j=cython.Py_ssize_t, vr=VReq, g=cython.longlong)
+    @cython.locals(reqs=list, rows=object, computed=list, left=list, out=list, j=cython.Py_ssize_t, vr=VReq,
+                   g=cython.longlong, c=cython.longlong, lf=cython.longlong)
     cpdef list write_back(self, long long k=*, list only=*)
 
     cpdef _DecodePrefix extended(self, list more, object arith)
@@ -116,11 +117,11 @@ cdef class VLLMEngine(Engine):
     cpdef complete(self, object plan, double end)
 
     @cython.locals(batch=_VBatch, reqs=list, k=cython.longlong, pre=_DecodePrefix, m=cython.Py_ssize_t,
-                   c0=list, vr=VReq)
+                   c0=object, c0_list=list, vr=VReq)
     cpdef complete_stretch(self, object plan, object ends)
 
     cpdef bint _bulk_replay(self)
-    cpdef _replay(self, list reqs, list c0, long long first, long long k)
+    cpdef _replay(self, list reqs, object c0, long long first, long long k)
 
     @cython.locals(done=list, vr=VReq)
     cpdef _finish_done(self, list reqs, double end)

@@ -174,14 +174,20 @@ class _DecodePrefix:
         """Write the rows, ``k`` passes on, into the requests (all, or those at positions
         ``only``); returns the requests written."""
         reqs = self.reqs
-        pos = range(len(reqs)) if only is None else only
-        computed = self.rows[0].tolist()
-        left = self.rows[1].tolist()
+        rows = self.rows
+        if only is None:
+            pos = range(len(reqs))
+            computed = rows[0].tolist()
+            left = rows[1].tolist()
+        else:  # usually a few finishing requests: their own entries, not whole rows as lists
+            pos = only
+            computed = [rows.item(0, j) for j in only]
+            left = [rows.item(1, j) for j in only]
         out = []
-        for j in pos:
+        for j, c, lf in zip(pos, computed, left):
             vr = reqs[j]
-            vr.computed = computed[j] + k
-            g = vr.max_new - left[j] + k
+            vr.computed = c + k
+            g = vr.max_new - lf + k
             vr.generated = g
             vr.num_tokens = vr.req.input_length + g
             vr.sched = 0
@@ -697,7 +703,7 @@ class VLLMEngine(Engine):
         pre = batch.prefix  # the leading plain decodes: their rows advance in _next_prefix
         m = len(pre.reqs) if pre is not None else 0
         # A stretch follows a decode-only pass, whose schedule recorded computed and left_min.
-        c0 = batch.computed.tolist()
+        c0 = batch.computed  # an int64 array: the compiled replay reads it in place
         # Pass s (1..k-1) computes position c0 + s of each request; at its start (the end of
         # pass s-1) it allocates a block when that position opens one, and registers a
         # block when the position fills one.
@@ -705,9 +711,10 @@ class VLLMEngine(Engine):
         if self._bulk_replay():
             self._replay(reqs, c0, 1, k)
         else:
-            self._replay_stretch(reqs, c0, stretch_block_events(c0, k, self.bs, self.caching), ends)
+            c0_list = c0.tolist()
+            self._replay_stretch(reqs, c0_list, stretch_block_events(c0_list, k, self.bs, self.caching), ends)
         pool.now = float(ends[-1])
-        for vr, c in zip(reqs[m:], c0[m:]):
+        for vr, c in zip(reqs[m:], c0[m:].tolist()):
             vr.computed = c + k
             vr.generated += k
             vr.num_tokens += k
@@ -751,12 +758,12 @@ class VLLMEngine(Engine):
         pool = self.pool
         return pool.on_event is None and (pool.compiled or pool._lru)
 
-    def _replay(self, reqs: list[VReq], c0: list[int], first: int, k: int) -> None:
+    def _replay(self, reqs: list[VReq], c0: list[int] | np.ndarray, first: int, k: int) -> None:
         """Decode block events of passes ``first..k-1`` in bulk: on the compiled pool, or in Python."""
         if self.pool.compiled:
             self.pool.replay_decode(reqs, c0, first, k, self.caching, self._chain)
         else:
-            self._replay_lru(reqs, c0, first, k)
+            self._replay_lru(reqs, c0 if type(c0) is list else c0.tolist(), first, k)
 
     def _replay_lru(self, reqs: list[VReq], c0: list[int], first: int, k: int) -> None:
         """The block events of decode passes ``first..k-1`` under LRU without KV event sinks, in order.

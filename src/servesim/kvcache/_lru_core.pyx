@@ -55,6 +55,10 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython cimport array
 from cpython.object cimport Py_SIZE
 from servesim.kvcache.block_owner cimport BlockOwner
+from servesim._arrays cimport int64_data, is_int64_vector
+cimport numpy as cnp
+
+cnp.import_array()
 
 import array as _array_module
 
@@ -125,6 +129,11 @@ cdef inline array.array _ids_of(BlockOwner vr):
         raise TypeError("expected a block list (array.array of typecode 'i'), got None")
     _check_ids(ids)
     return ids
+
+
+cdef inline int64_t _computed_at(object c0, const int64_t* c0p, Py_ssize_t j) except? -1:
+    """Request ``j``'s computed tokens: from the int64 array's data ``c0p``, else the list ``c0``."""
+    return c0p[j] if c0p != NULL else <int64_t>(<list>c0)[j]
 
 
 cdef inline int64_t _unit_size(BlockOwner vr) except -1:
@@ -676,7 +685,8 @@ cdef class LRUCore:
             raise IndexError(f"block {i} of a request holding {Py_SIZE(ids)}")
         return self._id(ids.data.as_ints[i])
 
-    cdef int _replay_pass(self, list reqs, list c0, int s, int bs, bint caching, extend, on_evict) except -1:
+    cdef int _replay_pass(self, list reqs, object c0, const int64_t* c0p, int s, int bs, bint caching, extend,
+                          on_evict) except -1:
         """:meth:`replay_decode` of the single pass ``s``: its events in request order, each
         request's open before its fill, with no bucketing (the buckets would give this order)."""
         cdef Py_ssize_t j
@@ -684,7 +694,7 @@ cdef class LRUCore:
         cdef BlockOwner vr
         cdef list chain, removed = [] if on_evict is not None else None
         for j in range(len(reqs)):
-            c = <int64_t>c0[j] + s  # the position this pass computes
+            c = _computed_at(c0, c0p, j) + s  # the position this pass computes
             if c % bs == 0:  # opens a block
                 self._replay_open(_ids_of(<BlockOwner?>reqs[j]), removed, on_evict)
             if caching and (c + 1) % bs == 0:  # fills block i
@@ -699,13 +709,13 @@ cdef class LRUCore:
                 vr.n_cached = i + 1
         return 0
 
-    def replay_decode(self, list reqs, list c0, int first, int k, int bs, bint caching,
+    def replay_decode(self, list reqs, object c0, int first, int k, int bs, bint caching,
                       extend, on_evict) -> None:
         """The block events of decode passes ``first..k-1`` of the vLLM model, in order.
 
         Request ``j`` (``reqs[j]``, a :class:`~servesim.kvcache.block_owner.BlockOwner`: the
-        vLLM model's ``VReq``, whose fields are read here as struct fields) computes position ``c0[j] + s`` in pass ``s``:
-        it takes a block from the free list's head when that position opens one, and
+        vLLM model's ``VReq``, whose fields are read here as struct fields) computes position
+        ``c0[j] + s`` in pass ``s`` (``c0``: a list, or an int64 array read in place): it takes a block from the free list's head when that position opens one, and
         registers its block ``i`` when the position fills it (with prefix caching), under
         the hash its unit chain ``vr.chain`` gives (units of ``vr.req.block_size`` tokens).
         Events of one pass go in request order, an open before a fill.  ``extend(vr, n)``
@@ -713,10 +723,17 @@ cdef class LRUCore:
         None) receives each evicted hash as a 1-tuple.  Same effects as ``VLLMEngine._replay_lru``.
         """
         cdef int n = len(reqs)
+        cdef const int64_t* c0p = NULL
+        if is_int64_vector(c0):
+            c0p = int64_data(c0)
+        elif type(c0) is not list:
+            raise TypeError(f"computed tokens: expected a list or a 1-d int64 array, got {type(c0).__name__}")
+        if len(c0) != n:
+            raise ValueError(f"computed tokens of {len(c0)} requests for {n}")
         if n == 0 or k <= first:
             return
         if k == first + 1:  # one pass (most calls: the requests at a block boundary as a pass is scheduled)
-            self._replay_pass(reqs, c0, first, bs, caching, extend, on_evict)
+            self._replay_pass(reqs, c0, c0p, first, bs, caching, extend, on_evict)
             return
         cdef int64_t* cs = <int64_t*>malloc(n * sizeof(int64_t))
         cdef int32_t* last_fill = <int32_t*>malloc(n * sizeof(int32_t))
@@ -742,7 +759,7 @@ cdef class LRUCore:
             # first..k-1.  Bucketed by residue (counting sort, request order kept).
             memset(start, 0, (bs + 1) * sizeof(int32_t))
             for j in range(n):
-                cs[j] = c0[j]
+                cs[j] = _computed_at(c0, c0p, j)
                 last_fill[j] = -1
                 a = <int>(((-cs[j]) % bs + bs) % bs)
                 opens[j] = a if _occurs(a, first, k, bs) else -1

@@ -206,10 +206,11 @@ class CompiledLRUPool:
             self.on_event(KVEvent("stored", tuple(stored), len(stored) * self.block_size))
         return n
 
-    def replay_decode(self, reqs: list, computed: list[int], first: int, k: int, caching: bool,
+    def replay_decode(self, reqs: list, computed: Sequence[int], first: int, k: int, caching: bool,
                       extend: Callable[[object, int], list[int]]) -> None:
         """The vLLM model's decode block events (see ``LRUCore.replay_decode``); no ``on_event`` sink.
 
+        ``computed``: each request's computed tokens, a list or an int64 array (read in place).
         ``extend(vr, n)`` returns the request's unit chain, extended to cover ``n`` blocks.
         """
         assert self.on_event is None, "the compiled replay publishes no KV events"
