@@ -375,13 +375,6 @@ cdef class LRUCore:
         return <int32_t>b
 
     # ------------------------------------------------------------------ hashes from a unit chain
-    cdef inline object _chain_key(self, list chain, int64_t us, int64_t bs, Py_ssize_t i, int64_t* k):
-        """Block ``i``'s hash: written to ``k`` (returns None) when it fits in int64, else returned
-        (a cursor placed on the block; callers check that ``chain`` reaches its unit)."""
-        cdef Cursor c
-        self._cursor_at(&c, chain, us, bs, i)
-        return self._cursor_key(&c, chain, k)
-
     cdef int _check_chain(self, list chain, int64_t us, int64_t bs, Py_ssize_t stop) except -1:
         """Raise unless ``chain`` reaches the unit of block ``stop - 1``."""
         if us <= 0 or bs <= 0:
@@ -423,19 +416,25 @@ cdef class LRUCore:
             self._cursor_load(c, chain)
         return 0
 
-    cdef inline object _cursor_key(self, Cursor* c, list chain, int64_t* k):
-        """The hash of the block under ``c``: written to ``k`` (returns None) when it fits in
-        int64, else returned as a Python int."""
+    # The hash of the block under a cursor almost always fits in int64: that case stays in C
+    # (no Python object passes, not even None), the other goes through a Python int.
+    cdef inline bint _cursor_fits(self, Cursor* c, int64_t* k) noexcept:
+        """Whether the hash of the block under ``c`` fits in int64; if so it is written to ``k``."""
         if c.fits and c.p <= INT64_MAX - c.d:
             k[0] = c.p + c.d
-            return None
+            return True
+        return False
+
+    cdef inline object _cursor_big(self, Cursor* c, list chain):
+        """The hash of the block under ``c`` as a Python int (for one that does not fit)."""
         return chain[c.j] + c.d
 
     cdef inline int32_t _cursor_find(self, Cursor* c, list chain) except -2:
         """The block cached under the hash of the block under ``c``, or -1."""
         cdef int64_t k = 0
-        h = self._cursor_key(c, chain, &k)
-        return self._find(k) if h is None else self._find_obj(h)
+        if self._cursor_fits(c, &k):
+            return self._find(k)
+        return self._find_obj(self._cursor_big(c, chain))
 
     def chain_prefix(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
         """:meth:`find_cached_prefix` of blocks ``0..n-1``'s hashes."""
@@ -489,23 +488,33 @@ cdef class LRUCore:
         return out
 
     cdef int _cache_chain_one(self, int32_t b, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
-        """:meth:`_cache_one` of block ``b`` under block ``i``'s hash; 1 if it was registered."""
+        """:meth:`_cache_one` of block ``b`` under block ``i``'s hash (``chain`` reaches its
+        unit); 1 if it was registered."""
+        cdef Cursor c
         cdef int64_t k = 0
-        h = self._chain_key(chain, us, bs, i, &k)
-        return self._cache_key(b, h, k)
+        self._cursor_at(&c, chain, us, bs, i)
+        if self._cursor_fits(&c, &k):
+            return self._cache_int(b, k)
+        return self._cache_obj(b, self._cursor_big(&c, chain))
 
-    cdef int _cache_key(self, int32_t b, object h, int64_t k) except -1:
-        """Register block ``b`` under hash ``h`` (``k`` when ``h`` is None) unless either is taken."""
-        if self.blk[b].hset or (self._find(k) if h is None else self._find_obj(h)) >= 0:
+    cdef inline int _cache_int(self, int32_t b, int64_t k) except -1:
+        """Register block ``b`` under the int64 hash ``k`` unless either is taken; 1 if it was."""
+        if self.blk[b].hset or self._find(k) >= 0:
             return 0
         if self.blk[b].refs <= 0:
             raise RuntimeError(f"caching block {b}, which is not in use")
-        if h is None:
-            self.blk[b].hval = k
-            self.blk[b].hset = 1
-            self._put(k, b)
-        else:
-            self._insert_obj(h, b)
+        self.blk[b].hval = k
+        self.blk[b].hset = 1
+        self._put(k, b)
+        return 1
+
+    cdef int _cache_obj(self, int32_t b, object h) except -1:
+        """:meth:`_cache_int` for a hash given as a Python int."""
+        if self.blk[b].hset or self._find_obj(h) >= 0:
+            return 0
+        if self.blk[b].refs <= 0:
+            raise RuntimeError(f"caching block {b}, which is not in use")
+        self._insert_obj(h, b)
         return 1
 
     def chain_cache(self, array.array blocks not None, list chain, int64_t us, int64_t bs, Py_ssize_t start,
@@ -524,16 +533,20 @@ cdef class LRUCore:
         cdef Cursor c, ahead  # ``ahead``: LEAD blocks on, whose map slot is prefetched
         cdef Py_ssize_t i, LEAD = 4
         cdef int64_t k = 0, ka = 0
+        cdef int32_t b
         self._cursor_at(&c, chain, us, bs, start)
         if start + LEAD < stop:
             self._cursor_at(&ahead, chain, us, bs, start + LEAD)
         for i in range(start, stop):
             if i + LEAD < stop:
-                if self._cursor_key(&ahead, chain, &ka) is None:
+                if self._cursor_fits(&ahead, &ka):
                     self._prefetch_slot(ka)
                 self._cursor_next(&ahead, chain, i + LEAD + 1 < stop)
-            h = self._cursor_key(&c, chain, &k)
-            n += self._cache_key(self._id(blocks.data.as_ints[i]), h, k)
+            b = self._id(blocks.data.as_ints[i])
+            if self._cursor_fits(&c, &k):
+                n += self._cache_int(b, k)
+            else:
+                n += self._cache_obj(b, self._cursor_big(&c, chain))
             self._cursor_next(&c, chain, i + 1 < stop)
         return n
 
