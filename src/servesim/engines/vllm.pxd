@@ -100,7 +100,7 @@ cdef class VLLMEngine(Engine):
     cpdef tuple _batch_arrays(self, list scheduled, _DecodePrefix pre, object pre_ctx, list ctx, list lefts,
                               Py_ssize_t lead)
 
-    @cython.locals(pre=_DecodePrefix, m=cython.Py_ssize_t, reqs=list, vr=VReq, ok=cython.bint)
+    @cython.locals(pre=_DecodePrefix, m=cython.Py_ssize_t, reqs=list, vr=VReq, ok=cython.bint, free=cython.longlong)
     cpdef tuple _fast_decodes(self, long long budget, long long dt)
 
     cpdef _drop_lazy(self)

@@ -560,7 +560,8 @@ class VLLMEngine(Engine):
             return None, None
         ctx, due, due_computed, opens = self._arith.decode_due(pre.computed, self.bs, self.caching)
         pool = self.pool
-        if len(due) > pool.num_free_blocks and opens > pool.num_free_blocks:
+        free = pool.num_free_blocks
+        if len(due) > free and opens > free:
             self._drop_lazy()
             return None, None
         reqs = pre.reqs
