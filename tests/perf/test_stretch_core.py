@@ -101,3 +101,18 @@ def test_stretch_ends_equal_the_summed_durations(case, seed, n, steps, now, extr
         for _ in range(2):  # a fresh batch size, then its memoised terms
             assert pricer(ctx, steps, now).tobytes() == expected.tobytes()
         assert pricer(ctx.astype(np.int32), steps, now).tobytes() == expected.tobytes()
+
+
+def test_decode_ctx_sums_equal_numpy() -> None:
+    """The compiled pass pricing's context sums are numpy's: the full sum and the sum capped
+    at a window (0.0 without one), from int64 and other integer arrays."""
+    from servesim.perf._stretch_core import decode_ctx_sums
+
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 7, 300):
+        for dtype in (np.int64, np.int32):
+            ctx = rng.integers(1, 200_000, n).astype(dtype)
+            for cap in (0, None, 1, 4096, 10**9):
+                want = (float(np.add.reduce(ctx)),
+                        float(np.add.reduce(np.minimum(ctx, cap))) if cap else 0.0)
+                assert decode_ctx_sums(ctx, cap) == want, (n, dtype, cap)

@@ -3,6 +3,7 @@ cimport cython
 from servesim.workload.request cimport Request
 from servesim.engines.base cimport Engine
 from servesim.kvcache.block_owner cimport BlockOwner
+from servesim.perf.plan cimport PassPlan
 
 
 @cython.locals(us=cython.longlong, need=cython.longlong)
@@ -93,7 +94,7 @@ cdef class VLLMEngine(Engine):
                    bs=cython.longlong, caching=cython.bint, m=cython.Py_ssize_t, scheduled=list, prefill=list,
                    ctx=list, lefts=list, lead=cython.Py_ssize_t, i=cython.Py_ssize_t, vr=VReq, c=cython.longlong,
                    n=cython.longlong, end=cython.longlong, ok=cython.bint, victim=VReq,
-                   n_running_sched=cython.Py_ssize_t, batch=_VBatch, whole=cython.bint)
+                   n_running_sched=cython.Py_ssize_t, batch=_VBatch, whole=cython.bint, plan=PassPlan)
     cpdef object schedule(self, double now)
 
     @cython.locals(m=cython.Py_ssize_t, reuse=cython.bint)

@@ -502,13 +502,16 @@ class VLLMEngine(Engine):
         self._lazy = batch.prefix
         self._in_flight = True
         self._last = batch
-        kw = {}
+        # The plan's fields are set one by one (typed when compiled): a keyword call with a
+        # dict of the fields present cost about as much as the rest of a decode pass's schedule.
+        plan = PassPlan()
+        plan.requests = batch
         if prefill:
-            kw["prefill_new"] = np.array([vr.sched for vr in prefill], dtype=np.int64)
-            kw["prefill_cached"] = np.array([vr.computed for vr in prefill], dtype=np.int64)
+            plan.prefill_new = np.array([vr.sched for vr in prefill], dtype=np.int64)
+            plan.prefill_cached = np.array([vr.computed for vr in prefill], dtype=np.int64)
         if dctx.size:
-            kw["decode_ctx"] = dctx
-            kw["decode_tokens"] = dt
+            plan.decode_ctx = dctx
+            plan.decode_tokens = dt
             if not prefill:
                 # Decode-only: from the prefix when it covers the batch (it is None for
                 # small batches and under speculative decoding).
@@ -517,9 +520,9 @@ class VLLMEngine(Engine):
                 batch.left_min = prefix.left_min if whole else min([vr.max_new - vr.generated for vr in scheduled])
         if self._loading:
             self.host_loaded_tokens += self._loading
-            kw["host_load_s"] = self.hostlink.load_seconds(self._loading)
-            kw["host_load_overlap"] = self.hostlink.overlap
-        return PassPlan(requests=batch, **kw)
+            plan.host_load_s = self.hostlink.load_seconds(self._loading)
+            plan.host_load_overlap = self.hostlink.overlap
+        return plan
 
     def _batch_arrays(self, scheduled: list[VReq], pre: _DecodePrefix | None, pre_ctx: np.ndarray | None,
                       ctx: list[int], lefts: list[int],

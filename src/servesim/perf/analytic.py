@@ -456,12 +456,18 @@ class AnalyticStepTime:
             t_pre = 0
         t = self._token_part(t_pre + n_dec * dtok, n_chunks, n_dec, dtok, n_chunks == 0)
         if n_dec:
-            s_full = float(_SUM(ctx))
-            s_cap = float(_SUM(np.minimum(ctx, self._cap))) if self._cap else 0.0
+            s_full, s_cap = self._ctx_sums(ctx)
             t = t + self._decode_attn(n_dec, s_full, s_cap, dtok)
         if n_chunks:
             t += self._prefill_attn(new, plan.prefill_cached.tolist())
         return t
+
+    def _ctx_sums(self, ctx: np.ndarray) -> tuple[float, float]:
+        """The decode contexts' sum, and their sum each capped at the attention window (0.0
+        without one): in one compiled loop where built (exact integer sums either way)."""
+        if self._compiled_stretch:
+            return _STRETCH_CORE.decode_ctx_sums(ctx, self._cap)
+        return float(_SUM(ctx)), (float(_SUM(np.minimum(ctx, self._cap))) if self._cap else 0.0)
 
     def decode_stretch_ends(self, decode_ctx: np.ndarray, steps: int, now: float,
                             extra: float | None = None) -> np.ndarray:
@@ -568,8 +574,7 @@ class AnalyticStepTime:
         new = plan.prefill_new.tolist() if n_chunks else []
         t = self._rank_local_tokens(sum(new) + n_dec * dtok, n_chunks, n_dec, dtok)
         if n_dec:
-            s_full = float(_SUM(ctx))
-            s_cap = float(_SUM(np.minimum(ctx, self._cap))) if self._cap else 0.0
+            s_full, s_cap = self._ctx_sums(ctx)
             t = t + self._decode_attn(n_dec, s_full, s_cap, dtok) * self._dp
         if n_chunks:
             t += self._prefill_attn(new, plan.prefill_cached.tolist()) * self._dp
