@@ -66,6 +66,10 @@ def apply(pool, op: tuple, log: list) -> object:
             chain, unit, n = arg
             m = pool.chain_prefix(chain, unit, n)
             return m, pool.chain_count_free(chain, unit, m), pool.chain_take(chain, unit, m)
+        if kind == "chain_take_within":  # the hit, if ``need`` fresh blocks fit beside it
+            chain, unit, n, need = arg
+            m = pool.chain_prefix(chain, unit, n)
+            return m, None, pool.chain_take_within(chain, unit, m, need)
     except (RuntimeError, KeyError) as exc:
         return type(exc).__name__
     raise AssertionError(kind)
@@ -108,9 +112,13 @@ def run(seed: int, num_blocks: int, sink: bool) -> None:
             start = rng.randint(0, len(blocks))
             stop = rng.randint(start, len(blocks))
             op = ("chain_cache", (blocks, random_chain(rng, chain_values, unit, stop), unit, start, stop))
-        elif r < 0.95:
+        elif r < 0.93:
             unit, n = rng.choice([3, 4, 8, 12]), rng.randint(0, 6)
             op = ("chain_lookup", (random_chain(rng, chain_values, unit, n), unit, n))
+        elif r < 0.95:
+            unit, n = rng.choice([3, 4, 8, 12]), rng.randint(0, 6)
+            op = ("chain_take_within", (random_chain(rng, chain_values, unit, n), unit, n,
+                                        rng.randint(0, num_blocks)))
         elif pools[0].free_order():  # a bad free: a block nobody holds
             op = ("free", [rng.choice(pools[0].free_order())])
         else:
@@ -122,7 +130,7 @@ def run(seed: int, num_blocks: int, sink: bool) -> None:
         elif op[0] == "allocate_to" and out[0][0]:
             held = [out[0][1] if h is op[1][0] else h for h in held]
             assert isinstance(out[1][1], type(block_list()))
-        elif op[0] in ("lookup", "chain_lookup") and out[0][2]:
+        elif op[0] in ("lookup", "chain_lookup", "chain_take_within") and out[0][2]:
             held.append(out[0][2])
         assert state(pools[0]) == state(pools[1]), op
         assert logs[0] == logs[1], op

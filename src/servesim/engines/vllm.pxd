@@ -85,7 +85,7 @@ cdef class VLLMEngine(Engine):
     @cython.locals(bs=cython.longlong, end=cython.longlong)
     cpdef bint _allocate(self, VReq vr, long long n)
 
-    @cython.locals(us=cython.longlong, free_hits=cython.longlong, start=cython.longlong, need=cython.longlong)
+    @cython.locals(start=cython.longlong, need=cython.longlong)
     cpdef bint _allocate_new(self, VReq vr, long long hit, long long n, long long host_hit=*)
 
     cpdef _preempt(self, VReq vr)

@@ -390,13 +390,12 @@ class VLLMEngine(Engine):
         blocks, count as computed and are registered in the prefix cache like computed ones.
         """
         pool = self.pool
-        us = vr.req.block_size
-        free_hits = pool.chain_count_free(vr.chain, us, hit) if hit else 0  # _lookup extended the chain
         start = (hit + host_hit) * self.bs
         need = -(-(start + n) // self.bs) - hit
-        if need + free_hits > pool.num_free_blocks:
+        taken = pool.chain_take_within(vr.chain, vr.req.block_size, hit, need)  # _lookup extended the chain
+        if taken is None:
             return False
-        vr.blocks = pool.chain_take(vr.chain, us, hit) if hit else block_list()
+        vr.blocks = taken
         if host_hit:  # loaded now: most recent on host before this allocation writes evictions there
             self.host.touch(self._hashes(vr, hit, hit + host_hit))
         ok = pool.allocate_to(vr.blocks, need)

@@ -487,6 +487,21 @@ cdef class LRUCore:
             self._reference_one(out.data.as_ints[i])
         return out
 
+    def chain_take_within(self, list chain, int64_t us, int64_t bs, Py_ssize_t n, Py_ssize_t need):
+        """:meth:`chain_take` of blocks ``0..n-1`` if ``need`` fresh blocks then still fit in the
+        free queue (a hit on a free block uses one up), else None, taking nothing: one walk
+        for :meth:`chain_count_free` and :meth:`chain_take`."""
+        cdef array.array out = self._chain_blocks(chain, us, bs, n)
+        cdef Py_ssize_t i, free_hits = 0
+        for i in range(Py_SIZE(out)):
+            if self.blk[out.data.as_ints[i]].refs == 0:
+                free_hits += 1
+        if need + free_hits > self.num_free:
+            return None
+        for i in range(Py_SIZE(out)):
+            self._reference_one(out.data.as_ints[i])
+        return out
+
     cdef int _cache_chain_one(self, int32_t b, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
         """:meth:`_cache_one` of block ``b`` under block ``i``'s hash (``chain`` reaches its
         unit); 1 if it was registered."""

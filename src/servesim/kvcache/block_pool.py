@@ -427,6 +427,14 @@ class BlockPool:
         """:meth:`take_cached` of blocks ``0..n-1``'s hashes, as a new block list."""
         return block_list(self.take_cached(chain_block_hashes(chain, self.block_size, n, unit_size=unit_size)))
 
+    def chain_take_within(self, chain: list[int], unit_size: int, n: int, need: int) -> array | None:
+        """:meth:`chain_take` of blocks ``0..n-1`` if ``need`` fresh blocks then still fit in the
+        free queue (a hit on a free block uses one up), else None, taking nothing."""
+        free_hits = self.chain_count_free(chain, unit_size, n) if n else 0
+        if need + free_hits > self.num_free_blocks:
+            return None
+        return self.chain_take(chain, unit_size, n) if n else block_list()
+
     def chain_cache(self, blocks: Sequence[int], chain: list[int], unit_size: int, start: int, stop: int,
                     content_ids: Sequence[int] | None = None) -> int:
         """:meth:`cache_full_blocks` of ``blocks[start:stop]`` under blocks ``start..stop-1``'s hashes."""

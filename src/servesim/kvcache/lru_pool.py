@@ -142,6 +142,10 @@ class CompiledLRUPool:
     def chain_take(self, chain: list[int], unit_size: int, n: int) -> array:
         return self.core.chain_take(chain, unit_size, self.block_size, n)
 
+    def chain_take_within(self, chain: list[int], unit_size: int, n: int, need: int) -> array | None:
+        """As :meth:`BlockPool.chain_take_within`, walking the chain once."""
+        return self.core.chain_take_within(chain, unit_size, self.block_size, n, need)
+
     def chain_cache(self, blocks: Sequence[int], chain: list[int], unit_size: int, start: int, stop: int,
                     content_ids: Sequence[int] | None = None) -> int:
         """As :meth:`BlockPool.chain_cache`; ``blocks`` is best a block list (read in place)."""
