@@ -41,7 +41,7 @@ class GeneralPathEngine(VLLMEngine):
 
 
 def random_options(rng: random.Random) -> tuple[VLLMOptions, int]:
-    bs = rng.choice([1, 2, 4, 16])
+    bs = rng.choice([1, 2, 3, 4, 16])  # 3: residues without the power-of-two mask
     budget = rng.randint(8, 200)
     opt = VLLMOptions(
         block_size=bs,

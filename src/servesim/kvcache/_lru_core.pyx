@@ -149,9 +149,17 @@ cdef enum:
     LEAD_SLOT = 4
 
 
-cdef inline bint _occurs(int r, int first, int k, int bs) noexcept nogil:
+cdef inline int _residue(int64_t x, int bs, int64_t mask) noexcept nogil:
+    """``x mod bs`` in ``0..bs-1``; ``mask`` is ``bs - 1`` when ``bs`` is a power of two (no
+    division: the stretch replay takes several per request), else -1."""
+    if mask >= 0:
+        return <int>(x & mask)
+    return <int>((x % bs + bs) % bs)
+
+
+cdef inline bint _occurs(int r, int first, int k, int bs, int64_t mask) noexcept nogil:
     """Whether a pass ``s`` with ``s ≡ r (mod bs)`` lies in ``first..k-1``."""
-    return first + ((r - first) % bs + bs) % bs < k
+    return first + _residue(r - first, bs, mask) < k
 
 
 cdef class LRUCore:
@@ -773,11 +781,9 @@ cdef class LRUCore:
         if not cs or not last_fill or not opens or not fills or not start or not pos or not ev:
             free(cs); free(last_fill); free(opens); free(fills); free(start); free(pos); free(ev)
             raise MemoryError()
-        cdef list blocks_of = [None] * n
-        cdef list chain_of = [None] * n
-        cdef list units_of = [None] * n
         cdef int j, r, a, s, e, i
         cdef int64_t us
+        cdef int64_t mask = bs - 1 if (bs & (bs - 1)) == 0 else -1  # residues by a mask when bs is a power of 2
         cdef BlockOwner vr
         cdef list chain
         cdef list removed = [] if on_evict is not None else None
@@ -789,9 +795,10 @@ cdef class LRUCore:
             for j in range(n):
                 cs[j] = _computed_at(c0, c0p, j)
                 last_fill[j] = -1
-                a = <int>(((-cs[j]) % bs + bs) % bs)
-                opens[j] = a if _occurs(a, first, k, bs) else -1
-                fills[j] = (a - 1 + bs) % bs if caching and _occurs((a - 1 + bs) % bs, first, k, bs) else -1
+                a = _residue(-cs[j], bs, mask)
+                opens[j] = a if _occurs(a, first, k, bs, mask) else -1
+                r = _residue(a - 1, bs, mask)
+                fills[j] = r if caching and _occurs(r, first, k, bs, mask) else -1
                 if opens[j] >= 0:
                     start[opens[j] + 1] += 1
                 if fills[j] >= 0:
@@ -806,27 +813,29 @@ cdef class LRUCore:
                 if fills[j] >= 0:
                     ev[pos[fills[j]]] = 2 * j + 1
                     pos[fills[j]] += 1
-                if opens[j] >= 0 or fills[j] >= 0:  # only requests with events are read
+                if opens[j] >= 0 or fills[j] >= 0:  # only requests with events are read: checked here
                     vr = <BlockOwner?>reqs[j]
-                    blocks_of[j] = _ids_of(vr)
-                    chain_of[j] = vr.chain
-                    units_of[j] = _unit_size(vr)
+                    _ids_of(vr)
+                    _unit_size(vr)
+            # The events read each request's fields from its struct (checked above; nothing
+            # but ``extend``, which only lengthens the chain, runs in between).
             for s in range(first, k):
-                r = s % bs
+                r = _residue(s, bs, mask)
                 for e in range(start[r], start[r + 1]):
                     j = ev[e] >> 1
+                    vr = <BlockOwner>reqs[j]
                     if (ev[e] & 1) == 0:  # opens a block
-                        self._replay_open(<array.array>blocks_of[j], removed, on_evict)
+                        self._replay_open(vr.blocks, removed, on_evict)
                         continue
                     i = <int>((cs[j] + s + 1) // bs - 1)  # fills block i
                     last_fill[j] = i
-                    chain = <list>chain_of[j]
-                    us = <int64_t>units_of[j]
+                    chain = vr.chain
+                    us = vr.req.block_size
                     if ((i + 1) * <int64_t>bs - 1) // us >= len(chain):  # the chain must reach its unit
-                        chain = extend(reqs[j], <int>((cs[j] + k) // bs))
-                        chain_of[j] = chain
+                        chain = extend(vr, <int>((cs[j] + k) // bs))
+                        vr.chain = chain
                         self._check_chain(chain, us, bs, i + 1)
-                    self._cache_chain_one(self._block_at(<array.array>blocks_of[j], i), chain, us, bs, i)
+                    self._cache_chain_one(self._block_at(vr.blocks, i), chain, us, bs, i)
             for j in range(n):
                 if last_fill[j] >= 0:
                     (<BlockOwner>reqs[j]).n_cached = last_fill[j] + 1
