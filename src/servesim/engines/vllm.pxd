@@ -23,6 +23,8 @@ cdef class _DecodePrefix:
     cdef public list reqs
     cdef public object rows
     cdef public long long left_min
+    cdef object _computed
+    cdef object _idx
 
     cpdef _DecodePrefix advanced(self, long long k, object arith)
 
@@ -94,7 +96,8 @@ cdef class VLLMEngine(Engine):
                    bs=cython.longlong, caching=cython.bint, m=cython.Py_ssize_t, scheduled=list, prefill=list,
                    ctx=list, lefts=list, lead=cython.Py_ssize_t, i=cython.Py_ssize_t, vr=VReq, c=cython.longlong,
                    n=cython.longlong, end=cython.longlong, ok=cython.bint, victim=VReq,
-                   n_running_sched=cython.Py_ssize_t, batch=_VBatch, whole=cython.bint, plan=PassPlan)
+                   n_running_sched=cython.Py_ssize_t, batch=_VBatch, whole=cython.bint, plan=PassPlan,
+                   pre=_DecodePrefix, prefix=_DecodePrefix)
     cpdef object schedule(self, double now)
 
     @cython.locals(m=cython.Py_ssize_t, reuse=cython.bint)

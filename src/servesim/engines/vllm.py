@@ -131,7 +131,7 @@ class _DecodePrefix:
     the prefix is dropped).  That keeps a pass's cost off the number of decoding requests.
     """
 
-    __slots__ = ("reqs", "rows", "left_min")
+    __slots__ = ("reqs", "rows", "left_min", "_computed", "_idx")
 
     def __init__(self, reqs: list[VReq], rows: np.ndarray, left_min: int) -> None:
         self.reqs = reqs
@@ -140,6 +140,10 @@ class _DecodePrefix:
         self.rows = rows
         #: ``left.min()`` (a large number when empty).
         self.left_min = left_min
+        #: The views :attr:`computed` and :attr:`idx`, made on first use (each is read a few
+        #: times per pass, and a view costs about as much as a small numpy operation).
+        self._computed = None
+        self._idx = None
 
     # ``arith``: the engine's decode arithmetic (engines/blocks.py:decode_arithmetic).
     @classmethod
@@ -154,7 +158,9 @@ class _DecodePrefix:
 
     @property
     def computed(self) -> np.ndarray:
-        return self.rows[0]
+        if self._computed is None:
+            self._computed = self.rows[0]
+        return self._computed
 
     @property
     def left(self) -> np.ndarray:
@@ -162,7 +168,9 @@ class _DecodePrefix:
 
     @property
     def idx(self) -> np.ndarray:
-        return self.rows[2]
+        if self._idx is None:
+            self._idx = self.rows[2]
+        return self._idx
 
     def advanced(self, k: int, arith) -> _DecodePrefix:
         """The same requests after ``k`` more decode passes, less those that finished."""
