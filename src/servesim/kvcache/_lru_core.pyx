@@ -751,12 +751,13 @@ cdef class LRUCore:
 
         Request ``j`` (``reqs[j]``, a :class:`~servesim.kvcache.block_owner.BlockOwner`: the
         vLLM model's ``VReq``, whose fields are read here as struct fields) computes position
-        ``c0[j] + s`` in pass ``s`` (``c0``: a list, or an int64 array read in place): it takes a block from the free list's head when that position opens one, and
-        registers its block ``i`` when the position fills it (with prefix caching), under
-        the hash its unit chain ``vr.chain`` gives (units of ``vr.req.block_size`` tokens).
-        Events of one pass go in request order, an open before a fill.  ``extend(vr, n)``
-        returns the request's unit chain extended to cover ``n`` blocks; ``on_evict`` (or
-        None) receives each evicted hash as a 1-tuple.  Same effects as ``VLLMEngine._replay_lru``.
+        ``c0[j] + s`` in pass ``s`` (``c0``: a list, or an int64 array read in place): it
+        takes a block from the free queue's head when that position opens one, and registers
+        its block ``i`` when the position fills it (with prefix caching), under the hash its
+        unit chain ``vr.chain`` gives (units of ``vr.req.block_size`` tokens).  Events of one
+        pass go in request order, an open before a fill.  ``extend(vr, n)`` returns the
+        request's unit chain extended to cover ``n`` blocks; ``on_evict`` (or None) receives
+        each evicted hash as a 1-tuple.  Same effects as ``VLLMEngine._replay_lru``.
         """
         cdef int n = len(reqs)
         cdef const int64_t* c0p = NULL
