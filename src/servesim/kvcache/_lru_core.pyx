@@ -479,20 +479,12 @@ cdef class LRUCore:
 
     def chain_count_free(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
         """:meth:`count_free` of blocks ``0..n-1``'s hashes."""
-        cdef int free_hits = 0
-        cdef array.array ids = self._chain_blocks(chain, us, bs, n)
-        cdef Py_ssize_t i
-        for i in range(Py_SIZE(ids)):
-            if self.blk[ids.data.as_ints[i]].refs == 0:
-                free_hits += 1
-        return free_hits
+        return self._free_hits(self._chain_blocks(chain, us, bs, n))
 
     def chain_take(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> array.array:
         """:meth:`take_cached` of blocks ``0..n-1``'s hashes, as a new block list."""
         cdef array.array out = self._chain_blocks(chain, us, bs, n)
-        cdef Py_ssize_t i
-        for i in range(Py_SIZE(out)):
-            self._reference_one(out.data.as_ints[i])
+        self._reference_ids(out)
         return out
 
     def chain_take_within(self, list chain, int64_t us, int64_t bs, Py_ssize_t n, Py_ssize_t need):
@@ -500,25 +492,38 @@ cdef class LRUCore:
         free queue (a hit on a free block uses one up), else None, taking nothing: one walk
         for :meth:`chain_count_free` and :meth:`chain_take`."""
         cdef array.array out = self._chain_blocks(chain, us, bs, n)
-        cdef Py_ssize_t i, free_hits = 0
-        for i in range(Py_SIZE(out)):
-            if self.blk[out.data.as_ints[i]].refs == 0:
-                free_hits += 1
-        if need + free_hits > self.num_free:
+        if need + self._free_hits(out) > self.num_free:
             return None
-        for i in range(Py_SIZE(out)):
-            self._reference_one(out.data.as_ints[i])
+        self._reference_ids(out)
         return out
+
+    cdef Py_ssize_t _free_hits(self, array.array ids) noexcept:
+        """How many blocks of the block list ``ids`` (ids from the map) are free."""
+        cdef Py_ssize_t i, hits = 0
+        for i in range(Py_SIZE(ids)):
+            if self.blk[ids.data.as_ints[i]].refs == 0:
+                hits += 1
+        return hits
+
+    cdef void _reference_ids(self, array.array ids) noexcept:
+        """:meth:`_reference` of a block list (ids from the map)."""
+        cdef Py_ssize_t i
+        for i in range(Py_SIZE(ids)):
+            self._reference_one(ids.data.as_ints[i])
 
     cdef int _cache_chain_one(self, int32_t b, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
         """:meth:`_cache_one` of block ``b`` under block ``i``'s hash (``chain`` reaches its
         unit); 1 if it was registered."""
         cdef Cursor c
-        cdef int64_t k = 0
         self._cursor_at(&c, chain, us, bs, i)
-        if self._cursor_fits(&c, &k):
+        return self._cache_cursor(b, &c, chain)
+
+    cdef inline int _cache_cursor(self, int32_t b, Cursor* c, list chain) except -1:
+        """Register block ``b`` under the hash of the block under ``c``; 1 if it was."""
+        cdef int64_t k = 0
+        if self._cursor_fits(c, &k):
             return self._cache_int(b, k)
-        return self._cache_obj(b, self._cursor_big(&c, chain))
+        return self._cache_obj(b, self._cursor_big(c, chain))
 
     cdef inline int _cache_int(self, int32_t b, int64_t k) except -1:
         """Register block ``b`` under the int64 hash ``k`` unless either is taken; 1 if it was."""
@@ -555,8 +560,7 @@ cdef class LRUCore:
             return n
         cdef Cursor c, ahead  # ``ahead``: LEAD blocks on, whose map slot is prefetched
         cdef Py_ssize_t i, LEAD = 4
-        cdef int64_t k = 0, ka = 0
-        cdef int32_t b
+        cdef int64_t ka = 0
         self._cursor_at(&c, chain, us, bs, start)
         if start + LEAD < stop:
             self._cursor_at(&ahead, chain, us, bs, start + LEAD)
@@ -565,11 +569,7 @@ cdef class LRUCore:
                 if self._cursor_fits(&ahead, &ka):
                     self._prefetch_slot(ka)
                 self._cursor_next(&ahead, chain, i + LEAD + 1 < stop)
-            b = self._id(blocks.data.as_ints[i])
-            if self._cursor_fits(&c, &k):
-                n += self._cache_int(b, k)
-            else:
-                n += self._cache_obj(b, self._cursor_big(&c, chain))
+            n += self._cache_cursor(self._id(blocks.data.as_ints[i]), &c, chain)
             self._cursor_next(&c, chain, i + 1 < stop)
         return n
 
