@@ -515,15 +515,11 @@ cdef class LRUCore:
         """:meth:`_cache_one` of block ``b`` under block ``i``'s hash (``chain`` reaches its
         unit); 1 if it was registered."""
         cdef Cursor c
-        self._cursor_at(&c, chain, us, bs, i)
-        return self._cache_cursor(b, &c, chain)
-
-    cdef inline int _cache_cursor(self, int32_t b, Cursor* c, list chain) except -1:
-        """Register block ``b`` under the hash of the block under ``c``; 1 if it was."""
         cdef int64_t k = 0
-        if self._cursor_fits(c, &k):
+        self._cursor_at(&c, chain, us, bs, i)
+        if self._cursor_fits(&c, &k):
             return self._cache_int(b, k)
-        return self._cache_obj(b, self._cursor_big(c, chain))
+        return self._cache_obj(b, self._cursor_big(&c, chain))
 
     cdef inline int _cache_int(self, int32_t b, int64_t k) except -1:
         """Register block ``b`` under the int64 hash ``k`` unless either is taken; 1 if it was."""
@@ -560,7 +556,8 @@ cdef class LRUCore:
             return n
         cdef Cursor c, ahead  # ``ahead``: LEAD blocks on, whose map slot is prefetched
         cdef Py_ssize_t i, LEAD = 4
-        cdef int64_t ka = 0
+        cdef int64_t k = 0, ka = 0
+        cdef int32_t b
         self._cursor_at(&c, chain, us, bs, start)
         if start + LEAD < stop:
             self._cursor_at(&ahead, chain, us, bs, start + LEAD)
@@ -569,7 +566,13 @@ cdef class LRUCore:
                 if self._cursor_fits(&ahead, &ka):
                     self._prefetch_slot(ka)
                 self._cursor_next(&ahead, chain, i + LEAD + 1 < stop)
-            n += self._cache_cursor(self._id(blocks.data.as_ints[i]), &c, chain)
+            # As _cache_chain_one, written out: through a helper taking the cursor by pointer,
+            # GCC keeps it in memory and this loop takes ~13% more instructions.
+            b = self._id(blocks.data.as_ints[i])
+            if self._cursor_fits(&c, &k):
+                n += self._cache_int(b, k)
+            else:
+                n += self._cache_obj(b, self._cursor_big(&c, chain))
             self._cursor_next(&c, chain, i + 1 < stop)
         return n
 
