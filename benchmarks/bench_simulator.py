@@ -8,8 +8,12 @@ Each workload runs in a fresh child process so that peak RSS is its own.  CPU se
     python benchmarks/bench_simulator.py --only synthetic-10k --engine sglang
     python benchmarks/bench_simulator.py --mode step          # pass-by-pass baseline
     python benchmarks/bench_simulator.py --aisimulate VENV/bin/aisimulate --requests 100000
+    python benchmarks/bench_simulator.py --workload1 50000 --engine vllm   # in-process, for paired runs
 
-``--aisimulate EXE`` runs workload 1 through servesim and through NVIDIA's AISimulate
+``--workload1 N`` runs servesim alone on workload 1's trace of N requests (the same config as
+``--aisimulate`` uses, per-request output on) in this process and prints its CPU seconds as JSON:
+one whole command to time against another tree (``PYTHONPATH=<tree>/src``) in alternating
+pairs.  ``--aisimulate EXE`` runs workload 1 through servesim and through NVIDIA's AISimulate
 (``pip install --pre aisimulate`` into a separate virtual environment; a development
 release, e.g. 0.13.0.dev202610270000000085 — the 0.13.0 release is an installer stub that
 fetches its wheel from another index) and prints the CPU-time ratio measured in the same
@@ -140,6 +144,30 @@ def write_workload1_trace(n: int, path: Path, seed: int = 1) -> None:
                                 "output_length": osl, "hash_ids": ids}) + "\n")
 
 
+def workload1_config(trace: Path, engine: str, out_dir: Path) -> dict:
+    """servesim's config for workload 1 replayed from ``trace`` (per-request output to ``out_dir``)."""
+    return {"seed": 1,
+            "workload": {"kind": "trace", "path": str(trace), "block_size": TRACE_BLOCK},
+            "deployment": {"model": "Qwen/Qwen3-32B", "gpu": "h200_sxm", "tp": 1, "workers": 4,
+                           "weight_dtype": "fp8", "kv_dtype": "fp8", "engine": {"name": engine}},
+            "output": {"dir": str(out_dir), "requests": True, "timeseries": False}}
+
+
+def run_workload1(n: int, engine: str) -> int:
+    """Workload 1 of ``n`` requests through servesim in this process; prints CPU seconds as JSON."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as the CLI sets it
+    with tempfile.TemporaryDirectory(prefix="w1-") as tmp:
+        trace = Path(tmp) / f"workload1_{n}.jsonl"
+        write_workload1_trace(n, trace)
+        from servesim.api import predict
+
+        c0 = time.process_time()
+        pred = predict(workload1_config(trace, engine, Path(tmp) / "out"))
+        print(json.dumps({"engine": engine, "requests": n, "cpu_s": time.process_time() - c0,
+                          "completed": pred.summary["requests"]["completed"]}))
+    return 0
+
+
 def run_measured(cmd: list[str], log: Path) -> dict:
     """Run ``cmd`` (output to ``log``); CPU seconds of it and its waited-for children, peak RSS, wall."""
     t0 = time.perf_counter()
@@ -168,11 +196,7 @@ def compare_aisimulate(exe: str, n: int, engines: list[str]) -> int:
         print(f"workload 1 as a trace: {n:,} requests ({trace.stat().st_size / 1e6:.0f} MB)")
         print(f"{'simulator':11} {'engine':7} {'cpu s':>8} {'wall s':>8} {'rss MB':>8} {'us/req':>8}")
         for engine in engines:
-            ss_cfg = {"seed": 1,
-                      "workload": {"kind": "trace", "path": str(trace), "block_size": TRACE_BLOCK},
-                      "deployment": {"model": "Qwen/Qwen3-32B", "gpu": "h200_sxm", "tp": 1, "workers": 4,
-                                     "weight_dtype": "fp8", "kv_dtype": "fp8", "engine": {"name": engine}},
-                      "output": {"dir": str(tmpd / f"servesim_{engine}"), "requests": True, "timeseries": False}}
+            ss_cfg = workload1_config(trace, engine, tmpd / f"servesim_{engine}")
             ai_cfg = {"traffic": {"source": {"type": "trace", "format": "mooncake", "paths": [str(trace)],
                                              "block_size": TRACE_BLOCK},
                                   "load": {"type": "trace_timestamps"}},
@@ -212,7 +236,14 @@ def main() -> int:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--aisimulate", metavar="EXE", help="compare with AISimulate on workload 1 (see above)")
     ap.add_argument("--requests", type=int, default=10_000, help="requests of workload 1 for --aisimulate")
+    ap.add_argument("--workload1", type=int, metavar="N", help="run servesim alone on workload 1 of N requests, "
+                                                               "in this process (see above)")
     args = ap.parse_args()
+    if args.workload1:
+        engines = args.engine or ["vllm"]
+        if len(engines) != 1:
+            ap.error("--workload1 runs one engine: give --engine once")
+        return run_workload1(args.workload1, engines[0])
     if not args.child:
         from servesim.compiled import describe
 

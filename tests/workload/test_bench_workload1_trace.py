@@ -52,3 +52,11 @@ def test_workload1_trace_has_the_issue_distributions(tmp_path: Path) -> None:
     src = build_source(parse_workload({"kind": "trace", "path": str(path), "block_size": 512}), 0, None)
     reqs = list(src.requests())
     assert len(reqs) == n and reqs[5].input_length == rows[5]["input_length"]
+
+
+def test_workload1_in_process_run_completes_every_request(capsys) -> None:
+    """``--workload1 N`` (the in-process run timed in paired comparisons) simulates all N."""
+    bench = load_bench()
+    assert bench.run_workload1(200, "vllm") == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["requests"] == out["completed"] == 200 and out["cpu_s"] > 0
