@@ -45,14 +45,14 @@ from servesim.engines.blocks import decode_arithmetic, decode_event_buckets, str
 from servesim.engines.host import host_link
 from servesim.engines.vllm_options import VLLMOptions, resolve_vllm_options
 from servesim.errors import ConfigError
-from servesim.kvcache.hashing import ROOT_HASH, block_content_ids, chain_block_hash, chain_block_hashes, unit_chain
+from servesim.kvcache.hashing import ROOT_HASH, block_content_ids, chain_block_hash, chain_block_hashes, id_chain
 from servesim.kvcache.block_owner import BlockOwner
 from servesim.kvcache.block_pool import block_list
 from servesim.kvcache.host_tier import HostTier
 from servesim.kvcache.lru_pool import new_block_pool
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.plan import PassPlan
-from servesim.workload.request import Request, sequence_units
+from servesim.workload.request import Request, sequence_block_ids, sequence_units
 
 
 def extend_unit_chain(req: Request, chain: list[int], n_blocks: int, block_size: int) -> list[int]:
@@ -60,10 +60,9 @@ def extend_unit_chain(req: Request, chain: list[int], n_blocks: int, block_size:
     holding the last token of its first ``n_blocks`` blocks of ``block_size`` tokens."""
     us = req.block_size
     need = (n_blocks * block_size - 1) // us + 1 if n_blocks > 0 else 0  # units
-    if need > len(chain):
-        units = sequence_units(req, need * us)
+    if need > len(chain):  # only the units not chained yet: a decode extends by one
         parent = chain[-1] if chain else ROOT_HASH
-        chain.extend(unit_chain(units[len(chain):], parent))
+        chain.extend(id_chain(sequence_block_ids(req, len(chain), need), parent))
     return chain
 
 

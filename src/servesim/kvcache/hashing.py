@@ -27,9 +27,14 @@ ROOT_HASH = 0x5E12E51A
 
 def unit_chain(units: Sequence[tuple[int, int]], parent: int = ROOT_HASH) -> list[int]:
     """``P_j`` for every unit: a hash naming the prefix through unit ``j``'s block id."""
+    return id_chain([bid for bid, _ in units], parent)
+
+
+def id_chain(block_ids: Sequence[int], parent: int = ROOT_HASH) -> list[int]:
+    """:func:`unit_chain` from the units' block ids alone (a unit's length does not enter it)."""
     out: list[int] = []
     p = parent
-    for bid, _ in units:
+    for bid in block_ids:
         p = hash((p, bid))
         out.append(p)
     return out

@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled :func:`servesim.workload.request.sequence_units` and ``sequence_segments``.
+"""Compiled :func:`servesim.workload.request.sequence_units`, ``sequence_block_ids`` and
+``sequence_segments``.
 
 Every engine reads a request's sequence as units ``(block_id, tokens)`` several times per
 request (prefix matching, insertion, block hashes).  The Python function builds the list in
@@ -42,6 +43,20 @@ def sequence_units(Request req, long long n_tokens) -> list:
     for k in range(n_blocks):
         units.append((_block_id(req, ids, out_ids, n_ids, n_out, k), bs if k < n_full else rem))
     return units
+
+
+def sequence_block_ids(Request req, long long first, long long stop) -> list:
+    """Ids of blocks ``first .. stop - 1`` of ``req``'s block grid (see the Python version)."""
+    ids = req.hash_ids
+    out_ids = req.output_hash_ids
+    cdef Py_ssize_t n_ids = len(ids), n_out = len(out_ids)
+    cdef list out = []
+    cdef long long k
+    if first < 0:
+        first = 0
+    for k in range(first, stop):
+        out.append(_block_id(req, ids, out_ids, n_ids, n_out, k))
+    return out
 
 
 def sequence_segments(Request req, long long start, long long stop) -> list:

@@ -128,6 +128,24 @@ def sequence_units(req: Request, n_tokens: int) -> list[tuple[int, int]]:
     return units
 
 
+def sequence_block_ids(req: Request, first: int, stop: int) -> list[int]:
+    """Ids of blocks ``first .. stop - 1`` of the request's block grid (the ids of
+    :func:`sequence_units`), without building the units before ``first``: an engine that
+    extends a unit chain reads only the blocks it has not chained yet."""
+    ids = req.hash_ids
+    out_ids = req.output_hash_ids
+    n_ids = len(ids)
+    out: list[int] = []
+    for k in range(max(first, 0), stop):
+        if k < n_ids:
+            out.append(ids[k])
+        elif k - n_ids < len(out_ids):
+            out.append(out_ids[k - n_ids])
+        else:
+            out.append(output_block_id(req.index, k - n_ids))
+    return out
+
+
 def sequence_segments(req: Request, start: int, stop: int) -> list[tuple[int, int, int]]:
     """Tokens ``[start, stop)`` of the request's sequence as segments ``(block_id, first, end)``:
     tokens ``[first, end)`` of each block of :func:`sequence_units`' grid that the range touches.
@@ -145,12 +163,14 @@ def sequence_segments(req: Request, start: int, stop: int) -> list[tuple[int, in
     return segs
 
 
-#: The Python versions of :func:`sequence_units` and :func:`sequence_segments`, the
-#: references of ``workload/_units_core.pyx``.
+#: The Python versions of :func:`sequence_units`, :func:`sequence_block_ids` and
+#: :func:`sequence_segments`, the references of ``workload/_units_core.pyx``.
 python_sequence_units = sequence_units
+python_sequence_block_ids = sequence_block_ids
 python_sequence_segments = sequence_segments
 
 _core = compiled_module("workload._units_core")  # SERVESIM_PURE_PYTHON is read at import here
 if _core is not None:
     sequence_units = _core.sequence_units  # noqa: F811
+    sequence_block_ids = _core.sequence_block_ids  # noqa: F811
     sequence_segments = _core.sequence_segments  # noqa: F811
