@@ -839,8 +839,11 @@ class VLLMEngine(Engine):
         done = [vr for vr in reqs if vr.generated >= vr.max_new]
         if not done:
             return
-        gone = set(done)  # by identity: the class defines no equality
-        self.running = [vr for vr in self.running if vr not in gone]
+        if len(done) == 1:  # the usual case: one C scan, no set
+            self.running.remove(done[0])  # by identity: the class defines no equality
+        else:
+            gone = set(done)
+            self.running = [vr for vr in self.running if vr not in gone]
         for vr in done:
             self.pool.free_request(vr.blocks)
             vr.blocks = block_list()
