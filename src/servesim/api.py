@@ -23,6 +23,7 @@ from servesim.metrics.summary import fleet_summary, summarize, worker_breakdown
 from servesim.metrics.timeseries import TimeSeries
 from servesim.report.kv_events import KVEventLog
 from servesim.sim.simulation import RunStats, Simulation
+from servesim.workload.sharing import shared_block_ids
 from servesim.workload.source import WorkloadSource, build_source
 
 
@@ -123,6 +124,11 @@ def run_simulation(cfg: Config, source: WorkloadSource, deployment: Deployment,
     ts = TimeSeries(cfg.output.timeseries_interval_s) if cfg.output.timeseries else None
     kv_log = KVEventLog() if cfg.output.kv_events else None
     workers = deployment.make_workers(recorder, fast_forward=cfg.simulation.mode == "fast", kv_event_log=kv_log)
+    sharing = [w.engine for w in workers if w.engine.wants_shared_block_ids()]
+    if sharing:  # one pass over the workload, for the engines that index only shared blocks
+        shared = shared_block_ids(source)
+        for engine in sharing:
+            engine.use_shared_block_ids(shared)
     sim = Simulation(
         requests=source.requests(),
         mode=source.mode,

@@ -9,6 +9,7 @@ become visible only when it ends.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from servesim.metrics.recorder import RequestRecorder, Status
@@ -95,6 +96,17 @@ class Engine:
 
     def abort_all(self, now: float, reason: str) -> None:
         """End of simulation: requests still here become unfinished (the recorder does it)."""
+
+    # -- what the workload shares ---------------------------------------------------------
+    def wants_shared_block_ids(self) -> bool:
+        """Whether :meth:`use_shared_block_ids` would speed this engine up (the workload's
+        shared ids cost a pass over it, so the loop asks first)."""
+        return False
+
+    def use_shared_block_ids(self, shared: AbstractSet[int]) -> None:
+        """``shared``: every block id that more than one request of the workload lists
+        (``workload/sharing.py``).  A block whose id is not among them, nor any block after
+        it in its sequence, can be looked up by no other request."""
 
     # -- fast-forward of decode-only stretches ---------------------------------------
     def decode_stretch_limit(self) -> int:

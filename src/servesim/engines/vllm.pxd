@@ -73,6 +73,7 @@ cdef class VLLMEngine(Engine):
     cdef public long long host_loaded_tokens
     cdef public long long _loading
     cdef public long long fast_decodes_min
+    cdef public object _shared
 
     cpdef add_request(self, Request req, double now, long long kv_ready=*)
     cpdef bint has_work(self)

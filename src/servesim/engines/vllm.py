@@ -37,6 +37,7 @@ not fit its KV cache), so every admitted request can run alone.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Set as AbstractSet
 
 import numpy as np
 
@@ -46,13 +47,13 @@ from servesim.engines.host import host_link
 from servesim.engines.vllm_options import VLLMOptions, resolve_vllm_options
 from servesim.errors import ConfigError
 from servesim.kvcache.hashing import ROOT_HASH, block_content_ids, chain_block_hash, chain_block_hashes, id_chain
-from servesim.kvcache.block_owner import BlockOwner
+from servesim.kvcache.block_owner import NO_PRIVATE_BLOCKS, BlockOwner
 from servesim.kvcache.block_pool import block_list
 from servesim.kvcache.host_tier import HostTier
 from servesim.kvcache.lru_pool import new_block_pool
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.plan import PassPlan
-from servesim.workload.request import Request, sequence_block_ids, sequence_units
+from servesim.workload.request import OUTPUT_ID_BASE, Request, output_block_id, sequence_block_ids, sequence_units
 
 
 def extend_unit_chain(req: Request, chain: list[int], n_blocks: int, block_size: int) -> list[int]:
@@ -289,6 +290,9 @@ class VLLMEngine(Engine):
         self._loading = 0  # host tokens loaded for the pass being scheduled
         #: :attr:`FAST_DECODES_MIN` for this engine (tests vary it per engine).
         self.fast_decodes_min = self.FAST_DECODES_MIN
+        #: The workload's shared block ids (:meth:`use_shared_block_ids`), or None: then every
+        #: full block is registered as it fills.
+        self._shared: AbstractSet[int] | None = None
 
     def _host_event(self, event) -> None:
         """Host-tier events go wherever the GPU pool's events go (tier "host")."""
@@ -307,10 +311,45 @@ class VLLMEngine(Engine):
             self._reject(req, now, f"prompt exceeds the KV cache of {self.capacity} tokens")
             return
         max_new = min(req.output_length, self.max_len - n)
+        vr = VReq(req=req, max_new=max(1, max_new), num_tokens=n)
+        if self._shared is not None:
+            vr.private_from = self._private_from(req)
         if kv_ready:  # disaggregated decode: admitted by _admit_ready, no prefill pass
-            self.ready.append(VReq(req=req, max_new=max(1, max_new), num_tokens=n))
+            self.ready.append(vr)
             return
-        self.waiting.append(VReq(req=req, max_new=max(1, max_new), num_tokens=n))
+        self.waiting.append(vr)
+
+    # -- private blocks ---------------------------------------------------------------------
+    # A full block is registered in the prefix cache so that a later lookup can hit it.  A
+    # block whose unit id no other request lists (nor the same id's blocks after it: their
+    # hashes chain through it) can be hit only by its own request, and only after a
+    # preemption.  Registering it would change nothing observable (no KV events, no host
+    # tier), so it is not registered as it fills: a preemption registers the request's
+    # private blocks before freeing them, and from then on the request registers every block
+    # as it fills.  The map holds the same hashes at every lookup either way.
+    def wants_shared_block_ids(self) -> bool:
+        pool = self.pool
+        return (self.caching and self.spec is None and not self._belady and self.host is None
+                and pool.on_event is None and pool.on_evict is None and (pool.compiled or pool._lru))
+
+    def use_shared_block_ids(self, shared: AbstractSet[int]) -> None:
+        self._shared = shared if self.wants_shared_block_ids() else None
+
+    def _private_from(self, req: Request) -> int:
+        """The request's first block whose unit id no other request lists (see above)."""
+        shared = self._shared
+        k = 0
+        for ids in (req.hash_ids, req.output_hash_ids):
+            for bid in ids:
+                if bid not in shared:
+                    return k * req.block_size // self.bs
+                k += 1
+        # Generated units: ids unique to the request, unless the workload lists such ids.
+        if OUTPUT_ID_BASE in shared:  # a marker: some listed id lies in the generated range
+            n_ids = len(req.hash_ids)
+            while output_block_id(req.index, k - n_ids) in shared:
+                k += 1
+        return k * req.block_size // self.bs
 
     def _admit_ready(self, now: float) -> None:
         """Disaggregated decode: requests whose prompt KV arrived join the running requests.
@@ -362,11 +401,13 @@ class VLLMEngine(Engine):
         if n_full <= vr.n_cached:
             return
         start = vr.n_cached
-        ids = None
-        if self._belady:
-            ids = block_content_ids(sequence_units(vr.req, n_full * self.bs), self.bs, n_full,
-                                    unit_size=vr.req.block_size, start_block=start)
-        self.pool.chain_cache(vr.blocks, self._chain(vr, n_full), vr.req.block_size, start, n_full, ids)
+        stop = min(n_full, vr.private_from)  # private blocks are passed over (see above)
+        if start < stop:
+            ids = None
+            if self._belady:
+                ids = block_content_ids(sequence_units(vr.req, stop * self.bs), self.bs, stop,
+                                        unit_size=vr.req.block_size, start_block=start)
+            self.pool.chain_cache(vr.blocks, self._chain(vr, stop), vr.req.block_size, start, stop, ids)
         vr.n_cached = n_full
 
     def _lookup(self, vr: VReq) -> int:
@@ -420,6 +461,10 @@ class VLLMEngine(Engine):
         return self.host.match(self._hashes(vr, 0, cap), hit, touch=False)
 
     def _preempt(self, vr: VReq) -> None:
+        if vr.private_from < vr.n_cached:  # it may hit them when readmitted: registered now
+            start = vr.private_from
+            self.pool.chain_cache(vr.blocks, self._chain(vr, vr.n_cached), vr.req.block_size, start, vr.n_cached)
+        vr.private_from = NO_PRIVATE_BLOCKS
         self.pool.free_request(vr.blocks)
         vr.blocks = block_list()
         vr.computed = 0
@@ -818,9 +863,11 @@ class VLLMEngine(Engine):
                     refs[b] = 1
                     vr.blocks.append(b)
                     continue
-                fills += 1  # fills block i
-                i = (c0[j] + s + 1) // bs - 1
+                i = (c0[j] + s + 1) // bs - 1  # fills block i
                 vr.n_cached = i + 1
+                if i >= vr.private_from:  # no other request can look it up: not registered
+                    continue
+                fills += 1
                 chain = vr.chain
                 us = vr.req.block_size
                 if ((i + 1) * bs - 1) // us >= len(chain):

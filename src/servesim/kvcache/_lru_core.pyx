@@ -739,6 +739,9 @@ cdef class LRUCore:
             if caching and (c + 1) % bs == 0:  # fills block i
                 vr = <BlockOwner?>reqs[j]
                 i = (c + 1) // bs - 1
+                if i >= vr.private_from:  # no other request can look it up: not registered
+                    vr.n_cached = i + 1
+                    continue
                 chain = vr.chain
                 us = _unit_size(vr)
                 if ((i + 1) * <int64_t>bs - 1) // us >= len(chain):  # the chain must reach its unit
@@ -803,6 +806,12 @@ cdef class LRUCore:
                 opens[j] = a if _occurs(a, first, k, bs, mask) else -1
                 r = _residue(a - 1, bs, mask)
                 fills[j] = r if caching and _occurs(r, first, k, bs, mask) else -1
+                if fills[j] >= 0 and (cs[j] + first + _residue(r - first, bs, mask) + 1) // bs - 1 >= (
+                        <BlockOwner?>reqs[j]).private_from:
+                    # Its first fill here (hence every one) is of a private block: no map work,
+                    # only its count of blocks passed over moves on, to its last fill here.
+                    last_fill[j] = <int>((cs[j] + k) // bs - 1)
+                    fills[j] = -1
                 if opens[j] >= 0:
                     start[opens[j] + 1] += 1
                 if fills[j] >= 0:
@@ -833,6 +842,8 @@ cdef class LRUCore:
                         continue
                     i = <int>((cs[j] + s + 1) // bs - 1)  # fills block i
                     last_fill[j] = i
+                    if i >= vr.private_from:  # no other request can look it up: not registered
+                        continue
                     chain = vr.chain
                     us = vr.req.block_size
                     if ((i + 1) * <int64_t>bs - 1) // us >= len(chain):  # the chain must reach its unit

@@ -9,3 +9,4 @@ cdef class BlockOwner:
     cdef public array blocks  # a block list (kvcache/block_pool.py:block_list)
     cdef public list chain
     cdef public long long n_cached
+    cdef public long long private_from

@@ -12,11 +12,14 @@ from __future__ import annotations
 from servesim.kvcache.block_pool import block_list
 from servesim.workload.request import Request
 
+#: ``BlockOwner.private_from`` of a request whose blocks are all registered as they fill.
+NO_PRIVATE_BLOCKS = 1 << 62
+
 
 class BlockOwner:
     """A request's blocks, its unit chain and how many of its blocks are registered."""
 
-    __slots__ = ("req", "blocks", "chain", "n_cached")
+    __slots__ = ("req", "blocks", "chain", "n_cached", "private_from")
 
     def __init__(self, req: Request) -> None:
         self.req = req
@@ -24,5 +27,11 @@ class BlockOwner:
         self.blocks = block_list()
         #: The sequence's unit chain so far (kvcache/hashing.py): its block hashes follow from it.
         self.chain: list[int] = []
-        #: Leading blocks already registered in the prefix cache (or taken from it).
+        #: Leading blocks already registered in the prefix cache (or taken from it), or
+        #: passed over as private (below).
         self.n_cached = 0
+        #: The first block whose hash no other request can produce (see
+        #: ``engines/vllm.py:VLLMEngine._private_from``): its blocks from here on are
+        #: registered only if the request is preempted, since only the request itself could
+        #: look them up.  :data:`NO_PRIVATE_BLOCKS` when every block is registered as it fills.
+        self.private_from = NO_PRIVATE_BLOCKS
