@@ -41,24 +41,29 @@ def test_prefix_rows(seed):
         lm = blocks.left_min(rows)
         k = int(rng.integers(1, 70))
         assert core.finishing(rows, k) == blocks.finishing(rows, k)
-        got, want = core.advance_rows(rows, k, lm), blocks.advance_rows(rows, k, lm)
+        reqs = [object() for _ in range(n)]
+        got, want = core.advance_rows(rows, k, lm, reqs), blocks.advance_rows(rows, k, lm, reqs)
         np.testing.assert_array_equal(got[0], want[0])
-        assert got[0].dtype == want[0].dtype and got[1:] == want[1:]
+        assert got[0].dtype == want[0].dtype and got[1] == want[1]
+        assert got[2] == want[2] == [r for r, left in zip(reqs, rows[1].tolist()) if left > k]
+        assert (got[2] is reqs) == (lm > k)  # all kept: the same list
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_prefix_rows_built_and_joined(seed):
+def test_prefix_rows_extended(seed):
     rng = np.random.default_rng(seed)
     for _ in range(100):
         a, b = _rows(rng, int(rng.integers(0, 30))), _rows(rng, int(rng.integers(0, 30)))
-        columns = [row.tolist() for row in a]
-        pairs = ((core.prefix_rows(*columns), blocks.prefix_rows(*columns)),
-                 (core.join_rows(a, b), blocks.join_rows(a, b)))
+        more = [row.tolist() for row in b]
+        pairs = ((core.extend_rows(a, *more), blocks.extend_rows(a, *more)),
+                 (blocks.extend_rows(a, *more), np.concatenate((a, b), axis=1)))
         for got, want in pairs:
             np.testing.assert_array_equal(got, want)
             assert got.dtype == want.dtype and got.shape == want.shape and got.flags.c_contiguous
     with pytest.raises(ValueError):
-        core.prefix_rows([1, 2], [3], [4, 5])
+        core.extend_rows(_rows(rng, 2), [1, 2], [3], [4, 5])
+    with pytest.raises(ValueError):
+        core.advance_rows(_rows(rng, 2), 1, 1, [None])
 
 
 @pytest.mark.parametrize("seed", range(6))

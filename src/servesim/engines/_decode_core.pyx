@@ -64,17 +64,20 @@ def left_min(rows):
     return best
 
 
-def advance_rows(rows, long long k, long long left_min_):
+def advance_rows(rows, long long k, long long left_min_, list reqs):
     """The prefix's rows after ``k`` decode passes, less the requests that finished.
 
-    Returns ``(rows, left_min, kept)``: ``kept`` lists the positions that remain, or is None
-    when every request remains (``left_min_ > k``).  (The rows are a ``(3, n)`` int64 array.)
+    Returns ``(rows, left_min, kept)``: ``kept`` the requests of ``reqs`` (one per column)
+    that remain, ``reqs`` itself when all do (``left_min_ > k``).  (The rows are a ``(3, n)``
+    int64 array.)
     """
     rows = as_int64_matrix(rows)
     cdef Py_ssize_t j, m = 0, n = cnp.PyArray_DIM(<cnp.ndarray>rows, 1)
     cdef const int64_t* r = int64_data(rows)
     cdef long long best = NO_LIMIT, left
     cdef int64_t* o
+    if len(reqs) != n:
+        raise ValueError(f"{len(reqs)} requests for {n} columns")
     if left_min_ > k:
         out = new_int64_matrix(3, n)
         o = int64_data(out)
@@ -82,22 +85,24 @@ def advance_rows(rows, long long k, long long left_min_):
             o[j] = r[j] + k
             o[n + j] = r[n + j] - k
             o[2 * n + j] = r[2 * n + j]
-        return out, left_min_ - k, None
-    cdef list kept = []
+        return out, left_min_ - k, reqs
     for j in range(n):
         if r[n + j] - k > 0:
-            kept.append(j)
-    m = len(kept)
+            m += 1
     out = new_int64_matrix(3, m)
     o = int64_data(out)
+    cdef list kept = []
     cdef Py_ssize_t i = 0
-    for j in kept:
-        o[i] = r[j] + k
+    for j in range(n):
         left = r[n + j] - k
+        if left <= 0:
+            continue
+        o[i] = r[j] + k
         o[m + i] = left
         o[2 * m + i] = r[2 * n + j]
         if left < best:
             best = left
+        kept.append(reqs[j])
         i += 1
     return out, best, kept
 
@@ -129,36 +134,24 @@ def decode_due(computed, long long bs, bint caching):
     return ctx, due, due_c, opens
 
 
-def prefix_rows(list computed, list left, list idx):
-    """See ``engines/blocks.py:prefix_rows``."""
-    cdef Py_ssize_t j, n = len(computed)
+def extend_rows(rows, list computed, list left, list idx):
+    """See ``engines/blocks.py:extend_rows``."""
+    rows = as_int64_matrix(rows)
+    if cnp.PyArray_DIM(<cnp.ndarray>rows, 0) != 3:
+        raise ValueError("decode prefix rows have 3 rows")
+    cdef Py_ssize_t r, j, m = cnp.PyArray_DIM(<cnp.ndarray>rows, 1), n = len(computed)
     if len(left) != n or len(idx) != n:
         raise ValueError(f"columns of {n}, {len(left)} and {len(idx)} requests")
-    out = new_int64_matrix(3, n)
-    cdef int64_t* o = int64_data(out)
-    for j in range(n):
-        o[j] = computed[j]
-        o[n + j] = left[j]
-        o[2 * n + j] = idx[j]
-    return out
-
-
-def join_rows(first, then):
-    """See ``engines/blocks.py:join_rows``."""
-    first = as_int64_matrix(first)
-    then = as_int64_matrix(then)
-    if cnp.PyArray_DIM(<cnp.ndarray>first, 0) != 3 or cnp.PyArray_DIM(<cnp.ndarray>then, 0) != 3:
-        raise ValueError("decode prefix rows have 3 rows")
-    cdef Py_ssize_t r, j, m = cnp.PyArray_DIM(<cnp.ndarray>first, 1), n = cnp.PyArray_DIM(<cnp.ndarray>then, 1)
-    cdef const int64_t* a = int64_data(first)
-    cdef const int64_t* b = int64_data(then)
+    cdef const int64_t* a = int64_data(rows)
     out = new_int64_matrix(3, m + n)
     cdef int64_t* o = int64_data(out)
     for r in range(3):
         for j in range(m):
             o[r * (m + n) + j] = a[r * m + j]
-        for j in range(n):
-            o[r * (m + n) + m + j] = b[r * n + j]
+    for j in range(n):
+        o[m + j] = computed[j]
+        o[(m + n) + m + j] = left[j]
+        o[2 * (m + n) + m + j] = idx[j]
     return out
 
 

@@ -108,18 +108,20 @@ def left_min(rows: np.ndarray) -> int:
     return int(rows[1].min()) if rows.shape[1] else NO_LIMIT
 
 
-def advance_rows(rows: np.ndarray, k: int, left_min_: int) -> tuple[np.ndarray, int, list[int] | None]:
+def advance_rows(rows: np.ndarray, k: int, left_min_: int, reqs: list) -> tuple[np.ndarray, int, list]:
     """The rows after ``k`` decode passes, less the requests that finished.
 
-    Returns ``(rows, left_min, kept)``: ``kept`` lists the positions that remain, or is None
-    when all do (``left_min_ > k``).
+    Returns ``(rows, left_min, kept)``: ``kept`` the requests of ``reqs`` (one per column)
+    that remain, ``reqs`` itself when all do (``left_min_ > k``).
     """
+    if len(reqs) != rows.shape[1]:
+        raise ValueError(f"{len(reqs)} requests for {rows.shape[1]} columns")
     out = rows + (_STEP if k == 1 else _STEP * k)
     if left_min_ > k:
-        return out, left_min_ - k, None
+        return out, left_min_ - k, reqs
     keep = out[1] > 0
     out = out[:, keep]
-    return out, left_min(out), np.flatnonzero(keep).tolist()
+    return out, left_min(out), [reqs[j] for j in np.flatnonzero(keep).tolist()]
 
 
 def decode_due(computed: np.ndarray, bs: int, caching: bool) -> tuple[np.ndarray, list[int], list[int], int]:
@@ -147,9 +149,9 @@ def prefix_rows(computed: list[int], left: list[int], idx: list[int]) -> np.ndar
     return np.array([computed, left, idx], dtype=np.int64).reshape(3, len(computed))
 
 
-def join_rows(first: np.ndarray, then: np.ndarray) -> np.ndarray:
-    """The rows ``first`` followed by the rows ``then`` (two prefixes' requests, in order)."""
-    return np.concatenate((first, then), axis=1)
+def extend_rows(rows: np.ndarray, computed: list[int], left: list[int], idx: list[int]) -> np.ndarray:
+    """The rows followed by the columns of more requests (given as lists, as :func:`prefix_rows`)."""
+    return np.concatenate((rows, prefix_rows(computed, left, idx)), axis=1)
 
 
 def batch_arrays(pre_rows: np.ndarray | None, pre_ctx: np.ndarray | None, idx: list[int], ctx: list[int],

@@ -150,12 +150,6 @@ class _DecodePrefix:
     def of(cls, reqs: list[VReq], rows: np.ndarray, arith) -> _DecodePrefix:
         return cls(reqs, rows, arith.left_min(rows))
 
-    @classmethod
-    def read(cls, reqs: list[VReq], arith) -> _DecodePrefix:
-        """From the requests' own state."""
-        return cls.of(reqs, arith.prefix_rows([vr.computed for vr in reqs], [vr.max_new - vr.generated for vr in reqs],
-                                              [vr.req.index for vr in reqs]), arith)
-
     @property
     def computed(self) -> np.ndarray:
         if self._computed is None:
@@ -174,8 +168,7 @@ class _DecodePrefix:
 
     def advanced(self, k: int, arith) -> _DecodePrefix:
         """The same requests after ``k`` more decode passes, less those that finished."""
-        rows, left_min, kept = arith.advance_rows(self.rows, k, self.left_min)
-        reqs = self.reqs if kept is None else [self.reqs[i] for i in kept]
+        rows, left_min, reqs = arith.advance_rows(self.rows, k, self.left_min, self.reqs)
         return _DecodePrefix(reqs, rows, left_min)
 
     def write_back(self, k: int = 0, only: list[int] | None = None) -> list[VReq]:
@@ -204,8 +197,9 @@ class _DecodePrefix:
 
     def extended(self, more: list[VReq], arith) -> _DecodePrefix:
         """These requests followed by the plain decodes ``more``."""
-        new = _DecodePrefix.read(more, arith)
-        return _DecodePrefix(self.reqs + more, arith.join_rows(self.rows, new.rows), min(self.left_min, new.left_min))
+        left = [vr.max_new - vr.generated for vr in more]
+        rows = arith.extend_rows(self.rows, [vr.computed for vr in more], left, [vr.req.index for vr in more])
+        return _DecodePrefix(self.reqs + more, rows, min(self.left_min, min(left)))
 
 
 class _VBatch:
