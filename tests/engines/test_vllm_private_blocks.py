@@ -150,21 +150,6 @@ def test_private_from_is_the_first_block_of_an_unshared_unit() -> None:
     assert eng._private_from(req) == 12  # listed by the workload too: the next unit, token 50
 
 
-def test_shared_block_ids() -> None:
-    reqs = [Request(index=0, request_id="a", arrival=0.0, input_length=3, output_length=1, hash_ids=(1, 2, 3),
-                    block_size=1),
-            Request(index=1, request_id="b", arrival=0.0, input_length=3, output_length=1, hash_ids=(1, 4, 4),
-                    block_size=1, output_hash_ids=(3,))]
-    assert shared_block_ids(source_of(reqs)) == {1, 3, 4}  # 4: listed twice by one request
-    gen = output_block_id(0, 2)
-    reqs.append(Request(index=2, request_id="c", arrival=0.0, input_length=1, output_length=1, hash_ids=(gen,),
-                        block_size=1))
-    assert shared_block_ids(source_of(reqs)) == {1, 3, 4, gen, OUTPUT_ID_BASE}
-    reqs.append(Request(index=3, request_id="d", arrival=0.0, input_length=1, output_length=1, hash_ids=(2**70,),
-                        block_size=1))
-    assert shared_block_ids(source_of(reqs)) == {1, 3, 4, gen, OUTPUT_ID_BASE}  # beyond int64: counted too
-
-
 def _vllm_config(share: float) -> dict:
     return {"seed": 3,
             "workload": {"kind": "synthetic", "num_requests": 400, "arrival": {"process": "poisson", "rate": 40.0},

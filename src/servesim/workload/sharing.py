@@ -7,12 +7,14 @@ this to leave such blocks out of its prefix-cache map (``engines/vllm.py``, "pri
 blocks"): most of a long prompt's blocks, and every generated block, are never looked up
 by another request, and indexing them was the largest part of the block pool's work.
 
-Finding the shared ids costs one pass over the workload's requests before the run (like
-the Belady oracle's); ids are counted in a numpy array (8 bytes each), not a Python set.
+Finding the shared ids costs one pass over the workload before the run (a trace's lines are
+decoded for their ``hash_ids`` alone, ``WorkloadSource.listed_block_ids``; other workloads
+are generated once more); ids are counted in an array (8 bytes each), not a Python set.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from itertools import chain
 
@@ -31,20 +33,18 @@ def shared_block_ids(source: WorkloadSource) -> frozenset[int]:
     range, ``OUTPUT_ID_BASE`` itself joins the result as a marker, and every listed id in
     the range counts as shared.
     """
+    ids = array("q")
     lists = []
-    for req in source.requests():
-        if req.hash_ids:
-            lists.append(req.hash_ids)
-        if req.output_hash_ids:
-            lists.append(req.output_hash_ids)
     try:
-        ids = np.fromiter(chain.from_iterable(lists), dtype=np.int64)
-    except OverflowError:  # an id beyond 64 bits: count them as Python ints
+        for chunk in source.listed_block_ids():
+            ids.extend(chunk)  # C long longs: 8 bytes an id
+    except OverflowError:  # an id beyond 64 bits: count them all as Python ints
+        lists = [list(chunk) for chunk in source.listed_block_ids()]
+    if lists:
         counts = Counter(chain.from_iterable(lists))
         shared = {bid for bid, n in counts.items() if n > 1 or bid <= OUTPUT_ID_BASE}
     else:
-        del lists
-        uniq, counts = np.unique(ids, return_counts=True)
+        uniq, counts = np.unique(np.frombuffer(ids, dtype=np.int64), return_counts=True)
         shared = set(uniq[(counts > 1) | (uniq <= OUTPUT_ID_BASE)].tolist())
     if any(bid <= OUTPUT_ID_BASE for bid in shared):
         shared.add(OUTPUT_ID_BASE)

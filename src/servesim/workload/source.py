@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Literal
+from typing import Callable, Iterator, Literal, Sequence
 
 from .config import ClosedLoopWorkload, SyntheticWorkload, TraceWorkload
 from .recipes import generate_closed_loop
 from .request import Request
 from .synthetic import generate_synthetic
-from .trace import read_mooncake
+from .trace import listed_block_ids, read_mooncake
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,28 @@ class WorkloadSource:
     num_requests: int | None = None
     #: Leading warm-up requests (closed loop).
     num_warmup: int = 0
+    #: Every block id the requests list, one after another, read more cheaply than the
+    #: requests (a trace's ``hash_ids``; it may list more, never fewer); returns None when it
+    #: cannot, and then :meth:`listed_block_ids` reads the requests.
+    _listed_ids: Callable[[], Sequence[int] | None] | None = None
 
     def requests(self) -> Iterator[Request]:
         """A fresh iterator over the requests, in yield order (see module docstring)."""
         return self._factory()
+
+    def listed_block_ids(self) -> Iterator[Sequence[int]]:
+        """The block ids the requests list (``hash_ids`` and ``output_hash_ids``), in chunks;
+        ids of requests the run skips may be among them (``workload/sharing.py``)."""
+        if self._listed_ids is not None:
+            ids = self._listed_ids()
+            if ids is not None:
+                yield ids
+                return
+        for req in self.requests():
+            if req.hash_ids:
+                yield req.hash_ids
+            if req.output_hash_ids:
+                yield req.output_hash_ids
 
 
 def build_source(
@@ -83,6 +101,7 @@ def build_source(
             concurrency=None,
             description=", ".join(parts),
             _factory=lambda: read_mooncake(path, **kwargs),
+            _listed_ids=lambda: listed_block_ids(path),
         )
     if isinstance(cfg, SyntheticWorkload):
         a = cfg.arrival

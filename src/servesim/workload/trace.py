@@ -33,6 +33,7 @@ import gzip
 import json
 import math
 import zlib
+from array import array
 from pathlib import Path
 from typing import IO, Annotated, Any, Iterator, Union
 
@@ -133,6 +134,13 @@ if msgspec is not None:
 
     _decode_typed = msgspec.json.Decoder(_TypedRow).decode
     _TYPED_ERRORS = (msgspec.ValidationError, msgspec.DecodeError)
+
+    class _IdsRow(msgspec.Struct):
+        """A line's block ids alone (see :func:`listed_block_ids`)."""
+
+        hash_ids: list[Annotated[int, msgspec.Meta(ge=0)]] | None = None
+
+    _decode_ids = msgspec.json.Decoder(_IdsRow).decode
 
 #: A line's fields: session id, whether the row is a later turn of a session seen before,
 #: input and output lengths, hash ids (or None), request id (or None), then for a later turn
@@ -261,6 +269,30 @@ def _parse_hash_ids(row: _Row, input_length: int, block_size: int) -> tuple[int,
             "is block_size right?"
         )
     return tuple(value)
+
+
+def listed_block_ids(path: str | Path) -> array | None:
+    """The ``hash_ids`` of every line of the trace, one after another (C ``long long``s), read
+    without building requests: ``workload/sharing.py`` counts them before a run.
+
+    Every line counts, also those a window or a limit skips (an id counted once too often is
+    only taken as shared).  Prompts without ``hash_ids`` get ids of their own, which no other
+    line lists.  None when a line needs the full reader (one the typed decoder refuses: the
+    Python checks may still accept it, or word its error) or an id exceeds 64 bits.
+    """
+    if msgspec is None:
+        return None
+    out = array("q")
+    try:
+        with _open(Path(path)) as fh:
+            for _, line in _lines(fh, Path(path)):
+                if line.strip():
+                    ids = _decode_ids(line).hash_ids
+                    if ids:
+                        out.extend(ids)
+    except (_TYPED_ERRORS + (OverflowError, WorkloadError)):
+        return None
+    return out
 
 
 def read_mooncake(
