@@ -22,28 +22,30 @@ cnp.import_array()
 cdef long long NO_LIMIT = 1 << 62  # vllm._DecodePrefix's left_min of an empty prefix
 
 
-def stretch_within_free_blocks(const long long[:] computed, long long block_size, long long free_blocks,
-                               long long limit):
+def stretch_within_free_blocks(computed, long long block_size, long long free_blocks, long long limit):
     """See ``engines/blocks.py:stretch_within_free_blocks``."""
     cdef long long lo, hi, mid
     if limit <= 1:
         return 1
-    if _blocks_opened(computed, block_size, limit) <= free_blocks:
+    computed = as_int64_vector(computed)  # read in place (a typed memoryview cost more than the loop)
+    cdef const int64_t* c = int64_data(computed)
+    cdef Py_ssize_t n = len(computed)
+    if _blocks_opened(c, n, block_size, limit) <= free_blocks:
         return limit
     lo, hi = 1, limit - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _blocks_opened(computed, block_size, mid) <= free_blocks:
+        if _blocks_opened(c, n, block_size, mid) <= free_blocks:
             lo = mid
         else:
             hi = mid - 1
     return lo
 
 
-cdef long long _blocks_opened(const long long[:] computed, long long bs, long long k):
+cdef long long _blocks_opened(const int64_t* computed, Py_ssize_t n, long long bs, long long k) noexcept:
     cdef long long total = 0, c
     cdef Py_ssize_t j
-    for j in range(computed.shape[0]):
+    for j in range(n):
         c = computed[j]
         total += (c + k - 1) // bs - c // bs
     return total

@@ -96,7 +96,7 @@ class VReq(BlockOwner):
     __slots__ = ("max_new", "generated", "computed", "sched", "admitted_once", "num_tokens")
 
     def __init__(self, req: Request, max_new: int, num_tokens: int = 0) -> None:
-        BlockOwner.__init__(self, req)
+        self._own(req)  # BlockOwner's fields
         self.max_new = max_new
         self.generated = 0
         #: Tokens whose KV exists (vLLM's num_computed_tokens), committed at pass end.
@@ -305,7 +305,7 @@ class VLLMEngine(Engine):
             self._reject(req, now, f"prompt exceeds the KV cache of {self.capacity} tokens")
             return
         max_new = min(req.output_length, self.max_len - n)
-        vr = VReq(req=req, max_new=max(1, max_new), num_tokens=n)
+        vr = VReq(req, max(1, max_new), n)
         if self._shared is not None:
             vr.private_from = self._private_from(req)
         if kv_ready:  # disaggregated decode: admitted by _admit_ready, no prefill pass

@@ -10,3 +10,5 @@ cdef class BlockOwner:
     cdef public list chain
     cdef public long long n_cached
     cdef public long long private_from
+
+    cpdef _own(self, Request req)

@@ -22,6 +22,11 @@ class BlockOwner:
     __slots__ = ("req", "blocks", "chain", "n_cached", "private_from")
 
     def __init__(self, req: Request) -> None:
+        self._own(req)
+
+    def _own(self, req: Request) -> None:
+        """Set the fields for ``req`` (what ``__init__`` does; a subclass's ``__init__`` calls
+        it directly, compiled a C call rather than the base type's ``__init__`` through Python)."""
         self.req = req
         #: A block list (kvcache/block_pool.py:block_list): C ints, no Python int per block.
         self.blocks = block_list()

@@ -38,6 +38,7 @@ cdef class AnalyticStepTime:
     cdef public object _ar_attn
     cdef public object _a2a
     cdef public object _L
+    cdef public object _graph_oh, _eager_oh, _graph_max_batch, _request_oh
 
     cpdef double _gemm_eff(self, double tokens) except? -1.0
 

@@ -319,6 +319,11 @@ class AnalyticStepTime:
                 moe_ar = ar(gpus, nm)
                 self._a2a = (moe_ar[0] + dense[0], moe_ar[1] + dense[1])
         self._L = L
+        # The fixed per-pass costs (_pass_overhead) and the per-request one, as plain numbers.
+        self._graph_oh = p.graph_pass_overhead_s + L * p.graph_layer_overhead_s
+        self._eager_oh = p.pass_overhead_s + L * p.layer_overhead_s
+        self._graph_max_batch = p.cuda_graph_max_batch
+        self._request_oh = p.overhead_per_request_s
 
     # --------------------------------------------------------------- pricing
     def _gemm_eff(self, tokens: float) -> float:
@@ -355,10 +360,9 @@ class AnalyticStepTime:
 
     def _pass_overhead(self, decode_only: bool, decode_batch: int) -> float:
         """Fixed per-pass cost: a CUDA-graph replay for small decode-only batches, else launches."""
-        p = self.p
-        if decode_only and decode_batch <= p.cuda_graph_max_batch:
-            return p.graph_pass_overhead_s + self._L * p.graph_layer_overhead_s
-        return p.pass_overhead_s + self._L * p.layer_overhead_s
+        if decode_only and decode_batch <= self._graph_max_batch:
+            return self._graph_oh
+        return self._eager_oh
 
     def _token_part(self, t_total: int, n_chunks: int, n_dec: int, dtok: int, decode_only: bool) -> float:
         """Everything that depends only on token counts (not on context lengths); memoised."""
@@ -388,7 +392,7 @@ class AnalyticStepTime:
             c, w, a = self._lm
             t += max(n_logits * c / self._gemm_eff(n_logits), w + n_logits * a)
         t += self._pass_overhead(decode_only, n_dec)
-        t += p.overhead_per_request_s * (n_dec + n_chunks)
+        t += self._request_oh * (n_dec + n_chunks)
         if len(self._cache) > 200_000:
             self._cache.clear()
         self._cache[key] = t
