@@ -106,3 +106,17 @@ def test_engines_use_the_compiled_arithmetic_unless_switched_off(monkeypatch):
     assert blocks.decode_arithmetic() is core
     monkeypatch.setenv("SERVESIM_PURE_PYTHON", "1")
     assert blocks.decode_arithmetic() is blocks
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_int64_array_and_index_with(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        values = rng.integers(-2**40, 2**40, int(rng.integers(0, 12))).tolist()
+        first = rng.integers(0, 9000, int(rng.integers(0, 12))).astype(np.int64)
+        for got, want in ((core.int64_array(values), blocks.int64_array(values)),
+                          (core.index_with(first, values), blocks.index_with(first, values)),
+                          (core.index_with(first[::2], values), blocks.index_with(first[::2], values)),
+                          (core.index_with(None, values), blocks.index_with(None, values))):
+            np.testing.assert_array_equal(got, want)
+            assert got.dtype == want.dtype == np.int64 and got.flags.c_contiguous

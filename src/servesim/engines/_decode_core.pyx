@@ -157,6 +157,33 @@ def extend_rows(rows, list computed, list left, list idx):
     return out
 
 
+def int64_array(list values):
+    """See ``engines/blocks.py:int64_array``."""
+    cdef Py_ssize_t j, n = len(values)
+    out = new_int64(n)
+    cdef int64_t* o = int64_data(out)
+    for j in range(n):
+        o[j] = values[j]
+    return out
+
+
+def index_with(first, list more):
+    """See ``engines/blocks.py:index_with``."""
+    cdef Py_ssize_t j, m = 0, n = len(more)
+    cdef const int64_t* a = NULL
+    if first is not None:
+        first = as_int64_vector(first)
+        m = len(first)
+        a = int64_data(first)
+    out = new_int64(m + n)
+    cdef int64_t* o = int64_data(out)
+    for j in range(m):
+        o[j] = a[j]
+    for j in range(n):
+        o[m + j] = more[j]
+    return out
+
+
 def batch_arrays(pre_rows, pre_ctx, list idx, list ctx, list lefts, Py_ssize_t lead, bint want_rows):
     """See ``engines/blocks.py:batch_arrays``."""
     cdef Py_ssize_t j, m = 0, n_idx, n_dec

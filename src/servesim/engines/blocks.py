@@ -154,6 +154,18 @@ def extend_rows(rows: np.ndarray, computed: list[int], left: list[int], idx: lis
     return np.concatenate((rows, prefix_rows(computed, left, idx)), axis=1)
 
 
+def int64_array(values: list[int]) -> np.ndarray:
+    """``values`` as an int64 array (a pass's prefill columns)."""
+    return np.array(values, dtype=np.int64)
+
+
+def index_with(first: np.ndarray | None, more: list[int]) -> np.ndarray:
+    """The int64 array ``first`` (or nothing) followed by ``more`` (a pass's recorder rows: the
+    leading decodes', then the requests that sampled a token after them)."""
+    more_arr = np.array(more, dtype=np.int64)
+    return more_arr if first is None else np.concatenate((first, more_arr))
+
+
 def batch_arrays(pre_rows: np.ndarray | None, pre_ctx: np.ndarray | None, idx: list[int], ctx: list[int],
                  lefts: list[int], lead: int,
                  want_rows: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

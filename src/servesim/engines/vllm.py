@@ -552,8 +552,8 @@ class VLLMEngine(Engine):
         plan = PassPlan()
         plan.requests = batch
         if prefill:
-            plan.prefill_new = np.array([vr.sched for vr in prefill], dtype=np.int64)
-            plan.prefill_cached = np.array([vr.computed for vr in prefill], dtype=np.int64)
+            plan.prefill_new = self._arith.int64_array([vr.sched for vr in prefill])
+            plan.prefill_cached = self._arith.int64_array([vr.computed for vr in prefill])
         if dctx.size:
             plan.decode_ctx = dctx
             plan.decode_tokens = dt
@@ -708,9 +708,10 @@ class VLLMEngine(Engine):
             if vr.computed == vr.num_tokens:
                 emitted.append(vr)
         if m or emitted:
-            idx = np.array([vr.req.index for vr in emitted], dtype=np.int64)
-            if m:
-                idx = np.concatenate((pre.idx, idx)) if emitted else pre.idx
+            if m and not emitted:
+                idx = pre.idx
+            else:
+                idx = self._arith.index_with(pre.idx if m else None, [vr.req.index for vr in emitted])
             self.rec.emit(idx, end)
             for vr in emitted:
                 vr.generated += 1
