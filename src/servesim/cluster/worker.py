@@ -8,7 +8,6 @@ reaches the worker (an arrival), so results equal pass-by-pass simulation.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING
 
 from servesim.engines.base import Engine
@@ -119,7 +118,9 @@ class Worker:
             self.settle(t)  # if this leaves the worker idle, the caller restarts it (it always does)
         if not self.busy or self.n_passes <= 1:
             return None
-        keep = bisect_left(self.ends, t) + 1  # the passes ended before t and the one in flight
+        # The passes ended before t and the one in flight (searchsorted: bisect on an array
+        # makes a numpy scalar per probe).
+        keep = int(self.ends.searchsorted(t)) + 1
         if keep >= self.n_passes:
             return None
         self._keep_first(keep)
@@ -141,7 +142,7 @@ class Worker:
         if not self.busy or self.n_passes <= 1:
             return False
         ends = self.ends
-        done = bisect_right(ends, t)
+        done = int(ends.searchsorted(t, side="right"))
         if done == 0 or done == self.n_passes:  # nothing ended yet / the end event is due now
             return False
         if self.cut_at is not None:
@@ -175,7 +176,7 @@ class Worker:
         if self.ends is None:
             done = 1 if self.end <= t else 0
         else:
-            done = bisect_right(self.ends, t)
+            done = int(self.ends.searchsorted(t, side="right"))
         if done:
             if done < self.n_passes:
                 self._keep_first(done)

@@ -763,16 +763,18 @@ class VLLMEngine(Engine):
         else:
             c0_list = c0.tolist()
             self._replay_stretch(reqs, c0_list, stretch_block_events(c0_list, k, self.bs, self.caching), ends)
-        pool.now = float(ends[-1])
-        for vr, c in zip(reqs[m:], c0[m:].tolist()):
-            vr.computed = c + k
-            vr.generated += k
-            vr.num_tokens += k
-            vr.sched = 0
+        end = ends.item(k - 1)
+        pool.now = end
+        if m < len(reqs):  # the requests after the leading decodes (usually none)
+            for vr, c in zip(reqs[m:], c0[m:].tolist()):
+                vr.computed = c + k
+                vr.generated += k
+                vr.num_tokens += k
+                vr.sched = 0
         self.rec.emit_stretch(batch.idx, ends)
         if batch.left_min <= k:  # else no request reached max_new (left_min is their minimum)
             done = self._finished_in_prefix(pre, k) if m else []
-            self._finish_done(done + reqs[m:] if m else reqs, float(ends[-1]))
+            self._finish_done(done + reqs[m:] if m else reqs, end)
         self._next_prefix(batch, k)
 
     def _finished_in_prefix(self, pre: _DecodePrefix, k: int) -> list[VReq]:
