@@ -7,7 +7,7 @@ Each workload runs in a fresh child process so that peak RSS is its own.  CPU se
     python benchmarks/bench_simulator.py                     # all workloads
     python benchmarks/bench_simulator.py --only synthetic-10k --engine sglang
     python benchmarks/bench_simulator.py --mode step          # pass-by-pass baseline
-    python benchmarks/bench_simulator.py --aisimulate VENV/bin/aisimulate --requests 100000
+    python benchmarks/bench_simulator.py --aisimulate VENV/bin/aisimulate --requests 100000 --repeat 3
     python benchmarks/bench_simulator.py --workload1 50000 --engine vllm   # in-process, for paired runs
 
 ``--workload1 N`` runs servesim alone on workload 1's trace of N requests (the same config as
@@ -41,6 +41,7 @@ import json
 import os
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -179,8 +180,13 @@ def run_measured(cmd: list[str], log: Path) -> dict:
             "wall_s": time.perf_counter() - t0, "log": log}
 
 
-def compare_aisimulate(exe: str, n: int, engines: list[str]) -> int:
-    """Workload 1 through both simulators, same trace, per-request output on; prints the ratio."""
+def compare_aisimulate(exe: str, n: int, engines: list[str], repeat: int = 1) -> int:
+    """Workload 1 through both simulators, same trace, per-request output on; prints the ratio.
+
+    With ``repeat`` > 1 the two run in turn that many times (servesim, AISimulate, servesim,
+    ...): each run is printed, then the medians and the median of the pairs' CPU ratios
+    (this machine's speed drifts by tens of percent within minutes; a pair shares the drift).
+    """
     import shutil
 
     import yaml
@@ -207,24 +213,33 @@ def compare_aisimulate(exe: str, n: int, engines: list[str]) -> int:
             ss_path.write_text(yaml.safe_dump(ss_cfg))
             ai_path.write_text(yaml.safe_dump(ai_cfg))
             servesim_cli = [sys.executable, "-c", "import sys; from servesim.cli import main; sys.exit(main())"]
-            runs = {
-                "servesim": run_measured([*servesim_cli, "predict", str(ss_path), "--quiet"],
-                                         tmpd / f"servesim_{engine}.log"),
-                "aisimulate": run_measured([exe, "predict", "-c", str(ai_path), "--output-dir",
-                                            str(tmpd / f"aisimulate_{engine}"), "--overwrite",
-                                            "--capture-per-request"], tmpd / f"aisimulate_{engine}.log"),
+            commands = {
+                "servesim": [*servesim_cli, "predict", str(ss_path), "--quiet"],
+                "aisimulate": [exe, "predict", "-c", str(ai_path), "--output-dir", str(tmpd / f"aisimulate_{engine}"),
+                               "--overwrite", "--capture-per-request"],
             }
-            for name, r in runs.items():
-                if r["rc"] != 0:
-                    tail = r["log"].read_text().strip().splitlines()[-1:]
-                    print(f"{name:11} {engine:7} failed (exit {r['rc']}): {tail}")
-                    continue
-                print(f"{name:11} {engine:7} {r['cpu_s']:>8.2f} {r['wall_s']:>8.2f} {r['peak_rss_mb']:>8.0f} "
-                      f"{r['cpu_s'] / n * 1e6:>8.0f}")
-            if runs["servesim"]["rc"] == 0 and runs["aisimulate"]["rc"] == 0:
-                a, b = runs["servesim"], runs["aisimulate"]
-                print(f"{'ratio':11} {engine:7} servesim / AISimulate: CPU {a['cpu_s'] / b['cpu_s']:.3f}, "
-                      f"peak RSS {a['peak_rss_mb'] / b['peak_rss_mb']:.3f}")
+            pairs = []
+            for _ in range(repeat):
+                runs = {name: run_measured(cmd, tmpd / f"{name}_{engine}.log") for name, cmd in commands.items()}
+                for name, r in runs.items():
+                    if r["rc"] != 0:
+                        tail = r["log"].read_text().strip().splitlines()[-1:]
+                        print(f"{name:11} {engine:7} failed (exit {r['rc']}): {tail}")
+                        continue
+                    print(f"{name:11} {engine:7} {r['cpu_s']:>8.2f} {r['wall_s']:>8.2f} {r['peak_rss_mb']:>8.0f} "
+                          f"{r['cpu_s'] / n * 1e6:>8.0f}")
+                if runs["servesim"]["rc"] == 0 and runs["aisimulate"]["rc"] == 0:
+                    a, b = runs["servesim"], runs["aisimulate"]
+                    pairs.append((a, b))
+                    print(f"{'ratio':11} {engine:7} servesim / AISimulate: CPU {a['cpu_s'] / b['cpu_s']:.3f}, "
+                          f"peak RSS {a['peak_rss_mb'] / b['peak_rss_mb']:.3f}")
+            if len(pairs) > 1:
+                med = statistics.median
+                cpu = [a["cpu_s"] / b["cpu_s"] for a, b in pairs]
+                rss = [a["peak_rss_mb"] / b["peak_rss_mb"] for a, b in pairs]
+                print(f"{'median':11} {engine:7} of {len(pairs)} pairs: servesim {med(a['cpu_s'] for a, _ in pairs):.2f} s, "
+                      f"AISimulate {med(b['cpu_s'] for _, b in pairs):.2f} s; CPU ratio {med(cpu):.3f} "
+                      f"(pairs {min(cpu):.3f}-{max(cpu):.3f}), peak RSS ratio {med(rss):.3f}")
     return 0
 
 
@@ -236,6 +251,8 @@ def main() -> int:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--aisimulate", metavar="EXE", help="compare with AISimulate on workload 1 (see above)")
     ap.add_argument("--requests", type=int, default=10_000, help="requests of workload 1 for --aisimulate")
+    ap.add_argument("--repeat", type=int, default=1, help="--aisimulate: run both simulators this many times in "
+                                                          "turn and print the medians")
     ap.add_argument("--workload1", type=int, metavar="N", help="run servesim alone on workload 1 of N requests, "
                                                                "in this process (see above)")
     args = ap.parse_args()
@@ -249,7 +266,9 @@ def main() -> int:
 
         print(f"servesim {describe()}")
     if args.aisimulate:
-        return compare_aisimulate(args.aisimulate, args.requests, args.engine or ["sglang", "vllm"])
+        if args.repeat < 1:
+            ap.error("--repeat needs at least 1")
+        return compare_aisimulate(args.aisimulate, args.requests, args.engine or ["sglang", "vllm"], args.repeat)
     if args.child:
         name, engine = args.child.split(":")
         child(WORKLOADS[name](engine), args.mode)
