@@ -266,3 +266,57 @@ def test_the_free_ring_compacts_its_stale_entries_in_order() -> None:
                 pool.free_request(block_list(got))
         assert state(pools[0]) == state(pools[1]), step
         pools[1].check_invariants()
+
+
+def _decoding_owners(pool, bs: int, computed: list[int]):
+    """Requests mid-decode at ``computed`` tokens, as the vLLM model holds them between passes:
+    ``ceil(c / bs)`` blocks of which ``c // bs`` are registered."""
+    from servesim.engines.vllm import extend_unit_chain
+    from servesim.kvcache.block_owner import BlockOwner
+    from servesim.workload.request import Request
+
+    owners = []
+    for i, c in enumerate(computed):
+        req = Request(index=i, request_id=str(i), arrival=0.0, input_length=c, output_length=50,
+                      hash_ids=tuple(range(100 * i, 100 * i + -(-c // 8))), block_size=8)
+        vr = BlockOwner(req)
+        assert pool.allocate_to(vr.blocks, -(-c // bs))
+        pool.chain_cache(vr.blocks, extend_unit_chain(req, vr.chain, c // bs, bs), 8, 0, c // bs)
+        vr.n_cached = c // bs
+        owners.append(vr)
+    return owners
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([1, 2, 4, 16]), st.booleans())
+def test_decode_pass_is_decode_due_then_the_replay_of_pass_0(seed: int, bs: int, caching: bool) -> None:
+    """``decode_pass`` (the vLLM model's leading decodes in one call) against the engine's two
+    steps: ``decode_due``'s check of the free pool, then ``replay_decode`` of the due requests."""
+    import numpy as np
+
+    from servesim.engines import blocks
+    from servesim.engines.vllm import extend_unit_chain
+
+    rng = random.Random(seed)
+    computed = [rng.choice([rng.randint(1, 6 * bs), bs * rng.randint(1, 5), bs * rng.randint(1, 5) - 1])
+                for _ in range(rng.randint(1, 8))]
+    held = sum(-(-c // bs) for c in computed)
+    size = held + rng.randint(0, len(computed))  # sometimes too few free blocks for the pass
+    pools = [CompiledLRUPool(size, bs) for _ in range(2)]
+    owners = [_decoding_owners(pool, bs, computed) for pool in pools]
+    c0 = np.array(computed, dtype=np.int64)
+
+    def extend(vr, k):
+        return extend_unit_chain(vr.req, vr.chain, k, bs)
+
+    ctx = pools[0].decode_pass(owners[0], c0, caching, extend)
+    want_ctx, due, due_c, opens = blocks.decode_due(c0, bs, caching)
+    free = pools[1].num_free_blocks
+    if len(due) > free and opens > free:
+        assert ctx is None
+    else:
+        assert ctx is not None and ctx.tolist() == want_ctx.tolist()
+        if due:
+            pools[1].replay_decode([owners[1][j] for j in due], due_c, 0, 1, caching, extend)
+    assert state(pools[0]) == state(pools[1])
+    assert [(list(vr.blocks), vr.n_cached) for vr in owners[0]] == [(list(vr.blocks), vr.n_cached) for vr in owners[1]]

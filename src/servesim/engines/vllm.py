@@ -606,8 +606,14 @@ class VLLMEngine(Engine):
         if m == 0 or m > budget or self.running[:m] != pre.reqs:
             self._drop_lazy()
             return None, None
-        ctx, due, due_computed, opens = self._arith.decode_due(pre.computed, self.bs, self.caching)
         pool = self.pool
+        if pool.compiled and self._bulk_replay():  # the check, the boundary requests and their replay in C
+            ctx = pool.decode_pass(pre.reqs, pre.computed, self.caching, self._chain)
+            if ctx is None:
+                self._drop_lazy()
+                return None, None
+            return pre, ctx
+        ctx, due, due_computed, opens = self._arith.decode_due(pre.computed, self.bs, self.caching)
         free = pool.num_free_blocks
         if len(due) > free and opens > free:
             self._drop_lazy()

@@ -55,7 +55,7 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython cimport array
 from cpython.object cimport Py_SIZE
 from servesim.kvcache.block_owner cimport BlockOwner
-from servesim._arrays cimport int64_data, is_int64_vector
+from servesim._arrays cimport int64_data, is_int64_vector, new_int64
 cimport numpy as cnp
 
 cnp.import_array()
@@ -750,6 +750,41 @@ cdef class LRUCore:
                 self._cache_chain_one(self._block_at(_ids_of(vr), i), chain, us, bs, <Py_ssize_t>i)
                 vr.n_cached = i + 1
         return 0
+
+    def decode_pass(self, list reqs, object computed, int bs, bint caching, extend, on_evict):
+        """A decode pass of the vLLM model's leading plain decodes, if its blocks fit.
+
+        Request ``j`` computes position ``computed[j]`` (an int64 array): it opens a block when
+        that position starts one and, with prefix caching, fills one when it ends one.  Unless
+        the free pool holds both the blocks these requests open and as many as there are
+        requests with an event (``engines/blocks.py:decode_due``'s test: then nothing is done
+        and None returned), replays the pass's events as :meth:`replay_decode` of pass 0
+        does and returns the contexts, ``computed + 1``: the engine's check, the requests at
+        a block boundary and their replay, in one call.
+        """
+        if not is_int64_vector(computed):
+            raise TypeError(f"computed tokens: expected a 1-d int64 array, got {type(computed).__name__}")
+        cdef Py_ssize_t j, n = len(reqs)
+        if len(computed) != n:
+            raise ValueError(f"computed tokens of {len(computed)} requests for {n}")
+        cdef const int64_t* c = int64_data(computed)
+        cdef int64_t r, one = 1 % bs
+        cdef Py_ssize_t due = 0, opens = 0
+        for j in range(n):
+            r = (c[j] + 1) % bs
+            if r == one:
+                opens += 1
+            if (r <= 1) if caching else (r == one):
+                due += 1
+        if due > self.num_free and opens > self.num_free:
+            return None
+        ctx = new_int64(n)
+        cdef int64_t* cx = int64_data(ctx)
+        for j in range(n):
+            cx[j] = c[j] + 1
+        if due:
+            self._replay_pass(reqs, computed, c, 0, bs, caching, extend, on_evict)
+        return ctx
 
     def replay_decode(self, list reqs, object c0, int first, int k, int bs, bint caching,
                       extend, on_evict) -> None:

@@ -210,6 +210,13 @@ class CompiledLRUPool:
             self.on_event(KVEvent("stored", tuple(stored), len(stored) * self.block_size))
         return n
 
+    def decode_pass(self, reqs: list, computed, caching: bool,
+                    extend: Callable[[object, int], list[int]]):
+        """The vLLM model's leading decodes' next pass, if its blocks fit (see
+        ``LRUCore.decode_pass``): their contexts, or None (nothing done).  No ``on_event`` sink."""
+        assert self.on_event is None, "the compiled replay publishes no KV events"
+        return self.core.decode_pass(reqs, computed, self.block_size, caching, extend, self.on_evict)
+
     def replay_decode(self, reqs: list, computed: Sequence[int], first: int, k: int, caching: bool,
                       extend: Callable[[object, int], list[int]]) -> None:
         """The vLLM model's decode block events (see ``LRUCore.replay_decode``); no ``on_event`` sink.
