@@ -119,19 +119,21 @@ def test_private_blocks_stay_out_of_the_map_until_a_preemption() -> None:
     reqs = private_tail_workload(rng, 40)
     opt = VLLMOptions(block_size=4, max_num_batched_tokens=256, max_num_seqs=16, max_model_len=300)
     engines = make_engines(opt, 4 * 120, shared_block_ids(source_of(reqs)))
-    smaller = []
+    smaller, preempted = [], []
+    deferring = engines[1][0]
 
     def state(eng: VLLMEngine) -> tuple:
         check_maps(engines)
-        smaller.append(len(engines[1][0].pool.cached_map()) < len(engines[0][0].pool.cached_map()))
+        smaller.append(len(deferring.pool.cached_map()) < len(engines[0][0].pool.cached_map()))
+        # A request back in the waiting queue was preempted: it registers every block from now on.
+        again = [vr for vr in deferring.waiting if vr.admitted_once]
+        assert all(vr.private_from == NO_PRIVATE_BLOCKS for vr in again)
+        preempted.extend(again)
         return engine_state(eng)
 
     drive_lockstep(engines, reqs, rng, plan_state, state)
     assert any(smaller)
-    eng = engines[1][0]
-    assert eng.retractions > 0
-    # Every request once preempted registers its blocks as they fill from then on.
-    assert all(vr.private_from == NO_PRIVATE_BLOCKS for vr in eng.waiting)
+    assert deferring.retractions > 0 and preempted
 
 
 def test_private_from_is_the_first_block_of_an_unshared_unit() -> None:
