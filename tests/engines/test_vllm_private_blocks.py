@@ -167,6 +167,7 @@ def _vllm_config(share: float) -> dict:
 def test_a_run_is_the_same_with_and_without_private_blocks(monkeypatch, share) -> None:
     """Whole runs (prefix groups, preemptions): every request's timeline is identical."""
     with_private = predict(_vllm_config(share))
+    assert all(w.engine._shared is not None for w in with_private.stats.workers)  # private blocks in use
     monkeypatch.setattr(api, "shared_block_ids", lambda source: None)  # the engines then register every block
     reference = predict(_vllm_config(share))
     assert reference.summary["retractions"]["total"] > 0
