@@ -79,8 +79,10 @@ cdef class VLLMEngine(Engine):
     cpdef bint has_work(self)
     cpdef list _chain(self, VReq vr, long long n_blocks)
 
-    @cython.locals(n_full=cython.longlong, start=cython.longlong)
+    @cython.locals(n_full=cython.longlong, stop=cython.longlong)
     cpdef _cache_blocks(self, VReq vr, long long upto)
+
+    cpdef _register(self, VReq vr, long long start, long long stop)
 
     @cython.locals(cap=cython.longlong)
     cpdef long long _lookup(self, VReq vr)

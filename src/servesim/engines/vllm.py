@@ -394,15 +394,18 @@ class VLLMEngine(Engine):
         n_full = min(upto, vr.num_tokens) // self.bs
         if n_full <= vr.n_cached:
             return
-        start = vr.n_cached
         stop = min(n_full, vr.private_from)  # private blocks are passed over (see above)
-        if start < stop:
-            ids = None
-            if self._belady:
-                ids = block_content_ids(sequence_units(vr.req, stop * self.bs), self.bs, stop,
-                                        unit_size=vr.req.block_size, start_block=start)
-            self.pool.chain_cache(vr.blocks, self._chain(vr, stop), vr.req.block_size, start, stop, ids)
+        if vr.n_cached < stop:
+            self._register(vr, vr.n_cached, stop)
         vr.n_cached = n_full
+
+    def _register(self, vr: VReq, start: int, stop: int) -> None:
+        """Register the request's blocks ``start..stop-1`` in the prefix cache."""
+        ids = None
+        if self._belady:
+            ids = block_content_ids(sequence_units(vr.req, stop * self.bs), self.bs, stop,
+                                    unit_size=vr.req.block_size, start_block=start)
+        self.pool.chain_cache(vr.blocks, self._chain(vr, stop), vr.req.block_size, start, stop, ids)
 
     def _lookup(self, vr: VReq) -> int:
         """Blocks of the request's sequence found in the prefix cache (capped at num_tokens - 1)."""
@@ -456,8 +459,7 @@ class VLLMEngine(Engine):
 
     def _preempt(self, vr: VReq) -> None:
         if vr.private_from < vr.n_cached:  # it may hit them when readmitted: registered now
-            start = vr.private_from
-            self.pool.chain_cache(vr.blocks, self._chain(vr, vr.n_cached), vr.req.block_size, start, vr.n_cached)
+            self._register(vr, vr.private_from, vr.n_cached)
         vr.private_from = NO_PRIVATE_BLOCKS
         self.pool.free_request(vr.blocks)
         vr.blocks = block_list()

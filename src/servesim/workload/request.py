@@ -111,39 +111,26 @@ def sequence_units(req: Request, n_tokens: int) -> list[tuple[int, int]]:
     of a conversation carries the previous answer.
     """
     bs = req.block_size
-    ids = req.hash_ids
-    out_ids = req.output_hash_ids
-    n_ids = len(ids)
     n_full, rem = divmod(n_tokens, bs)
     n_blocks = n_full + (1 if rem else 0)
-    units: list[tuple[int, int]] = []
-    for k in range(n_blocks):
-        if k < n_ids:
-            bid = ids[k]
-        elif k - n_ids < len(out_ids):
-            bid = out_ids[k - n_ids]
-        else:
-            bid = output_block_id(req.index, k - n_ids)
-        units.append((bid, bs if k < n_full else rem))
-    return units
+    return [(_block_id(req, k), bs if k < n_full else rem) for k in range(n_blocks)]
+
+
+def _block_id(req: Request, k: int) -> int:
+    """Block ``k``'s id in the request's sequence (the rule :func:`sequence_units` states)."""
+    n_ids = len(req.hash_ids)
+    if k < n_ids:
+        return req.hash_ids[k]
+    if k - n_ids < len(req.output_hash_ids):
+        return req.output_hash_ids[k - n_ids]
+    return output_block_id(req.index, k - n_ids)
 
 
 def sequence_block_ids(req: Request, first: int, stop: int) -> list[int]:
     """Ids of blocks ``first .. stop - 1`` of the request's block grid (the ids of
     :func:`sequence_units`), without building the units before ``first``: an engine that
     extends a unit chain reads only the blocks it has not chained yet."""
-    ids = req.hash_ids
-    out_ids = req.output_hash_ids
-    n_ids = len(ids)
-    out: list[int] = []
-    for k in range(max(first, 0), stop):
-        if k < n_ids:
-            out.append(ids[k])
-        elif k - n_ids < len(out_ids):
-            out.append(out_ids[k - n_ids])
-        else:
-            out.append(output_block_id(req.index, k - n_ids))
-    return out
+    return [_block_id(req, k) for k in range(max(first, 0), stop)]
 
 
 def sequence_segments(req: Request, start: int, stop: int) -> list[tuple[int, int, int]]:

@@ -43,9 +43,11 @@ def shared_block_ids(source: WorkloadSource) -> frozenset[int]:
     if lists:
         counts = Counter(chain.from_iterable(lists))
         shared = {bid for bid, n in counts.items() if n > 1 or bid <= OUTPUT_ID_BASE}
+        generated_range = any(bid <= OUTPUT_ID_BASE for bid in counts)
     else:
         uniq, counts = np.unique(np.frombuffer(ids, dtype=np.int64), return_counts=True)
         shared = set(uniq[(counts > 1) | (uniq <= OUTPUT_ID_BASE)].tolist())
-    if any(bid <= OUTPUT_ID_BASE for bid in shared):
+        generated_range = bool(uniq.size) and int(uniq[0]) <= OUTPUT_ID_BASE  # sorted: the least first
+    if generated_range:
         shared.add(OUTPUT_ID_BASE)
     return frozenset(shared)
