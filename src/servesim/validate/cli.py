@@ -28,6 +28,12 @@ def add_subcommands(sub) -> None:
                         "pip install 'servesim[aic]'; the calibration's frontend values still apply)")
     v.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
     v.add_argument("--quiet", "-q", action="store_true", help="no per-point progress")
+    v.add_argument("--cv", choices=("family", "gpu", "split", "all"),
+                   help="cross-validate the calibration procedure instead: hold out each model family (or GPU) "
+                        "in turn, refit on the rest from --sensitivities, score the held-out rows (split: fit on "
+                        "the fit rows, score the held-out ones; all: the three and the in-sample fit)")
+    v.add_argument("--sensitivities", help="with --cv: a sensitivities table (servesim calibrate --sensitivities, "
+                                           "or a folder of chunks from benchmarks/measure_sensitivities.py)")
     v.set_defaults(handler=cmd_validate)
 
     c = sub.add_parser("calibrate", help="fit step-time efficiencies and frontend parameters to measured points")
@@ -65,7 +71,54 @@ def _err(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def cmd_cross_validate(args: argparse.Namespace) -> int:
+    """``servesim validate --cv``: the leave-one-out figures from a sensitivities table."""
+    _require_scipy()
+    from servesim.validate.crossval import cross_validate, in_sample, read_tables
+    from servesim.validate.groupfit import fit_shipped as fit
+    from servesim.validate.points import load_points
+
+    if not args.sensitivities:
+        raise ConfigError("validate --cv refits the calibration from per-point sensitivities: give --sensitivities "
+                          "TABLE.csv (written by servesim calibrate --method sensitivity --sensitivities TABLE.csv)")
+    if args.split or args.sample:
+        raise ConfigError("validate --cv uses every row of --points (it holds folds out itself): drop --split/--sample")
+    points = load_points(args.points)
+    sens = read_tables(args.sensitivities, points)
+    log = (lambda m: None) if args.quiet else _err
+    kinds = ("family", "gpu", "split") if args.cv == "all" else (args.cv,)
+    for kind in kinds:
+        res = cross_validate(sens, kind, fit, say=log)
+        title = {"family": "leave one model family out", "gpu": "leave one GPU out",
+                 "split": "random split (fit rows → held-out rows)"}[kind]
+        print(f"\n{title} (surrogate; {res.score()['n']} held-out points)")
+        print(res.format(markdown=args.markdown))
+        if args.out:
+            _write_cv_rows(res, args.out if len(kinds) == 1 else f"{args.out}.{kind}.csv")
+    if args.cv == "all":
+        res = in_sample(sens, fit)
+        print(f"\nin sample (surrogate; {res.score()['n']} points)")
+        print(res.format(markdown=args.markdown))
+    return 0
+
+
+def _write_cv_rows(res, path: str) -> None:
+    import csv
+
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "held_out", "group", "measured_ttft_ms", "measured_tpot_ms", "ttft_ms", "tpot_ms",
+                    "ttft_err", "tpot_err"])
+        for r in res.rows:
+            w.writerow([r.id, r.fold, r.group, r.measured_ttft_ms, r.measured_tpot_ms, f"{r.ttft_ms:.6g}",
+                        f"{r.tpot_ms:.6g}", f"{r.ttft_err:.5f}", f"{r.tpot_err:.5f}"])
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
+    if args.cv:
+        return cmd_cross_validate(args)
+    if args.sensitivities:
+        raise ConfigError("validate --sensitivities only applies with --cv")
     from servesim.perf.calibration import load_calibration
     from servesim.validate.points import load_points
     from servesim.validate.run import format_report, validate_points, write_rows

@@ -277,3 +277,11 @@ def _store(cal: Calibration, key: str, gp: GroupParams, base: BaseParams, rms: f
     a, f = gp.overrides(base)
     cal.groups[key] = {"analytic": a, "frontend": f}
     cal.meta["fit"]["group_rms_error"][key] = round(rms, 4)
+
+
+def fit_shipped(sens: Sequence[PointSensitivity]) -> Calibration:
+    """The procedure the shipped calibration files are fitted with (``servesim calibrate
+    --method sensitivity`` defaults), as the cross-validation refits it."""
+    from servesim.validate.sensitivity import DEFAULT_BASE
+
+    return fit_hierarchy(sens, DEFAULT_BASE)

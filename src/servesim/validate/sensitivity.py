@@ -261,21 +261,47 @@ def _runs_for(point: Point, base: BaseParams, knobs: Sequence[str]) -> dict[str,
 def _slopes(runs: dict[str, tuple[float, float, float]], deltas: dict[str, float],
             knobs: Sequence[str]) -> tuple[dict[str, float], dict[str, float]]:
     """(TTFT, TPOT) slopes of ``knobs`` against the base run; a knob not run (inert) has slope 0."""
-    b = runs.get("base")
+    b = runs.get("ref", runs.get("base"))  # the reduced base when the knobs ran reduced
     ttft = {k: (runs[k][0] - b[0]) / deltas[k] if k in runs else 0.0 for k in knobs}
     tpot = {k: (runs[k][1] - b[1]) / deltas[k] if k in runs else 0.0 for k in knobs}
     return ttft, tpot
 
 
-def _run_one(args: tuple[Point, dict[str, tuple[dict, dict]]]) -> tuple[str, dict[str, tuple[float, float, float]]]:
-    point, variants = args
+#: Reduced runs for the knobs' slopes (``measure_sensitivities(..., reduced=True)``): this many
+#: measured requests and warm-up requests per unit of concurrency.
+REDUCED_PROMPTS_PER_SLOT = 3
+REDUCED_WARMUP_PER_SLOT = 1
+
+
+def reduced_counts(point: Point) -> tuple[int, int] | None:
+    """(num_prompts, warmup) of a point's reduced slope runs; None where they would not be smaller."""
+    wl = (point.config or {}).get("workload") or {}
+    conc = int(wl.get("concurrency") or 1)
+    n, w = int(wl.get("num_prompts") or 0), int(wl.get("warmup") or 0)
+    rn, rw = min(n, REDUCED_PROMPTS_PER_SLOT * conc), min(w, REDUCED_WARMUP_PER_SLOT * conc)
+    return None if (rn, rw) == (n, w) else (rn, rw)
+
+
+def _run_one(args: tuple) -> tuple[str, dict[str, tuple[float, float, float]]]:
+    """Run a point's variants.  With a third element ``reduced`` (num_prompts, warmup), the base
+    runs at full counts (its values are the point's prediction) and again at the reduced counts
+    as ``ref``; every knob's variant runs at the reduced counts and its slope is taken against
+    ``ref`` (:func:`_slopes`): a difference of two runs of the same length."""
+    point, variants = args[0], args[1]
+    reduced = args[2] if len(args) > 2 else None
     check_point(point)
     if point.status != "ok":
         return point.status, {}
+    jobs = [(name, a, f, None) for name, (a, f) in variants.items()]
+    if reduced is not None:
+        jobs = [(n, a, f, None if n == "base" else reduced) for n, a, f, _ in jobs]
+        a, f = variants["base"]
+        jobs.insert(1, ("ref", a, f, reduced))
     out: dict[str, tuple[float, float, float]] = {}
-    for name, (analytic, frontend) in variants.items():
+    for name, analytic, frontend, counts in jobs:
         try:
-            res = simulate_point(point.config, analytic, frontend)
+            res = (simulate_point(point.config, analytic, frontend) if counts is None
+                   else simulate_point(point.config, analytic, frontend, *counts))
         except ServesimError as e:
             return f"error: {' '.join(str(e).split())}", {}
         if not res.completed:
@@ -305,14 +331,19 @@ def _run_jobs(jobs: list, processes: int, progress: Callable[[int, int], None] |
 
 def measure_sensitivities(points: Sequence[Point], base: BaseParams | Callable[[Point], BaseParams],
                           processes: int = 1,
-                          progress: Callable[[int, int], None] | None = None) -> list[PointSensitivity]:
+                          progress: Callable[[int, int], None] | None = None,
+                          reduced: bool = False) -> list[PointSensitivity]:
     """Simulate every point at its base and at each knob's variant (full prompt counts).
 
     ``base``: one parameter set for all points, or a function giving each point its own
-    (:meth:`BaseParams.for_point`, a second round around a previous fit).
+    (:meth:`BaseParams.for_point`, a second round around a previous fit).  ``reduced``: the
+    knobs' variants run at :func:`reduced_counts` against a reduced base run of their own (the
+    base prediction stays at full counts): about half the simulation for nearly the same slopes
+    (benchmarks/calibration_loo.py compares them).
     """
     bases = [base(p) if callable(base) else base for p in points]
-    results = _run_jobs([(p, _runs_for(p, b, KNOBS)) for p, b in zip(points, bases)], processes, progress)
+    results = _run_jobs([(p, _runs_for(p, b, KNOBS), *((reduced_counts(p),) if reduced else ()))
+                         for p, b in zip(points, bases)], processes, progress)
     out = []
     for p, b, (status, runs) in zip(points, bases, results):
         s = PointSensitivity(p, status, base=b, layers=model_layers(p))

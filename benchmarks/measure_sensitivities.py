@@ -1,0 +1,81 @@
+"""Measure a sensitivities table of calibration.csv in stratified, resumable chunks.
+
+``servesim calibrate --method sensitivity --sensitivities FILE`` measures every point in one go
+and writes the table at the end.  On a few busy cores that is an hour of simulation with nothing
+usable before it ends.  This script measures the same table (same columns, readable by
+``servesim calibrate --sensitivities`` and ``servesim validate --cv``) in chunks written as they
+finish, in an order that covers every ``<gpu>/<engine>/<model>@<precision>`` group early (one
+point of each group, then a second of each, ...), so a table cut short is still a fair sample
+of every group.  ``--reduced`` runs the knobs' variants at reduced prompt counts
+(:func:`servesim.validate.sensitivity.reduced_counts`) against a reduced base of their own;
+the base prediction stays at full counts.
+
+    python benchmarks/measure_sensitivities.py --points ../shared/data/measured/calibration.csv \\
+        --base-calibration default --out-dir sens/ --processes 2 --reduced
+    # then: cat the chunks into one table (one header), or pass the folder to --sensitivities
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from servesim.perf.calibration import load_calibration, precision_key
+from servesim.validate.points import Point, load_points
+from servesim.validate.sensitivity import (DEFAULT_BASE, BaseParams, measure_sensitivities,
+                                           write_sensitivities)
+
+
+def stratified_order(points: list[Point]) -> list[Point]:
+    """Points interleaved across model groups: the first of every group, then the second, ...
+    (within a group, in an order fixed by a hash of the id)."""
+    groups: dict[str, list[Point]] = defaultdict(list)
+    for p in points:
+        groups[f"{p.group}/{p.model}@{precision_key(p.precision)}"].append(p)
+    for pts in groups.values():
+        pts.sort(key=lambda p: hashlib.sha256(p.id.encode()).hexdigest())
+    out: list[Point] = []
+    depth = max(map(len, groups.values()), default=0)
+    for i in range(depth):
+        out.extend(pts[i] for _, pts in sorted(groups.items()) if i < len(pts))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", required=True)
+    ap.add_argument("--split", choices=("fit", "holdout"))
+    ap.add_argument("--base-calibration", help="simulate each point around the values this calibration gives it")
+    ap.add_argument("--out-dir", required=True)
+    ap.add_argument("--chunk", type=int, default=60, help="points per chunk file (default 60)")
+    ap.add_argument("--processes", type=int, default=1)
+    ap.add_argument("--reduced", action="store_true", help="knob variants at reduced prompt counts")
+    args = ap.parse_args()
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    points = stratified_order([p for p in load_points(args.points, split=args.split)])
+    if args.base_calibration:
+        cal = load_calibration(args.base_calibration)
+
+        def base(p: Point) -> BaseParams:
+            return BaseParams.for_point(cal, p)
+    else:
+        base = DEFAULT_BASE
+    t0 = time.perf_counter()
+    for k in range(0, len(points), args.chunk):
+        path = out / f"chunk{k // args.chunk:03d}.csv"
+        if path.exists():
+            continue
+        chunk = points[k:k + args.chunk]
+        sens = measure_sensitivities(chunk, base, processes=args.processes, reduced=args.reduced)
+        write_sensitivities(sens, path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").rename(path)
+        print(f"{path}: {min(k + args.chunk, len(points))}/{len(points)} points ({time.perf_counter() - t0:.0f} s)",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""Cross-validation of a calibration procedure on measured points: the honest accuracy figure.
+
+A random split (``servesim validate --split holdout``) scores rows whose model and GPU the fit
+saw on other rows of the same campaign; it hides how a prediction does on a deployment nobody
+measured.  Here every *model family* (or every *GPU*) is held out in turn: the calibration is
+refitted on the other rows and the held-out rows are scored with what the refit gives them
+(for a held-out GPU, whatever it inherits; for a held-out family, its GPU/engine values).
+
+Refitting needs no simulation: each point's mean TTFT and TPOT are modelled as linear in the
+fitted parameters around the values its table was measured at (the per-point sensitivities of
+:mod:`servesim.validate.sensitivity`), so one refit takes seconds.  ``benchmarks/calibration_loo.py``
+checks that surrogate against real simulations on a sample of held-out rows.
+
+    servesim validate --points calibration.csv --cv family --sensitivities TABLE.csv
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from servesim.perf.calibration import Calibration
+from servesim.validate.sensitivity import DEFAULT_BASE, PointSensitivity
+
+#: Model families: a held-out family leaves out every checkpoint and size of one lineage (the
+#: DeepSeek-V3 architecture's R1, R1-0528, V3.1 and NVFP4 checkpoints together; Llama-3.1 8B and
+#: 70B together; Qwen3 dense and MoE together), so no sibling of the held-out model stays in the fit.
+FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("DeepSeek-V3", r"deepseek"),
+    ("Kimi-K2", r"kimi-k2"),
+    ("Llama-3", r"llama-3"),
+    ("Qwen3", r"qwen3"),
+    ("gpt-oss", r"gpt-oss"),
+    ("MiniMax-M2", r"minimax-m2"),
+    ("GLM", r"glm-"),
+)
+
+#: What can be held out in turn.
+CV_KINDS = ("family", "gpu", "split")
+
+
+def model_family(model: str) -> str:
+    """The family of a Hugging Face model id (:data:`FAMILY_PATTERNS`; else the name before its
+    first size or version suffix)."""
+    low = model.lower()
+    for family, pattern in FAMILY_PATTERNS:
+        if re.search(pattern, low):
+            return family
+    base = model.rsplit("/", 1)[-1]
+    return re.split(r"-(?=\d)", base, maxsplit=1)[0]
+
+
+def fold_of(s: PointSensitivity, kind: str) -> str:
+    """The fold a point belongs to when ``kind`` is held out."""
+    if kind == "family":
+        return model_family(s.point.model)
+    if kind == "gpu":
+        return s.point.gpu
+    if kind == "split":
+        from servesim.validate.points import in_fit_part
+
+        return "fit" if in_fit_part(s.point.id) else "holdout"
+    raise ValueError(f"cross-validation: unknown kind {kind!r}; expected one of {', '.join(CV_KINDS)}")
+
+
+@dataclass
+class HeldOut:
+    """One held-out point's surrogate prediction and measurement."""
+
+    id: str
+    fold: str
+    group: str  # <gpu>/<backend>/<model>@<precision>
+    measured_ttft_ms: float
+    measured_tpot_ms: float
+    ttft_ms: float
+    tpot_ms: float
+
+    @property
+    def ttft_err(self) -> float:
+        return (self.ttft_ms - self.measured_ttft_ms) / self.measured_ttft_ms
+
+    @property
+    def tpot_err(self) -> float:
+        return (self.tpot_ms - self.measured_tpot_ms) / self.measured_tpot_ms
+
+
+@dataclass
+class CVResult:
+    kind: str
+    rows: list[HeldOut] = field(default_factory=list)
+
+    def score(self, rows: Sequence[HeldOut] | None = None) -> dict[str, float]:
+        """MAPE, share within 20% and mean signed error of TTFT and TPOT over ``rows`` (all)."""
+        rows = self.rows if rows is None else rows
+        t = np.array([r.ttft_err for r in rows])
+        p = np.array([r.tpot_err for r in rows])
+        if not len(rows):
+            return {"n": 0}
+        return {"n": len(rows), "ttft_mape": float(np.mean(np.abs(t))), "ttft_within_20": float(np.mean(np.abs(t) <= 0.2)),
+                "ttft_bias": float(np.mean(t)), "tpot_mape": float(np.mean(np.abs(p))),
+                "tpot_within_20": float(np.mean(np.abs(p) <= 0.2)), "tpot_bias": float(np.mean(p))}
+
+    def by_fold(self) -> dict[str, dict[str, float]]:
+        groups: dict[str, list[HeldOut]] = defaultdict(list)
+        for r in self.rows:
+            groups[r.fold].append(r)
+        return {k: self.score(v) for k, v in sorted(groups.items())}
+
+    def format(self, markdown: bool = False) -> str:
+        head = ["held out", "n", "TTFT MAPE", "TTFT ≤20%", "TTFT bias", "TPOT MAPE", "TPOT ≤20%", "TPOT bias"]
+        lines = [(k, s) for k, s in self.by_fold().items()] + [("all (point-weighted)", self.score())]
+
+        def cells(name: str, s: dict) -> list[str]:
+            return [name, str(s["n"]), f"{s['ttft_mape']:.1%}", f"{s['ttft_within_20']:.0%}", f"{s['ttft_bias']:+.1%}",
+                    f"{s['tpot_mape']:.1%}", f"{s['tpot_within_20']:.0%}", f"{s['tpot_bias']:+.1%}"]
+
+        table = [head] + [cells(k, s) for k, s in lines]
+        if markdown:
+            out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            out += ["| " + " | ".join(r) + " |" for r in table[1:]]
+            return "\n".join(out)
+        widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+        return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                         for r in table)
+
+
+def surrogate_prediction(cal: Calibration, s: PointSensitivity) -> tuple[float, float]:
+    """(TTFT, TPOT) in ms the surrogate gives a point under the values ``cal`` resolves for it."""
+    a, f = s.point.calibration_values(cal)
+    return s.predict_resolved(a, f, DEFAULT_BASE)
+
+
+def cross_validate(sens: Sequence[PointSensitivity], kind: str,
+                   fit: Callable[[list[PointSensitivity]], Calibration],
+                   predict: Callable[[Calibration, PointSensitivity], tuple[float, float]] = surrogate_prediction,
+                   say: Callable[[str], None] = lambda m: None) -> CVResult:
+    """Hold out each fold of ``kind`` in turn, ``fit`` the rest, score the fold with ``predict``.
+
+    ``kind`` ``split`` fits the fit part (:func:`servesim.validate.points.in_fit_part`) and
+    scores the held-out part only: the random split's figure, on the same surrogate.
+    """
+    ok = [s for s in sens if s.status == "ok" and math.isfinite(s.ttft_base) and math.isfinite(s.tpot_base)]
+    folds: dict[str, list[PointSensitivity]] = defaultdict(list)
+    for s in ok:
+        folds[fold_of(s, kind)].append(s)
+    held = ["holdout"] if kind == "split" else sorted(folds)
+    result = CVResult(kind)
+    for name in held:
+        train = [s for k, v in folds.items() if k != name for s in v]
+        cal = fit(train)
+        for s in folds[name]:
+            ttft, tpot = predict(cal, s)
+            p = s.point
+            result.rows.append(HeldOut(p.id, name, f"{p.group}/{p.model}@{p.precision}", p.measured_ttft_ms,
+                                       p.measured_tpot_ms, ttft, tpot))
+        sc = result.score([r for r in result.rows if r.fold == name])
+        say(f"{kind} {name}: {len(train)} points fitted, {len(folds[name])} held out: "
+            f"TTFT {sc['ttft_mape']:.1%}, TPOT {sc['tpot_mape']:.1%}")
+    return result
+
+
+def in_sample(sens: Sequence[PointSensitivity], fit: Callable[[list[PointSensitivity]], Calibration],
+              predict: Callable[[Calibration, PointSensitivity], tuple[float, float]] = surrogate_prediction) -> CVResult:
+    """Every point scored by a fit on all points (the in-sample figure, same surrogate)."""
+    ok = [s for s in sens if s.status == "ok" and math.isfinite(s.ttft_base) and math.isfinite(s.tpot_base)]
+    cal = fit(ok)
+    result = CVResult("in-sample")
+    for s in ok:
+        ttft, tpot = predict(cal, s)
+        p = s.point
+        result.rows.append(HeldOut(p.id, "all", f"{p.group}/{p.model}@{p.precision}", p.measured_ttft_ms,
+                                   p.measured_tpot_ms, ttft, tpot))
+    return result
+
+
+
+def read_tables(path: str, points) -> list[PointSensitivity]:
+    """Sensitivities from one table or a folder of tables (``chunk*.csv`` of
+    benchmarks/measure_sensitivities.py); a point found in none keeps its "not in" status."""
+    from pathlib import Path
+
+    from servesim.validate.sensitivity import read_sensitivities
+
+    p = Path(path)
+    files = sorted(p.glob("*.csv")) if p.is_dir() else [p]
+    merged: dict[str, PointSensitivity] = {}
+    for f in files:
+        for s in read_sensitivities(f, points):
+            if s.point.id not in merged or (s.status == "ok" and merged[s.point.id].status != "ok"):
+                merged[s.point.id] = s
+    return [merged[p.id] for p in points if p.id in merged]
