@@ -136,6 +136,8 @@ def summarize(rec: RequestRecorder, total_gpus: int) -> dict:
     retr = rec.column("retractions")[measured]
     reasons = Counter(rec.reason[i] for i in np.flatnonzero(status == Status.REJECTED))
     unfinished_reasons = Counter(rec.reason[i] for i in np.flatnonzero(status == Status.UNFINISHED))
+    # completed, but with fewer tokens than asked (an output cut at the context length): counted
+    cut = (status == Status.COMPLETED) & (rec.column("generated") < rec.column("output_length"))
     counts = {
         "total": int(rec.size),
         "warmup": int(warm.sum()),
@@ -145,6 +147,7 @@ def summarize(rec: RequestRecorder, total_gpus: int) -> dict:
         "rejected_by_reason": dict(sorted(reasons.items())),
         "unfinished": int((status == Status.UNFINISHED).sum()),
         "unfinished_by_reason": dict(sorted(unfinished_reasons.items())),
+        "output_cut_at_context": int(cut.sum()),
     }
     accounted = counts["completed"] + counts["rejected"] + counts["unfinished"]
     if accounted != counts["total"]:

@@ -1,9 +1,12 @@
-"""Output files: prediction.json, requests.parquet, timeseries.parquet."""
+"""Output files: prediction.json, requests.parquet, timeseries.parquet, written as one set."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -104,3 +107,128 @@ def _json_default(o):
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+# ---------------------------------------------------------------------------------------
+# The output set: every file of a run appears at once, or none does.
+# ---------------------------------------------------------------------------------------
+
+#: Names a run writes into its folder (figures with --plot).  A folder holding only these
+#: (or nothing) is replaced whole; see :class:`OutputSet`.
+OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet", "kv_events.jsonl",
+                "latency.png", "timeline.png")
+_TMP_TAG = ".servesim-tmp-"
+_OLD_TAG = ".servesim-old-"
+
+
+class OutputSet:
+    """A run's output folder, written in a temporary folder beside it and moved into place
+    only when every file is complete (:meth:`commit`).
+
+    Until the commit the target keeps the previous run's files, untouched; an exception,
+    Ctrl-C or SIGKILL before it leaves them so (the temporary folder is removed on the way
+    out, or, after SIGKILL, by the next run into the same target).  The commit exchanges the
+    two folders in one ``renameat2(RENAME_EXCHANGE)`` call where Linux offers it, else with two
+    renames a few microseconds apart.  A target that holds files of its own (anything but
+    :data:`OUTPUT_FILES`) is never replaced: the new files are moved in one by one, the
+    previous ``prediction.json`` removed first and the new one moved last, so that at no
+    moment does the folder hold a ``prediction.json`` of one run beside files of another.
+    """
+
+    def __init__(self, target: str | Path) -> None:
+        self.target = Path(target)
+        self.tmp: Path | None = None
+        self.committed = False
+
+    def __enter__(self) -> "OutputSet":
+        parent = self.target.absolute().parent
+        parent.mkdir(parents=True, exist_ok=True)
+        _remove_leftovers(parent, self.target.name)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}{_TMP_TAG}{os.getpid()}-", dir=parent))
+        mask = os.umask(0)
+        os.umask(mask)
+        self.tmp.chmod(0o777 & ~mask)  # as a plain mkdir would (mkdtemp makes it private)
+        return self
+
+    @property
+    def path(self) -> Path:
+        """The temporary folder to write into."""
+        assert self.tmp is not None, "use OutputSet in a with block"
+        return self.tmp
+
+    def commit(self) -> Path:
+        """Put the complete set in place of the target; returns the target."""
+        tmp, target = self.path, self.target
+        if target.exists() and not target.is_dir():
+            raise OSError(f"{target} is a file, expected a folder for the output files")
+        if not target.exists():
+            os.rename(tmp, target)
+        elif _only_outputs(target):
+            old = target.with_name(f".{target.name}{_OLD_TAG}{os.getpid()}")
+            if _exchange(tmp, target):
+                os.rename(tmp, old)  # tmp now holds the previous files
+            else:
+                os.rename(target, old)
+                os.rename(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            self._merge_into(target)
+        self.committed = True
+        return target
+
+    def _merge_into(self, target: Path) -> None:
+        tmp = self.path
+        (target / "prediction.json").unlink(missing_ok=True)
+        new = sorted(p.name for p in tmp.iterdir())
+        for name in OUTPUT_FILES:  # stale files of an earlier run that this one does not write
+            if name not in new:
+                (target / name).unlink(missing_ok=True)
+        for name in sorted(new, key=lambda n: n == "prediction.json"):
+            os.replace(tmp / name, target / name)
+        tmp.rmdir()
+
+    def __exit__(self, *exc) -> None:
+        if self.tmp is not None and self.tmp.exists():
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _only_outputs(folder: Path) -> bool:
+    """Whether ``folder`` holds nothing but servesim output files (so it may be replaced)."""
+    return all(p.name in OUTPUT_FILES and p.is_file() for p in folder.iterdir())
+
+
+def _remove_leftovers(parent: Path, name: str) -> None:
+    """Temporary folders of earlier runs into ``name`` whose process is gone (killed)."""
+    for p in parent.glob(f".{name}.servesim-*"):
+        tag = _TMP_TAG if _TMP_TAG in p.name else _OLD_TAG
+        pid = p.name.split(tag, 1)[-1].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2``); False where unavailable."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    rc = fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    return rc == 0
