@@ -80,15 +80,17 @@ def _model_at(loc: tuple) -> type[BaseModel] | None:
     return models[0] if len(models) == 1 else None
 
 
-def _user_path(loc: tuple, data: Any) -> tuple:
+def _user_path(loc: tuple, data: Any, names_key: bool = True) -> tuple:
     """``loc`` as the keys the user wrote: pydantic inserts the tag of a discriminated union
-    (``deployment.engine.sglang.x``) and validator names, which are no keys of the YAML."""
+    (``deployment.engine.sglang.x``) and validator names, which are no keys of the YAML.
+    ``names_key``: the error is about the last segment as a key (missing or unknown), so it
+    belongs to the path although the mapping lacks it."""
     out = []
     node = data
     for i, seg in enumerate(loc):
         last = i == len(loc) - 1
         if isinstance(node, dict):
-            if seg in node or last:
+            if seg in node or (last and names_key):
                 out.append(seg)
                 node = node.get(seg)
             continue  # a union tag or validator name: not in the user's mapping
@@ -106,7 +108,7 @@ def _user_path(loc: tuple, data: Any) -> tuple:
 def _describe(e: dict, loc: tuple, data: Any) -> tuple[tuple, str]:
     """(path as written, message) for one pydantic error, in the user's words."""
     kind = e["type"]
-    path = _user_path(loc, data)
+    path = _user_path(loc, data, kind in ("missing", "extra_forbidden"))
     got = "" if kind == "missing" else f" (got {_show(e.get('input'))})"
     if kind == "extra_forbidden":
         model = _model_at(loc[:-1])
@@ -119,9 +121,8 @@ def _describe(e: dict, loc: tuple, data: Any) -> tuple[tuple, str]:
         ctx = e.get("ctx") or {}
         field = str(ctx.get("discriminator", "")).strip("'")
         tag_path = path + (field,) if isinstance(_node(data, path), dict) else path
-        model = _model_at(loc[:-1]) if loc else None
         tags = _quoted(ctx.get("expected_tags", ""))
-        if not tags and model is None:  # union_tag_not_found has no list: read it from the schema
+        if not tags:  # union_tag_not_found has no list: read it from the schema
             tags = _union_tags(loc)
         what = {"name": "engine", "kind": "workload kind", "model": "perf model", "dist": "distribution",
                 "process": "arrival process"}.get(field, field)
@@ -168,7 +169,7 @@ def format_validation_error(err: ValidationError, source: str, data: Any = None,
     for e in err.errors():
         path, msg = _describe(e, tuple(e["loc"]), data if data is not None else {})
         key = ".".join(str(p) for p in path) or "<root>"
-        line = _line_of(path, lines)
+        line = _line_of(path, lines, e["type"] in ("missing", "union_tag_not_found"))
         text = f"  {key}: {msg}" + (f" [line {line}]" if line else "")
         if text not in seen:
             seen.add(text)
@@ -176,11 +177,11 @@ def format_validation_error(err: ValidationError, source: str, data: Any = None,
     return "\n".join(out)
 
 
-def _line_of(path: tuple, lines: dict[tuple, int] | None) -> int | None:
+def _line_of(path: tuple, lines: dict[tuple, int] | None, missing: bool) -> int | None:
     """Line of the key at ``path``, or of the section holding it (a missing key)."""
     if not lines:
         return None
-    return lines.get(path) or lines.get(path[:-1])  # the key, or the section it is missing from
+    return lines.get(path) or (lines.get(path[:-1]) if missing else None)  # a missing key: its section
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
