@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -157,7 +160,13 @@ class OutputSet:
         return self.tmp
 
     def commit(self) -> Path:
-        """Put the complete set in place of the target; returns the target."""
+        """Put the complete set in place of the target; returns the target.  Ctrl-C during
+        the commit takes effect once it is done (the swap and its clean-up are not split)."""
+        with _sigint_deferred():
+            self._commit()
+        return self.target
+
+    def _commit(self) -> None:
         tmp, target = self.path, self.target
         if target.exists() and not target.is_dir():
             raise OSError(f"{target} is a file, expected a folder for the output files")
@@ -174,7 +183,6 @@ class OutputSet:
         else:
             self._merge_into(target)
         self.committed = True
-        return target
 
     def _merge_into(self, target: Path) -> None:
         tmp = self.path
@@ -190,6 +198,22 @@ class OutputSet:
     def __exit__(self, *exc) -> None:
         if self.tmp is not None and self.tmp.exists():
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold a SIGINT that arrives inside the block and raise it (KeyboardInterrupt) after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 def _only_outputs(folder: Path) -> bool:
