@@ -31,22 +31,24 @@ ROW_GROUP = 1 << 16
 def request_table(rec: RequestRecorder, start: int = 0, stop: int | None = None,
                   lat: dict[str, np.ndarray] | None = None) -> pa.Table:
     """Requests ``start:stop`` (default all), one row each; times in seconds of virtual time
-    (see docs/outputs.md).  ``lat``: :func:`request_latencies` of ``rec``, when the caller
-    builds several slices."""
+    (see docs/outputs.md).  ``lat``: :func:`request_latencies` of the same rows, when the
+    caller has them."""
     stop = rec.size if stop is None else min(stop, rec.size)
     rows = slice(start, stop)
 
     def c(name: str) -> np.ndarray:
-        return rec.column(name)[rows]
+        return rec.column(name, start, stop)
 
     if lat is None:
-        lat = request_latencies(rec)
+        lat = request_latencies(rec, start, stop)
+    status = c("status")
+    names = np.array([STATUS_NAMES.get(i, "") for i in range(max(STATUS_NAMES) + 1)], dtype=object)
     cols = {
-        "request_id": string_array(rec.request_id[rows]),
-        "session_id": string_array(rec.session_id[rows]),
+        "request_id": rec.request_id.arrow(start, stop),
+        "session_id": rec.session_id.arrow(start, stop),
         "turn": c("turn"),
         "worker": c("worker"),
-        "warmup": np.asarray(rec.warmup[rows], dtype=bool),
+        "warmup": np.asarray(rec.is_warmup[rows], dtype=bool),
         "arrival_s": c("arrival"),
         "first_scheduled_s": c("first_scheduled"),
         "first_token_s": c("first_token"),
@@ -58,15 +60,15 @@ def request_table(rec: RequestRecorder, start: int = 0, stop: int | None = None,
         "generated_tokens": c("generated"),
         "cached_tokens": c("cached_tokens"),
         "host_cached_tokens": c("host_cached_tokens"),
-        "ttft_s": lat["ttft"][rows],
-        "ttst_s": lat["ttst"][rows],
-        "tpot_s": lat["tpot"][rows],
-        "mean_itl_s": lat["mean_itl"][rows],
-        "e2e_s": lat["e2e"][rows],
-        "queue_s": lat["queue"][rows],
+        "ttft_s": lat["ttft"],
+        "ttst_s": lat["ttst"],
+        "tpot_s": lat["tpot"],
+        "mean_itl_s": lat["mean_itl"],
+        "e2e_s": lat["e2e"],
+        "queue_s": lat["queue"],
         "retractions": c("retractions"),
-        "status": string_array([STATUS_NAMES[int(s)] for s in c("status")]),
-        "reason": string_array(rec.reason[rows]),
+        "status": string_array(names[status].tolist()),
+        "reason": rec.reason.arrow(start, stop),
     }
     for name, col in rec.extra_columns.items():
         cols[name] = col.data[: rec.size][rows]
@@ -74,20 +76,22 @@ def request_table(rec: RequestRecorder, start: int = 0, stop: int | None = None,
 
 
 def write_requests(rec: RequestRecorder, path: Path, row_group: int = ROW_GROUP) -> None:
-    """requests.parquet, written ``row_group`` requests at a time.
+    """requests.parquet, written ``row_group`` requests at a time (a slice's latencies are
+    computed with it, and a spilled recorder's pages dropped after it: memory stays bounded
+    by a row group, not by the run).
 
     The file appears under its name only once complete: a failure half way (the writer
     would still close the file with a valid footer) leaves no short file behind.
     """
-    lat = request_latencies(rec)
     part = path.with_name(path.name + ".part")
     try:
-        first = request_table(rec, 0, row_group, lat)
+        first = request_table(rec, 0, row_group)
         with pq.ParquetWriter(part, first.schema, compression="zstd", write_statistics=True) as writer:
             writer.write_table(first)
             del first
             for start in range(row_group, rec.size, row_group):
-                writer.write_table(request_table(rec, start, start + row_group, lat))
+                writer.write_table(request_table(rec, start, start + row_group))
+                rec.release(start + row_group)
         os.replace(part, path)
     finally:
         part.unlink(missing_ok=True)
