@@ -21,6 +21,8 @@ from servesim.kvcache.policies import NextUseOracle
 from servesim.metrics.recorder import RequestRecorder
 from servesim.metrics.summary import fleet_summary, summarize, worker_breakdown
 from servesim.metrics.timeseries import TimeSeries
+from servesim.metrics.warnings import input_warnings
+from servesim.errors import WorkloadError
 from servesim.report.kv_events import KVEventLog
 from servesim.sim.simulation import RunStats, Simulation
 from servesim.workload.sharing import shared_block_ids
@@ -61,8 +63,10 @@ class Prediction:
         return head
 
     def to_json(self) -> dict:
-        """prediction.json's content: summary, resolved config and versions."""
+        """prediction.json's content: summary, resolved config and versions.  ``complete``:
+        the file belongs to a finished run whose every output file was written with it."""
         return {
+            "complete": True,
             "summary": self.summary,
             "deployment_resolved": self.deployment.describe(),
             "workload": self.workload,
@@ -74,23 +78,33 @@ class Prediction:
             },
         }
 
-    def write(self, out_dir: str | Path | None = None) -> Path:
-        """Write prediction.json, requests.parquet and timeseries.parquet; returns the folder."""
-        from servesim.report.files import write_json, write_parquet, write_requests
+    def write(self, out_dir: str | Path | None = None,
+              also: Callable[[Path], object] | None = None) -> Path:
+        """Write prediction.json, requests.parquet and timeseries.parquet as one set; returns the folder.
+
+        The files are written into a temporary folder beside ``out_dir`` and moved into place
+        together once complete (:class:`~servesim.report.files.OutputSet`): an error or an
+        interrupt on the way leaves the folder's previous contents untouched.  ``also(folder)``
+        writes more files into the set before it is moved (the CLI's figures).
+        """
+        from servesim.report.files import OutputSet, write_json, write_parquet, write_requests
 
         cfg = self.config.output
         out = Path(out_dir if out_dir is not None else cfg.dir or "servesim-out")
-        out.mkdir(parents=True, exist_ok=True)
-        write_json(self.to_json(), out / "prediction.json")
-        if cfg.requests:
-            write_requests(self.recorder, out / "requests.parquet")
-        if cfg.timeseries and self.timeseries is not None:
-            from servesim.report.arrow import table
+        with OutputSet(out) as outputs:
+            tmp = outputs.path
+            if cfg.requests:
+                write_requests(self.recorder, tmp / "requests.parquet")
+            if cfg.timeseries and self.timeseries is not None:
+                from servesim.report.arrow import table
 
-            write_parquet(table(self.timeseries.columns()), out / "timeseries.parquet")
-        if self.stats.kv_events is not None:
-            self.stats.kv_events.write(out / "kv_events.jsonl")
-        return out
+                write_parquet(table(self.timeseries.columns()), tmp / "timeseries.parquet")
+            if self.stats.kv_events is not None:
+                self.stats.kv_events.write(tmp / "kv_events.jsonl")
+            write_json(self.to_json(), tmp / "prediction.json")  # last: it vouches for the rest
+            if also is not None:
+                also(tmp)
+            return outputs.commit()
 
 
 def next_use_oracle(source: WorkloadSource) -> NextUseOracle:
@@ -161,6 +175,20 @@ def _uses_belady(cfg: Config) -> bool:
     return any(e.eviction_policy == "belady" for e in engines)
 
 
+def _deployment_notes(cfg: Config, deployment: Deployment) -> list[str]:
+    """Accepted but noteworthy layouts (config/limits.py), for the summary's warnings."""
+    from servesim.config.limits import deployment_warnings
+
+    dep = cfg.deployment
+    if dep.disaggregation is None:
+        return deployment_warnings(dep, deployment.arch, deployment.gpu)
+    notes = []
+    for role in ("prefill", "decode"):
+        pool = getattr(deployment, role)
+        notes += [f"{role} pool: {n}" for n in deployment_warnings(pool.cfg, pool.arch, pool.gpu)]
+    return notes
+
+
 def predict(config: Config | dict | str | Path | None = None, overrides: list[str] | None = None,
             progress: Callable[[int, float], None] | None = None) -> Prediction:
     """Simulate a deployment under a workload.
@@ -174,6 +202,9 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
     oracle = next_use_oracle(source) if _uses_belady(cfg) else None
     deployment = build_deployment(cfg, oracle)
     recorder, ts, stats = run_simulation(cfg, source, deployment, progress)
+    if recorder.size == 0:
+        raise WorkloadError(f"the workload has no requests ({source.description}): an empty trace, or a "
+                            "window (start_ms/end_ms) that selects none; a run needs at least one request")
     summary = summarize(recorder, deployment.total_gpus)
     summary["workers"] = worker_breakdown(recorder, stats.workers, stats.sim_end)
     summary["fleet"] = fleet_summary(stats.workers, stats.sim_end)
@@ -183,6 +214,8 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
         "late_session_turns": stats.late_session_turns,
         "mode": cfg.simulation.mode,
     }
+    summary["workload"] = dict(source.counts)
+    summary["warnings"] = input_warnings(summary, source.counts, _deployment_notes(cfg, deployment))
     host = {"wall_s": time.perf_counter() - t0, "loop_wall_s": stats.wall_seconds}
     return Prediction(config=cfg, summary=summary, recorder=recorder, timeseries=ts, stats=stats,
                       deployment=deployment, workload=source.description, host=host)

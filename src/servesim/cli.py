@@ -98,21 +98,23 @@ def _stderr_console():
     return Console(stderr=True)
 
 
-#: What a run writes (figures only with --plot); all are removed before a run into the folder.
+#: What a run writes (figures only with --plot).
 OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet", "kv_events.jsonl") + RUN_FIGURES
 
 
 def _prepare_output_dir(out_dir: Path, source: str) -> None:
-    """Create the output folder before the run (a run is not wasted on a folder that cannot
-    be written) and remove an earlier run's files, which must not pass for this one's."""
+    """Check before the run that the output folder can be written (a run is not wasted on one
+    that cannot).  Nothing in it is touched: the run's files replace the previous ones as a
+    set once all are written (servesim.report.files.OutputSet)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"{source}: {out_dir} is a file, expected a folder for the output files")
+    parent = out_dir.absolute().parent
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for name in OUTPUT_FILES:
-            (out_dir / name).unlink(missing_ok=True)
+        parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"{source}: cannot write the output folder {out_dir} ({exc.strerror or exc})") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{source}: cannot write the output folder {out_dir} (its folder {parent} is not writable)")
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -144,8 +146,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     total = None
     with _Progress(total, show_progress) as progress:
         pred = predict(cfg, progress=progress if show_progress else None)
-    out_dir = pred.write(out_arg) if writes else None
-    figures = plot_run(out_dir) if args.plot and out_dir is not None else []
+    drawn: list[Path] = []
+    also = (lambda folder: drawn.extend(plot_run(folder))) if args.plot else None
+    out_dir = pred.write(out_arg, also=also) if writes else None
+    figures = [Path(out_dir) / f.name for f in drawn] if out_dir is not None else []
     if args.quiet:
         return 0
     if args.format == "json":
@@ -159,7 +163,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         console = Console(width=130)  # pipes and files: room for every column
     render_summary(pred.summary, pred.header(), console, pred.host)
     if out_dir is not None:
-        # stale files were removed before the run, so what is there now is this run's
+        # the set replaced the previous one whole, so what is there now is this run's
         written = [name for name in OUTPUT_FILES if (Path(out_dir) / name).exists()]
         console.print(f"Wrote {Path(out_dir) / written[0]}" + "".join(f", {n}" for n in written[1:]))
     return 0

@@ -112,12 +112,13 @@ def test_malformed_trace_stops_with_line_and_field(tmp_path, capsys, text, line,
     cfg = write_config(tmp_path, {"workload": {"kind": "trace", "path": "bad.jsonl"}})
     out = tmp_path / "out"
     out.mkdir()
-    (out / "prediction.json").write_text("{}")  # a stale result must not survive
+    (out / "prediction.json").write_text("{}")  # the previous run's outputs: left untouched
     assert main(["predict", str(cfg), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert f"bad.jsonl:{line}" in err and field in err
-    assert not (out / "prediction.json").exists()
-    assert not (out / "requests.parquet").exists()
+    assert (out / "prediction.json").read_text() == "{}"
+    assert sorted(p.name for p in out.iterdir()) == ["prediction.json"]
+    assert [p.name for p in tmp_path.iterdir() if "servesim-" in p.name] == []  # no temporary folder left
 
 
 @pytest.mark.parametrize("override,needle", [

@@ -13,6 +13,7 @@ from typing import Callable
 from servesim.cluster.kv_index import KVIndex
 from servesim.cluster.routers import Router, build_router
 from servesim.cluster.worker import Worker
+from servesim.config.limits import check_against_hardware
 from servesim.config.schema import Config, DeploymentConfig
 from servesim.engines.attention_dp import AttentionDPEngine
 from servesim.engines.base import Engine, EngineLimits
@@ -312,6 +313,7 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
     gpu = _resolve_gpu(dep)
     _check_layout(dep, arch)
     weight_dtype = dep.weight_dtype or infer_weight_dtype(dep.model, arch)
+    check_against_hardware(dep, arch, gpu, weight_dtype)  # precision support, context length
     kv_dtype = dep.kv_dtype or default_kv_dtype(dep.engine.name, arch, gpu)
     dp = dep.attention_dp
     layout = Layout(tp=dep.tp, ep=dep.ep, attention_dp=dp)

@@ -2,11 +2,11 @@
 cdef class RequestRecorder:
     cdef public long long size
     cdef public dict cols
-    cdef public list request_id
-    cdef public list session_id
-    cdef public list reason
-    cdef public list warmup
+    cdef public object request_id
+    cdef public object session_id
+    cdef public object reason
     cdef public dict extra_columns
+    cdef public bint spilled
     cdef public object _itl
     cdef public object _itl_warmup
     cdef public list _gv

@@ -2,7 +2,14 @@
 
 Engines report events for arrays of request indices (tokens emitted by a pass, first
 scheduling, finishing); the recorder updates numpy columns in bulk.  Inter-token gaps
-are accumulated as (value, count) pairs, so memory grows with passes, not tokens.
+are accumulated as (value, count) pairs, so memory grows with passes, not tokens (and
+beyond a size they go into a sketch, see metrics/stats.py).
+
+Memory at scale: ids are packed as Arrow strings and reasons as codes (metrics/strings.py);
+past :data:`SPILL_AT` requests every column moves to a spill file whose old pages are
+dropped from memory as the run goes on (metrics/columns.py), so resident memory is bounded
+by the requests near the end of the columns, not by their number (docs/performance.md,
+"Memory").
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import numpy as np
 from servesim.compiled import compiled_module
 from servesim.metrics.columns import Column
 from servesim.metrics.stats import WeightedSamples
+from servesim.metrics.strings import CodedStrings, StringColumn
 
 NAN = float("nan")
 
@@ -28,6 +36,10 @@ class Status(IntEnum):
 
 
 _PENDING = int(Status.PENDING)
+#: Requests after which the columns move to spill files (metrics/columns.py).
+SPILL_AT = 1 << 20
+#: Requests at the end of the columns whose pages stay resident when older ones are dropped.
+KEEP_RESIDENT = 1 << 16
 _INT64 = np.dtype(np.int64)
 
 
@@ -52,11 +64,12 @@ class RequestRecorder:
             self.cols[name] = Column(np.float64, NAN)
         for name in self.INT_COLUMNS:
             self.cols[name] = Column(np.int64, -1 if name == "worker" else 0)
-        self.request_id: list[str] = []
-        self.session_id: list[str | None] = []
-        self.reason: list[str] = []
-        self.warmup: list[bool] = []
+        self.request_id = StringColumn()
+        self.session_id = StringColumn()
+        self.reason = CodedStrings()
         self.extra_columns: dict[str, Column] = {}
+        #: Whether the columns live in spill files (past SPILL_AT requests).
+        self.spilled = False
         self._itl = WeightedSamples()
         # Inter-token gaps of warm-up requests are kept apart so they can be excluded.
         self._itl_warmup = WeightedSamples()
@@ -96,12 +109,16 @@ class RequestRecorder:
             raise AssertionError(f"request index {index} registered out of order (expected {self.size})")
         self.size += 1
         if self.size > self._capacity:  # columns double together: one check per request
+            if not self.spilled and self.size > SPILL_AT:
+                self._spill()
             for col in self.cols.values():
                 col.ensure(self.size)
             self._warm.ensure(self.size)
             self._capacity = self._columns_capacity()
             self._bind_columns()  # the columns are new arrays
             self._new_emitter()
+            if self.spilled:
+                self.release(self.size - KEEP_RESIDENT)
         for col in self.extra_columns.values():
             col.ensure(self.size)
         self._in_v[index] = input_length
@@ -115,7 +132,6 @@ class RequestRecorder:
         self.request_id.append(request_id)
         self.session_id.append(session_id)
         self.reason.append("")
-        self.warmup.append(warmup)
 
     def _bind_columns(self) -> None:
         """Hold the arrays the per-request setters write (again whenever the columns grow).
@@ -139,7 +155,30 @@ class RequestRecorder:
 
     def _columns_capacity(self) -> int:
         """Indices every column (and the warm-up flags) can hold without growing."""
-        return min(self._warm.data.size, *[col.data.size for col in self.cols.values()])
+        return min(self._warm.ready, *[col.ready for col in self.cols.values()])
+
+    def _all_columns(self) -> list:
+        return [*self.cols.values(), self._warm, self.reason.codes, *self.extra_columns.values()]
+
+    def _spill(self) -> None:
+        """Move every column to a spill file sized for the most requests a run may hold."""
+        from servesim.config.limits import MAX_REQUESTS
+
+        for col in self._all_columns():
+            col.spill(max(MAX_REQUESTS, self.size * 2), self.size)
+        self.spilled = True
+
+    def release(self, stop: int) -> None:
+        """Drop from memory the column pages of requests ``< stop`` (spilled columns only:
+        their values stay in the spill files and are read back when touched)."""
+        if self.spilled and stop > 0:
+            for col in self._all_columns():
+                col.release(stop)
+
+    @property
+    def warmup(self) -> np.ndarray:
+        """Whether each request is a warm-up request (as :attr:`is_warmup`)."""
+        return self.is_warmup
 
     def extra(self, name: str, dtype=np.float64, fill=NAN) -> np.ndarray:
         """A named extra column (e.g. disaggregation milestones), created on first use."""
@@ -147,6 +186,10 @@ class RequestRecorder:
         if col is None:
             col = Column(dtype, fill, max(self.size, 1024))
             self.extra_columns[name] = col
+            if self.spilled:
+                from servesim.config.limits import MAX_REQUESTS
+
+                col.spill(max(MAX_REQUESTS, self.size * 2), self.size)
         col.ensure(self.size)
         return col.data
 
@@ -340,11 +383,14 @@ class RequestRecorder:
         return int(pending.size)
 
     # -- results ----------------------------------------------------------------------
-    def column(self, name: str) -> np.ndarray:
+    def column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Column ``name`` for requests ``start:stop`` (default all); a view, except
+        ``generated``, which is computed."""
+        stop = self.size if stop is None else min(stop, self.size)
         if name == "generated":  # stored as the tokens beyond one per emission
-            return self._c_gen.data[: self.size] + self._c_em.data[: self.size]
+            return self._c_gen.data[start:stop] + self._c_em.data[start:stop]
         col = self.cols.get(name) or self.extra_columns[name]
-        return col.data[: self.size]
+        return col.data[start:stop]
 
     @property
     def is_warmup(self) -> np.ndarray:

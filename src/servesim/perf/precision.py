@@ -65,6 +65,28 @@ def compute_precision(dtype: str, gpu) -> str:
     return c
 
 
+#: Weight formats that need the GPU's own tensor-core precision: without it no kernel runs them
+#: natively (NVFP4 needs Blackwell's fp4 units).  Formats not listed run weight-only anywhere.
+NEEDS_UNITS = {"fp4": "fp4", "nvfp4": "fp4"}
+
+
+def check_weight_precision(weight_dtype: str, gpu, family: str = "") -> str | None:
+    """Why ``gpu`` cannot run ``weight_dtype`` weights, listing what it supports; None if it can.
+
+    gpt-oss's ``fp4`` is MXFP4, which runs weight-only (dequantised to bf16) on GPUs without
+    fp4 units, as vLLM's and SGLang's gpt-oss kernels do on Hopper.
+    """
+    w = weight_dtype.lower()
+    unit = NEEDS_UNITS.get(w)
+    if unit is None or gpu.supports(unit) or (family == "gpt_oss" and w == "fp4"):
+        return None
+    native = [p for p in ("bf16", "fp16", "fp8", "int8", "fp4") if gpu.supports(p)]
+    weight_only = sorted(set(WEIGHT_BYTES) - set(NEEDS_UNITS) - {"nvfp4", "mxfp4"} - set(native))
+    return (f"{weight_dtype} weights need fp4 tensor cores, which {gpu.name} does not have (it runs "
+            f"{', '.join(native)} natively, and {', '.join(weight_only)} weight-only); choose one of those, "
+            "or a GPU with fp4 units (NVIDIA Blackwell: b200_sxm, b300_sxm, gb200, gb300)")
+
+
 def layer_dtypes(weight_dtype: str, family: str = "", is_moe: bool = False) -> dict[str, str]:
     """Precision per weight category: attention, dense_mlp, shared_experts, routed_experts, embed."""
     w = weight_dtype.lower()

@@ -89,3 +89,5 @@ def render_summary(summary: dict, header: dict, console: Console, host: dict | N
     wall = (host or {}).get("wall_s")
     console.print(f"Simulated {_fmt(run.get('sim_end_s'))} s of virtual time in "
                   f"{_fmt(wall, 3)} s of wall time ({_fmt(run.get('events'))} events, {run.get('mode')} mode).")
+    for line in summary.get("warnings") or []:  # choices the run made on the input's behalf
+        console.print(f"[bold yellow]warning:[/] {line}", highlight=False)

@@ -16,7 +16,7 @@ re-seeds the generator), so nothing needs to be held in memory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Literal, Sequence
 
@@ -45,6 +45,8 @@ class WorkloadSource:
     #: requests (a trace's ``hash_ids``; it may list more, never fewer); returns None when it
     #: cannot, and then :meth:`listed_block_ids` reads the requests.
     _listed_ids: Callable[[], Sequence[int] | None] | None = None
+    #: What the reader skipped on its latest pass (a trace's ``blank_lines``), for the summary.
+    counts: dict[str, int] = field(default_factory=dict)
 
     def requests(self) -> Iterator[Request]:
         """A fresh iterator over the requests, in yield order (see module docstring)."""
@@ -81,6 +83,7 @@ def build_source(
         path = Path(cfg.path).expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
+        counts: dict[str, int] = {}
         kwargs = dict(
             block_size=cfg.block_size,
             speedup=cfg.speedup,
@@ -100,8 +103,9 @@ def build_source(
             mode="open",
             concurrency=None,
             description=", ".join(parts),
-            _factory=lambda: read_mooncake(path, **kwargs),
+            _factory=lambda: read_mooncake(path, **kwargs, counts=counts),
             _listed_ids=lambda: listed_block_ids(path),
+            counts=counts,
         )
     if isinstance(cfg, SyntheticWorkload):
         a = cfg.arrival

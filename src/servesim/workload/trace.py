@@ -1,6 +1,7 @@
 """Streaming reader of Mooncake-format JSONL request traces.
 
-One JSON object per line (empty lines are skipped):
+One JSON object per line.  Blank lines are skipped and counted (``counts["blank_lines"]``;
+the run's summary warns about them).
 
 - ``timestamp``: arrival in ms from the trace start (number >= 0).  Rows that are not
   later turns of a session must come in non-decreasing timestamp order.
@@ -12,7 +13,10 @@ One JSON object per line (empty lines are skipped):
   session arrives at its timestamp; every later row of the same session arrives ``delay``
   ms after the previous turn finished, so ``delay`` is required there and its
   ``timestamp`` (optional) is ignored.
-- ``request_id`` (optional, string or integer); otherwise ``L<line number>``.
+- ``request_id`` (optional, string or integer); otherwise ``L<line number>``.  Ids must be
+  unique: a repeated one is an error naming both lines.  (Checking keeps one entry per id
+  of a trace that writes ids; traces without ids need none, their ids are unique by
+  construction.)
 
 Other keys are ignored.  Integer fields accept integral JSON numbers such as ``12.0``
 (some writers emit them) but reject ``12.5`` and booleans.
@@ -271,6 +275,11 @@ def _parse_hash_ids(row: _Row, input_length: int, block_size: int) -> tuple[int,
     return tuple(value)
 
 
+def _duplicate_id(path: Path, line_no: int, request_id: str, first: int) -> WorkloadError:
+    return WorkloadError(f"{path}:{line_no}: field 'request_id': {_show(request_id)} was already used on line "
+                         f"{first} (a line without request_id is named L<line number>); request ids must be unique")
+
+
 def listed_block_ids(path: str | Path) -> array | None:
     """The ``hash_ids`` of every line of the trace, one after another (C ``long long``s), read
     without building requests: ``workload/sharing.py`` counts them before a run.
@@ -303,6 +312,7 @@ def read_mooncake(
     start_ms: float | None = None,
     end_ms: float | None = None,
     limit: int | None = None,
+    counts: dict[str, int] | None = None,
 ) -> Iterator[Request]:
     """Requests of a Mooncake JSONL trace (``.jsonl`` or ``.jsonl.gz``), read lazily.
 
@@ -313,13 +323,15 @@ def read_mooncake(
     yielded, and reading stops as soon as the limit is reached.
 
     The file's existence is checked now; everything else is checked as lines are read.
+    ``counts`` (optional) receives what the reader skipped: ``blank_lines``, reset each time
+    the returned iterator starts.
     """
     path = Path(path)
     if not path.is_file():
         raise WorkloadError(f"{path}: trace file not found")
     if block_size <= 0 or speedup <= 0:
         raise ValueError("block_size and speedup must be > 0")
-    return _read(path, block_size, speedup, start_ms, end_ms, limit)
+    return _read(path, block_size, speedup, start_ms, end_ms, limit, counts if counts is not None else {})
 
 
 def _read(
@@ -329,6 +341,7 @@ def _read(
     start_ms: float | None,
     end_ms: float | None,
     limit: int | None,
+    counts: dict[str, int],
 ) -> Iterator[Request]:
     origin_ms = start_ms if start_ms is not None else 0.0
     ms_per_s = 1000.0 * speedup  # divide (not multiply) so 1500 ms -> exactly 1.5 s
@@ -342,18 +355,30 @@ def _read(
     last_ts_line = 0
     last_ts_written: Any = None  # the previous timestamp as written, for messages
 
+    counts["blank_lines"] = 0
+    # request id -> line it was first on; only ids the trace writes (``L<line>`` ids are
+    # unique), so a trace without ids holds nothing here.
+    ids_seen: dict[str, int] = {}
     if limit is not None and limit <= 0:
         return
     typed = msgspec is not None
     with _open(path) as fh:
         for line_no, line in _lines(fh, path):
             if not line.strip():
+                counts["blank_lines"] += 1
                 continue
             fields = _typed_fields(line, block_size, sessions) if typed else None
             if fields is None:
                 fields = _checked_fields(path, line_no, line, block_size, sessions)
             session_id, later_turn, input_length, output_length, hash_ids, request_id, ms, written = fields
-            request_id = request_id or f"L{line_no}"
+            if request_id is None:
+                request_id = f"L{line_no}"
+                if ids_seen and request_id in ids_seen:
+                    raise _duplicate_id(path, line_no, request_id, ids_seen[request_id])
+            else:
+                first = ids_seen.setdefault(request_id, line_no)
+                if first != line_no:
+                    raise _duplicate_id(path, line_no, request_id, first)
 
             if later_turn:
                 state = sessions[session_id]
