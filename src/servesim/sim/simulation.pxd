@@ -30,6 +30,14 @@ cdef class Simulation:
     cdef public long long _terminated
     cdef public object frontend
     cdef public dict _sent
+    cdef public dict _handlers
+    cdef public object _terminal_listener
+    cdef public object _pass_listener
+
+    cpdef post(self, double time, long long kind, object payload)
+    @cython.locals(ev_epoch=cython.longlong)
+    cpdef deliver(self, Worker worker, Request req, double now, long long kv_ready=*)
+    cpdef submit(self, Request req, double now)
 
     @cython.locals(req=Request)
     cpdef object _pull(self)
