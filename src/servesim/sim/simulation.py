@@ -261,19 +261,33 @@ class Simulation:
     # -- main loop ---------------------------------------------------------------------
     def run(self) -> RunStats:
         t0 = wallclock.perf_counter()
-        now = 0.0
-        self._advance_intake(now)
+        self._advance_intake(0.0)
+        now = self.advance_to(self.max_sim_time)
+        if len(self.events):  # the loop stopped at the first event past the limit
+            self.stats.stopped_early = True
+            now = self.max_sim_time
+        self.stats.sim_end = now
+        self._close(now)
+        self.stats.wall_seconds = wallclock.perf_counter() - t0
+        return self.stats
+
+    def advance_to(self, until: float) -> float:
+        """Handle every event at or before ``until``, instant by instant; returns the last
+        instant handled (0 if none).
+
+        :meth:`run` is this with the run's time limit; a live driver (``servesim serve``)
+        calls it as the wall clock advances, between :meth:`submit` calls.  At each instant
+        every event is handled, including arrivals that terminations release at the same
+        instant, before any worker decides its next pass.
+        """
         events = self.events  # (its methods called on it: a bound method would be a Python call)
-        max_t = self.max_sim_time
         progress = self.progress
         n_events = 0
+        now = 0.0
         while len(events):
             now = events.peek_time()
-            if now > max_t:
-                self.stats.stopped_early = True
+            if now > until:
                 break
-            # Handle every event of this instant, including arrivals that terminations
-            # release at the same instant, before any worker decides its next pass.
             while events.peek_time() == now:
                 while events.peek_time() == now:
                     payload = events.pop()
@@ -291,12 +305,16 @@ class Simulation:
             if progress is not None:
                 progress(self._terminated, now)
         self.stats.events += n_events
-        if self.stats.stopped_early:  # the loop stopped at the first event past the limit
-            now = max_t
-        self.stats.sim_end = now
-        self._close(now)
-        self.stats.wall_seconds = wallclock.perf_counter() - t0
-        return self.stats
+        return now
+
+    def start_idle_workers(self, now: float) -> None:
+        """Let workers that received input at ``now`` (through :meth:`submit` or
+        :meth:`deliver` outside :meth:`advance_to`) start their next pass."""
+        self._start_idle_workers(now)
+
+    def next_event_time(self) -> float:
+        """When the earliest pending event happens (infinity when none is pending)."""
+        return self.events.peek_time()
 
     def _advance_intake(self, now: float) -> None:
         if self.mode == "closed":
