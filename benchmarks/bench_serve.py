@@ -1,6 +1,6 @@
 """``servesim serve`` under an open-loop load, against the offline simulation of the same arrivals.
 
-Starts the server on loopback (a thread of this process), sends a Poisson load of completions
+Starts ``servesim serve`` on loopback in a process of its own, sends a Poisson load of completions
 with the project's asyncio client (token-id prompts sharing a prefix, ``ignore_eos``),
 scrapes ``/metrics`` during the run, then replays exactly what was sent through
 ``servesim predict`` and prints served against predicted TTFT and inter-token latency (virtual
@@ -18,11 +18,15 @@ import threading
 import time
 import urllib.request
 
-from servesim.config import load_config
+import tempfile
+from pathlib import Path
+
+import yaml
+
 from servesim.serve.compare import compare
 from servesim.serve.loadgen import poisson_plan, run_plan
 from servesim.serve.metrics import ENGINE_METRICS
-from servesim.serve.server import BackgroundServer, ServeOptions
+from servesim.serve.server import serve_process
 
 
 def config(engine: str, workers: int, model: str, gpu: str) -> dict:
@@ -66,7 +70,11 @@ def main() -> None:
     names = ENGINE_METRICS[args.engine]
     gauges = (names.prefix + names.running, names.prefix + names.waiting, names.prefix + names.kv_usage[0])
     seen: list[dict[str, float]] = []
-    with BackgroundServer(load_config(cfg), ServeOptions(port=0, speed=args.speed)) as urls:
+    tmp = tempfile.TemporaryDirectory()
+    cfg_path = Path(tmp.name) / "serve.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    with serve_process(cfg_path, "--speed", str(args.speed)) as url:
+        urls = [url]
         stop = threading.Event()
 
         def scraper() -> None:

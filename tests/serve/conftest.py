@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import re
-import signal
-import subprocess
-import sys
 
 import pytest
 import yaml
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
+
+from servesim.serve.server import serve_process  # noqa: E402 (after the skips)
 
 
 def serve_config(engine: str = "vllm", workers: int = 1, **deployment) -> dict:
@@ -26,24 +24,11 @@ def serve_config(engine: str = "vllm", workers: int = 1, **deployment) -> dict:
                          "input": {"dist": "fixed", "value": 100}, "output": {"dist": "fixed", "value": 10}}, "output": {"dir": ""}}
 
 
+
 @contextlib.contextmanager
 def served_process(config: dict, tmp_path, *args: str):
-    """``servesim serve`` in its own process (its own interpreter, as a user runs it); yields its URL."""
+    """``servesim serve`` on ``config`` in its own process; yields its URL."""
     path = tmp_path / "serve.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = subprocess.Popen([sys.executable, "-m", "servesim.cli", "serve", str(path), "--port", "0", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        match = re.search(r"(http://[^ ]+)/v1", line)
-        if match is None:
-            proc.kill()
-            raise AssertionError(f"servesim serve did not start: {line!r} {proc.stderr.read()}")
-        yield match.group(1)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with serve_process(path, *args) as url:
+        yield url

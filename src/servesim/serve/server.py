@@ -7,8 +7,14 @@ server on a thread of its own, for tests, benchmarks and notebooks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
+import signal
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from aiohttp import web
 
@@ -173,3 +179,26 @@ class BackgroundServer:
         asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(timeout=60)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def serve_process(config_path: str | Path, *args: str, timeout_s: float = 120.0):
+    """``servesim serve CONFIG --port 0 ARGS`` in a process of its own (its own interpreter, as a
+    user runs it, so a client in this process does not share its interpreter lock); yields the
+    server's base URL and stops the server with Ctrl-C (SIGINT) on exit."""
+    proc = subprocess.Popen([sys.executable, "-m", "servesim.cli", "serve", str(config_path), "--port", "0", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"(http://[^ ]+)/v1", line)
+        if match is None:
+            proc.kill()
+            raise RuntimeError(f"servesim serve did not start: {line!r} {proc.stderr.read()}")
+        yield match.group(1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
