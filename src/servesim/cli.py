@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_subcommands(sub)
+    from servesim.serve.cli import add_subcommand as add_serve
+
+    add_serve(sub)
     return parser
 
 

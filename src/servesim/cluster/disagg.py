@@ -37,6 +37,7 @@ from servesim.engines.sglang_options import SGLangOptions
 from servesim.engines.trtllm_options import TRTLLMOptions
 from servesim.engines.vllm_options import VLLMOptions
 from servesim.metrics.recorder import RequestRecorder, Status
+from servesim.sim.events import EventKind
 from servesim.workload.request import Request, sequence_units
 
 if TYPE_CHECKING:
@@ -44,10 +45,6 @@ if TYPE_CHECKING:
     from servesim.cluster.worker import Worker
     from servesim.config.schema import Config
     from servesim.sim.simulation import Simulation
-
-#: Event kind of a KV transfer reaching its decode worker (after PASS_END = 0, ARRIVAL = 1).
-KV_READY = 2
-PASS_END = 0
 
 _PoolEngine = Annotated[Union[SGLangOptions, VLLMOptions, TRTLLMOptions], Field(discriminator="name")]
 
@@ -216,6 +213,10 @@ class DisaggCoordinator:
         rec.extra("transfer_bytes", np.float64, 0.0)
 
     # called by the simulation --------------------------------------------------------------
+    def attach(self, sim: "Simulation") -> None:
+        """Take the simulation's ``KV_READY`` events (a transfer reaching its decode worker)."""
+        sim.register(EventKind.KV_READY, lambda payload, now: self.on_kv_ready(sim, payload, now))
+
     def after_pass(self, sim: "Simulation", worker: "Worker", done: list[Request], now: float) -> list[Request]:
         """Hand off what a prefill worker finished; returns the requests really terminated."""
         if worker.worker_id >= self.n_prefill:
@@ -236,16 +237,10 @@ class DisaggCoordinator:
         """A transfer ended: the request reaches its decode engine with its prompt's KV."""
         d, req = payload
         self.in_flight[d] -= 1
-        worker = self.decode[d]
-        new_end = worker.truncate(now)
-        if new_end is not None:
-            sim.events.push(new_end, 0, PASS_END, (worker, worker.epoch))
         self.decode_rec.awaiting += 1
-        worker.engine.add_request(req, now, kv_ready=req.input_length)
+        sim.deliver(self.decode[d], req, now, kv_ready=req.input_length)
         if self.rec.column("status")[req.index] != int(Status.PENDING):  # rejected by the decode engine
             self.decode_rec.awaiting -= 1
-        sim._drain_terminated(worker, now)
-        sim._dirty.add(worker.worker_id)
 
     # internals ----------------------------------------------------------------------------------
     def remember(self, req: Request) -> None:
@@ -276,7 +271,7 @@ class DisaggCoordinator:
         rec.extra("decode_worker", np.int64, -1)[index] = self.decode[d].worker_id
         rec.extra("transfer_tokens", np.int64, 0)[index] = tokens
         rec.extra("transfer_bytes", np.float64, 0.0)[index] = nbytes
-        sim.events.push(end, 1, KV_READY, (d, req))
+        sim.post(end, EventKind.KV_READY, (d, req))
         return None
 
     def _load(self, d: int) -> int:

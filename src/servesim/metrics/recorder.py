@@ -382,6 +382,11 @@ class RequestRecorder:
             self.reason[i] = reason if came or not_arrived is None else not_arrived
         return int(pending.size)
 
+    def generated_of(self, index: int) -> int:
+        """Output tokens request ``index`` has received so far: ``column("generated")[index]``
+        without building the column (a live reader asks after every pass)."""
+        return int(self._c_em.data[index] + self._c_gen.data[index])
+
     # -- results ----------------------------------------------------------------------
     def column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Column ``name`` for requests ``start:stop`` (default all); a view, except

@@ -12,9 +12,31 @@ pop builds no tuple and compares no Python objects).  :func:`new_event_queue` pi
 from __future__ import annotations
 
 import heapq
+from enum import IntEnum
 from typing import Any
 
 from servesim.compiled import compiled_module
+
+
+class EventKind(IntEnum):
+    """Every kind of event the simulation loop handles, in one place.
+
+    The loop handles ``PASS_END`` and ``ARRIVAL`` itself; any other kind goes to the handler
+    registered for it (:meth:`servesim.sim.simulation.Simulation.register`): ``KV_READY`` by
+    disaggregation (a prompt's KV reaches its decode worker), ``RELEASE`` by an agentic
+    workload (a node whose dependencies have fired becomes a request).
+    """
+
+    PASS_END = 0
+    ARRIVAL = 1
+    KV_READY = 2
+    RELEASE = 3
+
+
+#: Priority class of each kind among events of the same instant: pass ends first (their
+#: tokens and freed KV are visible to whatever arrives at that instant), then the rest in
+#: the order they were posted.
+PRIORITY = {EventKind.PASS_END: 0, EventKind.ARRIVAL: 1, EventKind.KV_READY: 1, EventKind.RELEASE: 1}
 
 
 class EventQueue:

@@ -30,6 +30,14 @@ cdef class Simulation:
     cdef public long long _terminated
     cdef public object frontend
     cdef public dict _sent
+    cdef public dict _handlers
+    cdef public object _terminal_listener
+    cdef public object _pass_listener
+
+    cpdef post(self, double time, long long kind, object payload)
+    @cython.locals(ev_epoch=cython.longlong)
+    cpdef deliver(self, Worker worker, Request req, double now, long long kv_ready=*)
+    cpdef submit(self, Request req, double now)
 
     @cython.locals(req=Request)
     cpdef object _pull(self)
@@ -39,9 +47,12 @@ cdef class Simulation:
     cpdef _on_terminated(self, Request req, double t)
     @cython.locals(eng=object)
     cpdef _drain_terminated(self, Worker worker, double t)
-    @cython.locals(now=cython.double, max_t=cython.double, n_events=cython.longlong, events=EventQueue,
-                   kind=cython.longlong)
+    @cython.locals(now=cython.double)
     cpdef object run(self)
+    @cython.locals(now=cython.double, n_events=cython.longlong, events=EventQueue, kind=cython.longlong)
+    cpdef double advance_to(self, double until)
+    cpdef start_idle_workers(self, double now)
+    cpdef double next_event_time(self)
     cpdef _advance_intake(self, double now)
     @cython.locals(worker=Worker)
     cpdef _handle_arrival(self, Request req, double now)

@@ -14,6 +14,15 @@ tokenizer queue.
 After all events of one time stamp are handled, idle workers with work start a pass.
 Requests are pulled from the workload source lazily (one open-loop arrival ahead, or as
 closed-loop slots free up), so traces stream.
+
+The public API for code that drives the loop from outside (disaggregation's KV hand-off, the
+agentic workload's release of dependent requests): :meth:`Simulation.post` puts an event on
+the clock, :meth:`Simulation.register` names the handler of an event kind
+(:class:`servesim.sim.events.EventKind`), :meth:`Simulation.deliver` hands a request to a
+worker's engine, :meth:`Simulation.submit` sends a new request through the router, and
+:meth:`Simulation.listen_terminal` / :meth:`Simulation.listen_pass_end` are told of terminal
+requests and of pass ends.  In mode ``"driven"`` the loop reads no source: everything
+arrives through :meth:`submit` from such a driver.
 """
 
 from __future__ import annotations
@@ -27,14 +36,14 @@ from servesim.cluster.routers import Router
 from servesim.cluster.worker import Worker
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.metrics.timeseries import TimeSeries
-from servesim.sim.events import new_event_queue
+from servesim.sim.events import PRIORITY, EventKind, new_event_queue
 from servesim.workload.request import Request
 
 if TYPE_CHECKING:
     from servesim.perf.frontend import Frontend
 
-PASS_END = 0
-ARRIVAL = 1
+PASS_END = int(EventKind.PASS_END)
+ARRIVAL = int(EventKind.ARRIVAL)
 
 
 @dataclass
@@ -104,6 +113,61 @@ class Simulation:
         # Frontend: requests sent by the client and not yet through the API server.
         self.frontend = frontend
         self._sent: dict[int, float] = {}
+        #: Handlers of the event kinds the loop does not handle itself, by kind.
+        self._handlers: dict[int, Callable] = {}
+        #: Called with ``(request, time)`` as each request reaches its terminal state.
+        self._terminal_listener: Callable | None = None
+        #: Called with ``(worker, time)`` after each pass end's tokens are committed.
+        self._pass_listener: Callable | None = None
+        if disagg is not None:
+            disagg.attach(self)
+
+    # -- public API for drivers -------------------------------------------------------------
+    def register(self, kind: int, handler: Callable) -> None:
+        """Handle events of ``kind`` with ``handler(payload, now)`` (one handler per kind)."""
+        kind = int(kind)
+        if kind in (PASS_END, ARRIVAL):
+            raise ValueError(f"the loop handles {EventKind(kind).name} itself")
+        if kind in self._handlers:
+            raise ValueError(f"a handler for {EventKind(kind).name} is already registered")
+        self._handlers[kind] = handler
+
+    def post(self, time: float, kind: int, payload) -> None:
+        """Put an event of ``kind`` on the clock at ``time`` (ordered by :data:`PRIORITY`
+        among events of the same instant, then by posting order)."""
+        self.events.push(time, PRIORITY[kind], kind, payload)
+
+    def deliver(self, worker: Worker, req: Request, now: float, kv_ready: int = 0) -> None:
+        """Hand ``req`` to ``worker``'s engine at ``now``: the worker's decode stretch is cut
+        where step-by-step simulation would first see the input, anything the engine ends at
+        once (a rejection) is terminal, and the worker decides its next pass at this instant's
+        end.  ``kv_ready`` > 0: the prompt's KV arrives computed (disaggregated decode)."""
+        new_end = worker.truncate(now)
+        if new_end is not None:
+            ev_epoch = worker.epoch
+            self.events.push(new_end, 0, PASS_END, (worker, ev_epoch))
+        if kv_ready:
+            worker.engine.add_request(req, now, kv_ready=kv_ready)
+        else:
+            worker.engine.add_request(req, now)
+        self._drain_terminated(worker, now)
+        self._dirty.add(worker.worker_id)
+
+    def submit(self, req: Request, now: float) -> None:
+        """Send a new request at ``now``: registered with the recorder (its index must be the
+        next one) and routed as an arrival (through the frontend when there is one)."""
+        self.rec.register(req.index, req.request_id, req.session_id, req.turn,
+                          req.input_length, req.output_length, req.warmup)
+        req.arrival = now
+        self._handle_arrival(req, now)
+
+    def listen_terminal(self, listener: Callable) -> None:
+        """Call ``listener(request, time)`` as each request reaches its terminal state."""
+        self._terminal_listener = listener
+
+    def listen_pass_end(self, listener: Callable) -> None:
+        """Call ``listener(worker, time)`` after each pass end is committed."""
+        self._pass_listener = listener
 
     # -- workload intake --------------------------------------------------------------
     def _pull(self) -> Request | None:
@@ -176,6 +240,8 @@ class Simulation:
             self._in_flight -= 1
             if req.warmup:
                 self._warmups_left -= 1
+        if self._terminal_listener is not None:
+            self._terminal_listener(req, t)
         follow = self._waiting_turns.pop(req.index, None)
         if follow is not None:
             follow.arrival = t + follow.delay
@@ -195,19 +261,33 @@ class Simulation:
     # -- main loop ---------------------------------------------------------------------
     def run(self) -> RunStats:
         t0 = wallclock.perf_counter()
-        now = 0.0
-        self._advance_intake(now)
+        self._advance_intake(0.0)
+        now = self.advance_to(self.max_sim_time)
+        if len(self.events):  # the loop stopped at the first event past the limit
+            self.stats.stopped_early = True
+            now = self.max_sim_time
+        self.stats.sim_end = now
+        self._close(now)
+        self.stats.wall_seconds = wallclock.perf_counter() - t0
+        return self.stats
+
+    def advance_to(self, until: float) -> float:
+        """Handle every event at or before ``until``, instant by instant; returns the last
+        instant handled (0 if none).
+
+        :meth:`run` is this with the run's time limit; a live driver (``servesim serve``)
+        calls it as the wall clock advances, between :meth:`submit` calls.  At each instant
+        every event is handled, including arrivals that terminations release at the same
+        instant, before any worker decides its next pass.
+        """
         events = self.events  # (its methods called on it: a bound method would be a Python call)
-        max_t = self.max_sim_time
         progress = self.progress
         n_events = 0
+        now = 0.0
         while len(events):
             now = events.peek_time()
-            if now > max_t:
-                self.stats.stopped_early = True
+            if now > until:
                 break
-            # Handle every event of this instant, including arrivals that terminations
-            # release at the same instant, before any worker decides its next pass.
             while events.peek_time() == now:
                 while events.peek_time() == now:
                     payload = events.pop()
@@ -217,25 +297,29 @@ class Simulation:
                         self._handle_pass_end(payload, now)
                     elif kind == ARRIVAL:
                         self._handle_arrival(payload, now)
-                    else:  # KV_READY: a prompt's KV reaches a decode worker (disaggregation)
-                        self.disagg.on_kv_ready(self, payload, now)
+                    else:  # a driver's event (disaggregation's KV_READY, an agentic RELEASE)
+                        self._handlers[kind](payload, now)
                 self._advance_intake(now)
             if self._dirty:
                 self._start_idle_workers(now)
             if progress is not None:
                 progress(self._terminated, now)
         self.stats.events += n_events
-        if self.stats.stopped_early:  # the loop stopped at the first event past the limit
-            now = max_t
-        self.stats.sim_end = now
-        self._close(now)
-        self.stats.wall_seconds = wallclock.perf_counter() - t0
-        return self.stats
+        return now
+
+    def start_idle_workers(self, now: float) -> None:
+        """Let workers that received input at ``now`` (through :meth:`submit` or
+        :meth:`deliver` outside :meth:`advance_to`) start their next pass."""
+        self._start_idle_workers(now)
+
+    def next_event_time(self) -> float:
+        """When the earliest pending event happens (infinity when none is pending)."""
+        return self.events.peek_time()
 
     def _advance_intake(self, now: float) -> None:
         if self.mode == "closed":
             self._feed_closed(now)
-        else:
+        elif self.mode != "driven":
             self._feed_open(now)
 
     def _handle_arrival(self, req: Request, now: float) -> None:
@@ -257,13 +341,7 @@ class Simulation:
         wid = self.router.choose(req, self.workers, now)
         worker = self.workers[wid]
         self.rec.assigned(req.index, wid)
-        new_end = worker.truncate(now)
-        if new_end is not None:
-            ev_epoch = worker.epoch
-            self.events.push(new_end, 0, PASS_END, (worker, ev_epoch))
-        worker.engine.add_request(req, now)
-        self._drain_terminated(worker, now)
-        self._dirty.add(wid)
+        self.deliver(worker, req, now, 0)
 
     def settle_workers(self, workers: Sequence[Worker], now: float) -> None:
         """Commit the workers' stretches up to ``now`` so that their state is what pass-by-pass
@@ -282,6 +360,8 @@ class Simulation:
             self.ts.sample(worker, now)
         self._drain_terminated(worker, now)
         self._dirty.add(worker.worker_id)
+        if self._pass_listener is not None:
+            self._pass_listener(worker, now)
 
     def _start_idle_workers(self, now: float) -> None:
         if not self._dirty:
