@@ -21,6 +21,7 @@ from servesim.kvcache.policies import NextUseOracle
 from servesim.metrics.recorder import RequestRecorder
 from servesim.metrics.summary import fleet_summary, summarize, worker_breakdown
 from servesim.metrics.timeseries import TimeSeries
+from servesim.plan.summary import planning_summary
 from servesim.report.kv_events import KVEventLog
 from servesim.sim.simulation import RunStats, Simulation
 from servesim.workload.sharing import shared_block_ids
@@ -183,6 +184,7 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
         "late_session_turns": stats.late_session_turns,
         "mode": cfg.simulation.mode,
     }
+    summary.update(planning_summary(cfg, recorder, deployment, stats.workers, stats.sim_end, summary))
     host = {"wall_s": time.perf_counter() - t0, "loop_wall_s": stats.wall_seconds}
     return Prediction(config=cfg, summary=summary, recorder=recorder, timeseries=ts, stats=stats,
                       deployment=deployment, workload=source.description, host=host)
