@@ -63,7 +63,8 @@ def _label(v: Any) -> Any:
 
 
 class OptunaSearch:
-    """Ask/tell over Optuna: objectives from ``spec.objective_list()``, the SLO as a constraint."""
+    """Ask/tell over Optuna (>= 5: ``Trial.set_constraint``): objectives from ``spec.objective_list()``,
+    the SLO as a constraint (a candidate is feasible when its shortfall is <= 0)."""
 
     def __init__(self, spec: SweepSpec) -> None:
         try:
@@ -77,19 +78,15 @@ class OptunaSearch:
         self.objectives = spec.objective_list()
         if spec.search == "tpe":
             self.objectives = self.objectives[:1]
-            sampler = optuna.samplers.TPESampler(seed=spec.seed, constraints_func=self._constraints,
+            sampler = optuna.samplers.TPESampler(seed=spec.seed,
                                                  n_startup_trials=min(5, max(1, (spec.trials or 20) // 4)))
         else:
-            sampler = optuna.samplers.NSGAIISampler(seed=spec.seed, constraints_func=self._constraints,
+            sampler = optuna.samplers.NSGAIISampler(seed=spec.seed,
                                                     population_size=max(4, min(20, (spec.trials or 20) // 3)))
         self.study = optuna.create_study(directions=[("maximize" if d == "max" else "minimize")
                                                      for _, d in self.objectives], sampler=sampler)
         self._values: dict[str, list] = {}
         self.distributions = self._distributions()
-
-    @staticmethod
-    def _constraints(trial) -> list[float]:
-        return list(trial.system_attrs.get("constraints", [0.0]))
 
     def _distributions(self) -> dict[str, Any]:
         d = self.optuna.distributions
@@ -110,7 +107,7 @@ class OptunaSearch:
         params = {k: self._values[k][v] if k in self._values else v for k, v in trial.params.items()}
         return trial, params
 
-    def _score(self, row: dict) -> tuple[list[float], list[float]]:
+    def _score(self, row: dict) -> tuple[list[float], float]:
         values = []
         for metric, direction in self.objectives:
             v = row.get(metric)
@@ -122,17 +119,17 @@ class OptunaSearch:
             violation = float(row.get("slo_violation", 0.0))
         else:
             violation = 1.0 if row.get("overloaded") else 0.0
-        return values, [violation]
+        return values, violation
 
     def tell(self, trial, row: dict) -> None:
-        values, constraints = self._score(row)
-        trial.set_system_attr("constraints", constraints)
+        values, violation = self._score(row)
+        trial.set_constraint("slo", violation)  # feasible when <= 0 (the SLO met, or no failure)
         self.study.tell(trial, values)
 
     def replay(self, params: dict[str, Any], row: dict) -> None:
         """Tell the study a candidate finished before (a resumed sweep)."""
-        values, constraints = self._score(row)
+        values, violation = self._score(row)
         labels = {k: _label(v) if k in self._values else v for k, v in params.items()}
         trial = self.optuna.trial.create_trial(params=labels, distributions=self.distributions, values=values,
-                                               system_attrs={"constraints": constraints})
+                                               constraints={"slo": violation})
         self.study.add_trial(trial)

@@ -143,7 +143,9 @@ def run_sweep(config: Config | dict | str | Path | None, overrides: list[str] | 
     t0 = time.perf_counter()
     cfg = load_config(config, overrides)
     spec = sweep_spec(cfg, spec)
-    base = cfg.model_dump(mode="json")
+    # Only what the user set: a candidate that changes the engine must not inherit the other
+    # engine's defaults (they would be unknown keys of the new one).
+    base = cfg.model_dump(mode="json", exclude_unset=True)
     base.pop("sweep", None)
     base_dir = config_base_dir(cfg)
     out_dir = Path(spec.out) if out == "" and spec.out else (Path(out) if out else None)
