@@ -94,7 +94,7 @@ def _run(args):
     from servesim.plan.sweep import run_sweep, sweep_spec
 
     cfg = load_config(args.config, args.overrides)
-    spec = sweep_spec(cfg, _spec_from(args))
+    spec = sweep_spec(cfg, _spec_from(args), source=str(args.spec))
     with _Bar(not args.quiet) as bar:
         return run_sweep(cfg, spec=spec, out=args.out or "", executor=_executor(args, spec), progress=bar)
 

@@ -72,9 +72,8 @@ class RayExecutor:
         if self._started:
             kwargs = {"address": address} if address else {"num_cpus": jobs or os.cpu_count() or 1,
                                                            "include_dashboard": False}
-            env = {k: os.environ[k] for k in ("PYTHONPATH", "SERVESIM_PURE_PYTHON") if k in os.environ}
-            try:
-                ray.init(log_to_driver=False, runtime_env={"env_vars": env} if env else None, **kwargs)
+            try:  # local Ray's workers inherit this process's environment (PYTHONPATH included)
+                ray.init(log_to_driver=False, **kwargs)
             except Exception as exc:  # a cluster that cannot be reached is the user's input
                 raise ConfigError(f"sweep.executor: cannot start or reach Ray ({exc})") from None
         self.jobs = jobs or max(1, int(ray.cluster_resources().get("CPU", 1)))

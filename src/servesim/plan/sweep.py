@@ -122,13 +122,22 @@ def _run_optuna(ctx: _Context, executor) -> None:
             search.tell(trial, ctx.rows[params_key(params)])
 
 
-def sweep_spec(cfg: Config, spec: SweepSpec | dict | None) -> SweepSpec:
+def sweep_spec(cfg: Config, spec: SweepSpec | dict | None, source: str = "<spec>") -> SweepSpec:
+    """The sweep to run (``spec``, else the config's section), checked against the config."""
     if spec is None:
         if cfg.sweep is None:
             raise ConfigError("sweep: the config has no `sweep` section (or give a spec file with --spec)")
         spec = cfg.sweep
     if isinstance(spec, dict):
-        spec = SweepSpec.model_validate(spec)
+        from pydantic import ValidationError
+
+        from servesim.config.load import format_validation_error
+
+        try:
+            spec = SweepSpec.model_validate(spec)
+        except ValidationError as err:
+            text = format_validation_error(err, source).replace("\n  ", "\n  sweep.").replace("sweep.<root>: ", "sweep: ")
+            raise ConfigError(text) from None
     if spec.require_slo and cfg.slo is None:
         raise ConfigError("sweep.require_slo: the config has no `slo` section to meet; add one "
                           "(e.g. slo: {ttft_ms: {p90: 500}}) or set sweep.require_slo: false")
