@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Any
 
 from servesim.errors import ServesimError
@@ -115,7 +116,16 @@ def evaluate(task: dict) -> dict[str, Any]:
 
     Returns the candidate's row: status ``infeasible`` (with the reason) when it cannot run,
     ``failed`` (with the error) when the simulation raised, else ``ok`` with its metrics.
+    ``host_s`` is the wall time this took where it ran (kept in the journal, not in
+    candidates.parquet, whose content depends only on the candidates).
     """
+    t0 = time.perf_counter()
+    row = _evaluate(task)
+    row["host_s"] = time.perf_counter() - t0
+    return row
+
+
+def _evaluate(task: dict) -> dict[str, Any]:
     row: dict[str, Any] = {"candidate": task["candidate"], "params": task["params"], "status": "ok", "reason": ""}
     cfg, gpus, reason = check(task["base"], task.get("base_dir"), task["params"], task.get("gpu_budget"))
     if reason is not None:
