@@ -122,3 +122,15 @@ def test_nsga2_and_the_process_pool(base):
     assert any(r["pareto"] for r in a.rows)
     b = run_sweep(base, spec=dict(spec, executor={"jobs": 1}), out=None)
     assert results(a.rows) == results(b.rows)  # same seed: same candidates and results on either executor
+
+
+def test_fill_budget_compares_layouts_at_a_fixed_gpu_count(base):
+    spec = _spec(parameters={"deployment.tp": [1, 2, 4, 8]}, gpu_budget=4, fill_budget=True, require_slo=False)
+    res = run_sweep(base, spec=spec, out=None)
+    by_tp = {r["params"]["deployment.tp"]: r for r in res.rows}
+    assert [by_tp[tp]["gpus"] for tp in (1, 2, 4)] == [4, 4, 4]
+    assert [by_tp[tp]["set"] for tp in (1, 2, 4)] == [{"deployment.workers": n} for n in (4, 2, 1)]
+    assert by_tp[8]["status"] == "infeasible" and "one worker needs 8 GPUs" in by_tp[8]["reason"]
+    from servesim.plan.sweep import chosen_config
+
+    assert chosen_config(res)["deployment"]["workers"] * chosen_config(res)["deployment"]["tp"] == 4

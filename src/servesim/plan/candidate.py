@@ -43,24 +43,34 @@ def load_candidate(base: dict, base_dir: str | None, params: dict[str, Any]):
     return cfg
 
 
-def check(base: dict, base_dir: str | None, params: dict[str, Any], gpu_budget: int | None):
-    """(cfg, gpus, None) when the candidate can run, else (None, gpus or None, reason).
+def check(base: dict, base_dir: str | None, params: dict[str, Any], gpu_budget: int | None,
+          fill_budget: bool = False):
+    """(cfg, gpus, None, extra) when the candidate can run, else (None, gpus or None, reason, extra).
 
     Builds the deployment without simulating: the model must fit the GPU's memory with room
     for KV (perf/memory.py), tp/ep/attention-DP must suit the model (cluster/deployment.py),
-    and the fleet must stay within the GPU budget.
+    and the fleet must stay within the GPU budget.  With ``fill_budget`` an aggregated
+    deployment gets as many workers as the budget holds (``extra``: the keys this set).
     """
     from servesim.cluster.deployment import build_deployment
 
+    extra: dict[str, Any] = {}
     try:
         cfg = load_candidate(base, base_dir, params)
         dep = build_deployment(cfg)
+        if fill_budget and gpu_budget is not None and cfg.deployment.disaggregation is None:
+            per_worker = dep.gpus_per_worker
+            if per_worker > gpu_budget:
+                return None, per_worker, f"one worker needs {per_worker} GPUs, over the budget of {gpu_budget}", extra
+            extra = {"deployment.workers": gpu_budget // per_worker}
+            cfg = load_candidate(base, base_dir, {**params, **extra})
+            dep = build_deployment(cfg)
     except ServesimError as exc:
-        return None, None, " ".join(str(exc).split())
+        return None, None, " ".join(str(exc).split()), extra
     gpus = int(dep.total_gpus)
     if gpu_budget is not None and gpus > gpu_budget:
-        return None, gpus, f"needs {gpus} GPUs, over the budget of {gpu_budget} (sweep.gpu_budget)"
-    return cfg, gpus, None
+        return None, gpus, f"needs {gpus} GPUs, over the budget of {gpu_budget} (sweep.gpu_budget)", extra
+    return cfg, gpus, None, extra
 
 
 def _num(v: Any) -> float:
@@ -112,7 +122,8 @@ def _share(pkey: str) -> float:
 
 
 def evaluate(task: dict) -> dict[str, Any]:
-    """Run one candidate.  ``task``: candidate id, params, base config mapping, base_dir, gpu_budget.
+    """Run one candidate.  ``task``: candidate id, params, base config mapping, base_dir, gpu_budget,
+    fill_budget.
 
     Returns the candidate's row: status ``infeasible`` (with the reason) when it cannot run,
     ``failed`` (with the error) when the simulation raised, else ``ok`` with its metrics.
@@ -127,7 +138,10 @@ def evaluate(task: dict) -> dict[str, Any]:
 
 def _evaluate(task: dict) -> dict[str, Any]:
     row: dict[str, Any] = {"candidate": task["candidate"], "params": task["params"], "status": "ok", "reason": ""}
-    cfg, gpus, reason = check(task["base"], task.get("base_dir"), task["params"], task.get("gpu_budget"))
+    cfg, gpus, reason, extra = check(task["base"], task.get("base_dir"), task["params"], task.get("gpu_budget"),
+                                     task.get("fill_budget", False))
+    if extra:
+        row["set"] = extra  # keys the sweep set itself (fill_budget): part of the candidate's config
     if reason is not None:
         row.update(status="infeasible", reason=reason, gpus=gpus)
         return row

@@ -76,6 +76,8 @@ class SweepSpec(_Strict):
                           "default: gpus:min (tpe), throughput_per_gpu_tok_s:max + per_user_tok_s:max (nsga2)")
     require_slo: bool = Field(True, description="only candidates meeting the SLO's target count as solutions")
     gpu_budget: int | None = Field(None, ge=1, description="candidates with more GPUs are infeasible")
+    fill_budget: bool = Field(False, description="give each (aggregated) candidate as many workers as gpu_budget "
+                                                 "holds: compares layouts at a fixed GPU count")
     choose: Literal["cost", "gpus"] = Field("cost", description="the chosen deployment: cheapest per hour, or fewest GPUs")
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     out: str | None = Field("servesim-sweep", description="output folder (candidates.parquet, sweep.json)")
@@ -103,6 +105,9 @@ class SweepSpec(_Strict):
 
     @model_validator(mode="after")
     def _searchable(self) -> "SweepSpec":
+        if self.fill_budget and (self.gpu_budget is None or "deployment.workers" in self.parameters):
+            raise ValueError("fill_budget sets deployment.workers from gpu_budget: give gpu_budget and "
+                             "do not sweep deployment.workers")
         if self.search == "grid":
             for key, p in self.parameters.items():
                 if isinstance(p, RangeParam) and p.step is None:

@@ -52,11 +52,12 @@ class _Context:
 
     def task(self, cid: int, params: dict) -> dict:
         return {"candidate": cid, "params": params, "base": self.base, "base_dir": self.base_dir,
-                "gpu_budget": self.spec.gpu_budget}
+                "gpu_budget": self.spec.gpu_budget, "fill_budget": self.spec.fill_budget}
 
     def precheck(self, cid: int, params: dict) -> dict | None:
         """The infeasible row of a candidate that cannot run (journaled), else None."""
-        _cfg, gpus, reason = check(self.base, self.base_dir, params, self.spec.gpu_budget)
+        _cfg, gpus, reason, _extra = check(self.base, self.base_dir, params, self.spec.gpu_budget,
+                                           self.spec.fill_budget)
         if reason is None:
             return None
         row = {"candidate": cid, "params": params, "status": "infeasible", "reason": reason, "gpus": gpus}
@@ -215,7 +216,8 @@ def chosen_config(result: SweepResult) -> dict | None:
         return None
     from servesim.plan.candidate import candidate_overrides
 
-    cfg = load_config(result.base, candidate_overrides(result.chosen["params"]))
+    params = {**result.chosen["params"], **result.chosen.get("set", {})}
+    cfg = load_config(result.base, candidate_overrides(params))
     return cfg.model_dump(mode="json", exclude={"sweep"})
 
 
