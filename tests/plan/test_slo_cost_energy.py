@@ -58,6 +58,10 @@ def test_attainment_and_goodput_by_hand():
     assert s["goodput_output_tokens_per_s"] == pytest.approx((3 + 1) / 3.2)
     assert s["goodput_output_tokens_per_s_per_gpu"] == pytest.approx(4 / 3.2 / 2)
     assert not s["meets_target"]
+    # two percentiles of one metric: "meeting all" uses the highest one's threshold
+    s = slo_summary(rec, SLOConfig(ttft_ms={"p50": 60, "p99": 250}), total_gpus=1)
+    assert [o["attainment"] for o in s["objectives"]] == [pytest.approx(1 / 5), pytest.approx(3 / 5)]
+    assert s["attainment_all"] == pytest.approx(3 / 5)
 
 
 def test_percentile_keys():
