@@ -21,7 +21,8 @@ def test_sglang_flags_follow_its_options():
     assert "--dp-size 8 --enable-dp-attention" in s and "--ep-size 8" in s
     assert "--page-size 64" in s and "--schedule-policy lpm" in s and "--chunked-prefill-size 8192" in s
     assert "--max-running-requests 256" in s and "--kv-cache-dtype fp8_e4m3" in s
-    assert "--speculative-algorithm NEXTN --speculative-num-draft-tokens 4" in s
+    assert ("--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 4") in s
     assert "--disaggregation-mode" not in s
     assert "--disaggregation-mode decode" in " ".join(sglang_command(DEP, "decode"))
 

@@ -96,8 +96,11 @@ def sglang_command(pool: dict, role: str) -> list[str]:
         cmd += ["--kv-cache-dtype", "fp8_e4m3"]
     spec = pool.get("speculative")
     if spec:
-        cmd += ["--speculative-algorithm", _SPEC[spec["method"]][1],
-                "--speculative-num-draft-tokens", str(spec["draft_tokens"] + 1)]
+        algo = _SPEC[spec["method"]][1]
+        cmd += ["--speculative-algorithm", algo]
+        if algo != "NGRAM":  # a chain of k draft steps (top-1): k + 1 tokens verified per pass
+            cmd += ["--speculative-num-steps", str(spec["draft_tokens"]), "--speculative-eagle-topk", "1"]
+        cmd += ["--speculative-num-draft-tokens", str(spec["draft_tokens"] + 1)]
     if role != "serve":
         cmd += ["--disaggregation-mode", role]
     return cmd
