@@ -23,6 +23,7 @@ from servesim.metrics.summary import fleet_summary, summarize, worker_breakdown
 from servesim.metrics.timeseries import TimeSeries
 from servesim.metrics.warnings import input_warnings
 from servesim.errors import WorkloadError
+from servesim.plan.summary import planning_summary
 from servesim.report.kv_events import KVEventLog
 from servesim.sim.simulation import RunStats, Simulation
 from servesim.workload.sharing import shared_block_ids
@@ -216,6 +217,7 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
     }
     summary["workload"] = dict(source.counts)
     summary["warnings"] = input_warnings(summary, source.counts, _deployment_notes(cfg, deployment))
+    summary.update(planning_summary(cfg, recorder, deployment, stats.workers, stats.sim_end, summary))
     host = {"wall_s": time.perf_counter() - t0, "loop_wall_s": stats.wall_seconds}
     return Prediction(config=cfg, summary=summary, recorder=recorder, timeseries=ts, stats=stats,
                       deployment=deployment, workload=source.description, host=host)

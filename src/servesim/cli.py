@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     _add_predict(sub)
     _add_plot(sub)
+    from servesim.plan.cli import add_subcommands as add_plan_subcommands
+
+    add_plan_subcommands(sub)  # sweep, recommend, maxload (docs/planning.md)
     try:
         from servesim.validate.cli import add_subcommands
     except ImportError:  # validate/calibrate not installed in this build

@@ -1,7 +1,7 @@
 """The servesim config file, as pydantic models.
 
 One YAML file with sections ``workload``, ``deployment``, ``perf``, ``output``,
-``simulation`` and ``seed``.  Every model forbids unknown keys; docs/config.md is the
+``simulation``, ``seed`` and the planning sections ``slo``, ``cost`` and ``sweep``.  Every model forbids unknown keys; docs/config.md is the
 reference.
 """
 
@@ -19,6 +19,9 @@ from servesim.engines.speculative import SpeculativeConfig
 from servesim.engines.trtllm_options import TRTLLMOptions
 from servesim.engines.vllm_options import VLLMOptions
 from servesim.perf.config import AnalyticPerfConfig, PerfConfig
+from servesim.plan.cost import CostConfig
+from servesim.plan.slo import SLOConfig
+from servesim.plan.spec import SweepSpec
 from servesim.workload.config import WorkloadConfig
 
 
@@ -86,6 +89,9 @@ class Config(_Strict):
     perf: PerfConfig = Field(default_factory=AnalyticPerfConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
+    slo: SLOConfig | None = Field(None, description="latency objectives: attainment and goodput (docs/planning.md)")
+    cost: CostConfig = Field(default_factory=CostConfig, description="GPU prices and power (docs/planning.md)")
+    sweep: SweepSpec | None = Field(None, description="what `servesim sweep` varies (docs/planning.md)")
     #: Folder that relative paths (traces) are resolved against: the config file's.
     _base_dir: Path | None = PrivateAttr(None)
 

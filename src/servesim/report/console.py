@@ -85,9 +85,45 @@ def render_summary(summary: dict, header: dict, console: Console, host: dict | N
     if fleet:
         console.print(f"Fleet: {fleet['workers']} workers, {fleet['gpus']} GPUs, "
                       f"{fleet['gpu_hours']:.2f} GPU-hours, mean utilisation {fleet['mean_utilization'] * 100:.1f}%")
+    _render_planning(summary, console)
     run = summary.get("run", {})
     wall = (host or {}).get("wall_s")
     console.print(f"Simulated {_fmt(run.get('sim_end_s'))} s of virtual time in "
                   f"{_fmt(wall, 3)} s of wall time ({_fmt(run.get('events'))} events, {run.get('mode')} mode).")
     for line in summary.get("warnings") or []:  # choices the run made on the input's behalf
         console.print(f"[bold yellow]warning:[/] {line}", highlight=False)
+
+
+def _render_planning(summary: dict, console: Console) -> None:
+    """SLO attainment and goodput, cost, energy, and the overload warning (docs/planning.md)."""
+    slo = summary.get("slo")
+    if slo:
+        st = Table(title="SLO attainment (share of measured requests within the threshold)", title_justify="left")
+        for col in ("metric", "percentile", "threshold ms", "observed ms", "attainment", "met"):
+            st.add_column(col, justify="right" if col != "metric" else "left")
+        for o in slo["objectives"]:
+            st.add_row(o["metric"], o["percentile"], _fmt(o["threshold_ms"], 1), _fmt(o["observed_ms"], 1),
+                       _percent(o["attainment"]), "yes" if o["met"] else "[bold red]NO[/]")
+        console.print(st)
+        console.print(f"Meeting every objective: {_percent(slo['attainment_all'])} of requests "
+                      f"(target {_percent(slo['target'])}); goodput {_fmt(slo['goodput_request_per_s'])} req/s, "
+                      f"{_fmt(slo['goodput_output_tokens_per_s'])} output tok/s "
+                      f"({_fmt(slo['goodput_output_tokens_per_s_per_gpu'])} per GPU)")
+    cost = summary.get("cost")
+    if cost:
+        if cost["usd_per_hour"] is None:
+            console.print("Cost: n/a (no price for this GPU: set cost.gpu_hour_usd)")
+        else:
+            console.print(f"Cost: ${cost['usd_per_hour']:,.2f}/hour for the fleet; per million tokens "
+                          f"${_fmt(cost['usd_per_mtok_input'])} input, ${_fmt(cost['usd_per_mtok_output'])} output, "
+                          f"${_fmt(cost['usd_per_mtok'])} both (each charged the whole cost)")
+    energy = summary.get("energy")
+    if energy and energy.get("joules") is not None:
+        console.print(f"Energy (power model): {_fmt(energy['j_per_token'], 3)} J per token, "
+                      f"{_fmt(energy['j_per_output_token'], 3)} J per output token, "
+                      f"mean {_fmt(energy['mean_power_w'], 0)} W for the fleet")
+    from servesim.plan.overload import overload_message
+
+    msg = overload_message(summary.get("overload") or {})
+    if msg:
+        console.print(f"[bold red]{msg}[/]")
