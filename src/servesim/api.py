@@ -21,6 +21,7 @@ from servesim.kvcache.policies import NextUseOracle
 from servesim.metrics.recorder import RequestRecorder
 from servesim.metrics.summary import fleet_summary, summarize, worker_breakdown
 from servesim.metrics.timeseries import TimeSeries
+from servesim.metrics.utilisation import annotate_workers
 from servesim.report.kv_events import KVEventLog
 from servesim.sim.simulation import RunStats, Simulation
 from servesim.workload.sharing import shared_block_ids
@@ -177,6 +178,9 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
     summary = summarize(recorder, deployment.total_gpus)
     summary["workers"] = worker_breakdown(recorder, stats.workers, stats.sim_end)
     summary["fleet"] = fleet_summary(stats.workers, stats.sim_end)
+    coordinator = getattr(deployment, "coordinator", None)  # disaggregated: prefill ids come first
+    annotate_workers(summary, recorder, ts.columns() if ts is not None else None, stats.workers, stats.sim_end,
+                     coordinator.n_prefill if coordinator is not None else None)
     summary["run"] = {
         "sim_end_s": stats.sim_end,
         "events": stats.events,
