@@ -136,3 +136,16 @@ def test_predict_report_writes_report_html(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)  # --quiet still prints the summary
     assert doc["report"] == str(tmp_path / "run" / "report.html")
     assert (tmp_path / "run" / "report.html").stat().st_size > 1_000_000  # plotly.js inside
+
+
+def test_disaggregated_run_shows_its_pools(tmp_path):
+    import servesim
+    from tests.report.conftest import RUN
+
+    cfg = json.loads(json.dumps(RUN))
+    cfg["workload"]["num_requests"] = 60
+    cfg["deployment"]["disaggregation"] = {"prefill": {"workers": 2}, "decode": {"workers": 1}}
+    servesim.predict(cfg).write(tmp_path / "dis")
+    page = write_report([tmp_path / "dis"]).read_text()
+    assert "Prefill and decode pools" in page and "<th>decode</th><td>1</td><td>1</td><td>60</td>" in page
+    assert "wait for decode admission" in page

@@ -64,6 +64,31 @@ def _n(v, digits: int = 1, pct: bool = False) -> str:
     return f"{v:,.{digits}f}" if isinstance(v, float) else f"{v:,}"
 
 
+def roles_table(roles: dict) -> str:
+    """Disaggregated runs: each pool's figures and the handoff's stages (ms)."""
+    if not roles:
+        return ""
+    rows = []
+    for role in ("prefill", "decode"):
+        r = roles.get(role)
+        if r:
+            rows.append(f"<tr><th>{role}</th><td>{r['workers']}</td><td>{r['gpus']}</td><td>{r['requests']:,}</td>"
+                        f"<td>{_n(r['mean_utilization'], pct=True)}</td><td>{_n(r.get('mean_batch_occupancy'), pct=True)}</td>"
+                        f"<td>{_n(r.get('mean_kv_usage'), pct=True)}</td><td>{_n(r.get('mean_waiting'))}</td></tr>")
+    pools = ("<table><thead><tr><th>pool</th><th>workers</th><th>GPUs</th><th>requests</th><th>busy</th>"
+             "<th>batch seats used</th><th>KV used</th><th>waiting</th></tr></thead>"
+             f"<tbody>{''.join(rows)}</tbody></table>")
+    stages = roles.get("stages") or {}
+    labels = (("prefill_ms", "prefill"), ("transfer_wait_ms", "wait for the link"), ("transfer_ms", "KV transfer"),
+              ("decode_wait_ms", "wait for decode admission"))
+    srows = "".join(f"<tr><th>{label}</th><td>{_n(stages[k].get('mean'))}</td><td>{_n(stages[k].get('p50'))}</td>"
+                    f"<td>{_n(stages[k].get('p90'))}</td><td>{_n(stages[k].get('p99'))}</td></tr>"
+                    for k, label in labels if k in stages)
+    handoff = ("<table><thead><tr><th>handoff stage (ms)</th><th>mean</th><th>p50</th><th>p90</th><th>p99</th>"
+               f"</tr></thead><tbody>{srows}</tbody></table>") if srows else ""
+    return f"<h3>Prefill and decode pools</h3>{pools}{handoff}"
+
+
 def summary_cards(summary: dict) -> str:
     """The run's headline figures as cards (SLO attainment and goodput when the summary has them)."""
     req, lat, thr = summary.get("requests", {}), summary.get("latency", {}), summary.get("throughput", {})
@@ -155,7 +180,8 @@ def _run_section(run: RunData, index: int) -> tuple[str, int]:
         charts = ("<div class='alert'>No completed request in this run: there is no latency to draw.</div>"
                   + charts)
     section = (f"<section id='run{index}'><h2>{html.escape(run.label)}</h2>{_header(run)}"
-               f"{warning_blocks(run.summary)}{summary_cards(run.summary)}{charts}</section>")
+               f"{warning_blocks(run.summary)}{summary_cards(run.summary)}{roles_table(run.summary.get('roles'))}"
+               f"{charts}</section>")
     return section, len(figs)
 
 

@@ -19,6 +19,8 @@ from servesim.report.run_folder import RunData
 CDF_POINTS = 1000
 HIST_BINS = 50
 TIME_BINS = 600
+#: Most intervals of the latency-over-time chart (each needs requests for its percentiles).
+LATENCY_BINS = 120
 MAX_WORKER_LINES = 16
 #: (requests.parquet column, label) of the latency charts.
 LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end-to-end"), ("queue_s", "queue time"))
@@ -186,21 +188,34 @@ def latency_histogram_figure(run: RunData):
 
 
 def latency_over_time_figure(run: RunData, grid: np.ndarray):
+    """p50 and p90 of TTFT and TPOT per interval of arrival time; each worker's p50 too, hidden
+    until picked in the legend (a line per worker would hide the fleet's)."""
     go, make_subplots = plotly_modules()
     done = run.completed
     if not done.any():
         return None
+    grid = grid[:: max(1, grid.size // LATENCY_BINS)]  # fewer, wider intervals: percentiles need samples
     t = run.requests["arrival_s"][done].astype(float)
+    worker = run.requests["worker"][done]
+    workers = np.unique(worker)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, subplot_titles=["TTFT (ms) by arrival time",
                                                                           "TPOT (ms) by arrival time"])
     for row, col in ((1, "ttft_s"), (2, "tpot_s")):
-        pct = binned_percentiles(t, run.requests[col][done].astype(float) * 1e3, grid)
+        v = run.requests[col][done].astype(float) * 1e3
+        pct = binned_percentiles(t, v, grid)
         for q, dash in ((50, "solid"), (90, "dot")):
-            fig.add_trace(go.Scatter(x=grid, y=pct[q], mode="lines", name=f"p{q}", line=dict(dash=dash),
-                                     legendgroup=f"p{q}", showlegend=row == 1, connectgaps=False),
-                          row=row, col=1)
+            fig.add_trace(go.Scatter(x=grid, y=pct[q], mode="lines", name=f"p{q} (all workers)",
+                                     line=dict(dash=dash, color="#1f2933" if q == 50 else "#7b8794"),
+                                     legendgroup=f"p{q}", showlegend=row == 1), row=row, col=1)
+        if 1 < workers.size <= MAX_WORKER_LINES:
+            for i, w in enumerate(workers):
+                mine = worker == w
+                p50 = binned_percentiles(t[mine], v[mine], grid, qs=(50,))[50]
+                fig.add_trace(go.Scatter(x=grid, y=p50, mode="lines", name=f"p50 worker {w}", visible="legendonly",
+                                         line=dict(color=_colour(i), width=1), legendgroup=f"w{w}",
+                                         showlegend=row == 1), row=row, col=1)
     fig.update_xaxes(title_text="virtual time (s)", row=2, col=1)
-    return _layout(fig, "Latency over time", 560)
+    return _layout(fig, "Latency over time (click a worker in the legend to show its p50)", 560)
 
 
 def throughput_figure(run: RunData, grid: np.ndarray):
