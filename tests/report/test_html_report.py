@@ -140,11 +140,11 @@ def test_predict_report_writes_report_html(tmp_path, capsys):
 
 def test_disaggregated_run_shows_its_pools(tmp_path):
     import servesim
-    from tests.report.conftest import RUN
 
-    cfg = json.loads(json.dumps(RUN))
-    cfg["workload"]["num_requests"] = 60
-    cfg["deployment"]["disaggregation"] = {"prefill": {"workers": 2}, "decode": {"workers": 1}}
+    cfg = {"workload": {"kind": "synthetic", "num_requests": 60, "arrival": {"process": "poisson", "rate": 6.0},
+                        "input": {"dist": "fixed", "value": 800}, "output": {"dist": "fixed", "value": 40}},
+           "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm",
+                          "disaggregation": {"prefill": {"workers": 2}, "decode": {"workers": 1}}}}
     servesim.predict(cfg).write(tmp_path / "dis")
     page = write_report([tmp_path / "dis"]).read_text()
     assert "Prefill and decode pools" in page and "<th>decode</th><td>1</td><td>1</td><td>60</td>" in page
