@@ -46,34 +46,54 @@ def engine_seats(engine) -> int | None:
 
 def time_weighted(times: np.ndarray, values: np.ndarray, end: float) -> float:
     """Mean over ``[0, end]`` of a step function: ``values[i]`` from ``times[i]`` until the next
-    sample (the last until ``end``), 0 before the first sample."""
+    sample (the last until ``end``), 0 before the first sample.  ``times`` need not be sorted."""
     if end <= 0 or times.size == 0:
         return 0.0
     order = np.argsort(times, kind="stable")
-    t = np.minimum(times[order], end)
+    return _held_mean(times[order], values[order], end)
+
+
+def _held_mean(t: np.ndarray, values: np.ndarray, end: float) -> float:
+    """:func:`time_weighted` of samples already in time order."""
+    t = np.minimum(t, end)
     held = np.diff(np.append(t, end))
-    return float(np.dot(values[order].astype(float), held) / end)
+    return float(np.dot(values.astype(float), held) / end)
+
+
+def _by_worker(columns: dict[str, np.ndarray]) -> dict[int, slice]:
+    """Rows of each worker after sorting ``columns`` by (worker, time) in place of the dict's arrays."""
+    order = np.lexsort((columns["time_s"], columns["worker"]))
+    for key in ("time_s", "worker", "running", "waiting", "kv_usage"):
+        columns[key] = columns[key][order]
+    workers, starts = np.unique(columns["worker"], return_index=True)
+    ends = list(starts[1:]) + [columns["worker"].size]
+    return {int(w): slice(int(a), int(b)) for w, a, b in zip(workers, starts, ends)}
 
 
 def worker_load(columns: dict[str, np.ndarray] | None, workers, sim_end: float) -> dict[int, dict]:
     """Per worker id: the load figures of the module docstring (``None`` without a time series)."""
     out: dict[int, dict] = {}
+    rows: dict[int, slice] = {}
+    cols = None
+    if columns is not None:
+        cols = dict(columns)
+        rows = _by_worker(cols)
     for w in workers:
         seats = engine_seats(w.engine)
         figures: dict = {"seats": seats, "mean_running": None, "batch_occupancy": None, "mean_waiting": None,
                          "max_waiting": None, "kv_usage_mean": None, "kv_usage_max": None}
-        if columns is not None:
-            mine = columns["worker"] == w.worker_id
-            t = columns["time_s"][mine].astype(float)
-            running = time_weighted(t, columns["running"][mine], sim_end)
-            waiting = columns["waiting"][mine]
-            kv = columns["kv_usage"][mine].astype(float)
+        if cols is not None:
+            mine = rows.get(w.worker_id, slice(0, 0))
+            t = cols["time_s"][mine].astype(float)
+            running = _held_mean(t, cols["running"][mine], sim_end) if t.size and sim_end > 0 else 0.0
+            waiting = cols["waiting"][mine]
+            kv = cols["kv_usage"][mine].astype(float)
             figures.update(
                 mean_running=running,
                 batch_occupancy=running / seats if seats else None,
-                mean_waiting=time_weighted(t, waiting, sim_end),
+                mean_waiting=_held_mean(t, waiting, sim_end) if t.size and sim_end > 0 else 0.0,
                 max_waiting=int(waiting.max()) if waiting.size else 0,
-                kv_usage_mean=time_weighted(t, kv, sim_end),
+                kv_usage_mean=_held_mean(t, kv, sim_end) if t.size and sim_end > 0 else 0.0,
                 kv_usage_max=float(kv.max()) if kv.size else 0.0,
             )
         out[w.worker_id] = figures
