@@ -17,7 +17,7 @@ from pathlib import Path
 from servesim.report.advice import request_warnings
 from servesim.report.html_compare import (candidates_table, compare_bars_figure, compare_cdf_figure,
                                           comparison_table, pareto_figure)
-from servesim.report.html_figures import plotly_modules, run_figures
+from servesim.report.html_figures import no_template, plotly_modules, run_figures
 from servesim.report.run_folder import ReportError, RunData, SweepData, load_folders
 
 REPORT_FILE = "report.html"
@@ -38,7 +38,7 @@ table{border-collapse:collapse;background:#fff;font-size:.9em;margin:10px 0}
 th,td{border:1px solid #d9e2ec;padding:4px 8px;text-align:right}thead th{background:#f0f4f8}
 tbody th{text-align:left}.delta{font-size:.85em;color:#52606d}.delta.better{color:#18794e}
 .delta.worse{color:#c22}.note{color:#7b8794;font-size:.85em}tr.infeasible td,tr.failed td{color:#9aa5b1}
-nav a{margin-right:14px}
+nav a{margin-right:14px}.scroll{overflow-x:auto}
 """
 
 #: Shown at the top if any script fails (the browser test also checks that none does).
@@ -219,6 +219,11 @@ def nothing_to_draw(runs: list[RunData], sweeps: list[SweepData]) -> str:
 def render_report(runs: list[RunData], sweeps: list[SweepData], title: str = "servesim report") -> str:
     """The whole page; raises :class:`ReportError` when there is no chart to draw."""
     plotly_modules()
+    with no_template():
+        return _render(runs, sweeps, title)
+
+
+def _render(runs: list[RunData], sweeps: list[SweepData], title: str) -> str:
     from plotly.offline import get_plotlyjs
 
     if not any(r.completed.any() for r in runs) and not any((s.candidates["status"] == "ok").any() for s in sweeps):

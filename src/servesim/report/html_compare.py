@@ -79,8 +79,8 @@ def comparison_table(runs: list[RunData]) -> str:
             delta = f" <span class='delta {cls}'>({d * 100:+.1f}%)</span>" if d is not None else ""
             cells.append(f"<td>{_num(v)}{delta}</td>")
         body.append(f"<tr><th>{html.escape(label)}</th>{''.join(cells)}</tr>")
-    return (f"<table class='compare'><thead><tr><th>metric</th>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>"
+    return (f"<div class='scroll'><table class='compare'><thead><tr><th>metric</th>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table></div>"
             "<p class='note'>Differences are relative to the first run; green is better, red worse.</p>")
 
 
@@ -189,4 +189,5 @@ def candidates_table(sweep: SweepData) -> str:
                 "" if isinstance(v, (float, np.floating)) else str(v))
             cells.append(f"<td>{html.escape(text)}</td>")
         rows.append(f"<tr class='{html.escape(str(c['status'][i]))}'>{''.join(cells)}</tr>")
-    return f"<table class='candidates'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return (f"<div class='scroll'><table class='candidates'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>")

@@ -32,13 +32,26 @@ def plotly_modules():
 
     try:
         import plotly.graph_objects as go
-        import plotly.io as pio
         from plotly.subplots import make_subplots
     except ImportError:
         raise ReportError("the HTML report needs plotly: pip install 'servesim[report]'") from None
-    # Styled by _layout: no template, whose copy into every figure costs more than drawing it.
-    pio.templates.default = None
     return go, make_subplots
+
+
+class no_template:
+    """Within it, new figures get no Plotly template (``_layout`` styles them): copying the default
+    template into every figure costs more than building the figure.  Restores the caller's default."""
+
+    def __enter__(self):
+        import plotly.io as pio
+
+        self._saved = pio.templates.default
+        pio.templates.default = None
+
+    def __exit__(self, *exc):
+        import plotly.io as pio
+
+        pio.templates.default = self._saved
 
 
 # ------------------------------------------------------------------------------- data helpers
