@@ -137,13 +137,18 @@ def cmd_predict(args: argparse.Namespace) -> int:
         pred = predict(cfg, progress=progress if show_progress else None)
     out_dir = pred.write(out_arg) if writes else None
     figures = plot_run(out_dir) if args.plot and out_dir is not None else []
-    report = write_report([out_dir]) if args.report and out_dir is not None else None
+    report, report_error = None, None
+    if args.report and out_dir is not None:
+        try:
+            report = write_report([out_dir])
+        except ServesimError as exc:  # e.g. nothing to draw: the summary below says why
+            report_error = exc
     if args.format == "json":
         doc = {"summary": pred.summary, "host": pred.host, "deployment": pred.deployment.describe(),
                "workload": pred.workload, "output_dir": str(out_dir) if out_dir else None,
                "figures": [str(f) for f in figures], "report": str(report) if report else None}
         print(json.dumps(doc, indent=2))
-        return 0
+        return _report_failed(report_error)
     console = Console()
     if not console.is_terminal:
         console = Console(width=130)  # pipes and files: room for every column
@@ -152,7 +157,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
         # stale files were removed before the run, so what is there now is this run's
         written = [name for name in OUTPUT_FILES if (Path(out_dir) / name).exists()]
         console.print(f"Wrote {Path(out_dir) / written[0]}" + "".join(f", {n}" for n in written[1:]))
-    return 0
+    return _report_failed(report_error)
+
+
+def _report_failed(error: Exception | None) -> int:
+    """Exit status of a run whose --report could not be written (after its summary was printed)."""
+    if error is None:
+        return 0
+    print(f"servesim: error: --report: {error}", file=sys.stderr)
+    return 2
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

@@ -93,3 +93,13 @@ def test_plot_and_report_refuse_a_run_with_nothing_to_draw(tmp_path, capsys, mis
     assert main([missing, str(run)]) == 2
     err = capsys.readouterr().err
     assert "nothing to draw" in err and "no completed request" in err
+
+
+def test_predict_report_with_nothing_to_draw_prints_the_summary_then_fails(tmp_path, capsys):
+    pytest.importorskip("plotly")
+    args = ["predict", "--out", str(tmp_path / "run"), "--report", *SMALL, "--set", "simulation.max_sim_time_s=0.001"]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert "requests unfinished" in captured.out and "Wrote" in captured.out  # the run's files and summary
+    assert "--report: nothing to draw" in captured.err
+    assert (tmp_path / "run" / "prediction.json").is_file() and not (tmp_path / "run" / "report.html").exists()
