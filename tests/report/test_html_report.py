@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("plotly")
 
 from servesim.cli import main  # noqa: E402
-from servesim.report.html import render_report, summary_cards, warning_blocks, write_report  # noqa: E402
+from servesim.report.html import render_report, slo_table, summary_cards, warning_blocks, write_report  # noqa: E402
 from servesim.report.html_compare import difference, metric_rows, pareto_figure  # noqa: E402
 from servesim.report.html_figures import (cdf_points, histogram, per_worker, run_figures, time_grid,  # noqa: E402
                                           worker_rates)
@@ -103,14 +103,20 @@ def test_cards_show_slo_and_warnings_when_the_summary_has_them(report_inputs):
     runs, _ = load_folders([report_inputs["sglang"]])
     summary = json.loads(json.dumps(runs[0].summary))
     assert "SLO" not in summary_cards(summary) and warning_blocks(summary) == ""
-    summary["slo"] = {"attainment": 0.875, "goodput_rps": 3.25}
-    summary["overload"] = {"overloaded": True, "queue_growth_per_s": 4.5}
+    summary["slo"] = {"objectives": [{"metric": "ttft", "percentile": "p90", "threshold_ms": 500.0,
+                                      "observed_ms": 640.0, "attainment": 0.86, "met": False}],
+                      "attainment_all": 0.875, "target": 0.9, "meets_target": False,
+                      "goodput_request_per_s": 3.25, "goodput_output_tokens_per_s": 410.0,
+                      "goodput_output_tokens_per_s_per_gpu": 205.0}
+    summary["overload"] = {"overloaded": True, "pending_growth": 812.0, "pending_growth_per_s": 4.5,
+                           "pending_at_mid": 10, "pending_at_last_arrival": 822}
     summary["requests"]["rejected"] = 10
     summary["requests"]["rejected_by_reason"] = {"prompt exceeds max_num_tokens 8192 with chunked context off": 10}
     cards = summary_cards(summary)
-    assert "SLO attainment" in cards and "87.5%" in cards and "3.25" in cards
+    assert "SLO attainment" in cards and "87.5%" in cards and "NOT met" in cards and "3.25" in cards
+    assert "<th>ttft</th><td>p90</td><td>500.0</td><td>640.0</td><td>86.0%</td><td><b>NO</b>" in slo_table(summary["slo"])
     warn = warning_blocks(summary)
-    assert "Overloaded" in warn and "queue growth per s: 4.5" in warn
+    assert "Overloaded" in warn and "grew by 812" in warn and "10 → 822 pending" in warn
     assert "deployment.engine.enable_chunked_context=true" in warn
 
 

@@ -115,22 +115,48 @@ def summary_cards(summary: dict) -> str:
               f"KV used {_n(fleet.get('mean_kv_usage'), pct=True)} · "
               f"{_n(fleet.get('mean_waiting'))} waiting on average"),
     ]
-    cards += _slo_cards(summary.get("slo"))
+    cards += _slo_cards(summary.get("slo")) + _cost_cards(summary.get("cost"))
     return f"<div class='cards'>{''.join(cards)}</div>"
 
 
 def _slo_cards(slo) -> list[str]:
-    """Cards of every figure of ``summary["slo"]`` (SLO attainment, goodput, ...), when present."""
+    """SLO attainment and goodput cards, when the run had SLOs (``summary["slo"]``, docs/planning.md)."""
     if not isinstance(slo, dict):
         return []
     cards = []
-    for key, value in slo.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        label = "SLO " + key.replace("_", " ") if "slo" not in key else key.replace("_", " ")
-        ratio = "attainment" in key or key.endswith("_ratio") or key.endswith("_share")
-        cards.append(_card(label, _n(value, pct=ratio) if ratio else _n(value, 2)))
+    if slo.get("attainment_all") is not None:
+        target = slo.get("target")
+        met = slo.get("meets_target")
+        cards.append(_card("SLO attainment (all objectives)", _n(slo["attainment_all"], pct=True),
+                           (f"target {_n(target, pct=True)}" if target is not None else "")
+                           + ("" if met is None else (" · met" if met else " · NOT met"))))
+    if slo.get("goodput_request_per_s") is not None:
+        cards.append(_card("goodput (req/s within SLO)", _n(slo["goodput_request_per_s"], 2),
+                           f"{_n(slo.get('goodput_output_tokens_per_s'))} output tok/s · "
+                           f"{_n(slo.get('goodput_output_tokens_per_s_per_gpu'))} per GPU"))
     return cards
+
+
+def _cost_cards(cost) -> list[str]:
+    if not isinstance(cost, dict) or cost.get("usd_per_hour") is None:
+        return []
+    return [_card("cost ($/hour, fleet)", _n(cost["usd_per_hour"], 2),
+                  f"${_n(cost.get('usd_per_mtok'), 2)} per million tokens")]
+
+
+def slo_table(slo) -> str:
+    """Each SLO objective: threshold, observed value, attainment, met."""
+    objectives = (slo or {}).get("objectives") if isinstance(slo, dict) else None
+    if not objectives:
+        return ""
+    rows = "".join(
+        f"<tr><th>{html.escape(str(o.get('metric', '')))}</th><td>{html.escape(str(o.get('percentile', '')))}</td>"
+        f"<td>{_n(o.get('threshold_ms'))}</td><td>{_n(o.get('observed_ms'))}</td>"
+        f"<td>{_n(o.get('attainment'), pct=True)}</td><td>{'yes' if o.get('met') else '<b>NO</b>'}</td></tr>"
+        for o in objectives)
+    return ("<h3>Service-level objectives</h3><table><thead><tr><th>metric</th><th>percentile</th>"
+            "<th>threshold ms</th><th>observed ms</th><th>attainment</th><th>met</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>")
 
 
 def warning_blocks(summary: dict) -> str:
@@ -138,10 +164,15 @@ def warning_blocks(summary: dict) -> str:
     blocks = []
     overload = summary.get("overload") or {}
     if isinstance(overload, dict) and overload.get("overloaded"):
-        detail = "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in overload.items()
-                           if k != "overloaded" and isinstance(v, (str, int, float)) and not isinstance(v, bool))
-        blocks.append("<div class='alert'><b>Overloaded:</b> queues grow without bound; latencies keep rising "
-                      f"with the run's length and do not describe a steady state. {html.escape(detail)}</div>")
+        detail = ""
+        if overload.get("pending_growth") is not None:
+            detail = (f"Requests waiting for a first token grew by {overload['pending_growth']:,.0f} over the second "
+                      f"half of the arrivals ({overload.get('pending_growth_per_s', 0):,.2f}/s; "
+                      f"{overload.get('pending_at_mid', '?')} → {overload.get('pending_at_last_arrival', '?')} pending). ")
+        blocks.append("<div class='alert'><b>Overloaded:</b> arrivals outpace what the deployment serves, so "
+                      f"queues grow without bound. {html.escape(detail)}Latencies here depend on the run's length, "
+                      "not a steady state: add workers (deployment.workers) or lower the load "
+                      "(arrival rate, workload.speedup).</div>")
     for line in request_warnings(summary):
         blocks.append(f"<div class='warn'><b>Warning:</b> {html.escape(line)}</div>")
     return "".join(blocks)
@@ -180,7 +211,8 @@ def _run_section(run: RunData, index: int) -> tuple[str, int]:
         charts = ("<div class='alert'>No completed request in this run: there is no latency to draw.</div>"
                   + charts)
     section = (f"<section id='run{index}'><h2>{html.escape(run.label)}</h2>{_header(run)}"
-               f"{warning_blocks(run.summary)}{summary_cards(run.summary)}{roles_table(run.summary.get('roles'))}"
+               f"{warning_blocks(run.summary)}{summary_cards(run.summary)}{slo_table(run.summary.get('slo'))}"
+               f"{roles_table(run.summary.get('roles'))}"
                f"{charts}</section>")
     return section, len(figs)
 

@@ -41,8 +41,10 @@ KEY_METRICS = (
     ("fleet.mean_utilization", "busy %", 100.0, None),
     ("fleet.mean_batch_occupancy", "batch seats used %", 100.0, None),
     ("fleet.mean_kv_usage", "KV usage %", 100.0, None),
-    ("slo.attainment", "SLO attainment %", 100.0, False),
-    ("slo.goodput_rps", "goodput (req/s)", 1.0, False),
+    ("slo.attainment_all", "SLO attainment %", 100.0, False),
+    ("slo.goodput_request_per_s", "goodput (req/s)", 1.0, False),
+    ("slo.goodput_output_tokens_per_s_per_gpu", "goodput tok/s per GPU", 1.0, False),
+    ("cost.usd_per_mtok", "$ per M tokens", 1.0, True),
     ("total_gpus", "GPUs", 1.0, None),
 )
 
@@ -138,7 +140,8 @@ def _hover(sweep: SweepData, i: int) -> str:
                        ("per_user_tok_s", "tok/s per user"), ("goodput_rps", "goodput req/s"),
                        ("goodput_tok_s", "goodput tok/s"), ("slo_attainment", "SLO attainment"),
                        ("ttft_p90_ms", "TTFT p90 ms"), ("tpot_p90_ms", "TPOT p90 ms"),
-                       ("cost_per_hour_usd", "$/hour"), ("cost_per_mtok_usd", "$/M tokens")):
+                       ("cost_per_hour_usd", "$/hour"), ("cost_per_mtok_usd", "$/M tokens"),
+                       ("slo_met", "SLO met"), ("overloaded", "overloaded")):
         if key in c and c[key][i] is not None and not (isinstance(c[key][i], float) and np.isnan(c[key][i])):
             v = c[key][i]
             parts.append(f"{label}: {v:,.3g}" if isinstance(v, (float, np.floating)) else f"{label}: {v}")
@@ -178,7 +181,7 @@ def candidates_table(sweep: SweepData) -> str:
     c = sweep.candidates
     cols = ["candidate", "status", *sweep.params] + [k for k in (
         "gpus", "throughput_per_gpu_tok_s", "per_user_tok_s", "goodput_rps", "slo_attainment", "ttft_p90_ms",
-        "tpot_p90_ms", "cost_per_mtok_usd", "pareto", "reason") if k in c]
+        "tpot_p90_ms", "cost_per_mtok_usd", "slo_met", "overloaded", "pareto", "reason") if k in c]
     head = "".join(f"<th>{html.escape(k.removeprefix('param.'))}</th>" for k in cols)
     rows = []
     for i in range(c["candidate"].size):
