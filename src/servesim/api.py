@@ -24,6 +24,7 @@ from servesim.metrics.timeseries import TimeSeries
 from servesim.metrics.warnings import input_warnings
 from servesim.errors import WorkloadError
 from servesim.plan.summary import planning_summary
+from servesim.metrics.utilisation import annotate_workers
 from servesim.report.kv_events import KVEventLog
 from servesim.sim.simulation import RunStats, Simulation
 from servesim.workload.sharing import shared_block_ids
@@ -209,6 +210,9 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
     summary = summarize(recorder, deployment.total_gpus)
     summary["workers"] = worker_breakdown(recorder, stats.workers, stats.sim_end)
     summary["fleet"] = fleet_summary(stats.workers, stats.sim_end)
+    coordinator = getattr(deployment, "coordinator", None)  # disaggregated: prefill ids come first
+    annotate_workers(summary, recorder, ts.columns() if ts is not None else None, stats.workers, stats.sim_end,
+                     coordinator.n_prefill if coordinator is not None else None)
     summary["run"] = {
         "sim_end_s": stats.sim_end,
         "events": stats.events,

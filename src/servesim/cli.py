@@ -32,10 +32,13 @@ def _add_predict(sub) -> None:
     p.add_argument("--out", help="output folder (overrides output.dir)")
     p.add_argument("--no-files", action="store_true", help="write no output files")
     p.add_argument("--format", choices=("table", "json"), default="table", help="console summary format")
-    p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress bar or progress lines (the summary is still printed)")
     p.add_argument("--mode", choices=("fast", "step"), help="simulation mode (overrides simulation.mode)")
     p.add_argument("--plot", action="store_true",
                    help="also draw latency.png and timeline.png in the output folder (servesim[plot])")
+    p.add_argument("--report", action="store_true",
+                   help="also write report.html (interactive, self-contained) in the output folder (servesim[report])")
 
 
 def _add_plot(sub) -> None:
@@ -46,12 +49,28 @@ def _add_plot(sub) -> None:
                                  "for validate results (default: the CSV's name with .png)")
 
 
+def _add_report(sub) -> None:
+    p = sub.add_parser("report", help="write one self-contained HTML report of runs (compared) or a sweep")
+    p.add_argument("paths", nargs="+", metavar="RUN_DIR",
+                   help="`servesim predict` output folders (two or more are compared) or sweep folders")
+    p.add_argument("--out", help="the HTML file (default: report.html in the folder given, or in the working "
+                                 "directory for several)")
+
+
+def _add_catalog(sub) -> None:
+    p = sub.add_parser("models", help="list the bundled models with their size, context and default precision")
+    p.add_argument("--aliases", action="store_true", help="list the other names each bundled config answers to")
+    sub.add_parser("gpus", help="list the bundled GPUs with their memory, bandwidth and peaks")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="servesim", description="Simulate LLM inference serving without GPUs.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command")
     _add_predict(sub)
     _add_plot(sub)
+    _add_report(sub)
+    _add_catalog(sub)
     from servesim.plan.cli import add_subcommands as add_plan_subcommands
 
     add_plan_subcommands(sub)  # sweep, recommend, maxload (docs/planning.md)
@@ -67,45 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Progress:
-    """A rich progress bar over requests ended, shown on stderr for long runs."""
-
-    def __init__(self, total: int | None, enabled: bool) -> None:
-        self.total = total
-        self.enabled = enabled
-        self._bar = None
-        self._task = None
-        self._last = 0
-
-    def __enter__(self):
-        if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._bar = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("virtual {task.fields[sim]:.0f} s"), TimeElapsedColumn(),
-                                 transient=True, console=_stderr_console())
-            self._bar.__enter__()
-            self._task = self._bar.add_task("sim", total=self.total, sim=0.0)
-        return self
-
-    def __call__(self, done: int, sim_time: float) -> None:
-        if self._bar is not None and done - self._last >= 200:
-            self._last = done
-            self._bar.update(self._task, completed=done, sim=sim_time)
-
-    def __exit__(self, *exc) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(*exc)
-
-
-def _stderr_console():
-    from rich.console import Console
-
-    return Console(stderr=True)
-
-
-#: What a run writes (figures only with --plot).
-OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet", "kv_events.jsonl") + RUN_FIGURES
+#: What a run writes (figures only with --plot); all are removed before a run into the folder.
+OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet", "kv_events.jsonl") + RUN_FIGURES + (
+    "report.html",)
 
 
 def _prepare_output_dir(out_dir: Path, source: str) -> None:
@@ -129,7 +112,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from servesim.api import predict
     from servesim.config import load_config
     from servesim.report.console import render_summary
+    from servesim.report.html import write_report
+    from servesim.report.html_figures import plotly_modules
     from servesim.report.plots import plot_run, require_matplotlib
+    from servesim.report.progress import Progress, expected_requests
 
     overrides = list(args.overrides)
     if args.mode:
@@ -145,25 +131,34 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if not cfg.output.requests:
             raise ConfigError("--plot draws from requests.parquet: it needs output.requests: true")
         require_matplotlib()  # a missing matplotlib is reported before the run, not after it
+    if args.report:
+        if args.no_files or not out_arg or not cfg.output.requests:
+            raise ConfigError("--report draws from the output files: it needs an output folder (--out DIR or "
+                              "output.dir), output.requests: true and not --no-files")
+        plotly_modules()  # a missing plotly is reported before the run
     writes = not args.no_files and bool(args.out is not None or cfg.output.dir)
     if writes:
         _prepare_output_dir(Path(out_arg), "--out" if args.out is not None else "output.dir")
-    show_progress = not args.quiet and args.format == "table" and sys.stderr.isatty()
-    total = None
-    with _Progress(total, show_progress) as progress:
+    show_progress = not args.quiet
+    total = expected_requests(cfg) if show_progress else None
+    with Progress(total, show_progress) as progress:
         pred = predict(cfg, progress=progress if show_progress else None)
     drawn: list[Path] = []
     also = (lambda folder: drawn.extend(plot_run(folder))) if args.plot else None
     out_dir = pred.write(out_arg, also=also) if writes else None
     figures = [Path(out_dir) / f.name for f in drawn] if out_dir is not None else []
-    if args.quiet:
-        return 0
+    report, report_error = None, None
+    if args.report and out_dir is not None:  # from the files in place (its label is the folder's name)
+        try:
+            report = write_report([out_dir])
+        except ServesimError as exc:  # e.g. nothing to draw: the summary below says why
+            report_error = exc
     if args.format == "json":
         doc = {"summary": pred.summary, "host": pred.host, "deployment": pred.deployment.describe(),
                "workload": pred.workload, "output_dir": str(out_dir) if out_dir else None,
-               "figures": [str(f) for f in figures]}
+               "figures": [str(f) for f in figures], "report": str(report) if report else None}
         print(json.dumps(doc, indent=2))
-        return 0
+        return _report_failed(report_error)
     console = Console()
     if not console.is_terminal:
         console = Console(width=130)  # pipes and files: room for every column
@@ -172,7 +167,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
         # the set replaced the previous one whole, so what is there now is this run's
         written = [name for name in OUTPUT_FILES if (Path(out_dir) / name).exists()]
         console.print(f"Wrote {Path(out_dir) / written[0]}" + "".join(f", {n}" for n in written[1:]))
-    return 0
+    return _report_failed(report_error)
+
+
+def _report_failed(error: Exception | None) -> int:
+    """Exit status of a run whose --report could not be written (after its summary was printed)."""
+    if error is None:
+        return 0
+    print(f"servesim: error: --report: {error}", file=sys.stderr)
+    return 2
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -192,6 +195,32 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from servesim.report.html import write_report
+
+    print(f"Wrote {write_report(args.paths, args.out)}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from servesim.catalog import render_aliases, render_models
+
+    console = Console() if sys.stdout.isatty() else Console(width=140)
+    (render_aliases if args.aliases else render_models)(console)
+    return 0
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from servesim.catalog import render_gpus
+
+    render_gpus(Console() if sys.stdout.isatty() else Console(width=140))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -203,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    handler = {"predict": cmd_predict, "plot": cmd_plot}.get(args.command) or getattr(args, "handler", None)
+    handler = {"predict": cmd_predict, "plot": cmd_plot, "report": cmd_report, "models": cmd_models,
+               "gpus": cmd_gpus}.get(args.command) or getattr(args, "handler", None)
     try:
         return handler(args)
     except ServesimError as exc:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import ModelError
+from servesim.models.quantization import weight_dtype_of
 
 #: model_type values understood by the parser, by how they are read.
 SUPPORTED_MODEL_TYPES: dict[str, str] = {
@@ -136,6 +137,9 @@ class ModelArch:
     num_mtp_layers: int = 0
     #: bundled config this arch was read from (HF id), or the local path.
     config_source: str = ""
+    #: Weight precision of the checkpoint from its ``quantization_config`` (models/quantization.py);
+    #: "" when the config has none (bf16 weights).
+    quantization: str = ""
 
     # ------------------------------------------------------------------ kinds
     @property
@@ -405,7 +409,8 @@ def _parse(cfg: dict, top: dict, mtype: str, arch_name: str, name: str, where: s
         family=mtype, architecture=arch_name, num_layers=L, hidden_size=h,
         num_attention_heads=nq, num_kv_heads=nkv, head_dim=head_dim, intermediate_size=inter,
         vocab_size=vocab, tie_embeddings=tie, max_position_embeddings=max_pos,
-        layer_kinds=tuple(kinds), sliding_window=window, config_source=where, **kw,
+        layer_kinds=tuple(kinds), sliding_window=window, config_source=where,
+        quantization=weight_dtype_of(top.get("quantization_config")), **kw,
     )
 
 

@@ -359,7 +359,7 @@ class AicStepTime:
         if arch.family == "gpt_oss" and w in ("fp4", "nvfp4"):
             w = "mxfp4"
         if w not in _WEIGHT_MODES:
-            raise ConfigError(f"deployment.precision: {weight_dtype!r} has no aic quant-mode mapping; "
+            raise ConfigError(f"deployment.weight_dtype: {weight_dtype!r} has no aic quant-mode mapping; "
                               f"mapped: {', '.join(sorted(_WEIGHT_MODES))}")
         gemm, moe = _WEIGHT_MODES[w]
         if w in ("fp4", "nvfp4") and arch.is_moe:

@@ -145,6 +145,11 @@ class MemoryBudget:
     kv_tokens: int
 
 
+#: The engine option that sets the share of GPU memory the engine may use, as the config names it.
+MEM_FRACTION_KEY = {"sglang": "mem_fraction_static", "vllm": "gpu_memory_utilization",
+                    "trtllm": "free_gpu_memory_fraction"}
+
+
 def memory_budget(
     model: ModelArch,
     gpu: GPUSpec,
@@ -201,7 +206,8 @@ def memory_budget(
             f"{engine}): weights {weights / GB:.1f} GB per GPU + reserve {reserve / GB:.1f} GB"
             + (f" + per-request state {state / GB:.1f} GB" if state else "")
             + f" exceed what {usable_desc} allows by {short / GB:.1f} GB; "
-            "use more GPUs, a smaller weight precision or a larger memory fraction"
+            f"use more GPUs (deployment.tp), a smaller weight precision (deployment.weight_dtype, now "
+            f"{weight_dtype}) or a larger memory fraction (deployment.engine.{MEM_FRACTION_KEY[engine]})"
         )
     tokens = int(kv // per_tok)
     if tokens < 1:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from servesim.report.advice import request_warnings
+
 LATENCY_ROWS = (
     ("ttft_ms", "TTFT"),
     ("ttst_ms", "TTST"),
@@ -34,6 +36,8 @@ def render_summary(summary: dict, header: dict, console: Console, host: dict | N
     title = " | ".join(f"{k}: {v}" for k, v in header.items())
     console.rule("[bold]servesim prediction")
     console.print(title)
+    for line in request_warnings(summary):
+        console.print(f"[bold yellow]Warning:[/] {line}", highlight=False)
     req = summary["requests"]
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
@@ -72,19 +76,12 @@ def render_summary(summary: dict, header: dict, console: Console, host: dict | N
     console.print(lat)
     workers = summary.get("workers") or []
     if len(workers) > 1 or workers and workers[0]["gpus"] > 1:
-        wt = Table(title="Workers", title_justify="left")
-        for col in ("worker", "GPUs", "requests", "busy %", "passes", "tokens", "prefix reuse %"):
-            wt.add_column(col, justify="right")
-        for w in workers[:32]:
-            wt.add_row(str(w["worker"]), str(w["gpus"]), _fmt(w["requests"]), f"{w['utilization'] * 100:.1f}",
-                       _fmt(w["passes"]), _fmt(w["tokens"]), _percent(w["prefix_reuse_ratio"], sign=""))
-        if len(workers) > 32:
-            wt.add_row("...", "", "", "", "", "", "")
-        console.print(wt)
+        console.print(_workers_table(workers))
     fleet = summary.get("fleet")
     if fleet:
-        console.print(f"Fleet: {fleet['workers']} workers, {fleet['gpus']} GPUs, "
-                      f"{fleet['gpu_hours']:.2f} GPU-hours, mean utilisation {fleet['mean_utilization'] * 100:.1f}%")
+        console.print(_fleet_line(fleet), highlight=False)
+    for line in _role_lines(summary.get("roles") or {}):
+        console.print(line, highlight=False)
     _render_planning(summary, console)
     run = summary.get("run", {})
     wall = (host or {}).get("wall_s")
@@ -127,3 +124,87 @@ def _render_planning(summary: dict, console: Console) -> None:
     msg = overload_message(summary.get("overload") or {})
     if msg:
         console.print(f"[bold red]{msg}[/]")
+
+
+#: The workers table's columns after the identity ones: (header, summary key, format).
+WORKER_COLUMNS = (
+    ("reqs", "requests", "int"),
+    ("busy%", "utilization", "pct"),
+    ("batch%", "batch_occupancy", "pct"),
+    ("run", "mean_running", "f1"),
+    ("wait", "mean_waiting", "f1"),
+    ("wait max", "max_waiting", "int"),
+    ("KV%", "kv_usage_mean", "pct"),
+    ("KV max%", "kv_usage_max", "pct"),
+    ("passes", "passes", "int"),
+    ("tokens", "tokens", "int"),
+    ("reuse%", "prefix_reuse_ratio", "pct"),
+)
+
+
+def _cell(value, kind: str) -> str:
+    if value is None:
+        return "n/a"
+    if kind == "pct":
+        return f"{value * 100:.1f}"
+    if kind == "f1":
+        return f"{value:,.1f}"
+    return _fmt(int(value))
+
+
+def _workers_table(workers: list[dict], limit: int = 32) -> Table:
+    """Per worker: busy share and how full it was (batch seats, KV, queue); a role column in
+    disaggregated runs.  busy % = time in passes; batch % = mean running / seats; running,
+    waiting = time-averaged requests; KV % = mean KV usage (docs/outputs.md)."""
+    roles = any("role" in w for w in workers)
+    wt = Table(title="Workers: busy = share of time in passes; batch = mean running / seats; run, wait, "
+                     "KV = time averages; reuse = prefix-cache reuse", title_justify="left")
+    wt.add_column("worker", justify="right")
+    if roles:
+        wt.add_column("role")
+    wt.add_column("GPUs", justify="right")
+    for header, _, _ in WORKER_COLUMNS:
+        wt.add_column(header, justify="right")
+    for w in workers[:limit]:
+        ident = [str(w["worker"])] + ([w.get("role", "")] if roles else []) + [str(w["gpus"])]
+        wt.add_row(*ident, *(_cell(w.get(key), kind) for _, key, kind in WORKER_COLUMNS))
+    if len(workers) > limit:
+        wt.add_row("...", *([""] * (len(WORKER_COLUMNS) + 1 + roles)))
+    return wt
+
+
+def _fleet_line(fleet: dict) -> str:
+    text = (f"Fleet: {fleet['workers']} workers, {fleet['gpus']} GPUs, {fleet['gpu_hours']:.2f} GPU-hours; "
+            f"busy {fleet['mean_utilization'] * 100:.1f}% of the time")
+    if fleet.get("mean_batch_occupancy") is not None:
+        text += f", batch seats used {fleet['mean_batch_occupancy'] * 100:.1f}%"
+    if fleet.get("mean_kv_usage") is not None:
+        text += f", KV used {fleet['mean_kv_usage'] * 100:.1f}%"
+    if fleet.get("mean_waiting") is not None:
+        text += f", {fleet['mean_waiting']:,.1f} requests waiting on average"
+    return text
+
+
+def _role_lines(roles: dict) -> list[str]:
+    """Disaggregated runs: one line per pool, and one with the handoff's stages (mean / p90 ms)."""
+    lines = []
+    for role in ("prefill", "decode"):
+        r = roles.get(role)
+        if not r:
+            continue
+        text = (f"{role.capitalize()} pool: {r['workers']} worker(s), {r['gpus']} GPU(s), {r['requests']:,} requests, "
+                f"busy {r['mean_utilization'] * 100:.1f}%")
+        if r.get("mean_batch_occupancy") is not None:
+            text += f", batch {r['mean_batch_occupancy'] * 100:.1f}%"
+        if r.get("mean_kv_usage") is not None:
+            text += f", KV {r['mean_kv_usage'] * 100:.1f}%"
+        if r.get("mean_waiting") is not None:
+            text += f", {r['mean_waiting']:,.1f} waiting"
+        lines.append(text)
+    stages = roles.get("stages")
+    if stages:
+        parts = [f"{label} {_fmt(stages[key]['mean'], 1)} / {_fmt(stages[key]['p90'], 1)}"
+                 for key, label in (("prefill_ms", "prefill"), ("transfer_wait_ms", "link wait"),
+                                    ("transfer_ms", "KV transfer"), ("decode_wait_ms", "decode admission"))]
+        lines.append("Handoff stages, mean / p90 ms: " + ", ".join(parts))
+    return lines

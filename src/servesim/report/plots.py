@@ -210,6 +210,7 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
     out = _figure_folder(out_dir) if out_dir is not None else run_dir
     cols = ["status", "warmup", "arrival_s", "finish_s"] + [c for c, _ in LATENCY_COLUMNS]
     requests = _read_parquet(run_dir / "requests.parquet", cols)
+    _require_completed(run_dir, requests)
     ts_path = run_dir / "timeseries.parquet"
     series = (_read_parquet(ts_path, ["time_s", "worker", "running", "waiting", "kv_usage"])
               if ts_path.exists() else None)
@@ -220,6 +221,17 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
     if series is not None:
         written.append(_draw_timeline(plt, timeline_series(series, requests), title, out / RUN_FIGURES[1]))
     return written
+
+
+def _require_completed(run_dir: Path, requests: dict[str, np.ndarray]) -> None:
+    """A run without a completed measured request has no latency to draw: say so, do not draw blanks."""
+    status = requests["status"]
+    if ((status == "completed") & ~requests["warmup"].astype(bool)).any():
+        return
+    counts = ", ".join(f"{int((status == s).sum()):,} {s}" for s in ("rejected", "unfinished") if (status == s).any())
+    raise PlotError(f"{run_dir}: nothing to draw: no completed request ({status.size:,} requests"
+                    + (f": {counts}" if counts else "") + "; see prediction.json's rejected_by_reason and "
+                    "unfinished_by_reason)")
 
 
 def _figure_folder(out_dir: str | Path) -> Path:

@@ -1,0 +1,73 @@
+"""Load figures beyond "busy": batch and KV occupancy, queue length; roles of disaggregated workers."""
+
+import numpy as np
+import pytest
+
+import servesim
+from servesim.metrics.utilisation import engine_seats, time_weighted
+from servesim.report.advice import fix_for, request_warnings
+
+SMALL = {
+    "workload": {"kind": "synthetic", "num_requests": 120, "arrival": {"process": "poisson", "rate": 6.0},
+                 "input": {"dist": "fixed", "value": 600}, "output": {"dist": "fixed", "value": 60}},
+    "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm", "engine": {"name": "sglang"},
+                   "workers": 2},
+    "output": {"dir": None},
+}
+
+
+def test_time_weighted_holds_each_sample_until_the_next():
+    # 0 until t=1, then 4 until t=3, then 2 until the end at t=4: (0*1 + 4*2 + 2*1) / 4
+    assert time_weighted(np.array([1.0, 3.0]), np.array([4, 2]), 4.0) == pytest.approx(2.5)
+    assert time_weighted(np.array([]), np.array([]), 4.0) == 0.0
+
+
+def test_worker_load_matches_the_time_series():
+    pred = servesim.predict(SMALL)
+    cols = pred.timeseries.columns()
+    end = pred.stats.sim_end
+    for row, worker in zip(pred.summary["workers"], pred.stats.workers):
+        mine = cols["worker"] == row["worker"]
+        t = cols["time_s"][mine]
+        held = np.diff(np.append(t, end))
+        assert row["mean_running"] == pytest.approx(float((cols["running"][mine] * held).sum() / end))
+        assert row["kv_usage_mean"] == pytest.approx(float((cols["kv_usage"][mine] * held).sum() / end))
+        assert row["max_waiting"] == int(cols["waiting"][mine].max())
+        assert row["seats"] == engine_seats(worker.engine) == worker.engine.max_running
+        assert row["batch_occupancy"] == pytest.approx(row["mean_running"] / row["seats"])
+        # a lightly loaded worker is busy much of the time but far from full: the point of the figures
+        assert 0 < row["batch_occupancy"] < 0.2 and 0 < row["kv_usage_mean"] < row["kv_usage_max"] <= 1
+    fleet = pred.summary["fleet"]
+    assert fleet["mean_waiting"] == pytest.approx(sum(r["mean_waiting"] for r in pred.summary["workers"]))
+
+
+def test_without_a_time_series_the_figures_are_null():
+    cfg = {**SMALL, "output": {"dir": None, "timeseries": False}}
+    row = servesim.predict(cfg).summary["workers"][0]
+    assert row["mean_running"] is None and row["kv_usage_mean"] is None and row["seats"] is not None
+
+
+def test_disaggregated_workers_have_roles_and_decode_requests():
+    cfg = {**SMALL, "deployment": {**SMALL["deployment"], "disaggregation": {
+        "prefill": {"workers": 2}, "decode": {"workers": 1}}}}
+    pred = servesim.predict(cfg)
+    rows = pred.summary["workers"]
+    assert [r["role"] for r in rows] == ["prefill", "prefill", "decode"]
+    handed_off = int((pred.recorder.column("decode_worker") >= 0).sum())
+    assert rows[2]["requests"] == handed_off == 120  # the decode worker served every request
+    roles = pred.summary["roles"]
+    assert roles["prefill"]["workers"] == 2 and roles["decode"]["requests"] == 120
+    assert roles["stages"]["transfer_ms"]["count"] == 120 and roles["stages"]["transfer_ms"]["mean"] > 0
+
+
+def test_rejections_lead_the_summary_with_the_key_that_fixes_them():
+    summary = {"requests": {"total": 1000, "completed": 550, "rejected": 450, "unfinished": 0,
+                            "rejected_by_reason": {"prompt exceeds max_num_tokens 8192 with chunked context off": 450},
+                            "unfinished_by_reason": {}}}
+    lines = request_warnings(summary)
+    assert lines[0].startswith("45.0% of requests rejected (450 of 1,000): prompt exceeds max_num_tokens")
+    assert "deployment.engine.enable_chunked_context=true" in lines[0]
+    assert "completed requests only" in lines[-1]
+    assert fix_for("not arrived before the simulation time limit") == "raise simulation.max_sim_time_s"
+    assert "max_model_len" in fix_for("prompt leaves no room for output within max_model_len 4096")
+    assert request_warnings({"requests": {**summary["requests"], "rejected": 0, "rejected_by_reason": {}}}) == []
