@@ -23,10 +23,11 @@ ROW_GROUP = 1 << 16
 
 
 def request_table(rec: RequestRecorder, start: int = 0, stop: int | None = None,
-                  lat: dict[str, np.ndarray] | None = None) -> pa.Table:
+                  lat: dict[str, np.ndarray] | None = None, more: dict | None = None) -> pa.Table:
     """Requests ``start:stop`` (default all), one row each; times in seconds of virtual time
     (see docs/outputs.md).  ``lat``: :func:`request_latencies` of ``rec``, when the caller
-    builds several slices."""
+    builds several slices.  ``more``: further columns over all requests (arrays, or lists of
+    strings), e.g. an agentic run's play and dependency ids."""
     stop = rec.size if stop is None else min(stop, rec.size)
     rows = slice(start, stop)
 
@@ -64,10 +65,12 @@ def request_table(rec: RequestRecorder, start: int = 0, stop: int | None = None,
     }
     for name, col in rec.extra_columns.items():
         cols[name] = col.data[: rec.size][rows]
+    for name, values in (more or {}).items():
+        cols[name] = string_array(values[rows]) if isinstance(values, list) else values[rows]
     return table(cols)
 
 
-def write_requests(rec: RequestRecorder, path: Path, row_group: int = ROW_GROUP) -> None:
+def write_requests(rec: RequestRecorder, path: Path, row_group: int = ROW_GROUP, more: dict | None = None) -> None:
     """requests.parquet, written ``row_group`` requests at a time.
 
     The file appears under its name only once complete: a failure half way (the writer
@@ -76,12 +79,12 @@ def write_requests(rec: RequestRecorder, path: Path, row_group: int = ROW_GROUP)
     lat = request_latencies(rec)
     part = path.with_name(path.name + ".part")
     try:
-        first = request_table(rec, 0, row_group, lat)
+        first = request_table(rec, 0, row_group, lat, more)
         with pq.ParquetWriter(part, first.schema, compression="zstd", write_statistics=True) as writer:
             writer.write_table(first)
             del first
             for start in range(row_group, rec.size, row_group):
-                writer.write_table(request_table(rec, start, start + row_group, lat))
+                writer.write_table(request_table(rec, start, start + row_group, lat, more))
         os.replace(part, path)
     finally:
         part.unlink(missing_ok=True)

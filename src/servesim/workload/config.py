@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal, Mapping, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from .request import MAX_TOKENS
+from .agentic.load import AgenticLoad
 
 
 class _Strict(BaseModel):
@@ -196,7 +197,11 @@ class TraceWorkload(_Strict):
 
     kind: Literal["trace"]
     path: str = Field(min_length=1)
-    format: Literal["mooncake"] = "mooncake"
+    #: ``mooncake`` (flat rows and sessions); the agentic formats lower into a graph of
+    #: dependent requests (workload/agentic/, docs/workload.md "Agentic traces").
+    format: Literal["mooncake", "mooncake-delta", "agentic_mooncake", "weka", "servesim_dag"] = "mooncake"
+    #: Agentic formats: when plays start and how dependent requests are released.
+    agentic: AgenticLoad | None = None
     #: Tokens per ``hash_ids`` block (Mooncake traces use 512).
     block_size: int = Field(default=512, gt=0)
     #: Timestamps and session delays are divided by this (2.0 = twice the traffic rate).
@@ -205,6 +210,15 @@ class TraceWorkload(_Strict):
     end_ms: float | None = Field(default=None, ge=0)
     #: Stop after this many requests.
     limit: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _agentic_options(self) -> "TraceWorkload":
+        if self.format == "mooncake":
+            if self.agentic is not None:
+                raise ValueError("agentic applies to the agentic trace formats (format is 'mooncake')")
+        elif self.start_ms is not None or self.end_ms is not None or self.limit is not None:
+            raise ValueError(f"start_ms, end_ms and limit apply to format 'mooncake' (format is '{self.format}')")
+        return self
 
     @model_validator(mode="after")
     def _window_ordered(self) -> "TraceWorkload":

@@ -6,6 +6,9 @@ Whatever the workload kind, the simulator gets a *mode* and a stream of requests
   (seconds); a later session turn comes after the turn it follows and has
   ``after`` = that turn's index, ``delay`` = think time (s) and ``arrival`` = nan (the
   simulator sets it when the previous turn finishes).
+- ``mode == "driven"``: an agentic workload (``agentic`` set): the simulation's agentic
+  driver (``sim/agentic.py``) sends the graph's nodes as their dependencies fire;
+  ``requests()`` is empty.
 - ``mode == "closed"``: at most ``concurrency`` requests in flight; yield order is send
   order, every ``arrival`` is 0, warm-up requests (``warmup=True``) come first.
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
 from .config import ClosedLoopWorkload, SyntheticWorkload, TraceWorkload
 from .recipes import generate_closed_loop
@@ -31,7 +34,7 @@ from .trace import listed_block_ids, read_mooncake
 class WorkloadSource:
     """A replayable stream of requests plus how the client drives them."""
 
-    mode: Literal["open", "closed"]
+    mode: Literal["open", "closed", "driven"]
     #: In-flight limit of a closed-loop client; None in open mode.
     concurrency: int | None
     #: One line for reports, e.g. "trace conversation.jsonl (speedup 2)".
@@ -45,6 +48,8 @@ class WorkloadSource:
     #: requests (a trace's ``hash_ids``; it may list more, never fewer); returns None when it
     #: cannot, and then :meth:`listed_block_ids` reads the requests.
     _listed_ids: Callable[[], Sequence[int] | None] | None = None
+    #: An agentic trace (``workload/agentic/source.py:AgenticSource``), in mode "driven".
+    agentic: Any = None
 
     def requests(self) -> Iterator[Request]:
         """A fresh iterator over the requests, in yield order (see module docstring)."""
@@ -81,6 +86,8 @@ def build_source(
         path = Path(cfg.path).expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
+        if cfg.format != "mooncake":
+            return agentic_source(cfg, path)
         kwargs = dict(
             block_size=cfg.block_size,
             speedup=cfg.speedup,
@@ -141,3 +148,25 @@ def build_source(
             num_warmup=n_warmup,
         )
     raise TypeError(f"not a workload config: {type(cfg).__name__}")
+
+
+def agentic_source(cfg: TraceWorkload, path: Path) -> WorkloadSource:
+    """An agentic trace: read and checked now (errors before the run), run by the agentic driver."""
+    from .agentic.load import AgenticLoad
+    from .agentic.source import AgenticSource
+
+    src = AgenticSource(path, cfg.format, cfg.block_size if "block_size" in cfg.model_fields_set else None,
+                        cfg.agentic or AgenticLoad(), cfg.speedup)
+    graph = src.graph()
+    load = src.load
+    desc = graph.description + f", plays by {load.arrival}"
+    if load.arrival == "lanes":
+        desc += f" ({load.lanes} lanes" + (f", recycled for {load.duration_s:g} s" if load.duration_s else "") + ")"
+    elif load.arrival != "trace":
+        desc += f" ({load.rate:g}/s)"
+    if cfg.speedup != 1.0:
+        desc += f", speedup {cfg.speedup:g}"
+    if not load.floors:
+        desc += ", no floors"
+    return WorkloadSource(mode="driven", concurrency=None, description=desc, _factory=lambda: iter(()),
+                          _listed_ids=src.listed_block_ids, agentic=src)
