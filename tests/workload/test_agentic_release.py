@@ -157,3 +157,26 @@ def test_lanes_recycle_plays_with_fresh_cache_identities():
     r = p.recorder
     first_copy = [i for i in range(r.size) if r.request_id[i] == "r0#1"]
     assert first_copy and r.column("cached_tokens")[first_copy[0]] == 0  # fresh identities: nothing cached
+
+
+# Weka: the main agent's first request (0 -> 0.02); a background subagent (recorded at +0.7 s,
+# spawned 0.2 s after that request ended); a blocking one (recorded at +1.0 s, 3 tokens) that
+# joins, 0.6 s after its end, the main agent's next request (recorded at +2.0 s, 1.5 s of
+# tool time after the first).
+WEKA_FLOORS = {"play1/0": (0.0, 0.02), "play1/sa2/0": (0.7, 0.71), "play1/sa1/0": (1.0, 1.03),
+               "play1/3": (2.0, 2.01)}
+WEKA_NO_FLOORS = {"play1/0": (0.0, 0.02), "play1/sa2/0": (0.22, 0.23), "play1/sa1/0": (0.52, 0.55),
+                  "play1/3": (1.52, 1.53)}
+
+
+@pytest.mark.parametrize("floors,want", [(True, WEKA_FLOORS), (False, WEKA_NO_FLOORS)])
+def test_weka_play_lowering_and_release(floors, want):
+    p = predict(cfg(FIX / "weka.jsonl", "weka", floors=floors))
+    got = times(p)
+    assert set(got) == set(want)
+    for rid, v in want.items():
+        assert got[rid] == pytest.approx(v, abs=1e-9), rid
+    plays = p.plays
+    assert plays["recorded_makespan_s"][0] == pytest.approx(2.3)
+    assert plays["slowdown"][0] == pytest.approx((2.01 if floors else 1.53) / 2.3)
+    assert p.summary["agentic"]["plays_completed"] == 1

@@ -153,7 +153,8 @@ class AgenticDriver:
             ids = tuple(x + off for x in ids)
             out_ids = tuple(x + off for x in out_ids)
             rid, session = f"{rid}#{run.generation}", f"{session}#{run.generation}"
-        req = Request(index, rid, now, node.input_length, node.output_length, ids, g.block_size,
+        # A prefill-only node (output 0) runs as one output token: the prefill pass samples it.
+        req = Request(index, rid, now, node.input_length, max(node.output_length, 1), ids, g.block_size,
                       session_id=session, turn=node.turn, output_hash_ids=out_ids)
         self.req_run.append(run.index)
         self.req_node.append(i)

@@ -20,6 +20,7 @@ from servesim.errors import WorkloadError
 
 from .graph import DEP_KINDS, RELATIONS, TRIGGERS, AgenticGraph, GraphBuilder, RawDep
 from .rows import Row, json_rows
+from .weka import read_weka
 
 #: Tokens per ``hash_ids`` block when neither the config nor a header says (Mooncake's).
 DEFAULT_BLOCK_SIZE = 512
@@ -274,4 +275,5 @@ READERS: dict[str, Callable[[Path, int | None], AgenticGraph]] = {
     "servesim_dag": read_servesim_dag,
     "agentic_mooncake": read_agentic_mooncake,
     "mooncake-delta": read_mooncake_delta,
+    "weka": read_weka,
 }

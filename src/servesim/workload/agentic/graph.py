@@ -135,6 +135,7 @@ class _RawNode:
     where: str
     recorded_start: float | None
     recorded_end: float | None
+    private_tail: bool = False
 
 
 class GraphBuilder:
@@ -158,11 +159,12 @@ class GraphBuilder:
             hash_ids: Sequence[int] | None = None, delta_of: str | None = None, deps: Sequence[RawDep] = (),
             not_before: float | None = None, session: str | None = None, agent: str = "main",
             model: str = "", recorded_start: float | None = None, recorded_end: float | None = None,
-            id_field: str = "request_id") -> None:
+            id_field: str = "request_id", private_tail: bool = False) -> None:
         """One node; ``not_before`` and the recorded times are seconds from the trace's zero.
 
         ``not_before`` of a node is its recorded start; the play's start is its earliest
-        node's, and floors are kept relative to it."""
+        node's, and floors are kept relative to it.  ``private_tail``: a partly filled last
+        block is this request's alone (its id matches no other request's)."""
         if node_id in self._by_id:
             first = self._raw[self._by_id[node_id]].where
             raise WorkloadError(f"{where}: {id_field} '{node_id}' repeats the node of {first}; ids must be unique")
@@ -170,7 +172,11 @@ class GraphBuilder:
         self._play_order.setdefault(play_id, len(self._play_order))
         self._raw.append(_RawNode(node_id, play_id, session if session is not None else play_id, agent, model,
                                   input_length, output_length, hash_ids, delta_of, list(deps), not_before, where,
-                                  recorded_start, recorded_end))
+                                  recorded_start, recorded_end, private_tail))
+
+    def add_dependency(self, node_id: str, dep: RawDep) -> None:
+        """One more dependency of a node already added (a join found after the node was read)."""
+        self._raw[self._by_id[node_id]].deps.append(dep)
 
     def set_play_start(self, play_id: str, start: float) -> None:
         """The play's recorded start (s), when the format states it apart from its nodes."""
@@ -321,6 +327,8 @@ def _full_prompt(r: _RawNode, bs: int, scope, ids: _Interner) -> tuple[int, ...]
         out = [ids.get((scope, x)) for x in raw_ids[:need]]
     while len(out) < need:  # blocks the trace did not name: content of this request alone
         out.append(ids.fresh())
+    if r.private_tail and r.input_length % bs and out:
+        out[-1] = ids.fresh()
     return tuple(out)
 
 
