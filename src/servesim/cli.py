@@ -99,7 +99,7 @@ def _stderr_console():
 
 
 #: What a run writes (figures only with --plot); all are removed before a run into the folder.
-OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet", "kv_events.jsonl") + RUN_FIGURES
+OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet", "kv_events.jsonl", "plays.parquet") + RUN_FIGURES
 
 
 def _prepare_output_dir(out_dir: Path, source: str) -> None:
