@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 OUTCOMES = ("completed", "failed", "incomplete")
 #: Critical-path parts, in the order of plays.parquet's ``cp_*_s`` columns.
-PATH_PARTS = ("tool", "think", "other_delay", "floor", "queue", "prefill", "kv_transfer", "decode")
+PATH_PARTS = ("tool", "think", "other_delay", "floor", "queue", "prefill", "kv_transfer", "decode", "stream")
 #: plays.parquet's string columns (lists); the others are numpy arrays.
 STRING_COLUMNS = ("play_id", "outcome", "final_request_id", "cp_path")
 INT_COLUMNS = ("generation", "lane", "nodes", "completed", "rejected", "unfinished", "skipped", "unsent",
@@ -37,11 +37,15 @@ _DONE, _REJ, _UNF = int(Status.COMPLETED), int(Status.REJECTED), int(Status.UNFI
 
 
 class _Cols:
-    """The recorder columns the play metrics read, fetched once."""
+    """The recorder columns the play metrics read, fetched once; ``srv_first`` / ``srv_finish``
+    are the server-side times the driver saw (before a frontend's stream latency)."""
 
-    def __init__(self, rec: RequestRecorder) -> None:
+    def __init__(self, rec: RequestRecorder, server_times: dict[int, tuple[float, float]]) -> None:
         c = rec.column
         self.arrival, self.sched, self.first, self.finish = c("arrival"), c("first_scheduled"), c("first_token"), c("finish")
+        self.srv_first, self.srv_finish = self.first.copy(), self.finish.copy()
+        for r, (f, e) in server_times.items():
+            self.srv_first[r], self.srv_finish[r] = f, e
         self.status, self.cached, self.inp = c("status"), c("cached_tokens"), c("input_length")
         ex = rec.extra_columns
         self.pe = ex["prefill_end_s"].data[: rec.size] if "prefill_end_s" in ex else None
@@ -51,7 +55,7 @@ class _Cols:
 def play_rows(driver: "AgenticDriver", rec: RequestRecorder) -> dict[str, np.ndarray | list]:
     """plays.parquet's columns, one entry per play run, in start order."""
     g = driver.graph
-    cols = _Cols(rec)
+    cols = _Cols(rec, driver.server_times)
     ideal = ideal_cached_tokens(driver, rec)
     out: dict[str, list] = {k: [] for k in (
         "play_id", "generation", "lane", "outcome", "start_s", "first_dispatch_s", "end_s", "makespan_s",
@@ -130,6 +134,7 @@ def critical_path(driver: "AgenticDriver", run, cols: _Cols) -> tuple[dict[str, 
     sent = [(float(cols.finish[r]), r, k) for k, r in enumerate(run.request) if r >= 0]
     first_dispatch = min(float(cols.arrival[r]) for _, r, _ in sent)
     _, r, k = max(sent)
+    parts["stream"] = float(cols.finish[r]) - float(cols.srv_finish[r])  # the client sees the end later
     upto = "completion"
     chain = []
     while True:
@@ -144,7 +149,7 @@ def critical_path(driver: "AgenticDriver", run, cols: _Cols) -> tuple[dict[str, 
         dep = g.nodes[i].deps[c]
         src_k = run.local[dep.source]
         src = run.request[src_k]
-        event = {"dispatch": cols.arrival, "first_token": cols.first, "completion": cols.finish}[dep.on][src]
+        event = {"dispatch": cols.arrival, "first_token": cols.srv_first, "completion": cols.srv_finish}[dep.on][src]
         delay = dep.delay * driver.scale
         parts[dep.kind if dep.kind in ("tool", "think") else "other_delay"] += delay
         parts["other_delay"] += a - (float(event) + delay)  # a late release (never negative)
@@ -157,7 +162,7 @@ def _service(parts: dict[str, float], cols: _Cols, r: int, upto: str) -> None:
     """Request ``r``'s time from dispatch to ``upto`` (its first token or completion), by stage."""
     if upto == "dispatch":
         return
-    a, s, f = float(cols.arrival[r]), float(cols.sched[r]), float(cols.first[r])
+    a, s, f = float(cols.arrival[r]), float(cols.sched[r]), float(cols.srv_first[r])
     te = float(cols.te[r]) if cols.te is not None else math.nan
     if te == te:  # disaggregated: prefill worker, then the KV link, then the decode worker's admission
         pe = float(cols.pe[r])
@@ -168,7 +173,7 @@ def _service(parts: dict[str, float], cols: _Cols, r: int, upto: str) -> None:
         parts["queue"] += s - a
         parts["prefill"] += f - s
     if upto == "completion":
-        parts["decode"] += float(cols.finish[r]) - f
+        parts["decode"] += float(cols.srv_finish[r]) - f
 
 
 def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.ndarray:

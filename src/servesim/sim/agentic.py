@@ -86,6 +86,8 @@ class AgenticDriver:
         self.sim: "Simulation | None" = None
         self.plays_not_started = 0
         self._posted_starts = 0
+        #: Per terminal request index: (first token, finish) as the server emitted them.
+        self.server_times: dict[int, tuple[float, float]] = {}
 
     # -- wiring ----------------------------------------------------------------------------
     def attach(self, sim: "Simulation") -> None:
@@ -195,6 +197,9 @@ class AgenticDriver:
         run.state[k] = DONE
         run.in_flight -= 1
         rec = self.sim.rec
+        # The server-side token times (a frontend's stream latency shifts the recorded ones
+        # after the run); the critical path is walked on these, as the release was.
+        self.server_times[index] = (float(rec.column("first_token")[index]), float(rec.column("finish")[index]))
         if rec.column("status")[index] == _COMPLETED:
             if self._watch_first.pop(index, 0) is None:
                 ft = rec.column("first_token")[index]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Sequence
 
-from .config import ClosedLoopWorkload, SyntheticWorkload, TraceWorkload
+from .config import AgentWorkload, ClosedLoopWorkload, SyntheticWorkload, TraceWorkload
 from .recipes import generate_closed_loop
 from .request import Request
 from .synthetic import generate_synthetic
@@ -71,7 +71,7 @@ class WorkloadSource:
 
 
 def build_source(
-    cfg: TraceWorkload | SyntheticWorkload | ClosedLoopWorkload,
+    cfg: TraceWorkload | SyntheticWorkload | ClosedLoopWorkload | AgentWorkload,
     seed: int,
     base_dir: Path | None = None,
 ) -> WorkloadSource:
@@ -87,7 +87,7 @@ def build_source(
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
         if cfg.format != "mooncake":
-            return agentic_source(cfg, path)
+            return agentic_source(cfg, seed, path)
         kwargs = dict(
             block_size=cfg.block_size,
             speedup=cfg.speedup,
@@ -126,6 +126,8 @@ def build_source(
             _factory=lambda: generate_synthetic(cfg, seed),
             num_requests=cfg.num_requests,
         )
+    if isinstance(cfg, AgentWorkload):
+        return agentic_source(cfg, seed)
     if isinstance(cfg, ClosedLoopWorkload):
         n_warmup = cfg.resolved_warmup
         total = n_warmup + cfg.resolved_num_prompts
@@ -150,23 +152,19 @@ def build_source(
     raise TypeError(f"not a workload config: {type(cfg).__name__}")
 
 
-def agentic_source(cfg: TraceWorkload, path: Path) -> WorkloadSource:
-    """An agentic trace: read and checked now (errors before the run), run by the agentic driver."""
+def agentic_source(cfg: "TraceWorkload | AgentWorkload", seed: int, path: Path | None = None) -> WorkloadSource:
+    """An agentic trace or generated plays: built and checked now (errors before the run), run
+    by the simulation's agentic driver (``sim/agentic.py``)."""
+    from .agentic.formats import READERS
+    from .agentic.generator import generate_agentic
     from .agentic.load import AgenticLoad
     from .agentic.source import AgenticSource
 
-    src = AgenticSource(path, cfg.format, cfg.block_size if "block_size" in cfg.model_fields_set else None,
-                        cfg.agentic or AgenticLoad(), cfg.speedup)
-    graph = src.graph()
-    load = src.load
-    desc = graph.description + f", plays by {load.arrival}"
-    if load.arrival == "lanes":
-        desc += f" ({load.lanes} lanes" + (f", recycled for {load.duration_s:g} s" if load.duration_s else "") + ")"
-    elif load.arrival != "trace":
-        desc += f" ({load.rate:g}/s)"
-    if cfg.speedup != 1.0:
-        desc += f", speedup {cfg.speedup:g}"
-    if not load.floors:
-        desc += ", no floors"
-    return WorkloadSource(mode="driven", concurrency=None, description=desc, _factory=lambda: iter(()),
+    if isinstance(cfg, AgentWorkload):
+        src = AgenticSource(lambda: generate_agentic(cfg, seed), cfg.agentic)
+    else:
+        bs = cfg.block_size if "block_size" in cfg.model_fields_set else None
+        src = AgenticSource(lambda: READERS[cfg.format](path, bs), cfg.agentic or AgenticLoad(), cfg.speedup)
+    src.graph()
+    return WorkloadSource(mode="driven", concurrency=None, description=src.describe(), _factory=lambda: iter(()),
                           _listed_ids=src.listed_block_ids, agentic=src)

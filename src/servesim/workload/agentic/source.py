@@ -1,12 +1,11 @@
-"""An agentic trace as a workload source: the graph (read once, checked before the run) and
-its play starts."""
+"""An agentic workload as a source: the graph (built once, checked before the run) and its play
+starts."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Callable
 
-from .formats import READERS
 from .graph import AgenticGraph, PlayStart
 from .load import AgenticLoad, play_starts
 
@@ -15,18 +14,16 @@ from .load import AgenticLoad, play_starts
 class AgenticSource:
     """What the simulation's agentic driver needs: the graph, the starts, the release options."""
 
-    path: Path
-    format: str
-    #: The config's block size when the user set it (a header's must then agree), else None.
-    block_size: int | None
+    #: Builds the graph: a trace reader or the synthetic generator (called once).
+    make_graph: Callable[[], AgenticGraph]
     load: AgenticLoad
-    speedup: float
+    speedup: float = 1.0
     _graph: AgenticGraph | None = field(default=None, repr=False)
 
     def graph(self) -> AgenticGraph:
-        """The lowered graph (read on first use; a bad trace raises WorkloadError)."""
+        """The lowered graph (built on first use; a bad trace raises WorkloadError)."""
         if self._graph is None:
-            self._graph = READERS[self.format](self.path, self.block_size)
+            self._graph = self.make_graph()
         return self._graph
 
     def starts(self, seed: int) -> list[PlayStart]:
@@ -48,3 +45,16 @@ class AgenticSource:
             out.extend(node.hash_ids)
             out.extend(node.output_hash_ids)
         return out
+
+    def describe(self) -> str:
+        load = self.load
+        desc = self.graph().description + f", plays by {load.arrival}"
+        if load.arrival == "lanes":
+            desc += f" ({load.lanes} lanes" + (f", recycled for {load.duration_s:g} s" if load.duration_s else "") + ")"
+        elif load.arrival != "trace":
+            desc += f" ({load.rate:g}/s" + (f", {load.plays} plays" if load.plays else "") + ")"
+        if self.speedup != 1.0:
+            desc += f", speedup {self.speedup:g}"
+        if not load.floors:
+            desc += ", no floors"
+        return desc
