@@ -100,3 +100,22 @@ def test_agentic_config_errors():
     c["workload"]["agentic"] = {"arrival": "lanes"}
     with pytest.raises(ConfigError, match="needs lanes"):
         load_config(c)
+
+
+def _cache_run(router: str, memory: float) -> dict:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from agentic_cache_check import config
+
+    return predict(config("vllm", router, memory, plays=12, lanes=8)).summary["agentic"]
+
+
+def test_kv_aware_routing_and_a_larger_cache_raise_reuse_and_lower_makespan():
+    rr_small, kv_small, kv_large = (_cache_run("round_robin", 0.35), _cache_run("kv_aware", 0.35),
+                                    _cache_run("kv_aware", 0.9))
+    assert kv_small["prefix_reuse"] > rr_small["prefix_reuse"] + 0.05
+    assert kv_small["makespan_s"]["mean"] < rr_small["makespan_s"]["mean"]
+    assert kv_large["prefix_reuse"] > kv_small["prefix_reuse"]
+    assert kv_large["makespan_s"]["mean"] < kv_small["makespan_s"]["mean"]

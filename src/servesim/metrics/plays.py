@@ -179,7 +179,9 @@ def _service(parts: dict[str, float], cols: _Cols, r: int, upto: str) -> None:
 def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.ndarray:
     """Per request, the prompt tokens an unbounded prefix cache would hold at its dispatch: the
     leading full trace blocks that some earlier-sent request listed (prompt or answer blocks),
-    at most ``input_length - 1`` (one token is always computed)."""
+    at most ``input_length - 1`` (one token is always computed).  Whole trace blocks only: an
+    engine with smaller blocks (or pages) can also reuse the leading part of a block that
+    differs further on, so its actual reuse may pass this by up to a block per request."""
     g = driver.graph
     bs = g.block_size
     seen: set[int] = set()
@@ -192,7 +194,9 @@ def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.nda
         hit = True
         matched = 0
         keys = []
-        for k, bid in enumerate(node.hash_ids[:n_full] + node.output_hash_ids):
+        # Every block the request's sequence names (a partly filled last prompt block is
+        # completed by the answer, which a later prompt may carry), matched over full ones.
+        for k, bid in enumerate(node.hash_ids + node.output_hash_ids):
             h = hash((h, bid + off))
             keys.append(h)
             if hit and k < n_full and h in seen:
