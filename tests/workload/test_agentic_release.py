@@ -180,3 +180,24 @@ def test_weka_play_lowering_and_release(floors, want):
     assert plays["recorded_makespan_s"][0] == pytest.approx(2.3)
     assert plays["slowdown"][0] == pytest.approx((2.01 if floors else 1.53) / 2.3)
     assert p.summary["agentic"]["plays_completed"] == 1
+
+
+def test_applied_compute_agentic_turns_follow_tool_latency():
+    # turn 0: 1000 tokens, 3 out (0 -> 0.03); turn 1 at 0.53: 1000+3+500 tokens, 2 out (-> 0.55);
+    # final at 1.55: + 2 + 200 tokens, 4 out (-> 1.59)
+    p = predict(cfg(FIX / "trie.jsonl", "applied_compute_agentic", arrival="lanes", lanes=1))
+    got = times(p)
+    want = {"line1/0": (0.0, 0.03), "line1/1": (0.53, 0.55), "line1/2": (1.55, 1.59)}
+    for rid, v in want.items():
+        assert got[rid] == pytest.approx(v, abs=1e-9), rid
+    inp = dict(zip(p.recorder.request_id, p.recorder.column("input_length")))
+    assert (inp["line1/0"], inp["line1/1"], inp["line1/2"]) == (1000, 1503, 1705)
+    cached = dict(zip(p.recorder.request_id, p.recorder.column("cached_tokens")))
+    assert cached["line1/1"] >= 992 and cached["line1/2"] >= 1488  # the previous context, in 16-token blocks
+
+
+def test_applied_compute_agentic_needs_lanes_or_a_rate():
+    from servesim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="has no timestamps"):
+        predict(cfg(FIX / "trie.jsonl", "applied_compute_agentic"))

@@ -199,7 +199,8 @@ class TraceWorkload(_Strict):
     path: str = Field(min_length=1)
     #: ``mooncake`` (flat rows and sessions); the agentic formats lower into a graph of
     #: dependent requests (workload/agentic/, docs/workload.md "Agentic traces").
-    format: Literal["mooncake", "mooncake-delta", "agentic_mooncake", "weka", "servesim_dag"] = "mooncake"
+    format: Literal["mooncake", "mooncake-delta", "agentic_mooncake", "weka", "servesim_dag",
+                    "applied_compute_agentic"] = "mooncake"
     #: Agentic formats: when plays start and how dependent requests are released.
     agentic: AgenticLoad | None = None
     #: Tokens per ``hash_ids`` block (Mooncake traces use 512).
@@ -218,6 +219,9 @@ class TraceWorkload(_Strict):
                 raise ValueError("agentic applies to the agentic trace formats (format is 'mooncake')")
         elif self.start_ms is not None or self.end_ms is not None or self.limit is not None:
             raise ValueError(f"start_ms, end_ms and limit apply to format 'mooncake' (format is '{self.format}')")
+        if self.format == "applied_compute_agentic" and (self.agentic is None or self.agentic.arrival == "trace"):
+            raise ValueError("format 'applied_compute_agentic' has no timestamps: set agentic.arrival to "
+                             "'lanes', 'poisson' or 'constant'")
         return self
 
     @model_validator(mode="after")

@@ -24,6 +24,8 @@ from .weka import read_weka
 
 #: Tokens per ``hash_ids`` block when neither the config nor a header says (Mooncake's).
 DEFAULT_BLOCK_SIZE = 512
+#: Block size of the ids made for formats that name no blocks (unless the config sets one).
+SYNTHESIZED_BLOCK_SIZE = 16
 DAG_FORMAT = "servesim.dag"
 V2_SCHEMA = "dynamo.agentic_mooncake"
 
@@ -203,6 +205,53 @@ def read_mooncake_delta(path: Path, block_size: int | None) -> AgenticGraph:
 
 
 # ---------------------------------------------------------------------------------------
+# applied_compute_agentic (TRIE)
+# ---------------------------------------------------------------------------------------
+_TRIE_ARRAYS = ("assistant_response_length", "tool_call_output_length", "tool_call_latency")
+
+
+def read_applied_compute_agentic(path: Path, block_size: int | None) -> AgenticGraph:
+    """One session per row: ``num_turns`` assistant turns, each followed by a tool call
+    (``tool_call_latency`` s) whose output (``tool_call_output_length`` tokens) joins the context,
+    then a final answer (``final_assistant_response_length``).  Turn k's prompt is
+    ``input_prompt_length`` plus every earlier answer and tool output; turn k+1 is released its
+    tool latency after turn k completes.  No timestamps: plays start by lanes or a rate."""
+    # The rows name no blocks: ids are made here, at a fine grid (a turn's context is reused up
+    # to the last whole block before the new tokens; 16 tokens is vLLM's block).
+    bs = block_size or SYNTHESIZED_BLOCK_SIZE
+    b = GraphBuilder(f"applied_compute_agentic {path.name}", bs)
+    for row in json_rows(path):
+        row.forbid(("hash_ids", "wait_for", "dependencies", "requests"), "applied_compute_agentic", "another")
+        n = row.integer("num_turns", 1)
+        arrays = {}
+        for name in _TRIE_ARRAYS:
+            v = row.items(name)
+            if len(v) != n:
+                raise row.fail(name, f"a list of {n} values (num_turns)", f"{len(v)} values")
+            for k, x in enumerate(v):
+                if isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0 or \
+                        (name != "tool_call_latency" and float(x) != int(x)):
+                    raise row.fail(f"{name}[{k}]", "a number >= 0" if name == "tool_call_latency"
+                                   else "an integer >= 0", x)
+            arrays[name] = v
+        play = row.string("session_id", None) or f"line{row.line}"
+        prev = None
+        for k in range(n + 1):
+            rid = f"{play}/{k}"
+            out = int(arrays["assistant_response_length"][k]) if k < n else row.integer("final_assistant_response_length", 0)
+            if prev is None:
+                b.add(rid, play, where=row.where, input_length=row.integer("input_prompt_length", 1), output_length=out,
+                      session=play, not_before=0.0)
+            else:
+                tool = int(arrays["tool_call_output_length"][k - 1])
+                b.add(rid, play, where=row.where, input_length=max(tool, 1), output_length=out, delta_of=prev,
+                      deps=[RawDep(prev, "completion", float(arrays["tool_call_latency"][k - 1]), "tool", "sequence",
+                                   row.at("tool_call_latency"))], session=play)
+            prev = rid
+    return b.build()
+
+
+# ---------------------------------------------------------------------------------------
 # shared pieces
 # ---------------------------------------------------------------------------------------
 def _chain(first: Row, rows):
@@ -276,4 +325,5 @@ READERS: dict[str, Callable[[Path, int | None], AgenticGraph]] = {
     "agentic_mooncake": read_agentic_mooncake,
     "mooncake-delta": read_mooncake_delta,
     "weka": read_weka,
+    "applied_compute_agentic": read_applied_compute_agentic,
 }
