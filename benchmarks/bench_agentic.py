@@ -9,7 +9,8 @@ AISimulate ``agentic_mooncake`` v2 trace, and replays that one file:
   in a fresh process: CPU seconds, per request and per play, and the peak RSS;
 - with AISimulate 0.13 (``--aisimulate VENV/bin/aisimulate``: a separate virtual environment,
   never a servesim dependency), same model, GPU, workers, engine and trace, per-request output
-  on: its CPU seconds and the ratio.
+  on: its CPU seconds and the ratio.  Both sides are whole processes (``process_cpu_s``: imports
+  and start-up included); servesim's ``cpu_s`` is its ``predict`` call alone.
 
 ::
 
@@ -148,20 +149,26 @@ def main() -> int:
             print(json.dumps({"trace": str(trace), "rows": rows, "plays": args.plays}), flush=True)
         results = {}
         for engine in args.engines.split(","):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             proc = subprocess.run([sys.executable, __file__, "--child", str(trace), engine, str(args.workers)],
                                   capture_output=True, text=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
             if proc.returncode != 0:
                 print(proc.stderr[-2000:], file=sys.stderr)
                 return 1
             res = json.loads(proc.stdout.strip().splitlines()[-1])
+            # The whole process (imports included), as AISimulate's is measured.
+            res["process_cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
             print(json.dumps(res), flush=True)
             results[engine] = res
             if args.aisimulate:
                 ref = run_aisimulate(args.aisimulate, trace, engine, args.workers, tmp)
                 print(json.dumps(ref), flush=True)
-                if "error" not in ref:
-                    print(json.dumps({"engine": engine, "cpu_ratio_servesim_over_aisimulate":
-                                      res["cpu_s"] / ref["cpu_s"] if ref["cpu_s"] else None}), flush=True)
+                if "error" not in ref and ref["cpu_s"]:
+                    print(json.dumps({"engine": engine, "requests": res["requests"],
+                                      "process_cpu_ratio_servesim_over_aisimulate": res["process_cpu_s"] / ref["cpu_s"],
+                                      "servesim_run_cpu_over_aisimulate_process_cpu": res["cpu_s"] / ref["cpu_s"]}),
+                          flush=True)
     return 0
 
 

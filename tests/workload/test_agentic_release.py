@@ -201,3 +201,15 @@ def test_applied_compute_agentic_needs_lanes_or_a_rate():
 
     with pytest.raises(ConfigError, match="has no timestamps"):
         predict(cfg(FIX / "trie.jsonl", "applied_compute_agentic"))
+
+
+def test_warmup_plays_run_but_are_left_out_of_the_metrics():
+    p = predict(cfg(FIX / "v1.jsonl", "agentic_mooncake", arrival="lanes", lanes=1, warmup_plays=1))
+    plays = p.plays
+    assert list(plays["warmup"]) == [True, False]
+    a = p.summary["agentic"]
+    assert (a["plays"], a["warmup_plays"], a["nodes"]["nodes"]) == (1, 1, 1)  # q0 alone is measured
+    r = p.recorder
+    warm = dict(zip(r.request_id, r.is_warmup))
+    assert warm["r0"] and warm["r3"] and not warm["q0"]
+    assert p.summary["requests"]["warmup"] == 4

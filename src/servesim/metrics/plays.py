@@ -58,7 +58,7 @@ def play_rows(driver: "AgenticDriver", rec: RequestRecorder) -> dict[str, np.nda
     cols = _Cols(rec, driver.server_times)
     ideal = ideal_cached_tokens(driver, rec)
     out: dict[str, list] = {k: [] for k in (
-        "play_id", "generation", "lane", "outcome", "start_s", "first_dispatch_s", "end_s", "makespan_s",
+        "play_id", "generation", "warmup", "lane", "outcome", "start_s", "first_dispatch_s", "end_s", "makespan_s",
         "recorded_makespan_s", "slowdown", "nodes", "completed", "rejected", "unfinished", "skipped", "unsent",
         "peak_fanout", "final_request_id", "final_ttft_s", "input_tokens", "cached_tokens", "ideal_cached_tokens",
         "prefix_reuse", "ideal_prefix_reuse", "cp_requests", "cp_path")}
@@ -82,6 +82,7 @@ def play_rows(driver: "AgenticDriver", rec: RequestRecorder) -> dict[str, np.nda
         path = critical_path(driver, run, cols) if outcome == "completed" else None
         out["play_id"].append(play.play_id if not run.generation else f"{play.play_id}#{run.generation}")
         out["generation"].append(run.generation)
+        out["warmup"].append(run.warmup)
         out["lane"].append(run.lane)
         out["outcome"].append(outcome)
         out["start_s"].append(run.start)
@@ -108,7 +109,8 @@ def play_rows(driver: "AgenticDriver", rec: RequestRecorder) -> dict[str, np.nda
         out["cp_path"].append(" > ".join(path[1]) if path else None)
         for part in PATH_PARTS:
             out[f"cp_{part}_s"].append(path[0][part] if path else math.nan)
-    return {k: v if k in STRING_COLUMNS else np.asarray(v, dtype=np.int64 if k in INT_COLUMNS else np.float64)
+    return {k: v if k in STRING_COLUMNS else np.asarray(v, dtype=bool if k == "warmup" else
+                                                       np.int64 if k in INT_COLUMNS else np.float64)
             for k, v in out.items()}
 
 
@@ -209,7 +211,9 @@ def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.nda
 
 
 def agentic_summary(driver: "AgenticDriver", rec: RequestRecorder, rows: dict) -> dict:
-    """The summary's ``agentic`` block (docs/outputs.md)."""
+    """The summary's ``agentic`` block (docs/outputs.md): measured plays only (warm-up plays apart)."""
+    keep = ~rows["warmup"]
+    rows = {k: ([x for x, m in zip(v, keep) if m] if isinstance(v, list) else v[keep]) for k, v in rows.items()}
     outcome = rows["outcome"]
     done = np.array([o == "completed" for o in outcome], dtype=bool)
     mk, ttft_final, slow = rows["makespan_s"], rows["final_ttft_s"], rows["slowdown"]
@@ -221,6 +225,7 @@ def agentic_summary(driver: "AgenticDriver", rec: RequestRecorder, rows: dict) -
     total = sum(path.values())
     return {
         "plays": len(outcome),
+        "warmup_plays": int((~keep).sum()),
         **{f"plays_{o}": int(sum(1 for x in outcome if x == o)) for o in OUTCOMES},
         "plays_not_started": driver.plays_not_started,
         "nodes": {k: int(rows[k].sum()) for k in ("nodes", "completed", "rejected", "unfinished", "skipped", "unsent")},

@@ -46,6 +46,7 @@ class Run:
     generation: int
     lane: int
     start: float
+    warmup: bool
     #: Per node of the play (by position in ``Play.nodes``): state, request index, times.
     state: list[int]
     request: list[int]
@@ -67,9 +68,12 @@ class AgenticDriver:
     """Releases the nodes of an agentic graph as their dependencies fire."""
 
     def __init__(self, graph: AgenticGraph, starts: Sequence[PlayStart], *, floors: bool = True,
-                 speedup: float = 1.0, lanes: int | None = None, recycle_until: float | None = None) -> None:
+                 speedup: float = 1.0, lanes: int | None = None, recycle_until: float | None = None,
+                 warmup_plays: int = 0) -> None:
         self.graph = graph
         self.floors = floors
+        #: The first plays started warm the caches; their requests are warm-up (out of the metrics).
+        self.warmup_plays = warmup_plays
         self.scale = 1.0 / speedup
         self.lanes = lanes
         #: With lanes: a freed lane takes the next play (wrapping to fresh copies) until this time.
@@ -117,7 +121,8 @@ class AgenticDriver:
     def _start_play(self, s: PlayStart, now: float) -> None:
         play = self.graph.plays[s.play]
         n = len(play.nodes)
-        run = Run(len(self.runs), s.play, s.generation, s.lane, now, [PENDING] * n, [-1] * n,
+        run = Run(len(self.runs), s.play, s.generation, s.lane, now, len(self.runs) < self.warmup_plays,
+                  [PENDING] * n, [-1] * n,
                   [len(self.graph.nodes[i].deps) for i in play.nodes], [-math.inf] * n, [CAUSE_FLOOR] * n,
                   [math.nan] * n, local=self._local[s.play])
         self.runs.append(run)
@@ -157,7 +162,7 @@ class AgenticDriver:
             rid, session = f"{rid}#{run.generation}", f"{session}#{run.generation}"
         # A prefill-only node (output 0) runs as one output token: the prefill pass samples it.
         req = Request(index, rid, now, node.input_length, max(node.output_length, 1), ids, g.block_size,
-                      session_id=session, turn=node.turn, output_hash_ids=out_ids)
+                      session_id=session, turn=node.turn, output_hash_ids=out_ids, warmup=run.warmup)
         self.req_run.append(run.index)
         self.req_node.append(i)
         run.state[k] = SENT
@@ -289,4 +294,5 @@ def driver_for(source, seed: int) -> AgenticDriver:
     """The driver of an agentic workload source (``workload/agentic/source.py:AgenticSource``)."""
     load = source.load
     return AgenticDriver(source.graph(), source.starts(seed), floors=load.floors, speedup=source.speedup,
-                         lanes=load.lanes if load.arrival == "lanes" else None, recycle_until=load.duration_s)
+                         lanes=load.lanes if load.arrival == "lanes" else None, recycle_until=load.duration_s,
+                         warmup_plays=load.warmup_plays)

@@ -34,6 +34,8 @@ class AgenticLoad(BaseModel):
     duration_s: float | None = Field(None, gt=0, description="lanes: keep recycling plays until this time (s)")
     floors: bool = Field(True, description="a dependent node is never released before its recorded offset "
                                            "from the play start (not_before); off: dependencies alone")
+    warmup_plays: int = Field(0, ge=0, description="the first N plays started warm the caches: they run like the "
+                                                   "others but are left out of the metrics")
 
     @model_validator(mode="after")
     def _fields_match_arrival(self) -> "AgenticLoad":
