@@ -213,3 +213,17 @@ def test_warmup_plays_run_but_are_left_out_of_the_metrics():
     warm = dict(zip(r.request_id, r.is_warmup))
     assert warm["r0"] and warm["r3"] and not warm["q0"]
     assert p.summary["requests"]["warmup"] == 4
+
+
+def test_disaggregated_play_splits_its_critical_path_with_the_kv_transfer():
+    c = cfg(FIX / "fanout.dag.jsonl", "servesim_dag", floors=False)
+    c["deployment"]["disaggregation"] = {"prefill": {"workers": 1}, "decode": {"workers": 1}, "link_gbs": 1.0}
+    p = predict(c)
+    plays = p.plays
+    assert list(plays["outcome"]) == ["completed"]
+    parts = {k: plays[f"cp_{k}_s"][0] for k in PATH_PARTS}
+    assert parts["kv_transfer"] > 0
+    assert sum(parts.values()) == pytest.approx(plays["makespan_s"][0], abs=1e-12)
+    # the join still waits for the slower subagent
+    assert p.recorder.column("arrival")[list(p.recorder.request_id).index("c")] > \
+        p.recorder.column("finish")[list(p.recorder.request_id).index("b2")]
