@@ -178,12 +178,30 @@ def _service(parts: dict[str, float], cols: _Cols, r: int, upto: str) -> None:
         parts["decode"] += float(cols.srv_finish[r]) - f
 
 
+#: Rolling-hash multiplier (odd, so invertible modulo 2**64) and its inverse.
+_P = np.uint64(0x9E3779B97F4A7C15)
+_Q = np.uint64(pow(0x9E3779B97F4A7C15, -1, 1 << 64))
+
+
+def _prefix_keys(ids: np.ndarray) -> np.ndarray:
+    """A 64-bit key per block for the prefix ending at it: ``h[k] = sum_j id[j] * P**(k-j)``
+    (mod 2**64), computed for all k at once as ``P**k * cumsum(id[j] * Q**j)``."""
+    n = ids.size
+    with np.errstate(over="ignore"):
+        qpow = np.cumprod(np.full(n, _Q, dtype=np.uint64)) * _P  # Q**j
+        ppow = np.cumprod(np.full(n, _P, dtype=np.uint64)) * _Q  # P**k
+        return np.cumsum((ids + np.uint64(1)) * qpow, dtype=np.uint64) * ppow
+
+
 def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.ndarray:
     """Per request, the prompt tokens an unbounded prefix cache would hold at its dispatch: the
     leading full trace blocks that some earlier-sent request listed (prompt or answer blocks),
     at most ``input_length - 1`` (one token is always computed).  Whole trace blocks only: an
     engine with smaller blocks (or pages) can also reuse the leading part of a block that
-    differs further on, so its actual reuse may pass this by up to a block per request."""
+    differs further on, so its actual reuse may pass this by up to a block per request.
+
+    Prefixes are compared by a 64-bit rolling hash of their block ids; a seen prefix's own
+    prefixes were seen with it, so the matched blocks are found by bisection."""
     g = driver.graph
     bs = g.block_size
     seen: set[int] = set()
@@ -191,21 +209,20 @@ def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.nda
     for r in range(rec.size):
         node = g.nodes[driver.req_node[r]]
         off = g.id_offset(driver.runs[driver.req_run[r]].generation)
-        n_full = node.input_length // bs
-        h = 0
-        hit = True
-        matched = 0
-        keys = []
         # Every block the request's sequence names (a partly filled last prompt block is
         # completed by the answer, which a later prompt may carry), matched over full ones.
-        for k, bid in enumerate(node.hash_ids + node.output_hash_ids):
-            h = hash((h, bid + off))
-            keys.append(h)
-            if hit and k < n_full and h in seen:
-                matched += 1
+        ids = np.asarray(node.hash_ids + node.output_hash_ids, dtype=np.uint64) + np.uint64(off)
+        if not ids.size:
+            continue
+        keys = _prefix_keys(ids).tolist()
+        lo, hi = 0, min(node.input_length // bs, len(keys))  # matched blocks: the largest k with keys[k-1] seen
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if keys[mid - 1] in seen:
+                lo = mid
             else:
-                hit = False
-        out[r] = min(matched * bs, node.input_length - 1)
+                hi = mid - 1
+        out[r] = min(lo * bs, node.input_length - 1)
         seen.update(keys)
     return out
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
+
 from servesim.errors import WorkloadError
 
 TRIGGERS = ("dispatch", "first_token", "completion")
@@ -196,7 +198,7 @@ class GraphBuilder:
         play_index = self._play_order
         deps = self._resolve_deps()
         order = self._topological(deps)
-        ids = _Interner()
+        ids = _Interner(self._raw, self._play_order if self.local_ids else None)
         nodes: list[Node | None] = [None] * len(raw)
         for i in order:
             nodes[i] = self._node(i, deps[i], nodes, ids)
@@ -300,11 +302,36 @@ class GraphBuilder:
 
 
 class _Interner:
-    """Raw ids (with their scope) to dense ints; :meth:`fresh` gives ids that match nothing."""
+    """Raw ids (per scope: a play, or the whole trace) to dense ints; :meth:`fresh` gives ids
+    that match nothing.
 
-    def __init__(self) -> None:
-        self._map: dict = {}
+    Every raw id the trace lists is interned up front, scope by scope, with numpy (sorted
+    unique ids, so the numbering is deterministic); a node's ids are then one vectorised
+    lookup.  Ids keyed otherwise (a shifted delta's) go through a dict.
+    """
+
+    def __init__(self, raw: list, play_order: dict[str, int] | None) -> None:
+        groups: dict[object, list] = {}
+        for r in raw:
+            if r.hash_ids:
+                groups.setdefault(r.play_id if play_order is not None else None, []).append(r.hash_ids)
+        self._scopes: dict[object, np.ndarray] = {}
+        self._base: dict[object, int] = {}
         self.size = 0
+        keys = sorted(groups, key=lambda k: play_order[k]) if play_order is not None else list(groups)
+        for key in keys:
+            uniq = np.unique(np.concatenate([np.asarray(x, dtype=np.uint64) for x in groups[key]]))
+            self._scopes[key], self._base[key] = uniq, self.size
+            self.size += int(uniq.size)
+        self._map: dict = {}
+
+    def lookup(self, scope, raw_ids: Sequence[int]) -> list[int]:
+        """The dense ids of raw ids of ``scope`` (all were interned up front)."""
+        if not raw_ids:
+            return []
+        uniq = self._scopes[scope]
+        pos = np.searchsorted(uniq, np.asarray(raw_ids, dtype=np.uint64))
+        return (pos + self._base[scope]).tolist()
 
     def get(self, key) -> int:
         v = self._map.get(key)
@@ -320,11 +347,7 @@ class _Interner:
 
 def _full_prompt(r: _RawNode, bs: int, scope, ids: _Interner) -> tuple[int, ...]:
     need = -(-r.input_length // bs)
-    raw_ids = list(r.hash_ids or ())
-    if scope is None:
-        out = [ids.get(x) for x in raw_ids[:need]]
-    else:
-        out = [ids.get((scope, x)) for x in raw_ids[:need]]
+    out = ids.lookup(scope, list(r.hash_ids or ())[:need])
     while len(out) < need:  # blocks the trace did not name: content of this request alone
         out.append(ids.fresh())
     if r.private_tail and r.input_length % bs and out:
@@ -358,7 +381,7 @@ def _delta_prompt(r: _RawNode, base: Node, base_index: int, bs: int, scope, ids:
         if x is None:
             seq.append(ids.fresh())
         elif aligned:
-            seq.append(ids.get(x if scope is None else (scope, x)))
+            seq.append(ids.lookup(scope, [x])[0])
         else:
             seq.append(ids.get(("delta", base_index, k, x)))
         k += 1
