@@ -45,6 +45,8 @@ class Prediction:
     #: The simulator's own cost (wall seconds); kept out of prediction.json so that
     #: identical runs write identical files.
     host: dict = field(default_factory=dict)
+    #: An agentic run's plays, one entry per play run in each column (metrics/plays.py), else None.
+    plays: dict | None = None
 
     def header(self) -> dict:
         """The console's title line; a disaggregated deployment shows its two pools (the
@@ -95,8 +97,14 @@ class Prediction:
         out = Path(out_dir if out_dir is not None else cfg.dir or "servesim-out")
         with OutputSet(out) as outputs:
             tmp = outputs.path
+            agentic = self.stats.agentic
             if cfg.requests:
-                write_requests(self.recorder, tmp / "requests.parquet")
+                more = agentic.request_columns(self.recorder.size) if agentic is not None else None
+                write_requests(self.recorder, tmp / "requests.parquet", more=more)
+            if agentic is not None:
+                from servesim.report.arrow import table
+
+                write_parquet(table(_arrow_ready(self.plays)), tmp / "plays.parquet")
             if cfg.timeseries and self.timeseries is not None:
                 from servesim.report.arrow import table
 
@@ -141,6 +149,8 @@ def run_simulation(cfg: Config, source: WorkloadSource, deployment: Deployment,
     kv_log = KVEventLog() if cfg.output.kv_events else None
     workers = deployment.make_workers(recorder, fast_forward=cfg.simulation.mode == "fast", kv_event_log=kv_log)
     sharing = [w.engine for w in workers if w.engine.wants_shared_block_ids()]
+    if source.agentic is not None and source.agentic.recycles:
+        sharing = []  # recycled plays use block ids the workload does not list: every block is registered
     if sharing:  # one pass over the workload, for the engines that index only shared blocks
         shared = shared_block_ids(source)
         for engine in sharing:
@@ -159,7 +169,16 @@ def run_simulation(cfg: Config, source: WorkloadSource, deployment: Deployment,
         disagg=getattr(deployment, "coordinator", None),  # set by a disaggregated deployment
         in_flight=deployment.oracle,
     )
+    driver = None
+    if source.agentic is not None:  # the agentic driver sends the graph's nodes (sim/agentic.py)
+        from servesim.sim.agentic import driver_for
+
+        driver = driver_for(source.agentic, cfg.seed)
+        driver.attach(sim)
     stats = sim.run()
+    if driver is not None:
+        driver.finish(stats.sim_end)
+        stats.agentic = driver
     if frontend is not None:
         frontend.apply_stream_latency(recorder)
     stats.workers = workers
@@ -222,6 +241,19 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
     summary["workload"] = dict(source.counts)
     summary["warnings"] = input_warnings(summary, source.counts, _deployment_notes(cfg, deployment))
     summary.update(planning_summary(cfg, recorder, deployment, stats.workers, stats.sim_end, summary))
+    plays = None
+    if stats.agentic is not None:
+        from servesim.metrics.plays import agentic_summary, play_rows
+
+        plays = play_rows(stats.agentic, recorder)
+        summary["agentic"] = agentic_summary(stats.agentic, recorder, plays)
     host = {"wall_s": time.perf_counter() - t0, "loop_wall_s": stats.wall_seconds}
     return Prediction(config=cfg, summary=summary, recorder=recorder, timeseries=ts, stats=stats,
-                      deployment=deployment, workload=source.description, host=host)
+                      deployment=deployment, workload=source.description, host=host, plays=plays)
+
+
+def _arrow_ready(columns: dict) -> dict:
+    """plays.parquet's columns for :func:`servesim.report.arrow.table` (string lists as Arrow strings)."""
+    from servesim.report.arrow import string_array
+
+    return {name: string_array(v) if isinstance(v, list) else v for name, v in columns.items()}

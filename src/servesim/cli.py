@@ -87,8 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: What a run writes (figures only with --plot); all are removed before a run into the folder.
-OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet", "kv_events.jsonl") + RUN_FIGURES + (
-    "report.html",)
+OUTPUT_FILES = ("prediction.json", "requests.parquet", "timeseries.parquet", "kv_events.jsonl", "plays.parquet") + \
+    RUN_FIGURES + ("report.html",)
 
 
 def _prepare_output_dir(out_dir: Path, source: str) -> None:

@@ -77,6 +77,8 @@ def render_summary(summary: dict, header: dict, console: Console, host: dict | N
     workers = summary.get("workers") or []
     if len(workers) > 1 or workers and workers[0]["gpus"] > 1:
         console.print(_workers_table(workers))
+    if summary.get("agentic"):
+        render_agentic(summary["agentic"], console)
     fleet = summary.get("fleet")
     if fleet:
         console.print(_fleet_line(fleet), highlight=False)
@@ -208,3 +210,29 @@ def _role_lines(roles: dict) -> list[str]:
                                     ("transfer_ms", "KV transfer"), ("decode_wait_ms", "decode admission"))]
         lines.append("Handoff stages, mean / p90 ms: " + ", ".join(parts))
     return lines
+
+
+def render_agentic(a: dict, console: Console) -> None:
+    """The agentic block: plays, their makespan and final-answer TTFT, reuse, the critical path."""
+    nodes = a["nodes"]
+    console.print(f"Plays: {_fmt(a['plays'])} ({_fmt(a['plays_completed'])} completed, {_fmt(a['plays_failed'])} failed, "
+                  f"{_fmt(a['plays_incomplete'])} incomplete"
+                  + (f", {_fmt(a['plays_not_started'])} not started" if a["plays_not_started"] else "") + "); "
+                  f"nodes {_fmt(nodes['nodes'])}: {_fmt(nodes['completed'])} completed, {_fmt(nodes['rejected'])} "
+                  f"rejected, {_fmt(nodes['unfinished'])} unfinished, {_fmt(nodes['skipped'])} skipped, "
+                  f"{_fmt(nodes['unsent'])} never sent")
+    t = Table(title="Plays (s): makespan = first dispatch to last terminal, completed plays", title_justify="left")
+    t.add_column("metric", style="bold", no_wrap=True)
+    t.add_column("count", justify="right")
+    for col in STAT_COLS:
+        t.add_column(col, justify="right")
+    for key, label in (("makespan_s", "Makespan"), ("final_ttft_s", "Final-answer TTFT"),
+                       ("slowdown", "Slowdown (x recorded)"), ("ttft_first_turn_s", "TTFT first turns"),
+                       ("ttft_later_turns_s", "TTFT later turns")):
+        s = a[key]
+        t.add_row(label, _fmt(s["count"]), *(_fmt(s[c], 3) for c in STAT_COLS))
+    console.print(t)
+    share = a["critical_path_share"]
+    parts = ", ".join(f"{k.replace('_', ' ')} {_percent(v)}" for k, v in share.items() if v)
+    console.print(f"Prefix reuse {_percent(a['prefix_reuse'])} (ideal {_percent(a['ideal_prefix_reuse'])}); "
+                  f"peak fan-out {_fmt(a['peak_fanout'])}; critical path: {parts or 'n/a'}")

@@ -29,10 +29,11 @@ ROW_GROUP = 1 << 16
 
 
 def request_table(rec: RequestRecorder, start: int = 0, stop: int | None = None,
-                  lat: dict[str, np.ndarray] | None = None) -> pa.Table:
+                  lat: dict[str, np.ndarray] | None = None, more: dict | None = None) -> pa.Table:
     """Requests ``start:stop`` (default all), one row each; times in seconds of virtual time
     (see docs/outputs.md).  ``lat``: :func:`request_latencies` of the same rows, when the
-    caller has them."""
+    caller has them.  ``more``: further columns over all requests (arrays, or lists of
+    strings), e.g. an agentic run's play and dependency ids."""
     stop = rec.size if stop is None else min(stop, rec.size)
     rows = slice(start, stop)
 
@@ -72,25 +73,27 @@ def request_table(rec: RequestRecorder, start: int = 0, stop: int | None = None,
     }
     for name, col in rec.extra_columns.items():
         cols[name] = col.data[: rec.size][rows]
+    for name, values in (more or {}).items():
+        cols[name] = string_array(values[rows]) if isinstance(values, list) else values[rows]
     return table(cols)
 
 
-def write_requests(rec: RequestRecorder, path: Path, row_group: int = ROW_GROUP) -> None:
+def write_requests(rec: RequestRecorder, path: Path, row_group: int = ROW_GROUP, more: dict | None = None) -> None:
     """requests.parquet, written ``row_group`` requests at a time (a slice's latencies are
     computed with it, and a spilled recorder's pages dropped after it: memory stays bounded
-    by a row group, not by the run).
+    by a row group, not by the run).  ``more``: as for :func:`request_table`.
 
     The file appears under its name only once complete: a failure half way (the writer
     would still close the file with a valid footer) leaves no short file behind.
     """
     part = path.with_name(path.name + ".part")
     try:
-        first = request_table(rec, 0, row_group)
+        first = request_table(rec, 0, row_group, more=more)
         with pq.ParquetWriter(part, first.schema, compression="zstd", write_statistics=True) as writer:
             writer.write_table(first)
             del first
             for start in range(row_group, rec.size, row_group):
-                writer.write_table(request_table(rec, start, start + row_group))
+                writer.write_table(request_table(rec, start, start + row_group, more=more))
                 rec.release(start + row_group)
         os.replace(part, path)
     finally:

@@ -60,6 +60,8 @@ class RunStats:
     workers: list = field(default_factory=list)
     #: KV events collected for kv_events.jsonl (when output.kv_events is on).
     kv_events: object = None
+    #: The agentic driver (sim/agentic.py) of an agentic workload: its plays as they ran.
+    agentic: object = None
 
 
 class Simulation:

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal, Mapping, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from .request import MAX_TOKENS
+from .agentic.load import AgenticLoad
 
 
 class _Strict(BaseModel):
@@ -196,7 +197,12 @@ class TraceWorkload(_Strict):
 
     kind: Literal["trace"]
     path: str = Field(min_length=1)
-    format: Literal["mooncake"] = "mooncake"
+    #: ``mooncake`` (flat rows and sessions); the agentic formats lower into a graph of
+    #: dependent requests (workload/agentic/, docs/workload.md "Agentic traces").
+    format: Literal["mooncake", "mooncake-delta", "agentic_mooncake", "weka", "servesim_dag",
+                    "applied_compute_agentic"] = "mooncake"
+    #: Agentic formats: when plays start and how dependent requests are released.
+    agentic: AgenticLoad | None = None
     #: Tokens per ``hash_ids`` block (Mooncake traces use 512).
     block_size: int = Field(default=512, gt=0)
     #: Timestamps and session delays are divided by this (2.0 = twice the traffic rate).
@@ -205,6 +211,18 @@ class TraceWorkload(_Strict):
     end_ms: float | None = Field(default=None, ge=0)
     #: Stop after this many requests.
     limit: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _agentic_options(self) -> "TraceWorkload":
+        if self.format == "mooncake":
+            if self.agentic is not None:
+                raise ValueError("agentic applies to the agentic trace formats (format is 'mooncake')")
+        elif self.start_ms is not None or self.end_ms is not None or self.limit is not None:
+            raise ValueError(f"start_ms, end_ms and limit apply to format 'mooncake' (format is '{self.format}')")
+        if self.format == "applied_compute_agentic" and (self.agentic is None or self.agentic.arrival == "trace"):
+            raise ValueError("format 'applied_compute_agentic' has no timestamps: set agentic.arrival to "
+                             "'lanes', 'poisson' or 'constant'")
+        return self
 
     @model_validator(mode="after")
     def _window_ordered(self) -> "TraceWorkload":
@@ -355,15 +373,73 @@ class ClosedLoopWorkload(_Strict):
         return 2 * self.concurrency if self.recipe == "inferencex_random" else 0
 
 
+# ---------------------------------------------------------------------------------------
+# Synthetic agent plays (workload/agentic/generator.py)
+# ---------------------------------------------------------------------------------------
+
+
+class Subagents(_Strict):
+    """Subagents a main-agent turn spawns: with ``probability`` a turn's answer launches
+    ``fanout`` subagents at once; each runs ``turns`` turns of its own (its prompt: the shared
+    system prompt and a ``task`` of its own, growing by its answers and tool outputs).  A
+    ``background`` share of them runs without a join; the others are joined: the main agent's
+    next turn waits for all of them, and their last answers join its context."""
+
+    probability: float = Field(ge=0, le=1)
+    fanout: LengthDistribution
+    turns: LengthDistribution
+    task: LengthDistribution
+    background: float = Field(default=0.0, ge=0, le=1)
+
+
+class Compaction(_Strict):
+    """Context compaction: once a main-agent prompt would pass ``threshold`` tokens, the next
+    turn starts over from the system prompt and a summary of ``summary`` tokens."""
+
+    threshold: int = Field(gt=0, le=MAX_TOKENS)
+    summary: int = Field(gt=0, le=MAX_TOKENS)
+
+
+class AgentWorkload(_Strict):
+    """Synthetic agent runs (plays) for when no trace is at hand (docs/workload.md).
+
+    Every play starts with the same ``system_prompt`` tokens (shared across plays: a prefix
+    cache can hold them once) and a ``task`` of its own.  The main agent runs ``turns``
+    turns; each answer (``output`` tokens) is followed by a tool call lasting
+    ``tool_latency_s`` whose result (``tool_output`` tokens) is appended, so turn k+1's
+    prompt is turn k's prompt + its answer + the tool output.  ``subagents`` and
+    ``compaction`` are optional.  ``agentic`` says how plays start (lanes or a play rate;
+    generated plays have no recorded timestamps)."""
+
+    kind: Literal["agentic"]
+    plays: int = Field(gt=0)
+    block_size: int = Field(default=64, gt=0)
+    system_prompt: int = Field(default=0, ge=0, le=MAX_TOKENS)
+    task: LengthDistribution
+    turns: LengthDistribution
+    output: LengthDistribution
+    tool_output: LengthDistribution
+    tool_latency_s: DurationDistribution
+    subagents: Subagents | None = None
+    compaction: Compaction | None = None
+    agentic: AgenticLoad
+
+    @model_validator(mode="after")
+    def _plays_start_by_lanes_or_rate(self) -> "AgentWorkload":
+        if self.agentic.arrival == "trace":
+            raise ValueError("agentic.arrival: generated plays have no timestamps; use 'lanes', 'poisson' or 'constant'")
+        return self
+
+
 WorkloadConfig = Annotated[
-    Union[TraceWorkload, SyntheticWorkload, ClosedLoopWorkload],
+    Union[TraceWorkload, SyntheticWorkload, ClosedLoopWorkload, AgentWorkload],
     Field(discriminator="kind"),
 ]
 
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(WorkloadConfig)
 
 
-def parse_workload(data: Mapping[str, Any]) -> TraceWorkload | SyntheticWorkload | ClosedLoopWorkload:
+def parse_workload(data: Mapping[str, Any]) -> TraceWorkload | SyntheticWorkload | ClosedLoopWorkload | AgentWorkload:
     """Validate a plain mapping (e.g. from YAML) into a workload config.
 
     Raises :class:`pydantic.ValidationError`; the config package formats it.

@@ -6,6 +6,9 @@ Whatever the workload kind, the simulator gets a *mode* and a stream of requests
   (seconds); a later session turn comes after the turn it follows and has
   ``after`` = that turn's index, ``delay`` = think time (s) and ``arrival`` = nan (the
   simulator sets it when the previous turn finishes).
+- ``mode == "driven"``: an agentic workload (``agentic`` set): the simulation's agentic
+  driver (``sim/agentic.py``) sends the graph's nodes as their dependencies fire;
+  ``requests()`` is empty.
 - ``mode == "closed"``: at most ``concurrency`` requests in flight; yield order is send
   order, every ``arrival`` is 0, warm-up requests (``warmup=True``) come first.
 
@@ -18,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
-from .config import ClosedLoopWorkload, SyntheticWorkload, TraceWorkload
+from .config import AgentWorkload, ClosedLoopWorkload, SyntheticWorkload, TraceWorkload
 from .recipes import generate_closed_loop
 from .request import Request
 from .synthetic import generate_synthetic
@@ -31,7 +34,7 @@ from .trace import listed_block_ids, read_mooncake
 class WorkloadSource:
     """A replayable stream of requests plus how the client drives them."""
 
-    mode: Literal["open", "closed"]
+    mode: Literal["open", "closed", "driven"]
     #: In-flight limit of a closed-loop client; None in open mode.
     concurrency: int | None
     #: One line for reports, e.g. "trace conversation.jsonl (speedup 2)".
@@ -47,6 +50,8 @@ class WorkloadSource:
     _listed_ids: Callable[[], Sequence[int] | None] | None = None
     #: What the reader skipped on its latest pass (a trace's ``blank_lines``), for the summary.
     counts: dict[str, int] = field(default_factory=dict)
+    #: An agentic trace (``workload/agentic/source.py:AgenticSource``), in mode "driven".
+    agentic: Any = None
 
     def requests(self) -> Iterator[Request]:
         """A fresh iterator over the requests, in yield order (see module docstring)."""
@@ -68,7 +73,7 @@ class WorkloadSource:
 
 
 def build_source(
-    cfg: TraceWorkload | SyntheticWorkload | ClosedLoopWorkload,
+    cfg: TraceWorkload | SyntheticWorkload | ClosedLoopWorkload | AgentWorkload,
     seed: int,
     base_dir: Path | None = None,
 ) -> WorkloadSource:
@@ -84,6 +89,8 @@ def build_source(
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
         counts: dict[str, int] = {}
+        if cfg.format != "mooncake":
+            return agentic_source(cfg, seed, path)
         kwargs = dict(
             block_size=cfg.block_size,
             speedup=cfg.speedup,
@@ -123,6 +130,8 @@ def build_source(
             _factory=lambda: generate_synthetic(cfg, seed),
             num_requests=cfg.num_requests,
         )
+    if isinstance(cfg, AgentWorkload):
+        return agentic_source(cfg, seed)
     if isinstance(cfg, ClosedLoopWorkload):
         n_warmup = cfg.resolved_warmup
         total = n_warmup + cfg.resolved_num_prompts
@@ -145,3 +154,21 @@ def build_source(
             num_warmup=n_warmup,
         )
     raise TypeError(f"not a workload config: {type(cfg).__name__}")
+
+
+def agentic_source(cfg: "TraceWorkload | AgentWorkload", seed: int, path: Path | None = None) -> WorkloadSource:
+    """An agentic trace or generated plays: built and checked now (errors before the run), run
+    by the simulation's agentic driver (``sim/agentic.py``)."""
+    from .agentic.formats import READERS
+    from .agentic.generator import generate_agentic
+    from .agentic.load import AgenticLoad
+    from .agentic.source import AgenticSource
+
+    if isinstance(cfg, AgentWorkload):
+        src = AgenticSource(lambda: generate_agentic(cfg, seed), cfg.agentic)
+    else:
+        bs = cfg.block_size if "block_size" in cfg.model_fields_set else None
+        src = AgenticSource(lambda: READERS[cfg.format](path, bs), cfg.agentic or AgenticLoad(), cfg.speedup)
+    src.graph()
+    return WorkloadSource(mode="driven", concurrency=None, description=src.describe(), _factory=lambda: iter(()),
+                          _listed_ids=src.listed_block_ids, agentic=src)

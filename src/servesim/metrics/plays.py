@@ -1,0 +1,258 @@
+"""Agent-level metrics of an agentic run: one row per play (plays.parquet) and the summary block.
+
+A *play* here is one run of a play of the graph (a recycled play counts again).  Its
+**makespan** runs from its first request's dispatch to its last request's terminal state;
+its **outcome** is ``completed`` (every node completed), ``failed`` (a node was rejected:
+the nodes not yet sent were skipped) or ``incomplete`` (the run ended first).
+
+The **critical path** walks back from the play's last request: each request was released
+by its floor or by one dependency (the one whose event plus delay came last: the driver
+records it); following those links to the play's start splits the makespan exactly into
+tool / think / other dependency delays, floor waits, and the queueing, prefill, KV transfer
+and decode time of the requests whose completion (or first token) the next one waited for.
+docs/outputs.md defines every column.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from servesim.metrics.recorder import RequestRecorder, Status
+from servesim.metrics.stats import describe
+
+if TYPE_CHECKING:
+    from servesim.sim.agentic import AgenticDriver
+
+OUTCOMES = ("completed", "failed", "incomplete")
+#: Critical-path parts, in the order of plays.parquet's ``cp_*_s`` columns.
+PATH_PARTS = ("tool", "think", "other_delay", "floor", "queue", "prefill", "kv_transfer", "decode", "stream")
+#: plays.parquet's string columns (lists); the others are numpy arrays.
+STRING_COLUMNS = ("play_id", "outcome", "final_request_id", "cp_path")
+INT_COLUMNS = ("generation", "lane", "nodes", "completed", "rejected", "unfinished", "skipped", "unsent",
+               "peak_fanout", "input_tokens", "cached_tokens", "ideal_cached_tokens", "cp_requests")
+_DONE, _REJ, _UNF = int(Status.COMPLETED), int(Status.REJECTED), int(Status.UNFINISHED)
+
+
+class _Cols:
+    """The recorder columns the play metrics read, fetched once; ``srv_first`` / ``srv_finish``
+    are the server-side times the driver saw (before a frontend's stream latency)."""
+
+    def __init__(self, rec: RequestRecorder, server_times: dict[int, tuple[float, float]]) -> None:
+        c = rec.column
+        self.arrival, self.sched, self.first, self.finish = c("arrival"), c("first_scheduled"), c("first_token"), c("finish")
+        self.srv_first, self.srv_finish = self.first.copy(), self.finish.copy()
+        for r, (f, e) in server_times.items():
+            self.srv_first[r], self.srv_finish[r] = f, e
+        self.status, self.cached, self.inp = c("status"), c("cached_tokens"), c("input_length")
+        ex = rec.extra_columns
+        self.pe = ex["prefill_end_s"].data[: rec.size] if "prefill_end_s" in ex else None
+        self.te = ex["transfer_end_s"].data[: rec.size] if "transfer_end_s" in ex else None
+
+
+def play_rows(driver: "AgenticDriver", rec: RequestRecorder) -> dict[str, np.ndarray | list]:
+    """plays.parquet's columns, one entry per play run, in start order."""
+    g = driver.graph
+    cols = _Cols(rec, driver.server_times)
+    ideal = ideal_cached_tokens(driver, rec)
+    out: dict[str, list] = {k: [] for k in (
+        "play_id", "generation", "warmup", "lane", "outcome", "start_s", "first_dispatch_s", "end_s", "makespan_s",
+        "recorded_makespan_s", "slowdown", "nodes", "completed", "rejected", "unfinished", "skipped", "unsent",
+        "peak_fanout", "final_request_id", "final_ttft_s", "input_tokens", "cached_tokens", "ideal_cached_tokens",
+        "prefix_reuse", "ideal_prefix_reuse", "cp_requests", "cp_path")}
+    for part in PATH_PARTS:
+        out[f"cp_{part}_s"] = []
+    for run in driver.runs:
+        play = g.plays[run.play]
+        sent = [r for r in run.request if r >= 0]
+        st = [int(cols.status[r]) for r in sent]
+        n_done, n_rej, n_unf = st.count(_DONE), st.count(_REJ), st.count(_UNF)
+        skipped = sum(1 for s in run.state if s == 4)
+        outcome = "failed" if n_rej else ("completed" if n_done == len(play.nodes) else "incomplete")
+        first = min((float(cols.arrival[r]) for r in sent), default=math.nan)
+        end = max((float(cols.finish[r]) for r in sent), default=math.nan)
+        makespan = end - first if sent else math.nan
+        final = _final_request(driver, run, cols)
+        inp = int(sum(int(cols.inp[r]) for r in sent))
+        cached = int(sum(int(cols.cached[r]) for r in sent))
+        ideal_c = int(sum(int(ideal[r]) for r in sent))
+        rec_ms = play.recorded_makespan * driver.scale if play.recorded_makespan else None
+        path = critical_path(driver, run, cols) if outcome == "completed" else None
+        out["play_id"].append(play.play_id if not run.generation else f"{play.play_id}#{run.generation}")
+        out["generation"].append(run.generation)
+        out["warmup"].append(run.warmup)
+        out["lane"].append(run.lane)
+        out["outcome"].append(outcome)
+        out["start_s"].append(run.start)
+        out["first_dispatch_s"].append(first)
+        out["end_s"].append(end)
+        out["makespan_s"].append(makespan)
+        out["recorded_makespan_s"].append(rec_ms if rec_ms is not None else math.nan)
+        out["slowdown"].append(makespan / rec_ms if rec_ms and outcome == "completed" else math.nan)
+        out["nodes"].append(len(play.nodes))
+        out["completed"].append(n_done)
+        out["rejected"].append(n_rej)
+        out["unfinished"].append(n_unf)
+        out["skipped"].append(skipped)
+        out["unsent"].append(len(play.nodes) - len(sent) - skipped)
+        out["peak_fanout"].append(run.peak_fanout)
+        out["final_request_id"].append(rec.request_id[final] if final >= 0 else None)
+        out["final_ttft_s"].append(float(cols.first[final] - cols.arrival[final]) if final >= 0 else math.nan)
+        out["input_tokens"].append(inp)
+        out["cached_tokens"].append(cached)
+        out["ideal_cached_tokens"].append(ideal_c)
+        out["prefix_reuse"].append(cached / inp if inp else math.nan)
+        out["ideal_prefix_reuse"].append(ideal_c / inp if inp else math.nan)
+        out["cp_requests"].append(len(path[1]) if path else 0)
+        out["cp_path"].append(" > ".join(path[1]) if path else None)
+        for part in PATH_PARTS:
+            out[f"cp_{part}_s"].append(path[0][part] if path else math.nan)
+    return {k: v if k in STRING_COLUMNS else np.asarray(v, dtype=bool if k == "warmup" else
+                                                       np.int64 if k in INT_COLUMNS else np.float64)
+            for k, v in out.items()}
+
+
+def _final_request(driver: "AgenticDriver", run, cols: _Cols) -> int:
+    """The play's final answer: the last request to finish in the session of its first root."""
+    g = driver.graph
+    play = g.plays[run.play]
+    main = g.nodes[play.nodes[0]].session
+    best, best_t = -1, -math.inf
+    for k, i in enumerate(play.nodes):
+        r = run.request[k]
+        if r >= 0 and g.nodes[i].session == main and int(cols.status[r]) == _DONE and cols.finish[r] >= best_t:
+            best, best_t = r, float(cols.finish[r])
+    return best
+
+
+def critical_path(driver: "AgenticDriver", run, cols: _Cols) -> tuple[dict[str, float], list[str]]:
+    """The makespan split along the chain of releasing constraints, and the chain's request ids
+    (first to last)."""
+    g = driver.graph
+    play = g.plays[run.play]
+    parts = dict.fromkeys(PATH_PARTS, 0.0)
+    sent = [(float(cols.finish[r]), r, k) for k, r in enumerate(run.request) if r >= 0]
+    first_dispatch = min(float(cols.arrival[r]) for _, r, _ in sent)
+    _, r, k = max(sent)
+    parts["stream"] = float(cols.finish[r]) - float(cols.srv_finish[r])  # the client sees the end later
+    upto = "completion"
+    chain = []
+    while True:
+        i = play.nodes[k]
+        chain.append(g.nodes[i].node_id)
+        _service(parts, cols, r, upto)
+        a = float(cols.arrival[r])
+        c = run.cause[k]
+        if c < 0:
+            parts["floor"] += a - first_dispatch
+            break
+        dep = g.nodes[i].deps[c]
+        src_k = run.local[dep.source]
+        src = run.request[src_k]
+        event = {"dispatch": cols.arrival, "first_token": cols.srv_first, "completion": cols.srv_finish}[dep.on][src]
+        delay = dep.delay * driver.scale
+        parts[dep.kind if dep.kind in ("tool", "think") else "other_delay"] += delay
+        parts["other_delay"] += a - (float(event) + delay)  # a late release (never negative)
+        r, k, upto = src, src_k, dep.on
+    chain.reverse()
+    return parts, chain
+
+
+def _service(parts: dict[str, float], cols: _Cols, r: int, upto: str) -> None:
+    """Request ``r``'s time from dispatch to ``upto`` (its first token or completion), by stage."""
+    if upto == "dispatch":
+        return
+    a, s, f = float(cols.arrival[r]), float(cols.sched[r]), float(cols.srv_first[r])
+    te = float(cols.te[r]) if cols.te is not None else math.nan
+    if te == te:  # disaggregated: prefill worker, then the KV link, then the decode worker's admission
+        pe = float(cols.pe[r])
+        parts["queue"] += (s - a) + (f - te)
+        parts["prefill"] += pe - s
+        parts["kv_transfer"] += te - pe
+    else:
+        parts["queue"] += s - a
+        parts["prefill"] += f - s
+    if upto == "completion":
+        parts["decode"] += float(cols.srv_finish[r]) - f
+
+
+#: Rolling-hash multiplier (odd, so invertible modulo 2**64) and its inverse.
+_P = np.uint64(0x9E3779B97F4A7C15)
+_Q = np.uint64(pow(0x9E3779B97F4A7C15, -1, 1 << 64))
+
+
+def _prefix_keys(ids: np.ndarray) -> np.ndarray:
+    """A 64-bit key per block for the prefix ending at it: ``h[k] = sum_j id[j] * P**(k-j)``
+    (mod 2**64), computed for all k at once as ``P**k * cumsum(id[j] * Q**j)``."""
+    n = ids.size
+    with np.errstate(over="ignore"):
+        qpow = np.cumprod(np.full(n, _Q, dtype=np.uint64)) * _P  # Q**j
+        ppow = np.cumprod(np.full(n, _P, dtype=np.uint64)) * _Q  # P**k
+        return np.cumsum((ids + np.uint64(1)) * qpow, dtype=np.uint64) * ppow
+
+
+def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.ndarray:
+    """Per request, the prompt tokens an unbounded prefix cache would hold at its dispatch: the
+    leading full trace blocks that some earlier-sent request listed (prompt or answer blocks),
+    at most ``input_length - 1`` (one token is always computed).  Whole trace blocks only: an
+    engine with smaller blocks (or pages) can also reuse the leading part of a block that
+    differs further on, so its actual reuse may pass this by up to a block per request.
+
+    Prefixes are compared by a 64-bit rolling hash of their block ids; a seen prefix's own
+    prefixes were seen with it, so the matched blocks are found by bisection."""
+    g = driver.graph
+    bs = g.block_size
+    seen: set[int] = set()
+    out = np.zeros(rec.size, dtype=np.int64)
+    for r in range(rec.size):
+        node = g.nodes[driver.req_node[r]]
+        off = g.id_offset(driver.runs[driver.req_run[r]].generation)
+        # Every block the request's sequence names (a partly filled last prompt block is
+        # completed by the answer, which a later prompt may carry), matched over full ones.
+        ids = np.asarray(node.hash_ids + node.output_hash_ids, dtype=np.uint64) + np.uint64(off)
+        if not ids.size:
+            continue
+        keys = _prefix_keys(ids).tolist()
+        lo, hi = 0, min(node.input_length // bs, len(keys))  # matched blocks: the largest k with keys[k-1] seen
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if keys[mid - 1] in seen:
+                lo = mid
+            else:
+                hi = mid - 1
+        out[r] = min(lo * bs, node.input_length - 1)
+        seen.update(keys)
+    return out
+
+
+def agentic_summary(driver: "AgenticDriver", rec: RequestRecorder, rows: dict) -> dict:
+    """The summary's ``agentic`` block (docs/outputs.md): measured plays only (warm-up plays apart)."""
+    keep = ~rows["warmup"]
+    rows = {k: ([x for x, m in zip(v, keep) if m] if isinstance(v, list) else v[keep]) for k, v in rows.items()}
+    outcome = rows["outcome"]
+    done = np.array([o == "completed" for o in outcome], dtype=bool)
+    mk, ttft_final, slow = rows["makespan_s"], rows["final_ttft_s"], rows["slowdown"]
+    inp = int(rows["input_tokens"].sum())
+    turn = rec.column("turn")
+    ok = (rec.column("status") == _DONE) & ~rec.is_warmup
+    ttft = rec.column("first_token") - rec.column("arrival")
+    path = {p: float(np.nansum(rows[f"cp_{p}_s"][done])) for p in PATH_PARTS}
+    total = sum(path.values())
+    return {
+        "plays": len(outcome),
+        "warmup_plays": int((~keep).sum()),
+        **{f"plays_{o}": int(sum(1 for x in outcome if x == o)) for o in OUTCOMES},
+        "plays_not_started": driver.plays_not_started,
+        "nodes": {k: int(rows[k].sum()) for k in ("nodes", "completed", "rejected", "unfinished", "skipped", "unsent")},
+        "makespan_s": describe(mk[done]),
+        "final_ttft_s": describe(ttft_final[done & ~np.isnan(ttft_final)]),
+        "slowdown": describe(slow[done & ~np.isnan(slow)]),
+        "peak_fanout": int(rows["peak_fanout"].max(initial=0)),
+        "prefix_reuse": int(rows["cached_tokens"].sum()) / inp if inp else None,
+        "ideal_prefix_reuse": int(rows["ideal_cached_tokens"].sum()) / inp if inp else None,
+        "ttft_first_turn_s": describe(ttft[ok & (turn == 0)]),
+        "ttft_later_turns_s": describe(ttft[ok & (turn > 0)]),
+        "critical_path_share": {p: (v / total if total > 0 else None) for p, v in path.items()},
+    }

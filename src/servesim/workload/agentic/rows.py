@@ -1,0 +1,163 @@
+"""Reading JSON-lines traces (plain or gzip) row by row, with errors that name file, line and field.
+
+Shared by every agentic reader: :func:`json_rows` yields ``(Row, obj)`` for each non-blank
+line; :class:`Row` reads typed fields and words the error when one is wrong.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import zlib
+from pathlib import Path
+from typing import Any, Iterator
+
+from servesim.errors import WorkloadError
+from servesim.workload.request import MAX_TOKENS
+
+_MISSING = object()
+_INT_ONLY = {int}
+
+
+def open_text(path: Path):
+    """The file as text; a name ending in ``.gz`` is read through gzip."""
+    if not path.exists():
+        raise WorkloadError(f"{path}: trace file not found")
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8-sig")
+    return open(path, "r", encoding="utf-8-sig")
+
+
+def json_rows(path: Path) -> Iterator["Row"]:
+    """One :class:`Row` per non-blank line; invalid JSON or a non-object line is an error."""
+    line_no = 0
+    try:
+        with open_text(path) as fh:
+            for line in fh:
+                line_no += 1
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise WorkloadError(f"{path}:{line_no}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+                if not isinstance(obj, dict):
+                    raise WorkloadError(f"{path}:{line_no}: expected a JSON object, got {_show(obj)}")
+                yield Row(path, line_no, obj)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise WorkloadError(f"{path}: not a complete gzip file ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"{path}:{line_no + 1}: not UTF-8 text ({exc.reason})") from None
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class Row:
+    """One JSON object of a trace and where it is (``file:line``, plus a key prefix for nested objects)."""
+
+    __slots__ = ("path", "line", "obj", "prefix")
+
+    def __init__(self, path: Path, line: int, obj: dict, prefix: str = "") -> None:
+        self.path = path
+        self.line = line
+        self.obj = obj
+        self.prefix = prefix
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+    def at(self, field: str) -> str:
+        """``file:line: field 'x'`` for a message."""
+        return f"{self.where}: field '{self.prefix}{field}'"
+
+    def fail(self, field: str, expected: str, value: Any = _MISSING) -> WorkloadError:
+        got = "missing" if value is _MISSING else f"got {_show(value)}"
+        return WorkloadError(f"{self.at(field)}: expected {expected}, {got}")
+
+    def child(self, obj: Any, prefix: str) -> "Row":
+        if not isinstance(obj, dict):
+            raise self.fail(prefix.rstrip("."), "a JSON object", obj)
+        return Row(self.path, self.line, obj, self.prefix + prefix)
+
+    def has(self, field: str) -> bool:
+        return self.obj.get(field) is not None
+
+    def string(self, field: str, default: str | None | object = _MISSING) -> str | None:
+        v = self.obj.get(field)
+        if v is None:
+            if default is _MISSING:
+                raise self.fail(field, "a string")
+            return default  # type: ignore[return-value]
+        if isinstance(v, bool) or not isinstance(v, (str, int)):
+            raise self.fail(field, "a string", v)
+        s = str(v)
+        if not s.strip():
+            raise self.fail(field, "a non-empty string", v)
+        return s
+
+    def integer(self, field: str, minimum: int = 0, default: int | None | object = _MISSING) -> int | None:
+        v = self.obj.get(field)
+        if v is None:
+            if default is _MISSING:
+                raise self.fail(field, f"an integer >= {minimum}")
+            return default  # type: ignore[return-value]
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum or v > MAX_TOKENS:
+            raise self.fail(field, f"an integer in [{minimum}, {MAX_TOKENS}]", v)
+        return v
+
+    def number(self, field: str, default: float | None | object = _MISSING) -> float | None:
+        """A finite number >= 0."""
+        v = self.obj.get(field)
+        if v is None:
+            if default is _MISSING:
+                raise self.fail(field, "a number >= 0")
+            return default  # type: ignore[return-value]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise self.fail(field, "a finite number >= 0", v)
+        return float(v)
+
+    def ids(self, field: str, required: bool = True) -> list[int] | None:
+        """A list of block ids (integers >= 0)."""
+        v = self.obj.get(field)
+        if v is None:
+            if required:
+                raise self.fail(field, "a list of integers >= 0")
+            return None
+        if not isinstance(v, list):
+            raise self.fail(field, "a list of integers >= 0", v)
+        if not v or (set(map(type, v)) == _INT_ONLY and min(v) >= 0 and max(v) < 1 << 64):  # one C-level pass
+            return v
+        for k, x in enumerate(v):
+            if isinstance(x, bool) or not isinstance(x, int) or x < 0 or x >= 1 << 64:
+                raise self.fail(f"{field}[{k}]", "an integer from 0 to 2**64 - 1", x)
+        return v
+
+    def items(self, field: str) -> list:
+        v = self.obj.get(field)
+        if v is None:
+            return []
+        if not isinstance(v, list):
+            raise self.fail(field, "a list", v)
+        return v
+
+    def choice(self, field: str, allowed: tuple[str, ...], default: str) -> str:
+        v = self.obj.get(field)
+        if v is None:
+            return default
+        if v not in allowed:
+            raise self.fail(field, "one of " + ", ".join(repr(a) for a in allowed), v)
+        return v
+
+    def forbid(self, fields: tuple[str, ...], this: str, other: str) -> None:
+        """A key of another format on this row: the file mixes formats."""
+        for f in fields:
+            if f in self.obj:
+                raise WorkloadError(f"{self.at(f)}: this key belongs to the {other} format, but the trace is "
+                                    f"read as {this}; a file must hold one format")

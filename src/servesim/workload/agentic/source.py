@@ -1,0 +1,60 @@
+"""An agentic workload as a source: the graph (built once, checked before the run) and its play
+starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .graph import AgenticGraph, PlayStart
+from .load import AgenticLoad, play_starts
+
+
+@dataclass
+class AgenticSource:
+    """What the simulation's agentic driver needs: the graph, the starts, the release options."""
+
+    #: Builds the graph: a trace reader or the synthetic generator (called once).
+    make_graph: Callable[[], AgenticGraph]
+    load: AgenticLoad
+    speedup: float = 1.0
+    _graph: AgenticGraph | None = field(default=None, repr=False)
+
+    def graph(self) -> AgenticGraph:
+        """The lowered graph (built on first use; a bad trace raises WorkloadError)."""
+        if self._graph is None:
+            self._graph = self.make_graph()
+        return self._graph
+
+    def starts(self, seed: int) -> list[PlayStart]:
+        return play_starts(self.graph(), self.load, self.speedup, seed)
+
+    @property
+    def recycles(self) -> bool:
+        """Whether plays may run more than once (copies with fresh block ids the graph does not list)."""
+        ld = self.load
+        n = len(self.graph().plays)
+        return (ld.arrival == "lanes" and ld.duration_s is not None) or (ld.plays is not None and ld.plays > n)
+
+    def listed_block_ids(self) -> list[int] | None:
+        """Every block id the nodes list (prompt and answer blocks); None when plays recycle."""
+        if self.recycles:
+            return None
+        out: list[int] = []
+        for node in self.graph().nodes:
+            out.extend(node.hash_ids)
+            out.extend(node.output_hash_ids)
+        return out
+
+    def describe(self) -> str:
+        load = self.load
+        desc = self.graph().description + f", plays by {load.arrival}"
+        if load.arrival == "lanes":
+            desc += f" ({load.lanes} lanes" + (f", recycled for {load.duration_s:g} s" if load.duration_s else "") + ")"
+        elif load.arrival != "trace":
+            desc += f" ({load.rate:g}/s" + (f", {load.plays} plays" if load.plays else "") + ")"
+        if self.speedup != 1.0:
+            desc += f", speedup {self.speedup:g}"
+        if not load.floors:
+            desc += ", no floors"
+        return desc
