@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("plotly")
 
 from servesim.cli import main  # noqa: E402
+from report_fixtures import report_inputs  # noqa: E402, F401 (a fixture)
 from servesim.report.html import render_report, slo_table, summary_cards, warning_blocks, write_report  # noqa: E402
 from servesim.report.html_compare import difference, metric_rows, pareto_figure  # noqa: E402
 from servesim.report.html_figures import (cdf_points, histogram, per_worker, run_figures, time_grid,  # noqa: E402
