@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("plotly")
 
+from report_fixtures import report_inputs  # noqa: E402, F401 (a fixture)
 from servesim.report.html import write_report  # noqa: E402
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)

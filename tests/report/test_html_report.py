@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("plotly")
 
 from servesim.cli import main  # noqa: E402
+from report_fixtures import report_inputs  # noqa: E402, F401 (a fixture)
 from servesim.report.html import render_report, slo_table, summary_cards, warning_blocks, write_report  # noqa: E402
 from servesim.report.html_compare import difference, metric_rows, pareto_figure  # noqa: E402
 from servesim.report.html_figures import (cdf_points, histogram, per_worker, run_figures, time_grid,  # noqa: E402
@@ -155,3 +156,16 @@ def test_disaggregated_run_shows_its_pools(tmp_path):
     page = write_report([tmp_path / "dis"]).read_text()
     assert "Prefill and decode pools" in page and "<th>decode</th><td>1</td><td>1</td><td>60</td>" in page
     assert "wait for decode admission" in page
+
+
+def test_run_without_time_series_draws_no_empty_panel(tmp_path):
+    import servesim
+
+    cfg = {"workload": {"kind": "synthetic", "num_requests": 50, "arrival": {"process": "poisson", "rate": 5.0},
+                        "input": {"dist": "fixed", "value": 300}, "output": {"dist": "fixed", "value": 20}},
+           "deployment": {"workers": 2}, "output": {"timeseries": False}}
+    servesim.predict(cfg).write(tmp_path / "run")
+    runs, _ = load_folders([tmp_path / "run"])
+    figures = dict(run_figures(runs[0]))
+    assert not {"queues-time", "kv-time", "cache-time"} & set(figures)
+    assert len(figures["throughput-time"].data) == 1 and sum(figures["throughput-time"].data[0].y) > 0

@@ -211,7 +211,9 @@ def memory_budget(
         )
     tokens = int(kv // per_tok)
     if tokens < 1:
-        raise ModelError(f"{model.name} on {gpu.name}: no room for a single KV token")
+        raise ModelError(f"{model.name} on {gpu.name}: no room for a single KV token; use more GPUs (deployment.tp), "
+                         f"a smaller weight precision (deployment.weight_dtype, now {weight_dtype}) or a larger memory "
+                         f"fraction (deployment.engine.{MEM_FRACTION_KEY[engine]})")
     return MemoryBudget(engine=engine, total_bytes=total, weights_bytes=weights, reserve_bytes=reserve,
                         state_bytes=state, kv_bytes=kv, kv_bytes_per_token=per_tok, kv_tokens=tokens)
 

@@ -232,11 +232,15 @@ def latency_over_time_figure(run: RunData, grid: np.ndarray):
 
 
 def throughput_figure(run: RunData, grid: np.ndarray):
+    """Tokens computed per second per worker (needs the time series) over completed requests'
+    output tokens per second by finish time."""
     go, make_subplots = plotly_modules()
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True,
-                        subplot_titles=["Tokens computed per second, per worker (prefill + decode)",
-                                        "Completed requests' output tokens per second (by finish time)"])
-    if run.timeseries is not None:
+    titles = ["Completed requests' output tokens per second (by finish time)"]
+    per_worker_panel = run.timeseries is not None
+    if per_worker_panel:
+        titles.insert(0, "Tokens computed per second, per worker (prefill + decode)")
+    fig = make_subplots(rows=len(titles), cols=1, shared_xaxes=True, subplot_titles=titles)
+    if per_worker_panel:
         for name, line in _lines(worker_rates(run, grid)):
             fig.add_trace(go.Scatter(x=grid, y=line, mode="lines", name=name), row=1, col=1)
     done = run.completed
@@ -244,9 +248,9 @@ def throughput_figure(run: RunData, grid: np.ndarray):
     out, _ = np.histogram(run.requests["finish_s"][done].astype(float), edges,
                           weights=run.requests["generated_tokens"][done].astype(float))
     fig.add_trace(go.Scatter(x=grid, y=out / np.diff(edges), mode="lines", name="output tok/s (all workers)"),
-                  row=2, col=1)
-    fig.update_xaxes(title_text="virtual time (s)", row=2, col=1)
-    return _layout(fig, "Throughput over time", 560)
+                  row=len(titles), col=1)
+    fig.update_xaxes(title_text="virtual time (s)", row=len(titles), col=1)
+    return _layout(fig, "Throughput over time", 300 + 230 * len(titles))
 
 
 def worker_series_figure(run: RunData, grid: np.ndarray, fields: list[tuple[str, str, float]], title: str):

@@ -1,4 +1,8 @@
-"""Small run folders and a sweep folder for the report tests (written once per test module)."""
+"""Small run folders and a sweep folder for the report tests, written once per test session.
+
+Not a conftest.py: the suite imports helpers as top-level modules (``from conftest import
+shared_file``), which a second conftest.py would shadow.  Test modules import the fixture.
+"""
 
 from __future__ import annotations
 
@@ -58,11 +62,13 @@ def write_sweep(folder: Path) -> Path:
     return folder
 
 
-@pytest.fixture(scope="package")
+_BUILT: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="session")
 def report_inputs(tmp_path_factory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("report_inputs")
-    return {
-        "sglang": write_run(base / "sglang"),
-        "vllm": write_run(base / "vllm", engine={"name": "vllm"}),
-        "sweep": write_sweep(base / "sweep"),
-    }
+    if not _BUILT:  # each importing module registers the fixture anew; build the folders once
+        base = tmp_path_factory.mktemp("report_inputs")
+        _BUILT.update(sglang=write_run(base / "sglang"), vllm=write_run(base / "vllm", engine={"name": "vllm"}),
+                      sweep=write_sweep(base / "sweep"))
+    return _BUILT
