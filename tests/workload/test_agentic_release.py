@@ -227,3 +227,18 @@ def test_disaggregated_play_splits_its_critical_path_with_the_kv_transfer():
     # the join still waits for the slower subagent
     assert p.recorder.column("arrival")[list(p.recorder.request_id).index("c")] > \
         p.recorder.column("finish")[list(p.recorder.request_id).index("b2")]
+
+
+@pytest.mark.parametrize("mode", ["fast", "step"])
+def test_first_token_dependency_releases_on_the_source_first_token(tmp_path, mode):
+    path = tmp_path / "ft.jsonl"
+    path.write_text(
+        '{"id": "a", "input_length": 100, "output_length": 5}\n'
+        '{"id": "x", "input_length": 16, "output_length": 1, "deps": [{"id": "a", "on": "first_token", "delay_s": 0.1}]}\n')
+    p = predict(cfg(path, "servesim_dag", mode))
+    got = times(p)
+    assert got["a"] == pytest.approx((0.0, 0.05))
+    assert got["x"][0] == pytest.approx(0.11)  # a's first token at 0.01, plus 0.1 s
+    assert list(p.plays["cp_path"]) == ["a > x"]
+    assert p.plays["cp_prefill_s"][0] == pytest.approx(0.01 + 0.01)  # a up to its first token, then x
+    assert p.plays["cp_decode_s"][0] == pytest.approx(0.0) and p.plays["cp_other_delay_s"][0] == pytest.approx(0.1)
