@@ -242,3 +242,12 @@ def test_first_token_dependency_releases_on_the_source_first_token(tmp_path, mod
     assert list(p.plays["cp_path"]) == ["a > x"]
     assert p.plays["cp_prefill_s"][0] == pytest.approx(0.01 + 0.01)  # a up to its first token, then x
     assert p.plays["cp_decode_s"][0] == pytest.approx(0.0) and p.plays["cp_other_delay_s"][0] == pytest.approx(0.1)
+
+
+def test_belady_eviction_is_refused_for_agentic_workloads():
+    from servesim.errors import ConfigError
+
+    c = cfg(FIX / "fanout.dag.jsonl", "servesim_dag")
+    c["deployment"]["engine"]["eviction_policy"] = "belady"
+    with pytest.raises(ConfigError, match="belady"):
+        predict(c)
