@@ -23,6 +23,7 @@ completes (``on``) plus the dependency's ``delay``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Sequence
 
 import numpy as np
@@ -327,14 +328,19 @@ class _Interner:
             self._scopes[key], self._base[key] = uniq, self.size
             self.size += int(uniq.size)
         self._map: dict = {}
+        #: One int object per interned id, shared by every prompt that lists it (a long prompt
+        #: re-listed by many requests would otherwise hold its own copies: 28 bytes an id).
+        self._ints = list(range(self.size))
 
     def lookup(self, scope, raw_ids: "Sequence[int] | np.ndarray") -> list[int]:
         """The dense ids of raw ids of ``scope`` (all were interned up front)."""
         if not len(raw_ids):
             return []
         uniq = self._scopes[scope]
-        pos = uniq.searchsorted(np.asarray(raw_ids, dtype=np.uint64))
-        return (pos + self._base[scope]).tolist()
+        pos = (uniq.searchsorted(np.asarray(raw_ids, dtype=np.uint64)) + self._base[scope]).tolist()
+        if len(pos) == 1:
+            return [self._ints[pos[0]]]
+        return list(itemgetter(*pos)(self._ints))
 
     def get(self, key) -> int:
         v = self._map.get(key)
