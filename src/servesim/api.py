@@ -220,6 +220,11 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
     t0 = time.perf_counter()
     cfg = load_config(config, overrides)
     source = build_source(cfg.workload, cfg.seed, config_base_dir(cfg))
+    if source.agentic is not None and _uses_belady(cfg):
+        from servesim.errors import ConfigError
+
+        raise ConfigError("eviction_policy 'belady' needs every request's arrival before the run; an agentic "
+                          "workload releases its requests as their dependencies fire (use lru, lfu or fifo)")
     oracle = next_use_oracle(source) if _uses_belady(cfg) else None
     deployment = build_deployment(cfg, oracle)
     recorder, ts, stats = run_simulation(cfg, source, deployment, progress)

@@ -156,3 +156,18 @@ def test_v2_export_reads_back_as_the_same_graph(tmp_path):
     by = {n.node_id: n for n in back.nodes}
     assert by["play0/main/1"].hash_ids[:32] == by["play0/main/0"].hash_ids[:32]
     assert [p.start for p in back.plays] == pytest.approx([s.time for s in starts])
+
+
+@pytest.mark.parametrize("rows,match", [
+    (['{"session_id": "a", "turns": [{"messages": [{"role": "user", "content": "x"}], "max_tokens": 1, '
+      '"spawns": ["nope"]}]}'], r"t\.jsonl:1: field 'turns\[0\]\.spawns\[0\]': branch target 'nope'"),
+    (['{"session_id": "a", "turns": [{"messages": [{"role": "user", "content": "x"}], "max_tokens": 1}]}',
+      '{"session_id": "a", "turns": [{"messages": [{"role": "user", "content": "y"}], "max_tokens": 1}]}'],
+     r"t\.jsonl:2: field 'session_id': duplicate session_id 'a' \(first on line 1\)"),
+    (['{"session_id": "a", "turns": [{"messages": [{"role": "user", "content": "x"}]}]}'],
+     r"t\.jsonl:1: field 'turns\[0\]\.max_tokens': expected an integer"),
+    (['{"session_id": "a", "turns": []}'], r"t\.jsonl:1: field 'turns': expected a non-empty list"),
+])
+def test_aiperf_dag_errors(tmp_path, rows, match):
+    with pytest.raises(WorkloadError, match=match):
+        READERS["dag_jsonl"](write(tmp_path, *rows), None)

@@ -227,3 +227,45 @@ def test_disaggregated_play_splits_its_critical_path_with_the_kv_transfer():
     # the join still waits for the slower subagent
     assert p.recorder.column("arrival")[list(p.recorder.request_id).index("c")] > \
         p.recorder.column("finish")[list(p.recorder.request_id).index("b2")]
+
+
+@pytest.mark.parametrize("mode", ["fast", "step"])
+def test_first_token_dependency_releases_on_the_source_first_token(tmp_path, mode):
+    path = tmp_path / "ft.jsonl"
+    path.write_text(
+        '{"id": "a", "input_length": 100, "output_length": 5}\n'
+        '{"id": "x", "input_length": 16, "output_length": 1, "deps": [{"id": "a", "on": "first_token", "delay_s": 0.1}]}\n')
+    p = predict(cfg(path, "servesim_dag", mode))
+    got = times(p)
+    assert got["a"] == pytest.approx((0.0, 0.05))
+    assert got["x"][0] == pytest.approx(0.11)  # a's first token at 0.01, plus 0.1 s
+    assert list(p.plays["cp_path"]) == ["a > x"]
+    assert p.plays["cp_prefill_s"][0] == pytest.approx(0.01 + 0.01)  # a up to its first token, then x
+    assert p.plays["cp_decode_s"][0] == pytest.approx(0.0) and p.plays["cp_other_delay_s"][0] == pytest.approx(0.1)
+
+
+def test_belady_eviction_is_refused_for_agentic_workloads():
+    from servesim.errors import ConfigError
+
+    c = cfg(FIX / "fanout.dag.jsonl", "servesim_dag")
+    c["deployment"]["engine"]["eviction_policy"] = "belady"
+    with pytest.raises(ConfigError, match="belady"):
+        predict(c)
+
+
+def test_aiperf_dag_spawns_join_and_forks_continue_the_context():
+    # root/0 (0 -> 0.02) spawns helper-a (4 tokens: 0.02 -> 0.06) and helper-b (6: 0.02 -> 0.08, then
+    # 0.5 s later its 2nd turn: 0.58 -> 0.60); root/1 waits for both helpers (the spawns' default join)
+    # and its own 0.2 s delay: max(0.22, 0.06, 0.60) = 0.60 -> 0.63.  solo starts 1 s into its play
+    # and forks solo-cont, which carries solo's context.
+    p = predict(cfg(FIX / "aiperf.dag.jsonl", "dag_jsonl"))
+    got = times(p)
+    want = {"root/0": (0.0, 0.02), "helper-a/0": (0.02, 0.06), "helper-b/0": (0.02, 0.08),
+            "helper-b/1": (0.58, 0.60), "root/1": (0.60, 0.63), "solo/0": (1.0, 1.01), "solo-cont/0": (1.01, 1.03)}
+    for rid, v in want.items():
+        assert got[rid] == pytest.approx(v, abs=1e-9), rid
+    assert sorted(p.plays["play_id"]) == ["root", "solo"]
+    r = p.recorder
+    inp = dict(zip(r.request_id, r.column("input_length")))
+    assert inp["solo-cont/0"] > inp["solo/0"] + 1  # solo's prompt and answer, then its own message
+    assert inp["helper-a/0"] < inp["root/0"]  # a spawn starts from its own messages

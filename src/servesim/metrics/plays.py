@@ -214,16 +214,16 @@ def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.nda
         ids = np.asarray(node.hash_ids + node.output_hash_ids, dtype=np.uint64) + np.uint64(off)
         if not ids.size:
             continue
-        keys = _prefix_keys(ids).tolist()
-        lo, hi = 0, min(node.input_length // bs, len(keys))  # matched blocks: the largest k with keys[k-1] seen
+        keys = _prefix_keys(ids)
+        lo, hi = 0, min(node.input_length // bs, keys.size)  # matched blocks: the largest k with keys[k-1] seen
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if keys[mid - 1] in seen:
+            if int(keys[mid - 1]) in seen:
                 lo = mid
             else:
                 hi = mid - 1
         out[r] = min(lo * bs, node.input_length - 1)
-        seen.update(keys)
+        seen.update(keys[lo:].tolist())  # the matched prefixes are there already
     return out
 
 

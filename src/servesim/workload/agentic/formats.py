@@ -21,6 +21,7 @@ from servesim.errors import WorkloadError
 from .graph import DEP_KINDS, RELATIONS, TRIGGERS, AgenticGraph, GraphBuilder, RawDep
 from .rows import Row, json_rows
 from .weka import read_weka
+from .aiperf_dag import read_aiperf_dag
 
 #: Tokens per ``hash_ids`` block when neither the config nor a header says (Mooncake's).
 DEFAULT_BLOCK_SIZE = 512
@@ -326,4 +327,5 @@ READERS: dict[str, Callable[[Path, int | None], AgenticGraph]] = {
     "mooncake-delta": read_mooncake_delta,
     "weka": read_weka,
     "applied_compute_agentic": read_applied_compute_agentic,
+    "dag_jsonl": read_aiperf_dag,
 }

@@ -23,6 +23,7 @@ completes (``on``) plus the dependency's ``delay``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Sequence
 
 import numpy as np
@@ -312,26 +313,34 @@ class _Interner:
 
     def __init__(self, raw: list, play_order: dict[str, int] | None) -> None:
         groups: dict[object, list] = {}
+        #: Each node's raw ids as an array (converted once), by the id of its list.
+        self.arrays: dict[int, np.ndarray] = {}
         for r in raw:
             if r.hash_ids:
-                groups.setdefault(r.play_id if play_order is not None else None, []).append(r.hash_ids)
+                arr = self.arrays[id(r.hash_ids)] = np.asarray(r.hash_ids, dtype=np.uint64)
+                groups.setdefault(r.play_id if play_order is not None else None, []).append(arr)
         self._scopes: dict[object, np.ndarray] = {}
         self._base: dict[object, int] = {}
         self.size = 0
         keys = sorted(groups, key=lambda k: play_order[k]) if play_order is not None else list(groups)
         for key in keys:
-            uniq = np.unique(np.concatenate([np.asarray(x, dtype=np.uint64) for x in groups[key]]))
+            uniq = np.unique(np.concatenate(groups[key]))
             self._scopes[key], self._base[key] = uniq, self.size
             self.size += int(uniq.size)
         self._map: dict = {}
+        #: One int object per interned id, shared by every prompt that lists it (a long prompt
+        #: re-listed by many requests would otherwise hold its own copies: 28 bytes an id).
+        self._ints = list(range(self.size))
 
-    def lookup(self, scope, raw_ids: Sequence[int]) -> list[int]:
+    def lookup(self, scope, raw_ids: "Sequence[int] | np.ndarray") -> list[int]:
         """The dense ids of raw ids of ``scope`` (all were interned up front)."""
-        if not raw_ids:
+        if not len(raw_ids):
             return []
         uniq = self._scopes[scope]
-        pos = np.searchsorted(uniq, np.asarray(raw_ids, dtype=np.uint64))
-        return (pos + self._base[scope]).tolist()
+        pos = (uniq.searchsorted(np.asarray(raw_ids, dtype=np.uint64)) + self._base[scope]).tolist()
+        if len(pos) == 1:
+            return [self._ints[pos[0]]]
+        return list(itemgetter(*pos)(self._ints))
 
     def get(self, key) -> int:
         v = self._map.get(key)
@@ -347,7 +356,8 @@ class _Interner:
 
 def _full_prompt(r: _RawNode, bs: int, scope, ids: _Interner) -> tuple[int, ...]:
     need = -(-r.input_length // bs)
-    out = ids.lookup(scope, list(r.hash_ids or ())[:need])
+    arr = ids.arrays.get(id(r.hash_ids)) if r.hash_ids else None
+    out = ids.lookup(scope, arr[:need]) if arr is not None else []
     while len(out) < need:  # blocks the trace did not name: content of this request alone
         out.append(ids.fresh())
     if r.private_tail and r.input_length % bs and out:

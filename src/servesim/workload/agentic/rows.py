@@ -13,10 +13,14 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
+import msgspec
+
 from servesim.errors import WorkloadError
 from servesim.workload.request import MAX_TOKENS
 
 _MISSING = object()
+#: Decodes a line about twice as fast as ``json.loads`` (long ``hash_ids`` lists).
+_decode = msgspec.json.Decoder().decode
 _INT_ONLY = {int}
 
 
@@ -39,9 +43,13 @@ def json_rows(path: Path) -> Iterator["Row"]:
                 if not line.strip():
                     continue
                 try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise WorkloadError(f"{path}:{line_no}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+                    obj = _decode(line)
+                except msgspec.DecodeError:
+                    try:  # the standard decoder words the error with its column
+                        json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise WorkloadError(f"{path}:{line_no}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+                    raise WorkloadError(f"{path}:{line_no}: invalid JSON") from None
                 if not isinstance(obj, dict):
                     raise WorkloadError(f"{path}:{line_no}: expected a JSON object, got {_show(obj)}")
                 yield Row(path, line_no, obj)
