@@ -9,9 +9,9 @@ requests.parquet.  The run fails (exit 1) if a size's peak RSS exceeds ``--limit
     python benchmarks/bench_memory.py                       # 1M and 10M
     python benchmarks/bench_memory.py --sizes 100000        # a quick check
 
-Workload: Qwen3-8B on 4 x H100 (SGLang, tp 1), Poisson arrivals at 400 requests/s, inputs
-uniform on [20, 200] tokens, outputs on [1, 8] tokens: short requests, so the run's cost is
-in its number of requests, which is what this measures.  Column spill files go to the
+Workload: Qwen3-8B on one H100 (SGLang, tp 1), Poisson arrivals at 200 requests/s, inputs
+uniform on [20, 200] tokens, 2 output tokens each: short requests that the GPU keeps up with,
+so the run's cost is in its number of requests, which is what this measures.  Column spill files go to the
 temporary folder (TMPDIR; it must be on disk, not tmpfs, for their pages to leave memory).
 """
 
@@ -35,10 +35,10 @@ REPO = Path(__file__).resolve().parents[1]
 def config(n: int, out: Path) -> dict:
     return {
         "seed": 1,
-        "workload": {"kind": "synthetic", "num_requests": n, "arrival": {"process": "poisson", "rate": 400.0},
+        "workload": {"kind": "synthetic", "num_requests": n, "arrival": {"process": "poisson", "rate": 200.0},
                      "input": {"dist": "uniform", "low": 20, "high": 200},
-                     "output": {"dist": "uniform", "low": 1, "high": 8}},
-        "deployment": {"model": "Qwen/Qwen3-8B", "gpu": "h100_sxm", "engine": "sglang", "workers": 4},
+                     "output": {"dist": "fixed", "value": 2}},
+        "deployment": {"model": "Qwen/Qwen3-8B", "gpu": "h100_sxm", "engine": "sglang", "workers": 1},
         "output": {"dir": str(out)},
         "simulation": {"mode": "fast"},
     }

@@ -27,7 +27,8 @@ def did_you_mean(word: Any, choices: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``word``, or ``""``."""
     if not isinstance(word, str):
         return ""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    choices = [str(c) for c in choices]
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     if not close and word.lower() != word:
         close = [c for c in choices if c.lower() == word.lower()][:1]
     return f" (did you mean {close[0]!r}?)" if close else ""

@@ -373,8 +373,10 @@ def _read(
             session_id, later_turn, input_length, output_length, hash_ids, request_id, ms, written = fields
             if request_id is None:
                 request_id = f"L{line_no}"
-                if ids_seen and request_id in ids_seen:
-                    raise _duplicate_id(path, line_no, request_id, ids_seen[request_id])
+                if ids_seen:  # a trace that writes ids: its unnamed lines' ids are checked too
+                    first = ids_seen.setdefault(request_id, line_no)
+                    if first != line_no:
+                        raise _duplicate_id(path, line_no, request_id, first)
             else:
                 first = ids_seen.setdefault(request_id, line_no)
                 if first != line_no:
