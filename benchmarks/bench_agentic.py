@@ -106,21 +106,31 @@ def run_aisimulate(exe: str, trace: Path, engine: str, workers: int, tmp: Path) 
 
     cfg = tmp / f"aisim_{engine}.yaml"
     cfg.write_text(yaml.safe_dump(aisimulate_config(trace, engine, workers)))
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([exe, "predict", "--stack", "engine", "-c", str(cfg), "--output-dir",
-                           str(tmp / f"aisim_{engine}"), "--overwrite", "--capture-per-request", "--format", "json"],
-                          capture_output=True, text=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    out = {"simulator": "aisimulate", "engine": engine, "cpu_s": cpu, "returncode": proc.returncode,
-           "peak_rss_mb": after.ru_maxrss / 1024}
+    cmd = [exe, "predict", "--stack", "engine", "-c", str(cfg), "--output-dir", str(tmp / f"aisim_{engine}"),
+           "--overwrite", "--capture-per-request", "--format", "json"]
+    # Through a small parent of its own, whose children are AISimulate's processes alone (a
+    # process's RUSAGE_CHILDREN peak RSS is the largest of all its children, servesim's included).
+    proc = subprocess.run([sys.executable, "-c", _MEASURE, *cmd], capture_output=True, text=True)
+    usage = json.loads(proc.stderr.strip().splitlines()[-1])
+    out = {"simulator": "aisimulate", "engine": engine, "cpu_s": usage["cpu_s"], "returncode": usage["rc"],
+           "peak_rss_mb": usage["peak_rss_mb"]}
     req = tmp / f"aisim_{engine}" / "requests.jsonl"
-    if proc.returncode != 0 or not req.exists():
+    if usage["rc"] != 0 or not req.exists():
         out["error"] = (proc.stderr or proc.stdout)[-800:]
         return out
     n = sum(1 for _ in open(req))
-    out.update(requests=n, cpu_s_per_request=cpu / max(n, 1))
+    out.update(requests=n, cpu_s_per_request=usage["cpu_s"] / max(n, 1))
     return out
+
+
+#: Runs argv, then prints its CPU seconds, exit status and peak RSS as JSON on stderr.
+_MEASURE = """
+import json, resource, subprocess, sys
+p = subprocess.run(sys.argv[1:], stdout=sys.stdout, stderr=sys.stderr)
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"rc": p.returncode, "cpu_s": u.ru_utime + u.ru_stime, "peak_rss_mb": u.ru_maxrss / 1024}),
+      file=sys.stderr)
+"""
 
 
 def _rss_mb(who: int) -> float:
