@@ -333,10 +333,16 @@ class GemmSet:
         return len(self.entries)
 
     def _compute(self, m) -> np.ndarray:
-        m = np.maximum(np.asarray(m, dtype=np.float64), 1.0)  # row 0 is never priced (time() returns 0)
+        """Σ count × gemm(m, n, k) for a vector of ``m``: the GEMMs of one weight precision in
+        one broadcast call (rows: GEMMs, columns: ``m``)."""
+        m = np.maximum(np.atleast_1d(np.asarray(m, dtype=np.float64)), 1.0)  # row 0: never priced
         out = np.zeros(m.shape)
-        for count, n, k, dtype in self.entries:
-            out += count * self.ops.gemm(m, n, k, dtype)
+        for dtype in dict.fromkeys(e[3] for e in self.entries):
+            sel = [e for e in self.entries if e[3] == dtype]
+            count = np.array([e[0] for e in sel], dtype=np.float64)[:, None]
+            n = np.array([e[1] for e in sel], dtype=np.float64)[:, None]
+            k = np.array([e[2] for e in sel], dtype=np.float64)[:, None]
+            out = out + (count * self.ops.gemm(m[None, :], n, k, dtype)).sum(axis=0)
         return out
 
     def time(self, rows: float) -> float:
@@ -346,7 +352,7 @@ class GemmSet:
             return 0.0
         m = int(math.ceil(rows))
         if m >= self.MAX_ROWS:
-            return float(self._compute(m))
+            return float(self._compute(m)[0])
         b, i = divmod(m, self.BLOCK)
         blk = self._blocks.get(b)
         if blk is None:
