@@ -131,18 +131,22 @@ def _moe(ops, df, rows):
         prec = GEMM_DTYPES.get(dt)
         if prec is None:
             continue
-        yield from _moe_class(ops, f"moe/{dt}", _sample(g0, rows), prec)
+        yield from _moe_class(ops, f"moe/{dt}", _sample(g0, rows), prec, balanced=True)
     for dt, g0 in df[skew].groupby("moe_dtype"):
         prec = GEMM_DTYPES.get(dt)
         if prec is not None:
-            yield from _moe_class(ops, "moe_skewed", _sample(g0, rows // 4), prec)
+            yield from _moe_class(ops, "moe_skewed", _sample(g0, rows // 4), prec, balanced=False)
 
 
-def _moe_class(ops, name, g, prec):
-    out = np.concatenate([ops.moe(r.num_tokens, r.hidden_size, r.inter_size, r.topk, r.num_experts,
-                                  r.moe_tp_size, r.moe_ep_size, prec).reshape(1)
-                          for r in g.itertuples()]) if len(g) else np.zeros(0)
-    yield name, out, g.latency.values
+def _moe_class(ops, name, g, prec, balanced):
+    """Balanced tables spread every token's k experts evenly: ``min(E, tokens·k)`` experts
+    touched; skewed (power-law) ones are priced as uniform random routing."""
+    out = []
+    for r in g.itertuples():
+        touched = min(r.num_experts, r.num_tokens * r.topk) / r.moe_ep_size if balanced else None
+        out.append(float(ops.moe(r.num_tokens, r.hidden_size, r.inter_size, r.topk, r.num_experts,
+                                 r.moe_tp_size, r.moe_ep_size, prec, touched=touched)))
+    yield name, np.asarray(out), g.latency.values
 
 
 def _custom_allreduce(ops, df, rows):
@@ -168,8 +172,9 @@ def _gdn(ops, df, rows):
             continue  # the short convolution: elementwise-sized, priced with the norms
         g = _sample(g, rows)
         tokens = np.where(g.phase == "generation", g.batch_size.values, g.num_tokens.values)
-        yield f"gdn/{g.phase.iloc[0]}", ops.gated_delta(g.batch_size.values, tokens, g.num_v_heads.values,
-                                                        g.head_k_dim.values, g.head_v_dim.values), g.latency.values
+        phase = g.phase.iloc[0]
+        yield f"gdn/{phase}", ops.gated_delta(g.batch_size.values, tokens, g.num_v_heads.values, g.head_k_dim.values,
+                                              g.head_v_dim.values, prefill=phase == "context"), g.latency.values
 
 
 READERS = {
@@ -180,8 +185,10 @@ READERS = {
 }
 
 
-def collect(rows: int, params: AnalyticParams | None = None) -> list[dict]:
-    """Every compared kernel: {cls, gpu, backend, pred_s, meas_s} records."""
+def collect(rows: int, params: AnalyticParams | None = None, tables: tuple[str, ...] | None = None,
+            systems: tuple[str, ...] | None = None) -> list[dict]:
+    """Every compared kernel: {cls, gpu, backend, pred_ms, meas_ms} records (``tables``: only
+    these table names, e.g. ``("gemm_perf",)``; ``systems``: only these GPU systems)."""
     import pyarrow.parquet as pq
     from aiconfigurator_core.sdk import perf_database
 
@@ -189,10 +196,12 @@ def collect(rows: int, params: AnalyticParams | None = None) -> list[dict]:
     params = params or AnalyticParams()
     out: list[dict] = []
     for system, gpu_name in SYSTEMS.items():
+        if systems is not None and system not in systems:
+            continue
         ops = OpModel(load_gpu(gpu_name), params)
         for backend, name, path in table_files(root, system):
             reader = READERS.get(name)
-            if reader is None:
+            if reader is None or (tables is not None and name not in tables):
                 continue
             df = pq.read_table(path).to_pandas()
             df = df[df.latency > 0] if "latency" in df else df
