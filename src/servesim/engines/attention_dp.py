@@ -380,7 +380,8 @@ class AttentionDPEngine(Engine):
             plans = tuple(e.schedule(now) for e in self.ranks)
         else:
             plans = self._schedule_balanced(now)
-        if all(p is None for p in plans) and any(getattr(e, "lag", None) is not None and e.inbox for e in self.ranks):
+        if all(p is None for p in plans) and any(getattr(e, "lag", None) is not None and (e.inbox or e.ready)
+                                                  for e in self.ranks):
             # SGLang's overlap loop: no rank chose a batch from what it had pulled, so no pass runs
             # and every rank spins to a pull that sees every arrival (engines/sglang_overlap.py)
             plans = tuple(e.schedule(now) for e in self.ranks)
@@ -424,6 +425,10 @@ class AttentionDPEngine(Engine):
             for _ in range(int(ends.size) - 1):
                 ran = self.balance.step(*self._facts)
                 assert not (ran and self._held), "ADP balance: a stretch ran past a context release"
+
+    def input_lag_passes(self) -> int:
+        """Passes after the one in flight that input cannot change: the fewest of any rank."""
+        return min(int(getattr(e, "input_lag_passes", lambda: 0)()) for e in self.ranks)
 
     def decode_stretch_limit(self) -> int:
         """The smallest of the busy ranks' limits; 1 if an idle rank holds queued work."""

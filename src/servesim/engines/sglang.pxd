@@ -59,6 +59,8 @@ cdef class SGLangEngine(Engine):
     cdef public object recv
     cdef public list inbox
     cdef public list inbox_at
+    cdef public list ready_at
+    cdef public double _cutoff
     cdef public object lag
     cdef public object _last_decoded
 
@@ -145,3 +147,5 @@ cdef class SGLangEngine(Engine):
     @cython.locals(k=cython.longlong, n=cython.longlong, kv=cython.longlong, room=cython.longlong,
                    free=cython.longlong)
     cpdef long long decode_stretch_limit(self)
+
+    cpdef long long input_lag_passes(self)

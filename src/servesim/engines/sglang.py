@@ -208,6 +208,10 @@ class SGLangEngine(Engine):
         self.prefilling: list[SGReq] = []
         #: Disaggregated decode: requests whose prompt KV arrived, awaiting admission.
         self.ready: list[SGReq] = []
+        #: When each request of ``ready`` arrived; the overlap loop admits those that arrived by
+        #: ``_cutoff`` (the arrival time its current choice of pass sees: engines/sglang_overlap.py).
+        self.ready_at: list[float] = []
+        self._cutoff = 0.0
         #: ``scheduler_recv_interval`` > 1: arrived requests the scheduler has not pulled yet.
         self.recv = RecvSkipper(options.scheduler_recv_interval) if options.scheduler_recv_interval > 1 else None
         self.inbox: list[SGReq] = []
@@ -291,6 +295,7 @@ class SGLangEngine(Engine):
         sr = SGReq(req=req, max_new=max(1, max_new), fill=req.input_length)
         if kv_ready:  # disaggregated decode: admitted by _admit_ready, no prefill pass
             self.ready.append(sr)
+            self.ready_at.append(now)
             return
         if self.recv is None and self.lag is None:
             self.waiting.append(sr)
@@ -304,7 +309,7 @@ class SGLangEngine(Engine):
         before the pass now ending started."""
         if self.recv is not None and not self.recv.tick(self._last_decoded):
             return
-        self._take_inbox(now if self.lag is None else self.lag.cutoff(now))
+        self._take_inbox(self._cutoff)
 
     def _pull_all(self, now: float) -> None:
         """A pull that sees every arrival so far (the loop spun through an empty iteration)."""
@@ -341,8 +346,8 @@ class SGLangEngine(Engine):
         """
         reserve = self.batch.reserve(CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
         taken: list[SGReq] = []
-        for sr in self.ready:
-            if len(self.running) + len(taken) >= self.max_running:
+        for i, sr in enumerate(self.ready):
+            if len(self.running) + len(taken) >= self.max_running or self.ready_at[i] > self._cutoff:
                 break
             matched, node = self._match(sr)
             matched = min(self._floor_page(matched), sr.fill - 1)
@@ -364,6 +369,7 @@ class SGLangEngine(Engine):
         if not taken:
             return
         del self.ready[:len(taken)]
+        del self.ready_at[:len(taken)]
         self.rec.emit(np.fromiter((sr.req.index for sr in taken), dtype=np.int64, count=len(taken)), now)
         for sr in taken:
             if sr.generated >= sr.max_new:
@@ -383,16 +389,19 @@ class SGLangEngine(Engine):
     def schedule(self, now: float) -> PassPlan | None:
         self.tree.now = now
         lag = self.lag
+        self._cutoff = now if lag is None else lag.cutoff(now)
         if self.recv is not None or self.inbox:
             self._poll(now)
         if self.inbox and not self._has_pulled_work() and (lag is None or lag.spins()):
+            self._cutoff = now
             self._pull_all(now)  # an idle scheduler spins to its next pull in microseconds
         plan = self._next_pass(now)
         if plan is None and lag is not None:
             if lag.ghost_ctx is not None:  # the finished batch decodes once more
                 self._last_decoded = True
                 plan = PassPlan(decode_ctx=lag.ghost_ctx, requests=_GhostBatch(lag.ghost_ctx.size))
-            elif self.inbox and lag.spins():  # an empty iteration, then a pull that sees every arrival
+            elif (self.inbox or self.ready) and lag.spins():  # an empty iteration, then a pull that sees all
+                self._cutoff = now
                 self._pull_all(now)
                 plan = self._next_pass(now)
         if plan is None:
@@ -834,6 +843,11 @@ class SGLangEngine(Engine):
         else:
             room = self.pool.free_tokens // (n * self.page) + 1
         return max(1, min(k, room))
+
+    def input_lag_passes(self) -> int:
+        """Passes after the one in flight that an arrival cannot change: the overlap loop chose
+        the next one already (engines/sglang_overlap.py), so a decode stretch may run through it."""
+        return 0 if self.lag is None else 1
 
     # -- state ---------------------------------------------------------------------------------
     def snapshot(self) -> EngineSnapshot:
