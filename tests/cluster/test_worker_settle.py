@@ -16,12 +16,14 @@ from simharness import make_request
 PASS = 0.25  # exact in binary: pass ends are exact multiples
 
 
-def _decoding_worker() -> tuple[Worker, RequestRecorder]:
-    """A worker whose one request (output 50) has prefilled at 0.25 and decodes in a stretch."""
+def _decoding_worker(overlap: bool = False) -> tuple[Worker, RequestRecorder]:
+    """A worker whose one request (output 50) has prefilled at 0.25 and decodes in a stretch
+    (SGLang's normal loop unless ``overlap``)."""
     rec = RequestRecorder()
     req = make_request(0, 0.0, 100, 50)
     rec.register(0, "r0", None, 0, 100, 50, False)
-    eng = SGLangEngine(0, rec, EngineLimits(200_000, 131072), SGLangOptions(), 8192)
+    eng = SGLangEngine(0, rec, EngineLimits(200_000, 131072), SGLangOptions(disable_overlap_schedule=not overlap),
+                       8192)
     worker = Worker(0, eng, FixedStepTime(PASS), 1)
     eng.add_request(req, 0.0)
     assert worker.start_pass(0.0) == PASS  # the prefill
@@ -60,6 +62,17 @@ def test_settle_after_an_unsettled_cut_is_refused():
     assert worker.truncate(1.1) == 1.25  # the stretch now ends with the pass in flight at 1.1
     with pytest.raises(AssertionError, match="cut its stretch"):
         worker.settle(1.2)
+
+
+def test_input_cuts_one_pass_later_under_sglangs_overlap_loop():
+    """The overlap loop chose the pass after the one in flight before the input came: it runs."""
+    worker, _rec = _decoding_worker(overlap=True)
+    assert worker.input_lag == 1
+    assert worker.truncate(1.1) == 1.5  # the pass in flight at 1.1 ends at 1.25, the chosen one at 1.5
+    worker.settle_on_input = True  # a worker read mid-stretch keeps only the pass in flight
+    worker, _rec = _decoding_worker(overlap=True)
+    worker.settle_on_input = True
+    assert worker.truncate(1.1) == 1.25
 
 
 def test_input_settles_first_when_the_worker_is_read_mid_stretch():

@@ -24,6 +24,7 @@ cdef class Worker:
     cdef public long long passes
     cdef public long long tokens
     cdef public long long last_pass_tokens
+    cdef public long long input_lag
 
     @cython.locals(plan=PassPlan)
     cpdef object start_pass(self, double now)

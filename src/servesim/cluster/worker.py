@@ -66,6 +66,10 @@ class Worker:
         self.passes = 0
         self.tokens = 0
         self.last_pass_tokens = 0
+        #: Passes after the one in flight that input cannot change: an engine that chose its
+        #: next pass before the current one started (SGLang's overlap loop) still runs it.
+        lag = getattr(engine, "input_lag_passes", None)
+        self.input_lag = int(lag()) if lag is not None else 0
 
     def start_pass(self, now: float) -> float | None:
         """Schedule the next pass at ``now``; returns its end time, or None if idle.
@@ -107,7 +111,8 @@ class Worker:
         self._hold(self.ends[:k])
 
     def truncate(self, t: float) -> float | None:
-        """Something reaches the worker at ``t``: stop the stretch after the pass in flight.
+        """Something reaches the worker at ``t``: stop the stretch after the pass in flight (and
+        the ``input_lag`` passes after it, which the engine chose before ``t``).
 
         Returns the new end time if it changed (the caller re-posts the end event).  With
         ``settle_on_input`` the passes ended by ``t`` are committed first: the engine is about to
@@ -121,6 +126,8 @@ class Worker:
         # The passes ended before t and the one in flight (searchsorted: bisect on an array
         # makes a numpy scalar per probe).
         keep = int(self.ends.searchsorted(t)) + 1
+        if not self.settle_on_input:  # (settled workers keep one pass, as :meth:`settle` expects)
+            keep += self.input_lag
         if keep >= self.n_passes:
             return None
         self._keep_first(keep)

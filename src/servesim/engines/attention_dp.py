@@ -380,9 +380,18 @@ class AttentionDPEngine(Engine):
             plans = tuple(e.schedule(now) for e in self.ranks)
         else:
             plans = self._schedule_balanced(now)
+        if all(p is None for p in plans) and any(getattr(e, "lag", None) is not None and (e.inbox or e.ready)
+                                                  for e in self.ranks):
+            # SGLang's overlap loop: no rank chose a batch from what it had pulled, so no pass runs
+            # and every rank spins to a pull that sees every arrival (engines/sglang_overlap.py)
+            plans = tuple(e.schedule(now) for e in self.ranks)
         self._plans = plans
         if all(p is None for p in plans):
             return None
+        for e, p in zip(self.ranks, plans):
+            lag = getattr(e, "lag", None)  # SGLang's overlap loop: an idle rank joins the pass in lock-step
+            if p is None and lag is not None:
+                lag.joined_idle(now)
         return rank_union(plans)
 
     def _schedule_balanced(self, now: float) -> tuple[PassPlan | None, ...]:
@@ -416,6 +425,10 @@ class AttentionDPEngine(Engine):
             for _ in range(int(ends.size) - 1):
                 ran = self.balance.step(*self._facts)
                 assert not (ran and self._held), "ADP balance: a stretch ran past a context release"
+
+    def input_lag_passes(self) -> int:
+        """Passes after the one in flight that input cannot change: the fewest of any rank."""
+        return min(int(getattr(e, "input_lag_passes", lambda: 0)()) for e in self.ranks)
 
     def decode_stretch_limit(self) -> int:
         """The smallest of the busy ranks' limits; 1 if an idle rank holds queued work."""
