@@ -14,8 +14,8 @@ from servesim.engines.sglang import SGLangEngine
 from servesim.engines.sglang_options import SGLangOptions
 from servesim.engines.speculative import (SpecDecoder, SpeculativeConfig, SpeculativeStepTime, expected_length,
                                           rate_for_mean_length)
-from servesim.engines.vllm import VLLMEngine
-from servesim.engines.vllm_options import VLLMOptions
+from servesim.engines.vllm.scheduler import VLLMEngine
+from servesim.engines.vllm.options import VLLMOptions
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.plan import PassPlan
 from servesim.perf.simple import FixedStepTime

@@ -11,11 +11,15 @@ from dataclasses import dataclass
 from typing import Callable
 
 from servesim.cluster.kv_index import KVIndex
+from servesim.cluster.kv_publish import kv_index_for, wire_kv_events
 from servesim.cluster.routers import Router, build_router
 from servesim.cluster.worker import Worker
 from servesim.config.schema import Config, DeploymentConfig
 from servesim.engines.attention_dp import AttentionDPEngine
 from servesim.engines.base import Engine, EngineLimits
+from servesim.engines.planning import EnginePlan, PlanInputs
+from servesim.engines.trtllm.planner import plan_trtllm
+from servesim.engines.vllm.planner import plan_vllm
 from servesim.errors import ConfigError, ModelError
 from servesim.hardware.gpu import GPUSpec, load_gpu
 from servesim.kvcache.events import KVEvent
@@ -89,19 +93,11 @@ class Deployment:
         Consumers: the KV index of a KV-aware router, and ``kv_event_log`` (kv_events.jsonl).
         """
         c = self.cfg
-        needs_index = c.router == "kv_aware" or c.router_options.get("fallback") == "kv_aware"
-        self.kv_index = KVIndex(c.kv_event_delay_s) if needs_index else None
+        self.kv_index = kv_index_for(c.router, c.router_options, c.kv_event_delay_s)
         workers = []
         for i in range(c.workers):
             engine = self.engine_factory(i, recorder)
-            sinks = []
-            if self.kv_index is not None:
-                self.kv_index.hash_block_size = getattr(engine, "bs", self.kv_index.hash_block_size)
-                sinks.append(self.kv_index.sink(i))
-            if kv_event_log is not None:
-                sinks.append(kv_event_log)
-            if sinks:
-                _publish_kv_events(engine, i, sinks)
+            wire_kv_events(engine, i, self.kv_index, kv_event_log)
             workers.append(Worker(i, engine, self.step_time, self.gpus_per_worker, fast_forward))
         return workers
 
@@ -132,28 +128,6 @@ class Deployment:
         }
 
 
-def _publish_kv_events(engine: Engine, worker_id: int, sinks: list[Callable[[KVEvent], None]]) -> None:
-    """Stamp each event of the engine's cache with the worker and virtual time, and fan it out.
-
-    An attention-DP engine publishes every rank's cache under the worker's id (routers see
-    the worker, not its ranks).
-    """
-    for rank in getattr(engine, "ranks", None) or [engine]:
-        _publish_cache_events(rank, worker_id, sinks)
-
-
-def _publish_cache_events(engine: Engine, worker_id: int, sinks: list[Callable[[KVEvent], None]]) -> None:
-    # SGLang keeps a radix tree; vLLM and TensorRT-LLM a hashed block pool.
-    cache = engine.tree if hasattr(engine, "tree") else engine.pool
-
-    def publish(ev: KVEvent) -> None:
-        stamped = ev.stamped(cache.now, worker_id)
-        for sink in sinks:
-            sink(stamped)
-
-    cache.on_event = publish
-
-
 def _resolve_model(cfg: DeploymentConfig) -> ModelArch:
     try:
         return load_model(cfg.model)
@@ -181,16 +155,6 @@ def _check_layout(cfg: DeploymentConfig, arch: ModelArch) -> None:
         raise ConfigError(f"deployment.ep: {arch.name} is a dense model; expert parallelism needs an MoE model")
 
 
-@dataclass
-class _EnginePlan:
-    """What one engine kind contributes: its memory rule, settings and engine factory."""
-
-    memory: MemoryBudget
-    settings: dict
-    context: int
-    make: Callable[[int, RequestRecorder, EngineLimits], Engine]
-
-
 def default_kv_dtype(engine: str, arch: ModelArch, gpu: GPUSpec) -> str:
     """The KV-cache precision an engine picks when the user leaves it on "auto".
 
@@ -211,7 +175,7 @@ SGLANG_SPECULATIVE_MAX_RUNNING = 48
 
 
 def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
-                 weight_dtype: str, kv_dtype: str, oracle=None) -> _EnginePlan:
+                 weight_dtype: str, kv_dtype: str, oracle=None) -> EnginePlan:
     from servesim.engines.sglang import SGLangEngine, default_chunked_prefill_size, default_mem_fraction_static
 
     opt = dep.engine
@@ -258,44 +222,23 @@ def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: L
         settings["max_running_requests"] = eng.max_running
         return eng
 
-    return _EnginePlan(memory, settings, context, make)
+    return EnginePlan(memory, settings, context, make)
 
 
-def _plan_vllm(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
-               weight_dtype: str, kv_dtype: str, oracle=None) -> _EnginePlan:
-    from servesim.engines.vllm import VLLMEngine
-    from servesim.engines.vllm_options import resolve_vllm_options
+def _plan_from_options(planner: Callable[..., EnginePlan]) -> Callable[..., EnginePlan]:
+    """A planner of engines/<engine>/planner.py (engine options and the deployment's facts),
+    called as the planners here are."""
 
-    opt = resolve_vllm_options(dep.engine, gpu.memory_bytes / 2**30, gpu.name, arch.max_position_embeddings)
-    memory = memory_budget(arch, gpu, layout, kv_dtype, opt.gpu_memory_utilization, engine="vllm",
-                           weight_dtype=weight_dtype, max_running_requests=opt.max_num_seqs,
-                           max_num_batched_tokens=opt.max_num_batched_tokens)
-    settings = opt.model_dump()  # per rank: each DP engine core has its own seats and budget
+    def plan(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout, weight_dtype: str,
+             kv_dtype: str, oracle=None) -> EnginePlan:
+        return planner(dep.engine, PlanInputs(arch, gpu, layout, weight_dtype, kv_dtype, oracle))
 
-    def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
-        return VLLMEngine(worker_id, recorder, limits, opt, oracle)
-
-    return _EnginePlan(memory, settings, opt.max_model_len, make)
+    return plan
 
 
-def _plan_trtllm(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
-                 weight_dtype: str, kv_dtype: str, oracle=None) -> _EnginePlan:
-    from servesim.engines.trtllm import TRTLLMEngine
-
-    opt = dep.engine
-    memory = memory_budget(arch, gpu, layout, kv_dtype, opt.free_gpu_memory_fraction, engine="trtllm",
-                           weight_dtype=weight_dtype, max_running_requests=min(opt.max_batch_size, 2048),
-                           max_num_batched_tokens=opt.max_num_tokens)
-    context = opt.max_seq_len or arch.max_position_embeddings
-    settings = opt.model_dump() | {"max_seq_len": context}  # per attention-DP rank
-
-    def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
-        return TRTLLMEngine(worker_id, recorder, limits, opt, oracle)
-
-    return _EnginePlan(memory, settings, context, make)
-
-
-ENGINE_PLANNERS = {"sglang": _plan_sglang, "vllm": _plan_vllm, "trtllm": _plan_trtllm}
+#: Each engine's planner, by the engine's name (``deployment.engine.name``).
+ENGINE_PLANNERS = {"sglang": _plan_sglang, "vllm": _plan_from_options(plan_vllm),
+                   "trtllm": _plan_from_options(plan_trtllm)}
 
 
 def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deployment:
@@ -307,7 +250,7 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
     if dep.disaggregation is not None:  # prefill and decode pools joined by a KV link
         from servesim.cluster.disagg import build_disaggregated
 
-        return build_disaggregated(cfg, oracle)
+        return build_disaggregated(cfg, build_deployment, oracle)
     arch = _resolve_model(dep)
     gpu = _resolve_gpu(dep)
     _check_layout(dep, arch)

@@ -335,6 +335,22 @@ class SGLangEngine(Engine):
     def has_work(self) -> bool:
         return self._has_pulled_work() or bool(self.inbox)
 
+    # -- the engine interface's KV and queue questions (engines/base.py) ----------------------
+    def kv_cache(self):
+        return self.tree
+
+    def held_prefix_tokens(self, req: Request) -> int:
+        n = req.input_length - 1
+        return int(self.tree.match_prefix(sequence_units(req, n)).tokens) if n > 0 else 0
+
+    def transfers_waiting(self) -> int:
+        return len(self.ready)
+
+    def queue_counts(self) -> tuple[int, int]:
+        """Waiting (with transferred requests and the chunked one) and running requests."""
+        waiting = len(self.waiting) + len(self.ready) + (1 if self.chunked is not None else 0)
+        return waiting, len(self.running)
+
     # -- scheduling -----------------------------------------------------------------------
     def schedule(self, now: float) -> PassPlan | None:
         self.tree.now = now

@@ -259,8 +259,8 @@ def _engine_fields(name: str) -> set[str] | None:
     import importlib
 
     mod, cls = {"sglang": ("servesim.engines.sglang_options", "SGLangOptions"),
-                "vllm": ("servesim.engines.vllm_options", "VLLMOptions"),
-                "trtllm": ("servesim.engines.trtllm_options", "TRTLLMOptions")}[name]
+                "vllm": ("servesim.engines.vllm.options", "VLLMOptions"),
+                "trtllm": ("servesim.engines.trtllm.options", "TRTLLMOptions")}[name]
     try:
         klass = getattr(importlib.import_module(mod), cls)
     except (ImportError, AttributeError):
@@ -319,8 +319,8 @@ def prefix_caching(engine: dict[str, Any]) -> bool:
     """Whether a point's engine section leaves a prefix cache on; an unset flag takes the default
     of servesim's engine options (the engines' own defaults)."""
     from servesim.engines.sglang_options import SGLangOptions
-    from servesim.engines.trtllm_options import TRTLLMOptions
-    from servesim.engines.vllm_options import VLLMOptions
+    from servesim.engines.trtllm.options import TRTLLMOptions
+    from servesim.engines.vllm.options import VLLMOptions
 
     name = engine["name"]
     if name not in PREFIX_CACHE_FLAGS:

@@ -1,5 +1,9 @@
 """TensorRT-LLM's in-flight batching scheduler and KV block manager, as a model.
 
+(Longer than 600 lines because the capacity scheduler, the micro-batch scheduler, batch
+waiting and the decode stretches read the same request records and are compiled as one
+module; the block-KV work is the shared manager's, ``engines/blockkv/manager.py``.)
+
 Follows TensorRT-LLM's batch manager as read in its 2025 main branch
 (``capacityScheduler.cpp``, ``microBatchScheduler.cpp``, ``kvCacheManager.cpp``; the
 PyTorch backend wraps the same schedulers); docs/engines.md lists what is modelled and
@@ -58,33 +62,31 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
-from servesim.engines.blocks import decode_arithmetic, stretch_block_events
-from servesim.engines.host import host_link
-from servesim.engines.trtllm_options import TRTLLMOptions
-from servesim.engines.vllm import extend_unit_chain
+from servesim.engines.base import EngineLimits, EngineSnapshot
+from servesim.engines.blockkv.arithmetic import stretch_block_events
+from servesim.engines.blockkv.manager import BlockKVEngine
+from servesim.engines.trtllm.options import TRTLLMOptions
 from servesim.errors import ConfigError
-from servesim.kvcache.hashing import block_content_ids, chain_block_hashes
-from servesim.kvcache.host_tier import HostTier
+from servesim.kvcache.block_owner import BlockOwner
 from servesim.kvcache.block_pool import block_list
-from servesim.kvcache.lru_pool import new_block_pool
-from servesim.metrics.recorder import RequestRecorder, Status
+from servesim.metrics.recorder import RequestRecorder
 from servesim.perf.plan import PassPlan
-from servesim.workload.request import Request, sequence_units
+from servesim.workload.request import Request
 
 
-class TReq:
-    """Engine-side state of one request.
+class TReq(BlockOwner):
+    """Engine-side state of one request; its blocks, unit chain and registered blocks are the
+    :class:`~servesim.kvcache.block_owner.BlockOwner` fields the block-KV manager works on.
 
-    (Plain classes here, not dataclasses: engines/trtllm.pxd types them when the module is
-    compiled.)
+    (Plain classes here, not dataclasses: engines/trtllm/scheduler.pxd types them when the
+    module is compiled.)
     """
 
-    __slots__ = ("req", "max_new", "ctx_len", "target", "generated", "computed", "sched", "context", "blocks",
-                 "chain", "n_cached", "hit", "host_hit", "admitted_once")
+    __slots__ = ("max_new", "ctx_len", "target", "generated", "computed", "sched", "context", "hit", "host_hit",
+                 "admitted_once")
 
     def __init__(self, req: Request, max_new: int, ctx_len: int, target: int = 0) -> None:
-        self.req = req
+        self._own(req)  # BlockOwner's fields
         self.max_new = max_new
         #: Tokens the context phase computes: the prompt, plus output so far after a pause.
         self.ctx_len = ctx_len
@@ -97,11 +99,6 @@ class TReq:
         #: ``1 + drafts`` tokens and does not record them here).
         self.sched = 0
         self.context = True
-        #: A block list (kvcache/block_pool.py:block_list): C ints, no Python int per block.
-        self.blocks = block_list()
-        #: The sequence's unit chain so far (kvcache/hashing.py): its block hashes follow from it.
-        self.chain: list[int] = []
-        self.n_cached = 0
         #: Reusable prefix blocks found for the next first chunk (set while scheduling), and
         #: blocks after them found on the host tier.
         self.hit = 0
@@ -115,7 +112,7 @@ class TReq:
 
 
 # Per-pass columns of a list of requests.  Written as index loops into a fresh array: compiled
-# (engines/trtllm.pxd) the array is a typed C view and each request a C struct, so a batch of
+# (engines/trtllm/scheduler.pxd) the array is a typed C view and each request a C struct, so a batch of
 # tens of requests costs well under a microsecond.
 def _indices(reqs: list[TReq]) -> np.ndarray:
     """Recorder rows of ``reqs``, in order."""
@@ -166,7 +163,7 @@ class _TBatch:
         self.held = held
 
 
-class TRTLLMEngine(Engine):
+class TRTLLMEngine(BlockKVEngine):
     """One TensorRT-LLM executor (one tensor-parallel group)."""
 
     name = "trtllm"
@@ -176,15 +173,11 @@ class TRTLLMEngine(Engine):
                  options: TRTLLMOptions, oracle=None) -> None:
         super().__init__(worker_id, recorder, limits)
         self.opt = options
-        self.bs = bs = options.tokens_per_block
-        self.num_blocks = max(limits.kv_capacity_tokens // bs, 0)
-        self.capacity = self.num_blocks * bs
-        self.reuse = options.enable_block_reuse
-        #: Per-pass decode arithmetic: compiled when built (engines/blocks.py:decode_arithmetic).
-        self._arith = decode_arithmetic()
-        self.pool = new_block_pool(self.num_blocks, bs, policy=options.eviction_policy, oracle=oracle,
-                                   enable_caching=self.reuse)
-        self._belady = options.eviction_policy == "belady"
+        # Block reuse is TensorRT-LLM's name for prefix caching (``self.caching``).
+        self._init_blocks("trtllm", limits, options.tokens_per_block, 0, options.eviction_policy,
+                          options.enable_block_reuse, "enable_block_reuse", "block reuse", oracle,
+                          options.host_kv_gb, options.host_link_gbs, options.host_load_overlap)
+        bs = self.bs
         self.max_batch = options.max_batch_size
         self.max_tokens = options.max_num_tokens
         self.chunking = options.enable_chunked_context
@@ -197,23 +190,9 @@ class TRTLLMEngine(Engine):
                 "context cuts chunks in whole blocks, so no truncated chunk could ever be scheduled")
         #: Requests not finished, in arrival order (TensorRT-LLM's active request list).
         self.active: list[TReq] = []
-        self.retractions = 0
         self._last: _TBatch | None = None
         #: Disaggregated decode: requests whose prompt KV arrived, awaiting admission.
         self.ready: list[TReq] = []
-        #: Host tier (secondary-memory offload): blocks recycled from the GPU are kept in
-        #: host memory by hash (LRU) and onboarded instead of recomputed.
-        self.hostlink = host_link("trtllm", options.host_kv_gb, options.host_link_gbs,
-                                  options.host_load_overlap, limits, granule=bs)
-        self.host: HostTier | None = None
-        if self.hostlink is not None:
-            if not self.reuse:
-                raise ConfigError("deployment.engine.host_kv_gb: a host KV tier needs block reuse; "
-                                  "enable_block_reuse is false")
-            self.host = HostTier(self.hostlink.capacity_tokens // bs, bs, self.hostlink.bytes_per_token,
-                                 on_event=self._host_event)
-            self.pool.on_evict = self.host.store
-        self.host_loaded_tokens = 0
         #: Batch waiting (PyExecutor _waiting_requests): on when either value is above 0, as
         #: TensorRT-LLM enables it; the counter of iterations held since contexts last ran.
         self.batch_wait = options.batch_wait_timeout_iters > 0 or options.batch_wait_max_tokens_ratio > 0
@@ -223,29 +202,15 @@ class TRTLLMEngine(Engine):
         #: Set by _capacity: how many leading requests of its list are generation steps.
         self._lead_gens = 0
 
-    def _host_event(self, event) -> None:
-        """Host-tier events go wherever the GPU pool's events go (tier "host")."""
-        sink = self.pool.on_event
-        if sink is not None:
-            sink(event)
-
     def _host_lookup(self, tr: TReq) -> int:
         """Blocks after the GPU hit ``tr.hit`` found on the host tier (same cap as :meth:`_lookup`)."""
-        cap = (tr.ctx_len - 1) // self.bs
-        if self.host is None or cap <= tr.hit:
-            return 0
-        return self.host.match(self._hashes(tr, 0, cap), tr.hit, touch=False)
+        return self._host_blocks(tr, tr.hit, tr.ctx_len)
 
     # -- arrivals -------------------------------------------------------------------------
     def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
+        if self._reject_unfit(req, now, self.max_seq_len, "max_seq_len"):
+            return
         n = req.input_length
-        if n + 1 > self.max_seq_len:
-            # One reason per cause (not per length), so the summary can count them.
-            self._reject(req, now, f"prompt leaves no room for output within max_seq_len {self.max_seq_len}")
-            return
-        if n + 1 > self.capacity:
-            self._reject(req, now, f"prompt exceeds the KV cache of {self.capacity} tokens")
-            return
         if not self.chunking and n > self.max_tokens and not kv_ready:  # (no context phase when transferred)
             self._reject(req, now, f"prompt exceeds max_num_tokens {self.max_tokens} with chunked context off")
             return
@@ -298,6 +263,16 @@ class TRTLLMEngine(Engine):
     def has_work(self) -> bool:
         return bool(self.active or self.ready)
 
+    def transfers_waiting(self) -> int:
+        return len(self.ready)
+
+    def queue_counts(self) -> tuple[int, int]:
+        """Active requests, started (holding blocks) or not, and transferred ones waiting."""
+        running = 0
+        for tr in self.active:
+            running += 1 if tr.blocks else 0
+        return len(self.active) - running + len(self.ready), running
+
     # -- blocks ---------------------------------------------------------------------------
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.bs)
@@ -325,38 +300,15 @@ class TRTLLMEngine(Engine):
             return max(self._blocks_for(self._spec_kv_end(tr, d)) - len(tr.blocks), 0)
         return 1 if tr.computed % self.bs == 0 else 0
 
-    # Block hashes follow from the request's unit chain (kvcache/hashing.py); the pool's
-    # ``chain_*`` operations compute them, so the engine keeps only the chain.
-    def _chain(self, tr: TReq, n_blocks: int) -> list[int]:
-        """The request's unit chain, extended to cover its first ``n_blocks`` blocks."""
-        return extend_unit_chain(tr.req, tr.chain, n_blocks, self.bs)
-
-    def _hashes(self, tr: TReq, start: int, stop: int) -> list[int]:
-        """The hashes of the request's blocks ``start..stop-1`` (for the host tier)."""
-        return chain_block_hashes(self._chain(tr, stop), self.bs, stop, unit_size=tr.req.block_size,
-                                  start_block=start)
-
+    # Lookup and registration: the block-KV manager (blockkv/manager.py) does the work.
     def _lookup(self, tr: TReq) -> int:
-        if not self.reuse:
-            return 0
-        cap = (tr.ctx_len - 1) // self.bs
-        if cap <= 0:
-            return 0
-        return self.pool.chain_prefix(self._chain(tr, cap), tr.req.block_size, cap)
+        """Reusable blocks of the request's context (capped at ``ctx_len - 1``)."""
+        return self._cached_blocks(tr, tr.ctx_len)
 
     def _cache_blocks(self, tr: TReq, upto: int) -> None:
-        if not self.reuse:
-            return
-        n_full = upto // self.bs
-        if n_full <= tr.n_cached:
-            return
-        start = tr.n_cached
-        ids = None
-        if self._belady:
-            ids = block_content_ids(sequence_units(tr.req, n_full * self.bs), self.bs, n_full,
-                                    unit_size=tr.req.block_size, start_block=start)
-        self.pool.chain_cache(tr.blocks, self._chain(tr, n_full), tr.req.block_size, start, n_full, ids)
-        tr.n_cached = n_full
+        """Register the request's full blocks among its first ``upto`` tokens."""
+        if self.caching:
+            self._cache_full(tr, upto // self.bs)
 
     def _alloc_gen(self, tr: TReq) -> None:
         d = self._drafts()
@@ -396,8 +348,7 @@ class TRTLLMEngine(Engine):
                 tr.blocks.append(b)
 
     def _release(self, tr: TReq) -> None:
-        self.pool.free_request(tr.blocks)
-        tr.blocks = block_list()
+        self._free_blocks(tr)
         tr.n_cached = 0
 
     def _pause(self, tr: TReq) -> None:
@@ -674,12 +625,8 @@ class TRTLLMEngine(Engine):
         self.active = [tr for tr in self.active if tr not in gone]
         for tr in done:
             self._cache_blocks(tr, tr.computed)
-            self._release(tr)
-            if tr.max_new < tr.req.output_length:
-                self.rec.finished(tr.req.index, end, Status.COMPLETED, "output cut at max_seq_len")
-                self.terminated.append(tr.req)
-            else:
-                self._finish(tr.req, end)
+            tr.n_cached = 0
+            self._finish_owner(tr, end, "output cut at max_seq_len", tr.max_new < tr.req.output_length)
 
     # -- fast-forward -------------------------------------------------------------------------
     def decode_stretch_limit(self) -> int:
@@ -731,22 +678,14 @@ class TRTLLMEngine(Engine):
         hit to shrink as generation recycles cached blocks, no host tier).  The token count
         then stays below the threshold, and only the counter moves.
         """
-        return batch.held and self.no_evict and not self.reuse and self.host is None
+        return batch.held and self.no_evict and not self.caching and self.host is None
 
     # -- state ---------------------------------------------------------------------------------
     def snapshot(self) -> EngineSnapshot:
         running = sum(1 for tr in self.active if tr.blocks)
         outstanding = sum((tr.ctx_len - tr.computed if tr.context else 0) + tr.max_new - tr.generated
                           for tr in self.active)
-        return EngineSnapshot(
-            running=running,
-            waiting=len(self.active) - running,
-            kv_used_tokens=self.pool.num_used_blocks * self.bs,
-            kv_capacity_tokens=self.capacity,
-            prompt_tokens=self.prompt_tokens,
-            cached_prompt_tokens=self.cached_prompt_tokens,
-            outstanding_tokens=outstanding,
-        )
+        return self._kv_snapshot(running, len(self.active) - running, outstanding)
 
     def check_invariants(self) -> None:
         """Block conservation, and the no-evict guarantee: reservations never exceed the pool."""
@@ -767,11 +706,8 @@ class TRTLLMEngine(Engine):
                 reserved += self._remaining_to_completion(tr)
             else:
                 assert tr.context and tr.computed == 0
-        assert sum(b.ref for b in pool.blocks) == held
+        self._check_blocks(held)
         # batch waiting holds only while the counter is below the timeout
         assert 0 <= self.batch_wait_count <= self.batch_wait_timeout
-        if self.host is not None:
-            self.host.check_invariants()
-            assert self.host.size_tokens <= self.hostlink.capacity_tokens
         if self.no_evict:
             assert reserved <= pool.num_free_blocks, (reserved, pool.num_free_blocks)

@@ -12,8 +12,8 @@ from servesim.cluster.routers import RoundRobinRouter
 from servesim.cluster.worker import Worker
 from servesim.engines.base import EngineLimits
 from servesim.engines.speculative import SpecDecoder, SpeculativeConfig
-from servesim.engines.trtllm import TRTLLMEngine
-from servesim.engines.trtllm_options import TRTLLMOptions
+from servesim.engines.trtllm.scheduler import TRTLLMEngine
+from servesim.engines.trtllm.options import TRTLLMOptions
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.simple import FixedStepTime
 from servesim.sim.simulation import Simulation

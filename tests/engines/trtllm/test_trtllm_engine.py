@@ -8,8 +8,8 @@ import pytest
 from servesim.cluster.routers import RoundRobinRouter
 from servesim.cluster.worker import Worker
 from servesim.engines.base import EngineLimits
-from servesim.engines.trtllm import TRTLLMEngine
-from servesim.engines.trtllm_options import TRTLLMOptions
+from servesim.engines.trtllm.scheduler import TRTLLMEngine
+from servesim.engines.trtllm.options import TRTLLMOptions
 from servesim.errors import ConfigError
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.sim.simulation import Simulation

@@ -1,4 +1,4 @@
-"""The compiled decode arithmetic equals engines/blocks.py's numpy versions on random inputs."""
+"""The compiled decode arithmetic equals engines/blockkv/arithmetic.py's numpy versions on random inputs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from servesim.compiled import compiled_module
-from servesim.engines import blocks
+from servesim.engines.blockkv import arithmetic as blocks
 
 core = compiled_module("engines._decode_core")
 pytestmark = pytest.mark.skipif(core is None, reason="compiled extensions not built")

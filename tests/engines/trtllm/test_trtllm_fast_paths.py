@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from servesim.engines.base import EngineLimits
 from servesim.engines.speculative import SpecDecoder, SpeculativeConfig
-from servesim.engines.trtllm import TRTLLMEngine
-from servesim.engines.trtllm_options import TRTLLMOptions
+from servesim.engines.trtllm.scheduler import TRTLLMEngine
+from servesim.engines.trtllm.options import TRTLLMOptions
 from servesim.metrics.recorder import RequestRecorder
 from simharness import drive_lockstep, pool_kinds, python_versions, random_block_workload
 

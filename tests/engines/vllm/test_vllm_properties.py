@@ -9,17 +9,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.cluster.routers import RoundRobinRouter
-from servesim.cluster.worker import Worker
 from servesim.engines.base import EngineLimits
-from servesim.engines.vllm import VLLMEngine
-from servesim.engines.vllm_options import VLLMOptions
+from servesim.engines.vllm.scheduler import VLLMEngine
+from servesim.engines.vllm.options import VLLMOptions
 from servesim.kvcache.policies import NextUseOracle
 from servesim.metrics.recorder import RequestRecorder
-from servesim.perf.simple import LinearStepTime
-from servesim.sim.simulation import Simulation
 from servesim.workload.request import Request
-from simharness import drive_block_pool_engine, random_block_workload
+from simharness import drive_block_pool_engine, random_block_workload, simulate_one_worker
 
 
 def random_engine(rng: random.Random, rec: RequestRecorder, reqs: list[Request]) -> VLLMEngine:
@@ -53,11 +49,7 @@ def test_random_workloads_keep_invariants(seed: int, n: int) -> None:
 
 
 def simulate(reqs, opt: VLLMOptions, kv: int, fast: bool) -> RequestRecorder:
-    rec = RequestRecorder()
-    eng = VLLMEngine(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
-    st = LinearStepTime(base_s=0.01, per_prefill_token_s=1e-5, per_decode_request_s=1e-4, per_context_token_s=1e-7)
-    Simulation(iter(reqs), "open", None, [Worker(0, eng, st, 1, fast_forward=fast)], RoundRobinRouter(), rec).run()
-    return rec
+    return simulate_one_worker(VLLMEngine, reqs, opt, kv, fast)
 
 
 def test_fast_forward_equals_step_mode() -> None:

@@ -10,8 +10,8 @@ import pytest
 from servesim.cluster.routers import RoundRobinRouter
 from servesim.cluster.worker import Worker
 from servesim.engines.base import EngineLimits
-from servesim.engines.vllm import VLLMEngine
-from servesim.engines.vllm_options import (
+from servesim.engines.vllm.scheduler import VLLMEngine
+from servesim.engines.vllm.options import (
     VLLMOptions,
     default_max_num_batched_tokens,
     default_max_num_seqs,
@@ -205,8 +205,8 @@ def test_fast_forward_stretch_used_and_equal():
 def test_request_states_compare_by_identity() -> None:
     """The engines remove finished requests through a set of their states: two requests with
     equal fields must stay distinct, so the state classes keep object's equality and hash."""
-    from servesim.engines.trtllm import TReq
-    from servesim.engines.vllm import VReq
+    from servesim.engines.trtllm.scheduler import TReq
+    from servesim.engines.vllm.scheduler import VReq
 
     for cls in (VReq, TReq):
         assert cls.__eq__ is object.__eq__ and cls.__hash__ is object.__hash__, cls

@@ -1,12 +1,11 @@
-# Types for compiling trtllm.py with Cython (setup.py FROM_SOURCE; see kvcache/radix_cache.pxd).
+# Types for compiling scheduler.py with Cython (setup.py FROM_SOURCE; see kvcache/radix_cache.pxd).
 cimport cython
-from cpython.array cimport array
 from servesim.workload.request cimport Request
-from servesim.engines.base cimport Engine
+from servesim.engines.blockkv.manager cimport BlockKVEngine
+from servesim.kvcache.block_owner cimport BlockOwner
 
 
-cdef class TReq:
-    cdef public Request req
+cdef class TReq(BlockOwner):  # req, blocks, chain, n_cached: kvcache/block_owner.pxd
     cdef public long long max_new
     cdef public long long ctx_len
     cdef public long long target
@@ -14,9 +13,6 @@ cdef class TReq:
     cdef public long long computed
     cdef public long long sched
     cdef public bint context
-    cdef public array blocks  # a block list (kvcache/block_pool.py:block_list)
-    cdef public list chain
-    cdef public long long n_cached
     cdef public long long hit
     cdef public long long host_hit
     cdef public bint admitted_once
@@ -30,15 +26,8 @@ cdef class _TBatch:
     cdef public bint held
 
 
-cdef class TRTLLMEngine(Engine):
+cdef class TRTLLMEngine(BlockKVEngine):
     cdef public object opt
-    cdef public long long bs
-    cdef public long long num_blocks
-    cdef public long long capacity
-    cdef public bint reuse
-    cdef public object _arith
-    cdef public object pool
-    cdef public bint _belady
     cdef public long long max_batch
     cdef public long long max_tokens
     cdef public bint chunking
@@ -46,12 +35,8 @@ cdef class TRTLLMEngine(Engine):
     cdef public long long max_seq_len
     cdef public long long max_len
     cdef public list active
-    cdef public long long retractions
     cdef public _TBatch _last
     cdef public list ready
-    cdef public object hostlink
-    cdef public object host
-    cdef public long long host_loaded_tokens
     cdef public bint batch_wait
     cdef public long long batch_wait_timeout
     cdef public double batch_wait_tokens
@@ -67,12 +52,7 @@ cdef class TRTLLMEngine(Engine):
     @cython.locals(d=cython.longlong)
     cpdef long long _one_step(self, TReq tr)
 
-    cpdef list _chain(self, TReq tr, long long n_blocks)
-
-    @cython.locals(cap=cython.longlong)
     cpdef long long _lookup(self, TReq tr)
-
-    @cython.locals(n_full=cython.longlong, start=cython.longlong)
     cpdef _cache_blocks(self, TReq tr, long long upto)
 
     @cython.locals(d=cython.longlong, need=cython.longlong)

@@ -24,9 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servesim.engines.base import EngineLimits
-from servesim.engines.blocks import decode_event_buckets
-from servesim.engines.vllm import VLLMEngine
-from servesim.engines.vllm_options import VLLMOptions
+from servesim.engines.blockkv.arithmetic import decode_event_buckets
+from servesim.engines.vllm.scheduler import VLLMEngine
+from servesim.engines.vllm.options import VLLMOptions
 from servesim.metrics.recorder import RequestRecorder
 from simharness import drive_lockstep, pool_kinds, python_versions, random_block_workload
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from servesim import api
 from servesim.api import predict
 from servesim.engines.base import EngineLimits
-from servesim.engines.vllm import VLLMEngine
-from servesim.engines.vllm_options import VLLMOptions
+from servesim.engines.vllm.scheduler import VLLMEngine
+from servesim.engines.vllm.options import VLLMOptions
 from servesim.kvcache.block_owner import NO_PRIVATE_BLOCKS
 from servesim.metrics.recorder import RequestRecorder
 from servesim.workload.request import OUTPUT_ID_BASE, Request, output_block_id

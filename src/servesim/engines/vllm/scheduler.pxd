@@ -1,13 +1,9 @@
-# Types for compiling vllm.py with Cython (setup.py FROM_SOURCE; see kvcache/radix_cache.pxd).
+# Types for compiling scheduler.py with Cython (setup.py FROM_SOURCE; see kvcache/radix_cache.pxd).
 cimport cython
 from servesim.workload.request cimport Request
-from servesim.engines.base cimport Engine
+from servesim.engines.blockkv.manager cimport BlockKVEngine
 from servesim.kvcache.block_owner cimport BlockOwner
 from servesim.perf.plan cimport PassPlan
-
-
-@cython.locals(us=cython.longlong, need=cython.longlong)
-cpdef list extend_unit_chain(Request req, list chain, long long n_blocks, long long block_size)
 
 
 cdef class VReq(BlockOwner):  # req, blocks, chain, n_cached: kvcache/block_owner.pxd
@@ -45,46 +41,30 @@ cdef class _VBatch:
     cdef public _DecodePrefix prefix
 
 
-cdef class VLLMEngine(Engine):
+cdef class VLLMEngine(BlockKVEngine):
     cdef public object opt
-    cdef public long long bs
-    cdef public long long num_blocks
-    cdef public long long capacity
-    cdef public object _arith
-    cdef public object pool
-    cdef public bint _belady
     cdef public long long budget
     cdef public long long max_seqs
     cdef public long long max_model_len
     cdef public long long max_len
     cdef public bint chunked_prefill
     cdef public object threshold
-    cdef public bint caching
     cdef public object waiting
     cdef public list running
-    cdef public long long retractions
     cdef public _VBatch _last
     cdef public _DecodePrefix _prefix
     cdef public _DecodePrefix _lazy
     cdef public bint _in_flight
     cdef public object ready
-    cdef public object hostlink
-    cdef public object host
-    cdef public long long host_loaded_tokens
     cdef public long long _loading
     cdef public long long fast_decodes_min
     cdef public object _shared
 
     cpdef add_request(self, Request req, double now, long long kv_ready=*)
     cpdef bint has_work(self)
-    cpdef list _chain(self, VReq vr, long long n_blocks)
-
-    @cython.locals(n_full=cython.longlong, stop=cython.longlong)
+    @cython.locals(n_full=cython.longlong)
     cpdef _cache_blocks(self, VReq vr, long long upto)
 
-    cpdef _register(self, VReq vr, long long start, long long stop)
-
-    @cython.locals(cap=cython.longlong)
     cpdef long long _lookup(self, VReq vr)
 
     @cython.locals(bs=cython.longlong, end=cython.longlong)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.engines.blocks import stretch_block_events
-from servesim.engines.vllm import extend_block_hashes
+from servesim.engines.blockkv.arithmetic import stretch_block_events
+from servesim.engines.blockkv.manager import extend_block_hashes
 from servesim.kvcache.hashing import block_hashes
 from servesim.workload.request import sequence_units
 from simharness import make_request

@@ -17,10 +17,10 @@ from servesim.cluster.worker import Worker
 from servesim.engines.base import EngineLimits
 from servesim.engines.sglang import SGLangEngine
 from servesim.engines.sglang_options import SGLangOptions
-from servesim.engines.trtllm import TRTLLMEngine
-from servesim.engines.trtllm_options import TRTLLMOptions
-from servesim.engines.vllm import VLLMEngine
-from servesim.engines.vllm_options import VLLMOptions
+from servesim.engines.trtllm.scheduler import TRTLLMEngine
+from servesim.engines.trtllm.options import TRTLLMOptions
+from servesim.engines.vllm.scheduler import VLLMEngine
+from servesim.engines.vllm.options import VLLMOptions
 from servesim.errors import ConfigError
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.simple import LinearStepTime

@@ -1,5 +1,10 @@
 """vLLM v1's scheduler and hashed block pool, as a model.
 
+(Longer than 600 lines because the scheduler and its decode fast path — the leading plain
+decodes kept as arrays, ``_DecodePrefix``, and their bulk block replay — are compiled as one
+module: the fast path's calls into the scheduler's state are C calls.  The block-KV work
+itself is the shared manager's, ``engines/blockkv/manager.py``.)
+
 Follows vLLM 0.11.0 (``v1/core/sched/scheduler.py``, ``v1/core/kv_cache_manager.py``,
 ``v1/core/block_pool.py``); docs/engines.md lists what is modelled and what is left out.
 In short:
@@ -41,55 +46,23 @@ from collections.abc import Set as AbstractSet
 
 import numpy as np
 
-from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
-from servesim.engines.blocks import decode_arithmetic, decode_event_buckets, stretch_block_events
-from servesim.engines.host import host_link
-from servesim.engines.vllm_options import VLLMOptions, resolve_vllm_options
+from servesim.engines.base import EngineLimits, EngineSnapshot
+from servesim.engines.blockkv.arithmetic import decode_event_buckets, stretch_block_events
+from servesim.engines.blockkv.manager import BlockKVEngine
+from servesim.engines.vllm.options import VLLMOptions, resolve_vllm_options
 from servesim.errors import ConfigError
-from servesim.kvcache.hashing import ROOT_HASH, block_content_ids, chain_block_hash, chain_block_hashes, id_chain
+from servesim.kvcache.hashing import chain_block_hash
 from servesim.kvcache.block_owner import NO_PRIVATE_BLOCKS, BlockOwner
-from servesim.kvcache.block_pool import block_list
-from servesim.kvcache.host_tier import HostTier
-from servesim.kvcache.lru_pool import new_block_pool
-from servesim.metrics.recorder import RequestRecorder, Status
+from servesim.metrics.recorder import RequestRecorder
 from servesim.perf.plan import PassPlan
-from servesim.workload.request import OUTPUT_ID_BASE, Request, output_block_id, sequence_block_ids, sequence_units
-
-
-def extend_unit_chain(req: Request, chain: list[int], n_blocks: int, block_size: int) -> list[int]:
-    """Extend ``chain`` (the request's unit chain so far, in place) to reach the trace unit
-    holding the last token of its first ``n_blocks`` blocks of ``block_size`` tokens."""
-    us = req.block_size
-    need = (n_blocks * block_size - 1) // us + 1 if n_blocks > 0 else 0  # units
-    if need > len(chain):  # only the units not chained yet: a decode extends by one
-        parent = chain[-1] if chain else ROOT_HASH
-        chain.extend(id_chain(sequence_block_ids(req, len(chain), need), parent))
-    return chain
-
-
-def extend_block_hashes(req: Request, hashes: list[int], chain: list[int], n_blocks: int,
-                        block_size: int) -> list[int]:
-    """Extend ``hashes`` (the request's full-block hashes so far) to ``n_blocks`` blocks.
-
-    ``chain`` caches the request's unit chain; both lists are extended in place.  The list
-    is extended to the end of the trace unit holding the last block wanted (the hashes of
-    one unit are one ``range``), so decoding extends it once per unit, not once per block;
-    callers slice it to what they need.
-    """
-    have = len(hashes)
-    if n_blocks > have:
-        us = req.block_size
-        n_blocks = max(n_blocks, ((n_blocks * block_size - 1) // us + 1) * us // block_size)
-        extend_unit_chain(req, chain, n_blocks, block_size)
-        hashes.extend(chain_block_hashes(chain, block_size, n_blocks, unit_size=us, start_block=have))
-    return hashes
+from servesim.workload.request import OUTPUT_ID_BASE, Request, output_block_id
 
 
 class VReq(BlockOwner):
     """Engine-side state of one request; its blocks, unit chain and registered blocks are
     the :class:`~servesim.kvcache.block_owner.BlockOwner` fields the compiled pool reads.
 
-    (Plain classes here, not dataclasses: engines/vllm.pxd types them when the module is
+    (Plain classes here, not dataclasses: engines/vllm/scheduler.pxd types them when the module is
     compiled.)
     """
 
@@ -145,7 +118,7 @@ class _DecodePrefix:
         self._computed = None
         self._idx = None
 
-    # ``arith``: the engine's decode arithmetic (engines/blocks.py:decode_arithmetic).
+    # ``arith``: the engine's decode arithmetic (engines/blockkv/arithmetic.py:decode_arithmetic).
     @classmethod
     def of(cls, reqs: list[VReq], rows: np.ndarray, arith) -> _DecodePrefix:
         return cls(reqs, rows, arith.left_min(rows))
@@ -221,7 +194,7 @@ class _VBatch:
         self.prefix: _DecodePrefix | None = None
 
 
-class VLLMEngine(Engine):
+class VLLMEngine(BlockKVEngine):
     """One vLLM worker (one tensor-parallel group)."""
 
     name = "vllm"
@@ -235,28 +208,22 @@ class VLLMEngine(Engine):
         super().__init__(worker_id, recorder, limits)
         opt = resolve_vllm_options(options, None, None, limits.context_length)
         self.opt = opt
-        self.bs = bs = opt.block_size
-        self.num_blocks = max(limits.kv_capacity_tokens // bs - 1, 0)
-        self.capacity = self.num_blocks * bs
-        #: Per-pass decode arithmetic: compiled when built (engines/blocks.py:decode_arithmetic).
-        self._arith = decode_arithmetic()
-        self.pool = new_block_pool(self.num_blocks, bs, policy=opt.eviction_policy, oracle=oracle,
-                                   enable_caching=opt.enable_prefix_caching)
-        self._belady = opt.eviction_policy == "belady"
+        # Block 0 is vLLM's reserved null block: the pool has kv_tokens // block_size - 1 blocks.
+        self._init_blocks("vllm", limits, opt.block_size, 1, opt.eviction_policy, opt.enable_prefix_caching,
+                          "enable_prefix_caching", "prefix caching", oracle, opt.host_kv_gb, opt.host_link_gbs,
+                          opt.host_load_overlap)
         self.budget = int(opt.max_num_batched_tokens)
         self.max_seqs = int(opt.max_num_seqs)
         self.max_model_len = int(opt.max_model_len)
         self.max_len = min(self.max_model_len, self.capacity)
         self.chunked_prefill = opt.enable_chunked_prefill
         self.threshold = opt.long_prefill_token_threshold
-        self.caching = opt.enable_prefix_caching
         if not self.chunked_prefill and self.budget < self.max_model_len:
             raise ConfigError(
                 f"engine.max_num_batched_tokens: {self.budget} is smaller than max_model_len "
                 f"{self.max_model_len}; with enable_chunked_prefill false vLLM requires it to be at least that")
         self.waiting: deque[VReq] = deque()
         self.running: list[VReq] = []
-        self.retractions = 0
         self._last: _VBatch | None = None
         #: Leading running requests known to be plain decodes (set at each commit).
         self._prefix: _DecodePrefix | None = None
@@ -268,19 +235,6 @@ class VLLMEngine(Engine):
         self._in_flight = False
         #: Disaggregated decode: requests whose prompt KV arrived, awaiting admission.
         self.ready: deque[VReq] = deque()
-        #: Host tier (CPU offloading): blocks recycled from the GPU cache are kept in host
-        #: memory by hash (LRU); a prefix found there is loaded instead of recomputed.
-        self.hostlink = host_link("vllm", opt.host_kv_gb, opt.host_link_gbs, opt.host_load_overlap,
-                                  limits, granule=bs)
-        self.host: HostTier | None = None
-        if self.hostlink is not None:
-            if not self.caching:
-                raise ConfigError("deployment.engine.host_kv_gb: a host KV tier needs prefix caching; "
-                                  "enable_prefix_caching is false")
-            self.host = HostTier(self.hostlink.capacity_tokens // bs, bs, self.hostlink.bytes_per_token,
-                                 on_event=self._host_event)
-            self.pool.on_evict = self.host.store
-        self.host_loaded_tokens = 0
         self._loading = 0  # host tokens loaded for the pass being scheduled
         #: :attr:`FAST_DECODES_MIN` for this engine (tests vary it per engine).
         self.fast_decodes_min = self.FAST_DECODES_MIN
@@ -288,22 +242,11 @@ class VLLMEngine(Engine):
         #: full block is registered as it fills.
         self._shared: AbstractSet[int] | None = None
 
-    def _host_event(self, event) -> None:
-        """Host-tier events go wherever the GPU pool's events go (tier "host")."""
-        sink = self.pool.on_event
-        if sink is not None:
-            sink(event)
-
     # -- arrivals -------------------------------------------------------------------------
     def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
+        if self._reject_unfit(req, now, self.max_model_len, "max_model_len"):
+            return
         n = req.input_length
-        if n + 1 > self.max_model_len:
-            # One reason per cause (not per length), so the summary can count them.
-            self._reject(req, now, f"prompt leaves no room for output within max_model_len {self.max_model_len}")
-            return
-        if n + 1 > self.capacity:
-            self._reject(req, now, f"prompt exceeds the KV cache of {self.capacity} tokens")
-            return
         max_new = min(req.output_length, self.max_len - n)
         vr = VReq(req, max(1, max_new), n)
         if self._shared is not None:
@@ -375,46 +318,24 @@ class VLLMEngine(Engine):
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.ready)
 
-    # -- block hashes -----------------------------------------------------------------------
-    # A request's block hashes follow from its unit chain (kvcache/hashing.py); the pool's
-    # ``chain_*`` operations compute them, so the engine keeps only the chain.
-    def _chain(self, vr: VReq, n_blocks: int) -> list[int]:
-        """The request's unit chain, extended to cover its first ``n_blocks`` blocks."""
-        return extend_unit_chain(vr.req, vr.chain, n_blocks, self.bs)
+    def transfers_waiting(self) -> int:
+        return len(self.ready)
 
-    def _hashes(self, vr: VReq, start: int, stop: int) -> list[int]:
-        """The hashes of the request's blocks ``start..stop-1`` (for the host tier)."""
-        return chain_block_hashes(self._chain(vr, stop), self.bs, stop, unit_size=vr.req.block_size,
-                                  start_block=start)
+    def queue_counts(self) -> tuple[int, int]:
+        return len(self.waiting) + len(self.ready), len(self.running)
 
+    # -- blocks (the block-KV manager, blockkv/manager.py, does the work) ---------------------
     def _cache_blocks(self, vr: VReq, upto: int) -> None:
         """Register the request's full blocks among its first ``upto`` tokens (allocate_slots)."""
         if not self.caching:
             return
         n_full = min(upto, vr.num_tokens) // self.bs
-        if n_full <= vr.n_cached:
-            return
-        stop = min(n_full, vr.private_from)  # private blocks are passed over (see above)
-        if vr.n_cached < stop:
-            self._register(vr, vr.n_cached, stop)
-        vr.n_cached = n_full
-
-    def _register(self, vr: VReq, start: int, stop: int) -> None:
-        """Register the request's blocks ``start..stop-1`` in the prefix cache."""
-        ids = None
-        if self._belady:
-            ids = block_content_ids(sequence_units(vr.req, stop * self.bs), self.bs, stop,
-                                    unit_size=vr.req.block_size, start_block=start)
-        self.pool.chain_cache(vr.blocks, self._chain(vr, stop), vr.req.block_size, start, stop, ids)
+        if n_full > vr.n_cached:
+            self._cache_full(vr, n_full)
 
     def _lookup(self, vr: VReq) -> int:
         """Blocks of the request's sequence found in the prefix cache (capped at num_tokens - 1)."""
-        if not self.caching:
-            return 0
-        cap = (vr.num_tokens - 1) // self.bs
-        if cap <= 0:
-            return 0
-        return self.pool.chain_prefix(self._chain(vr, cap), vr.req.block_size, cap)
+        return self._cached_blocks(vr, vr.num_tokens)
 
     # -- allocation ---------------------------------------------------------------------------
     def _allocate(self, vr: VReq, n: int) -> bool:
@@ -452,17 +373,13 @@ class VLLMEngine(Engine):
 
     def _host_lookup(self, vr: VReq, hit: int) -> int:
         """Blocks after the GPU hit ``hit`` found on the host tier (same cap as :meth:`_lookup`)."""
-        cap = (vr.num_tokens - 1) // self.bs
-        if cap <= hit:
-            return 0
-        return self.host.match(self._hashes(vr, 0, cap), hit, touch=False)
+        return self._host_blocks(vr, hit, vr.num_tokens)
 
     def _preempt(self, vr: VReq) -> None:
         if vr.private_from < vr.n_cached:  # it may hit them when readmitted: registered now
             self._register(vr, vr.private_from, vr.n_cached)
         vr.private_from = NO_PRIVATE_BLOCKS
-        self.pool.free_request(vr.blocks)
-        vr.blocks = block_list()
+        self._free_blocks(vr)
         vr.computed = 0
         vr.sched = 0
         vr.n_cached = 0
@@ -610,7 +527,9 @@ class VLLMEngine(Engine):
             return None, None
         pool = self.pool
         if pool.compiled and self._bulk_replay():  # the check, the boundary requests and their replay in C
-            ctx = pool.decode_pass(pre.reqs, pre.computed, self.caching, self._chain)
+            # The chain callback as a bound method (getattr): compiled, ``self._chain`` of the base
+            # type would be turned into a wrapper of its C function with the wrong arguments.
+            ctx = pool.decode_pass(pre.reqs, pre.computed, self.caching, getattr(self, "_chain"))
             if ctx is None:
                 self._drop_lazy()
                 return None, None
@@ -821,7 +740,7 @@ class VLLMEngine(Engine):
     def _replay(self, reqs: list[VReq], c0: list[int] | np.ndarray, first: int, k: int) -> None:
         """Decode block events of passes ``first..k-1`` in bulk: on the compiled pool, or in Python."""
         if self.pool.compiled:
-            self.pool.replay_decode(reqs, c0, first, k, self.caching, self._chain)
+            self.pool.replay_decode(reqs, c0, first, k, self.caching, getattr(self, "_chain"))  # see _fast_decodes
         else:
             self._replay_lru(reqs, c0 if type(c0) is list else c0.tolist(), first, k)
 
@@ -897,13 +816,7 @@ class VLLMEngine(Engine):
             gone = set(done)
             self.running = [vr for vr in self.running if vr not in gone]
         for vr in done:
-            self.pool.free_request(vr.blocks)
-            vr.blocks = block_list()
-            if vr.max_new < vr.req.output_length:
-                self.rec.finished(vr.req.index, end, Status.COMPLETED, "output cut at max_model_len")
-                self.terminated.append(vr.req)
-            else:
-                self._finish(vr.req, end)
+            self._finish_owner(vr, end, "output cut at max_model_len", vr.max_new < vr.req.output_length)
 
     # -- fast-forward -------------------------------------------------------------------------
     def decode_stretch_limit(self) -> int:
@@ -953,15 +866,7 @@ class VLLMEngine(Engine):
         if m:
             outstanding += int(lazy.left.sum())
         outstanding += sum(vr.max_new - vr.generated for vr in self.running[m:])
-        return EngineSnapshot(
-            running=len(self.running),
-            waiting=len(self.waiting),
-            kv_used_tokens=self.pool.num_used_blocks * self.bs,
-            kv_capacity_tokens=self.capacity,
-            prompt_tokens=self.prompt_tokens,
-            cached_prompt_tokens=self.cached_prompt_tokens,
-            outstanding_tokens=outstanding,
-        )
+        return self._kv_snapshot(len(self.running), len(self.waiting), outstanding)
 
     def check_invariants(self) -> None:
         """Block conservation: every reference the pool counts is held by a running request."""
@@ -992,8 +897,4 @@ class VLLMEngine(Engine):
             assert all(c == vr.req.input_length + g - 1 and g > 0 for vr, c, _, g in progress[:len(pre.reqs)])
             if not self._bulk_replay():  # then written back at every commit
                 assert all((vr.computed, vr.generated) == (c, g) for vr, c, _, g in progress[:len(pre.reqs)])
-        assert sum(pool.refs) == held, (sum(pool.refs), held)
-        assert pool.num_free_blocks + pool.num_used_blocks == self.num_blocks
-        if self.host is not None:
-            self.host.check_invariants()
-            assert self.host.size_tokens <= self.hostlink.capacity_tokens
+        self._check_blocks(held)
