@@ -41,7 +41,7 @@ def test_setup_reads_the_one_list_of_compiled_parts():
 
 
 def test_python_versions_rebinds_functions_bound_at_import():
-    from servesim.engines import sglang
+    from servesim.engines.sglang import scheduler as sglang
     from servesim.engines.blockkv import manager
     from servesim.kvcache import radix_cache, segments
     from servesim.workload import request

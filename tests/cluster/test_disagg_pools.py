@@ -10,8 +10,8 @@ import pytest
 from servesim.api import predict
 from servesim.cluster.disagg import DisaggregationConfig, held_prefix_tokens
 from servesim.engines.base import EngineLimits
-from servesim.engines.sglang import SGLangEngine
-from servesim.engines.sglang_options import SGLangOptions
+from servesim.engines.sglang.scheduler import SGLangEngine
+from servesim.engines.sglang.options import SGLangOptions
 from servesim.engines.trtllm.scheduler import TRTLLMEngine
 from servesim.engines.trtllm.options import TRTLLMOptions
 from servesim.engines.vllm.scheduler import VLLMEngine

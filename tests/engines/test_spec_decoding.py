@@ -10,8 +10,8 @@ from pydantic import ValidationError
 
 from servesim.api import predict
 from servesim.engines.base import EngineLimits
-from servesim.engines.sglang import SGLangEngine
-from servesim.engines.sglang_options import SGLangOptions
+from servesim.engines.sglang.scheduler import SGLangEngine
+from servesim.engines.sglang.options import SGLangOptions
 from servesim.engines.speculative import (SpecDecoder, SpeculativeConfig, SpeculativeStepTime, expected_length,
                                           rate_for_mean_length)
 from servesim.engines.vllm.scheduler import VLLMEngine

@@ -176,7 +176,7 @@ SGLANG_SPECULATIVE_MAX_RUNNING = 48
 
 def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
                  weight_dtype: str, kv_dtype: str, oracle=None) -> EnginePlan:
-    from servesim.engines.sglang import SGLangEngine, default_chunked_prefill_size, default_mem_fraction_static
+    from servesim.engines.sglang.scheduler import SGLangEngine, default_chunked_prefill_size, default_mem_fraction_static
 
     opt = dep.engine
     if dep.speculative is not None and opt.max_running_requests is None:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from servesim.engines.sglang_options import SGLangOptions
+from servesim.engines.sglang.options import SGLangOptions
 from servesim.engines.trtllm.options import TRTLLMOptions
 from servesim.engines.vllm.options import VLLMOptions
 

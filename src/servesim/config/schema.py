@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from servesim.config.disaggregation import DisaggregationConfig
-from servesim.engines.sglang_options import SGLangOptions
+from servesim.engines.sglang.options import SGLangOptions
 from servesim.engines.speculative import SpeculativeConfig
 from servesim.engines.trtllm.options import TRTLLMOptions
 from servesim.engines.vllm.options import VLLMOptions

@@ -258,7 +258,7 @@ def _engine_fields(name: str) -> set[str] | None:
     """The option names an engine's options class accepts (None: engine not in this build)."""
     import importlib
 
-    mod, cls = {"sglang": ("servesim.engines.sglang_options", "SGLangOptions"),
+    mod, cls = {"sglang": ("servesim.engines.sglang.options", "SGLangOptions"),
                 "vllm": ("servesim.engines.vllm.options", "VLLMOptions"),
                 "trtllm": ("servesim.engines.trtllm.options", "TRTLLMOptions")}[name]
     try:
@@ -318,7 +318,7 @@ def _prefix_cache_on(engine: dict[str, Any]) -> None:
 def prefix_caching(engine: dict[str, Any]) -> bool:
     """Whether a point's engine section leaves a prefix cache on; an unset flag takes the default
     of servesim's engine options (the engines' own defaults)."""
-    from servesim.engines.sglang_options import SGLangOptions
+    from servesim.engines.sglang.options import SGLangOptions
     from servesim.engines.trtllm.options import TRTLLMOptions
     from servesim.engines.vllm.options import VLLMOptions
 

@@ -15,8 +15,8 @@ import servesim
 from servesim.cluster.routers import RoundRobinRouter
 from servesim.cluster.worker import Worker
 from servesim.engines.base import EngineLimits
-from servesim.engines.sglang import SGLangEngine
-from servesim.engines.sglang_options import SGLangOptions
+from servesim.engines.sglang.scheduler import SGLangEngine
+from servesim.engines.sglang.options import SGLangOptions
 from servesim.engines.trtllm.scheduler import TRTLLMEngine
 from servesim.engines.trtllm.options import TRTLLMOptions
 from servesim.engines.vllm.scheduler import VLLMEngine

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from servesim.engines.base import EngineLimits
-from servesim.engines.recv_interval import OTHER_WEIGHT, RecvSkipper
-from servesim.engines.sglang import SGLangEngine
-from servesim.engines.sglang_options import SGLangOptions
+from servesim.engines.sglang.recv_interval import OTHER_WEIGHT, RecvSkipper
+from servesim.engines.sglang.scheduler import SGLangEngine
+from servesim.engines.sglang.options import SGLangOptions
 from servesim.errors import ConfigError
 from servesim.metrics.recorder import Status
 from servesim.perf.simple import LinearStepTime

@@ -32,9 +32,9 @@ import numpy as np
 
 from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
 from servesim.engines.host import host_link
-from servesim.engines.recv_interval import RecvSkipper
-from servesim.engines.sglang_batch import NO_LIMIT, new_running_batch
-from servesim.engines.sglang_options import SGLangOptions
+from servesim.engines.sglang.recv_interval import RecvSkipper
+from servesim.engines.sglang.batch import NO_LIMIT, new_running_batch
+from servesim.engines.sglang.options import SGLangOptions
 from servesim.errors import ConfigError
 from servesim.kvcache.host_tier import HostRadix
 from servesim.kvcache.radix_cache import MatchResult, RadixCache

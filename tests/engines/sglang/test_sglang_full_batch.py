@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from servesim.engines.base import EngineLimits
-from servesim.engines.sglang import SGLangEngine
-from servesim.engines.sglang_options import SGLangOptions
+from servesim.engines.sglang.scheduler import SGLangEngine
+from servesim.engines.sglang.options import SGLangOptions
 from servesim.metrics.recorder import RequestRecorder, Status
 from simharness import make_request
 

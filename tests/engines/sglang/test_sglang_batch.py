@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from servesim.compiled import compiled_module
-from servesim.engines.sglang_batch import NO_LIMIT, RunningBatch
+from servesim.engines.sglang.batch import NO_LIMIT, RunningBatch
 
 core = compiled_module("engines._sglang_batch_core")
 needs_core = pytest.mark.skipif(core is None, reason="compiled extensions not built")
