@@ -17,9 +17,8 @@ from servesim.cluster.worker import Worker
 from servesim.config.schema import Config, DeploymentConfig
 from servesim.engines.attention_dp import AttentionDPEngine
 from servesim.engines.base import Engine, EngineLimits
-from servesim.engines.planning import EnginePlan, PlanInputs
-from servesim.engines.trtllm.planner import plan_trtllm
-from servesim.engines.vllm.planner import plan_vllm
+from servesim.engines.planning import PlanInputs
+from servesim.engines.registry import plan_engine
 from servesim.errors import ConfigError, ModelError
 from servesim.hardware.gpu import GPUSpec, load_gpu
 from servesim.kvcache.events import KVEvent
@@ -28,7 +27,7 @@ from servesim.metrics.recorder import RequestRecorder
 from servesim.models.arch import ModelArch, load_model
 from servesim.perf.config import ResolvedPerf, build_step_time, resolve_perf
 from servesim.perf.frontend import Frontend, FrontendParams
-from servesim.perf.memory import Layout, MemoryBudget, memory_budget
+from servesim.perf.memory import Layout, MemoryBudget
 from servesim.perf.plan import StepTimeModel
 
 
@@ -168,79 +167,6 @@ def default_kv_dtype(engine: str, arch: ModelArch, gpu: GPUSpec) -> str:
     return "bf16"
 
 
-#: SGLang caps running requests at this many when speculative decoding is on and
-#: ``--max-running-requests`` is not given (``server_args._handle_speculative_decoding``,
-#: SGLang 0.5.9 and 0.5.10: EAGLE, EAGLE3, NEXTN, STANDALONE and NGRAM alike).
-SGLANG_SPECULATIVE_MAX_RUNNING = 48
-
-
-def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
-                 weight_dtype: str, kv_dtype: str, oracle=None) -> EnginePlan:
-    from servesim.engines.sglang.scheduler import SGLangEngine, default_chunked_prefill_size, default_mem_fraction_static
-
-    opt = dep.engine
-    if dep.speculative is not None and opt.max_running_requests is None:
-        opt = opt.model_copy(update={"max_running_requests": SGLANG_SPECULATIVE_MAX_RUNNING})
-    if arch.index_topk and gpu.vendor == "nvidia" and opt.page_size != 64:
-        # SGLang forces 64-token pages for DeepSeek-sparse-attention models on CUDA (its
-        # server_args model adjustments; ROCm keeps 1), whatever --page-size says.
-        opt = opt.model_copy(update={"page_size": 64})
-    dp = layout.attention_dp
-    gpu_gib = gpu.memory_bytes / 2**30
-    if opt.chunked_prefill_size is None:
-        chunk: int | None = default_chunked_prefill_size(gpu_gib)
-    elif opt.chunked_prefill_size <= 0:
-        chunk = None
-    else:
-        chunk = opt.chunked_prefill_size
-    mem_fraction = opt.mem_fraction_static or default_mem_fraction_static(
-        gpu_gib, chunk or opt.max_prefill_tokens, dep.tp)
-    if dp > 1 and opt.scheduler_recv_interval > 1:
-        raise ConfigError("deployment.engine.scheduler_recv_interval: SGLang supports a receive interval "
-                          f"above 1 only without DP attention (attention_dp is {dp}); set it to 1")
-    if dp > 1:
-        # SGLang with DP attention (server_args._handle_data_parallelism, scheduler): the
-        # chunk size and max_running_requests are totals split over the ranks, and the
-        # schedule is made more conservative; max_prefill_tokens stays per rank.
-        chunk = max(1, chunk // dp) if chunk else chunk
-        update = {"schedule_conservativeness": opt.schedule_conservativeness * 0.3}
-        if opt.max_running_requests is not None:
-            update["max_running_requests"] = max(1, opt.max_running_requests // dp)
-        opt = opt.model_copy(update=update)
-    memory = memory_budget(arch, gpu, layout, kv_dtype, mem_fraction, engine="sglang",
-                           weight_dtype=weight_dtype, max_running_requests=opt.max_running_requests or 256,
-                           max_num_batched_tokens=chunk or opt.max_prefill_tokens)
-    context = opt.context_length or arch.max_position_embeddings
-    settings = {"name": "sglang", "chunked_prefill_size": chunk, "mem_fraction_static": mem_fraction,
-                "max_prefill_tokens": opt.max_prefill_tokens, "page_size": opt.page_size,
-                "schedule_policy": opt.schedule_policy, "context_length": context,
-                "disable_radix_cache": opt.disable_radix_cache,
-                "scheduler_recv_interval": opt.scheduler_recv_interval}
-
-    def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
-        eng = SGLangEngine(worker_id, recorder, limits, opt, chunk, oracle=oracle)
-        settings["max_running_requests"] = eng.max_running
-        return eng
-
-    return EnginePlan(memory, settings, context, make)
-
-
-def _plan_from_options(planner: Callable[..., EnginePlan]) -> Callable[..., EnginePlan]:
-    """A planner of engines/<engine>/planner.py (engine options and the deployment's facts),
-    called as the planners here are."""
-
-    def plan(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout, weight_dtype: str,
-             kv_dtype: str, oracle=None) -> EnginePlan:
-        return planner(dep.engine, PlanInputs(arch, gpu, layout, weight_dtype, kv_dtype, oracle))
-
-    return plan
-
-
-#: Each engine's planner, by the engine's name (``deployment.engine.name``).
-ENGINE_PLANNERS = {"sglang": _plan_sglang, "vllm": _plan_from_options(plan_vllm),
-                   "trtllm": _plan_from_options(plan_trtllm)}
-
-
 def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deployment:
     """Resolve the deployment section: every error names the config key to change.
 
@@ -262,7 +188,8 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
         dep = dep.model_copy(update={"engine": dep.engine.model_copy(
             update={"host_kv_gb": dep.engine.host_kv_gb / dp})})
     try:
-        plan = ENGINE_PLANNERS[dep.engine.name](dep, arch, gpu, layout, weight_dtype, kv_dtype, oracle)
+        facts = PlanInputs(arch, gpu, layout, weight_dtype, kv_dtype, oracle, speculative=dep.speculative is not None)
+        plan = plan_engine(dep.engine, facts)
     except ModelError as exc:
         raise ConfigError(f"deployment: {exc}") from None
     # Attention DP: each rank's engine has one rank's KV pool (engines/attention_dp.py).

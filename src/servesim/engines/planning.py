@@ -31,6 +31,8 @@ class PlanInputs:
     kv_dtype: str
     #: Future block uses for the belady eviction policy (None for other policies).
     oracle: object = None
+    #: Whether speculative decoding is configured (some engines change defaults for it).
+    speculative: bool = False
 
     @property
     def gpu_gib(self) -> float:
