@@ -2,19 +2,95 @@
 
 The extensions are optional: if they cannot be compiled (no C compiler), servesim installs
 and runs on the Python versions of those paths, which give identical results, more slowly.
+
+Which modules are compiled is listed once, in ``src/servesim/compiled_parts.py`` (read here
+without importing servesim).  The build compiles them in parallel (one job per CPU), says
+which module it is on, and keeps each built module in ``build/servesim-ext-cache/`` under
+the hash of its generated C source and compiler settings: a second install (say, the test
+extras after the plain install) copies them instead of compiling again.
 """
 
-from setuptools import Extension, setup
+import hashlib
+import os
+import runpy
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
 
-#: The compiled modules (servesim/compiled.py says what each replaces).
-COMPILED = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lazy_heap",
-            "kvcache._lru_core", "kvcache._segments_core", "metrics._emit_core",
-            "perf._stretch_core", "sim._event_core", "workload._units_core")
-#: Modules compiled from their own Python source, typed by the .pxd beside it (compiled.py).
-FROM_SOURCE = ("cluster.worker", "engines.base", "engines.sglang", "engines.trtllm", "engines.vllm",
-               "kvcache.block_owner", "kvcache.hashing", "kvcache.lru_pool", "kvcache.radix_cache",
-               "kvcache.token_pool", "metrics.recorder", "perf.analytic", "perf.frontend",
-               "perf.plan", "sim.simulation", "workload.request", "workload.synthetic")
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+PARTS = runpy.run_path(str(ROOT / "src" / "servesim" / "compiled_parts.py"))
+#: Cython modules that replace a Python reference kept beside them.
+COMPILED = PARTS["CORES"]
+#: Modules compiled from their own Python source, typed by the .pxd beside it.
+FROM_SOURCE = PARTS["FROM_SOURCE"]
+#: Built modules, by the hash of what produced them (see :class:`CachedBuildExt`).
+CACHE = ROOT / "build" / "servesim-ext-cache"
+COMPILE_ARGS = ["-ffp-contract=off"]
+
+
+def _say(message: str) -> None:
+    """Progress of a long build: to the build log (``pip install -v`` shows it) and, when the
+    install runs on a terminal, to the terminal, since pip hides a build's output otherwise."""
+    line = f"servesim: {message}"
+    print(line, flush=True)
+    try:
+        with open("/dev/tty", "w") as tty:
+            tty.write(line + "\n")
+    except OSError:
+        pass
+
+
+class CachedBuildExt(build_ext):
+    """build_ext that compiles in parallel, reports progress and reuses identical builds."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
+        self._lock = threading.Lock()
+        self._done = 0
+        self._start = time.monotonic()
+
+    def _key(self, ext: Extension) -> str:
+        """The hash of the module's generated C source, compiler settings and Python ABI."""
+        digest = hashlib.sha256()
+        for source in ext.sources:
+            digest.update(Path(source).read_bytes())
+        settings = (ext.name, ext.extra_compile_args, ext.define_macros, ext.include_dirs, sys.version,
+                    self.compiler.compiler_so if hasattr(self.compiler, "compiler_so") else "")
+        digest.update(repr(settings).encode())
+        return digest.hexdigest()[:24]
+
+    def build_extension(self, ext: Extension) -> None:
+        target = Path(self.get_ext_fullpath(ext.name))
+        cached = CACHE / f"{ext.name}-{self._key(ext)}{target.suffix}"
+        if cached.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(cached, target)
+            self._progress(ext, "reused")
+            return
+        self._progress(ext, "compiling", before=True)
+        super().build_extension(ext)
+        if target.exists():
+            CACHE.mkdir(parents=True, exist_ok=True)
+            partial = cached.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            shutil.copyfile(target, partial)
+            os.replace(partial, cached)
+        self._progress(ext, "compiled")
+
+    def _progress(self, ext: Extension, what: str, before: bool = False) -> None:
+        with self._lock:
+            if not before:
+                self._done += 1
+            n = len(self.extensions)
+            elapsed = time.monotonic() - self._start
+            _say(f"{what} {ext.name} ({self._done}/{n} done, {elapsed:.0f} s)")
+
 
 try:
     import numpy
@@ -27,16 +103,21 @@ else:
     # some cores make and read arrays through its C API (servesim/_arrays.pxd).
     def extension(name: str, suffix: str) -> Extension:
         return Extension(f"servesim.{name}", [f"src/servesim/{name.replace('.', '/')}{suffix}"],
-                         include_dirs=[numpy.get_include()], extra_compile_args=["-ffp-contract=off"],
+                         include_dirs=[numpy.get_include()], extra_compile_args=list(COMPILE_ARGS),
                          define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
 
-    ext_modules = cythonize([extension(name, ".pyx") for name in COMPILED], language_level=3)
+    if any(arg.startswith(("build", "develop", "editable", "bdist", "install")) for arg in sys.argv[1:]):
+        _say(f"translating {len(COMPILED) + len(FROM_SOURCE)} modules with Cython (only those changed)")
+    nthreads = os.cpu_count() or 1
+    ext_modules = cythonize([extension(name, ".pyx") for name in COMPILED], language_level=3,
+                            nthreads=nthreads, quiet=True)
     # A .py's annotations are documentation (``int`` may hold any Python int): only its
     # .pxd's declarations type the compiled module.  ``nonecheck``: a None where a typed
     # object is read raises, as in Python, instead of crashing.
     ext_modules += cythonize([extension(name, ".py") for name in FROM_SOURCE], language_level=3,
+                             nthreads=nthreads, quiet=True,
                              compiler_directives={"annotation_typing": False, "nonecheck": True})
     for ext in ext_modules:  # a failed compile skips the module (cythonize drops this flag)
         ext.optional = True
 
-setup(ext_modules=ext_modules)
+setup(ext_modules=ext_modules, cmdclass={"build_ext": CachedBuildExt})

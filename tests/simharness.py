@@ -201,3 +201,21 @@ def drive_lockstep(engines: Sequence[tuple[Engine, RequestRecorder]], reqs: list
             for _, rec in engines]
     assert all(c == cols[0] for c in cols)
     return passes, stretches
+
+
+#: Pass times of the block-pool engines' fast-equals-step checks (composition-dependent).
+BLOCK_POOL_STEP = dict(base_s=0.01, per_prefill_token_s=1e-5, per_decode_request_s=1e-4, per_context_token_s=1e-7)
+
+
+def simulate_one_worker(engine_cls, reqs: list[Request], opt, kv: int, fast: bool) -> RequestRecorder:
+    """``reqs`` through one worker of ``engine_cls(…, opt)`` with ``kv`` tokens of KV, in fast or
+    step mode (the vLLM and TensorRT-LLM property tests compare the two)."""
+    from servesim.engines.base import EngineLimits
+    from servesim.perf.simple import LinearStepTime
+
+    rec = RequestRecorder()
+    eng = engine_cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
+    st = LinearStepTime(**BLOCK_POOL_STEP)
+    Simulation(iter(reqs), "open", None, [Worker(0, eng, st, 1, fast_forward=fast)], RoundRobinRouter(), rec).run()
+    return rec
+

@@ -27,21 +27,30 @@ COLUMNS = ("first_scheduled", "first_token", "second_token", "last_token", "fini
            "cached_tokens", "status", "worker")
 
 
-def test_setup_builds_every_compiled_module():
-    setup_py = (Path(__file__).resolve().parents[1] / "setup.py").read_text()
-    assert all(f'"{name}"' in setup_py for name in MODULES + FROM_SOURCE)
+def test_setup_reads_the_one_list_of_compiled_parts():
+    """setup.py builds what compiled_parts.py lists, and keeps no second list."""
+    root = Path(__file__).resolve().parents[1]
+    setup_py = (root / "setup.py").read_text()
+    assert "compiled_parts.py" in setup_py
+    assert not any(f'"{name}"' in setup_py for name in MODULES + FROM_SOURCE)
+    src = root / "src" / "servesim"
+    for name in MODULES:
+        assert (src / f"{name.replace('.', '/')}.pyx").is_file(), name
+    for name in FROM_SOURCE:
+        assert (src / f"{name.replace('.', '/')}.py").is_file(), name
 
 
 def test_python_versions_rebinds_functions_bound_at_import():
-    from servesim.engines import sglang, vllm
+    from servesim.engines.sglang import scheduler as sglang
+    from servesim.engines.blockkv import manager
     from servesim.kvcache import radix_cache, segments
     from servesim.workload import request
 
-    compiled = (sglang.sequence_units, vllm.sequence_units, radix_cache.common_prefix)
+    compiled = (sglang.sequence_units, manager.sequence_units, radix_cache.common_prefix)
     with python_versions():
-        assert sglang.sequence_units is vllm.sequence_units is request.python_sequence_units
+        assert sglang.sequence_units is manager.sequence_units is request.python_sequence_units
         assert radix_cache.common_prefix is segments.PYTHON_VERSIONS["common_prefix"]
-    assert (sglang.sequence_units, vllm.sequence_units, radix_cache.common_prefix) == compiled
+    assert (sglang.sequence_units, manager.sequence_units, radix_cache.common_prefix) == compiled
     assert sglang.sequence_units is not request.python_sequence_units
 
 

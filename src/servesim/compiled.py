@@ -25,19 +25,14 @@ import os
 import sys
 from types import ModuleType
 
+from servesim.compiled_parts import CORES, FROM_SOURCE
+
 #: Set to 1 to run every compiled part in Python (identical results, slower).
 PURE_PYTHON_ENV = "SERVESIM_PURE_PYTHON"
 
-#: The compiled modules (setup.py builds the same list).
-MODULES = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lazy_heap",
-           "kvcache._lru_core", "kvcache._segments_core", "metrics._emit_core",
-           "perf._stretch_core", "sim._event_core", "workload._units_core")
-
-#: Modules compiled from their own Python source (setup.py builds the same list).
-FROM_SOURCE = ("cluster.worker", "engines.base", "engines.sglang", "engines.trtllm", "engines.vllm",
-               "kvcache.block_owner", "kvcache.hashing", "kvcache.lru_pool", "kvcache.radix_cache",
-               "kvcache.token_pool", "metrics.recorder", "perf.analytic", "perf.frontend",
-               "perf.plan", "sim.simulation", "workload.request", "workload.synthetic")
+#: The compiled modules and the modules compiled from source (compiled_parts.py, which
+#: setup.py reads too).
+MODULES = CORES
 
 
 def pure_python_forced() -> bool:
@@ -70,7 +65,7 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
         if fullname not in self.names:
             return None
         leaf = fullname.rpartition(".")[2] + ".py"
-        for folder in path or ():
+        for folder in path or ():  # the package's folder(s)
             source = os.path.join(folder, leaf)
             if os.path.isfile(source):
                 return importlib.util.spec_from_file_location(fullname, source)

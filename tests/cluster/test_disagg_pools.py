@@ -10,12 +10,12 @@ import pytest
 from servesim.api import predict
 from servesim.cluster.disagg import DisaggregationConfig, held_prefix_tokens
 from servesim.engines.base import EngineLimits
-from servesim.engines.sglang import SGLangEngine
-from servesim.engines.sglang_options import SGLangOptions
-from servesim.engines.trtllm import TRTLLMEngine
-from servesim.engines.trtllm_options import TRTLLMOptions
-from servesim.engines.vllm import VLLMEngine
-from servesim.engines.vllm_options import VLLMOptions
+from servesim.engines.sglang.scheduler import SGLangEngine
+from servesim.engines.sglang.options import SGLangOptions
+from servesim.engines.trtllm.scheduler import TRTLLMEngine
+from servesim.engines.trtllm.options import TRTLLMOptions
+from servesim.engines.vllm.scheduler import VLLMEngine
+from servesim.engines.vllm.options import VLLMOptions
 from servesim.errors import ConfigError
 from servesim.metrics.recorder import RequestRecorder, Status
 
@@ -151,7 +151,7 @@ def test_kv_ready_request_runs_no_prefill_and_decodes(which):
     assert rec.column("first_token")[0] == 0.0  # emitted at admission
     assert rec.column("generated")[0] == 5
     # the first token came from the prefill worker; SGLang's overlap loop decodes the
-    # finished request once more (engines/sglang_overlap.py), emitting nothing
+    # finished request once more (engines/sglang/overlap.py), emitting nothing
     assert passes == (5 if which == 0 else 4)
     assert rec.column("status")[0] == Status.COMPLETED
 

@@ -6,8 +6,8 @@ import pytest
 
 from servesim.cluster.worker import Worker
 from servesim.engines.base import EngineLimits
-from servesim.engines.sglang import SGLangEngine
-from servesim.engines.sglang_options import SGLangOptions
+from servesim.engines.sglang.scheduler import SGLangEngine
+from servesim.engines.sglang.options import SGLangOptions
 from servesim.metrics.recorder import RequestRecorder
 from servesim.perf.simple import FixedStepTime
 

@@ -20,12 +20,12 @@ from servesim.engines.attention_dp import (
     VLLMScore,
 )
 from servesim.engines.base import EngineLimits
-from servesim.engines.sglang import SGLangEngine
-from servesim.engines.sglang_options import SGLangOptions
-from servesim.engines.trtllm import TRTLLMEngine
-from servesim.engines.trtllm_options import TRTLLMOptions
-from servesim.engines.vllm import VLLMEngine
-from servesim.engines.vllm_options import VLLMOptions
+from servesim.engines.sglang.scheduler import SGLangEngine
+from servesim.engines.sglang.options import SGLangOptions
+from servesim.engines.trtllm.scheduler import TRTLLMEngine
+from servesim.engines.trtllm.options import TRTLLMOptions
+from servesim.engines.vllm.scheduler import VLLMEngine
+from servesim.engines.vllm.options import VLLMOptions
 from servesim.hardware.gpu import load_gpu
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.models.arch import load_model
@@ -72,7 +72,8 @@ def test_sglang_round_robin_placement():
 
 
 def _fake(waiting=0, running=0):
-    return SimpleNamespace(waiting=[None] * waiting, running=[None] * running, chunked=None, ready=[])
+    """A rank that reports its queue counts through the engine interface (engines/base.py)."""
+    return SimpleNamespace(queue_counts=lambda: (waiting, running))
 
 
 def test_vllm_score_prefers_fewest_waiting_times_four_plus_running():

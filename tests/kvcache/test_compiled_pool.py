@@ -271,7 +271,7 @@ def test_the_free_ring_compacts_its_stale_entries_in_order() -> None:
 def _decoding_owners(pool, bs: int, computed: list[int]):
     """Requests mid-decode at ``computed`` tokens, as the vLLM model holds them between passes:
     ``ceil(c / bs)`` blocks of which ``c // bs`` are registered."""
-    from servesim.engines.vllm import extend_unit_chain
+    from servesim.engines.blockkv.manager import extend_unit_chain
     from servesim.kvcache.block_owner import BlockOwner
     from servesim.workload.request import Request
 
@@ -294,8 +294,8 @@ def test_decode_pass_is_decode_due_then_the_replay_of_pass_0(seed: int, bs: int,
     steps: ``decode_due``'s check of the free pool, then ``replay_decode`` of the due requests."""
     import numpy as np
 
-    from servesim.engines import blocks
-    from servesim.engines.vllm import extend_unit_chain
+    from servesim.engines.blockkv import arithmetic as blocks
+    from servesim.engines.blockkv.manager import extend_unit_chain
 
     rng = random.Random(seed)
     computed = [rng.choice([rng.randint(1, 6 * bs), bs * rng.randint(1, 5), bs * rng.randint(1, 5) - 1])

@@ -19,7 +19,7 @@ def _cfg(concurrency: int, perf: dict) -> dict:
                      "osl": 20, "num_prompts": 4 * concurrency, "warmup": 0},
         # SGLang's normal loop: with the overlap loop a closed-loop request sent when the last
         # one finished meets that one's discarded decode pass, which hides part of the
-        # tokenizer's time (engines/sglang_overlap.py); these tests count the frontend alone
+        # tokenizer's time (engines/sglang/overlap.py); these tests count the frontend alone
         "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm",
                        "engine": {"name": "sglang", "disable_overlap_schedule": True}},
         "perf": perf,

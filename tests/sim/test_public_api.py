@@ -8,8 +8,8 @@ import pytest
 from servesim.cluster.routers import RoundRobinRouter
 from servesim.cluster.worker import Worker
 from servesim.engines.base import EngineLimits
-from servesim.engines.vllm import VLLMEngine
-from servesim.engines.vllm_options import VLLMOptions
+from servesim.engines.vllm.scheduler import VLLMEngine
+from servesim.engines.vllm.options import VLLMOptions
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.perf.simple import FixedStepTime
 from servesim.sim.events import PRIORITY, EventKind

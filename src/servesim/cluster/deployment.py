@@ -11,12 +11,15 @@ from dataclasses import dataclass
 from typing import Callable
 
 from servesim.cluster.kv_index import KVIndex
+from servesim.cluster.kv_publish import kv_index_for, wire_kv_events
 from servesim.cluster.routers import Router, build_router
 from servesim.cluster.worker import Worker
 from servesim.config.limits import check_against_hardware
 from servesim.config.schema import Config, DeploymentConfig
 from servesim.engines.attention_dp import AttentionDPEngine
 from servesim.engines.base import Engine, EngineLimits
+from servesim.engines.planning import PlanInputs
+from servesim.engines.registry import plan_engine
 from servesim.errors import ConfigError, ModelError
 from servesim.hardware.gpu import GPUSpec, load_gpu
 from servesim.kvcache.events import KVEvent
@@ -25,7 +28,7 @@ from servesim.metrics.recorder import RequestRecorder
 from servesim.models.arch import ModelArch, load_model
 from servesim.perf.config import ResolvedPerf, build_step_time, resolve_perf
 from servesim.perf.frontend import Frontend, FrontendParams
-from servesim.perf.memory import Layout, MemoryBudget, memory_budget
+from servesim.perf.memory import Layout, MemoryBudget
 from servesim.perf.plan import StepTimeModel
 
 
@@ -90,19 +93,11 @@ class Deployment:
         Consumers: the KV index of a KV-aware router, and ``kv_event_log`` (kv_events.jsonl).
         """
         c = self.cfg
-        needs_index = c.router == "kv_aware" or c.router_options.get("fallback") == "kv_aware"
-        self.kv_index = KVIndex(c.kv_event_delay_s) if needs_index else None
+        self.kv_index = kv_index_for(c.router, c.router_options, c.kv_event_delay_s)
         workers = []
         for i in range(c.workers):
             engine = self.engine_factory(i, recorder)
-            sinks = []
-            if self.kv_index is not None:
-                self.kv_index.hash_block_size = getattr(engine, "bs", self.kv_index.hash_block_size)
-                sinks.append(self.kv_index.sink(i))
-            if kv_event_log is not None:
-                sinks.append(kv_event_log)
-            if sinks:
-                _publish_kv_events(engine, i, sinks)
+            wire_kv_events(engine, i, self.kv_index, kv_event_log)
             workers.append(Worker(i, engine, self.step_time, self.gpus_per_worker, fast_forward))
         return workers
 
@@ -133,28 +128,6 @@ class Deployment:
         }
 
 
-def _publish_kv_events(engine: Engine, worker_id: int, sinks: list[Callable[[KVEvent], None]]) -> None:
-    """Stamp each event of the engine's cache with the worker and virtual time, and fan it out.
-
-    An attention-DP engine publishes every rank's cache under the worker's id (routers see
-    the worker, not its ranks).
-    """
-    for rank in getattr(engine, "ranks", None) or [engine]:
-        _publish_cache_events(rank, worker_id, sinks)
-
-
-def _publish_cache_events(engine: Engine, worker_id: int, sinks: list[Callable[[KVEvent], None]]) -> None:
-    # SGLang keeps a radix tree; vLLM and TensorRT-LLM a hashed block pool.
-    cache = engine.tree if hasattr(engine, "tree") else engine.pool
-
-    def publish(ev: KVEvent) -> None:
-        stamped = ev.stamped(cache.now, worker_id)
-        for sink in sinks:
-            sink(stamped)
-
-    cache.on_event = publish
-
-
 def _resolve_model(cfg: DeploymentConfig) -> ModelArch:
     try:
         return load_model(cfg.model)
@@ -182,16 +155,6 @@ def _check_layout(cfg: DeploymentConfig, arch: ModelArch) -> None:
         raise ConfigError(f"deployment.ep: {arch.name} is a dense model; expert parallelism needs an MoE model")
 
 
-@dataclass
-class _EnginePlan:
-    """What one engine kind contributes: its memory rule, settings and engine factory."""
-
-    memory: MemoryBudget
-    settings: dict
-    context: int
-    make: Callable[[int, RequestRecorder, EngineLimits], Engine]
-
-
 def default_kv_dtype(engine: str, arch: ModelArch, gpu: GPUSpec) -> str:
     """The KV-cache precision an engine picks when the user leaves it on "auto".
 
@@ -205,104 +168,6 @@ def default_kv_dtype(engine: str, arch: ModelArch, gpu: GPUSpec) -> str:
     return "bf16"
 
 
-#: SGLang caps running requests at this many when speculative decoding is on and
-#: ``--max-running-requests`` is not given (``server_args._handle_speculative_decoding``,
-#: SGLang 0.5.9 and 0.5.10: EAGLE, EAGLE3, NEXTN, STANDALONE and NGRAM alike).
-SGLANG_SPECULATIVE_MAX_RUNNING = 48
-
-
-def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
-                 weight_dtype: str, kv_dtype: str, oracle=None) -> _EnginePlan:
-    from servesim.engines.sglang import SGLangEngine, default_chunked_prefill_size, default_mem_fraction_static
-
-    opt = dep.engine
-    if dep.speculative is not None and opt.max_running_requests is None:
-        opt = opt.model_copy(update={"max_running_requests": SGLANG_SPECULATIVE_MAX_RUNNING})
-    if dep.speculative is not None:
-        # SGLang 0.5.x (server_args) runs EAGLE/MTP without the overlap scheduler unless spec v2 is enabled
-        opt = opt.model_copy(update={"disable_overlap_schedule": True})
-    if arch.index_topk and gpu.vendor == "nvidia" and opt.page_size != 64:
-        # SGLang forces 64-token pages for DeepSeek-sparse-attention models on CUDA (its
-        # server_args model adjustments; ROCm keeps 1), whatever --page-size says.
-        opt = opt.model_copy(update={"page_size": 64})
-    dp = layout.attention_dp
-    gpu_gib = gpu.memory_bytes / 2**30
-    if opt.chunked_prefill_size is None:
-        chunk: int | None = default_chunked_prefill_size(gpu_gib)
-    elif opt.chunked_prefill_size <= 0:
-        chunk = None
-    else:
-        chunk = opt.chunked_prefill_size
-    mem_fraction = opt.mem_fraction_static or default_mem_fraction_static(
-        gpu_gib, chunk or opt.max_prefill_tokens, dep.tp)
-    if dp > 1 and opt.scheduler_recv_interval > 1:
-        raise ConfigError("deployment.engine.scheduler_recv_interval: SGLang supports a receive interval "
-                          f"above 1 only without DP attention (attention_dp is {dp}); set it to 1")
-    if dp > 1:
-        # SGLang with DP attention (server_args._handle_data_parallelism, scheduler): the
-        # chunk size and max_running_requests are totals split over the ranks, and the
-        # schedule is made more conservative; max_prefill_tokens stays per rank.
-        chunk = max(1, chunk // dp) if chunk else chunk
-        update = {"schedule_conservativeness": opt.schedule_conservativeness * 0.3}
-        if opt.max_running_requests is not None:
-            update["max_running_requests"] = max(1, opt.max_running_requests // dp)
-        opt = opt.model_copy(update=update)
-    memory = memory_budget(arch, gpu, layout, kv_dtype, mem_fraction, engine="sglang",
-                           weight_dtype=weight_dtype, max_running_requests=opt.max_running_requests or 256,
-                           max_num_batched_tokens=chunk or opt.max_prefill_tokens)
-    context = opt.context_length or arch.max_position_embeddings
-    settings = {"name": "sglang", "chunked_prefill_size": chunk, "mem_fraction_static": mem_fraction,
-                "max_prefill_tokens": opt.max_prefill_tokens, "page_size": opt.page_size,
-                "schedule_policy": opt.schedule_policy, "context_length": context,
-                "disable_radix_cache": opt.disable_radix_cache,
-                "scheduler_recv_interval": opt.scheduler_recv_interval,
-                "disable_overlap_schedule": opt.disable_overlap_schedule}
-
-    def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
-        eng = SGLangEngine(worker_id, recorder, limits, opt, chunk, oracle=oracle)
-        settings["max_running_requests"] = eng.max_running
-        return eng
-
-    return _EnginePlan(memory, settings, context, make)
-
-
-def _plan_vllm(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
-               weight_dtype: str, kv_dtype: str, oracle=None) -> _EnginePlan:
-    from servesim.engines.vllm import VLLMEngine
-    from servesim.engines.vllm_options import resolve_vllm_options
-
-    opt = resolve_vllm_options(dep.engine, gpu.memory_bytes / 2**30, gpu.name, arch.max_position_embeddings)
-    memory = memory_budget(arch, gpu, layout, kv_dtype, opt.gpu_memory_utilization, engine="vllm",
-                           weight_dtype=weight_dtype, max_running_requests=opt.max_num_seqs,
-                           max_num_batched_tokens=opt.max_num_batched_tokens)
-    settings = opt.model_dump()  # per rank: each DP engine core has its own seats and budget
-
-    def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
-        return VLLMEngine(worker_id, recorder, limits, opt, oracle)
-
-    return _EnginePlan(memory, settings, opt.max_model_len, make)
-
-
-def _plan_trtllm(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: Layout,
-                 weight_dtype: str, kv_dtype: str, oracle=None) -> _EnginePlan:
-    from servesim.engines.trtllm import TRTLLMEngine
-
-    opt = dep.engine
-    memory = memory_budget(arch, gpu, layout, kv_dtype, opt.free_gpu_memory_fraction, engine="trtllm",
-                           weight_dtype=weight_dtype, max_running_requests=min(opt.max_batch_size, 2048),
-                           max_num_batched_tokens=opt.max_num_tokens)
-    context = opt.max_seq_len or arch.max_position_embeddings
-    settings = opt.model_dump() | {"max_seq_len": context}  # per attention-DP rank
-
-    def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
-        return TRTLLMEngine(worker_id, recorder, limits, opt, oracle)
-
-    return _EnginePlan(memory, settings, context, make)
-
-
-ENGINE_PLANNERS = {"sglang": _plan_sglang, "vllm": _plan_vllm, "trtllm": _plan_trtllm}
-
-
 def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deployment:
     """Resolve the deployment section: every error names the config key to change.
 
@@ -312,7 +177,7 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
     if dep.disaggregation is not None:  # prefill and decode pools joined by a KV link
         from servesim.cluster.disagg import build_disaggregated
 
-        return build_disaggregated(cfg, oracle)
+        return build_disaggregated(cfg, build_deployment, oracle)
     arch = _resolve_model(dep)
     gpu = _resolve_gpu(dep)
     _check_layout(dep, arch)
@@ -325,7 +190,8 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
         dep = dep.model_copy(update={"engine": dep.engine.model_copy(
             update={"host_kv_gb": dep.engine.host_kv_gb / dp})})
     try:
-        plan = ENGINE_PLANNERS[dep.engine.name](dep, arch, gpu, layout, weight_dtype, kv_dtype, oracle)
+        facts = PlanInputs(arch, gpu, layout, weight_dtype, kv_dtype, oracle, speculative=dep.speculative is not None)
+        plan = plan_engine(dep.engine, facts)
     except ModelError as exc:
         raise ConfigError(f"deployment: {exc}") from None
     # Attention DP: each rank's engine has one rank's KV pool (engines/attention_dp.py).

@@ -28,17 +28,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from servesim.engines.sglang_options import SGLangOptions
-from servesim.engines.trtllm_options import TRTLLMOptions
-from servesim.engines.vllm_options import VLLMOptions
+from servesim.config.disaggregation import DisaggregationConfig
+from servesim.engines.base import Engine, EngineSnapshot
 from servesim.metrics.recorder import RequestRecorder, Status
+from servesim.perf.plan import PassPlan
 from servesim.sim.events import EventKind
-from servesim.workload.request import Request, sequence_units
+from servesim.workload.request import Request
 
 if TYPE_CHECKING:
     from servesim.cluster.deployment import Deployment
@@ -46,50 +45,18 @@ if TYPE_CHECKING:
     from servesim.config.schema import Config
     from servesim.sim.simulation import Simulation
 
-_PoolEngine = Annotated[Union[SGLangOptions, VLLMOptions, TRTLLMOptions], Field(discriminator="name")]
-
-
-class PoolConfig(BaseModel):
-    """One pool of a disaggregated deployment; unset fields take ``deployment``'s value."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    workers: int = Field(1, ge=1, description="workers in this pool")
-    tp: int | None = Field(None, ge=1, description="tensor-parallel GPUs per worker (None: deployment.tp)")
-    ep: int | None = Field(None, ge=1, description="expert-parallel GPUs per worker (None: deployment.ep)")
-    attention_dp: int | None = Field(None, ge=1, description="attention-DP ranks per worker (None: deployment.attention_dp)")
-    gpu: str | None = Field(None, description="GPU of this pool (None: deployment.gpu)")
-    engine: _PoolEngine | None = Field(None, description="engine options of this pool (None: deployment.engine)")
-
-    @field_validator("engine", mode="before")
-    @classmethod
-    def _engine_shorthand(cls, v: Any) -> Any:
-        return {"name": v} if isinstance(v, str) else v
-
-
-class DisaggregationConfig(BaseModel):
-    """``deployment.disaggregation``: the two pools and the KV link between them."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    prefill: PoolConfig = Field(default_factory=PoolConfig)
-    decode: PoolConfig = Field(default_factory=PoolConfig)
-    link_gbs: float = Field(50.0, gt=0, description="GB/s from one prefill worker to one decode worker "
-                                                    "(e.g. 400 Gb/s RDMA = 50 GB/s)")
-    link_latency_us: float = Field(20.0, ge=0, description="fixed latency per transfer, microseconds")
-    decode_router: Literal["least_loaded", "round_robin", "kv_aware"] = Field(
-        "least_loaded", description="how a prefilled request picks its decode worker")
-
 
 # -- engines ----------------------------------------------------------------------------
 class PrefillOnlyEngine:
     """A prefill worker's engine: each request runs as if it wanted one output token.
 
-    Everything but :meth:`add_request` is the wrapped engine's.
+    Everything but :meth:`add_request` is the wrapped engine's: the engine interface
+    (engines/base.py) is passed through method by method.
     """
 
-    def __init__(self, inner) -> None:
-        self.__dict__["inner"] = inner
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.name = inner.name
 
     def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
         self.inner.add_request(req.replace(output_length=1), now)
@@ -102,41 +69,111 @@ class PrefillOnlyEngine:
     def terminated(self, value: list) -> None:
         self.inner.terminated = value
 
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
+    @property
+    def spec(self):
+        return self.inner.spec
+
+    def has_work(self) -> bool:
+        return self.inner.has_work()
+
+    def schedule(self, now: float) -> PassPlan | None:
+        return self.inner.schedule(now)
+
+    def complete(self, plan: PassPlan, end: float) -> None:
+        self.inner.complete(plan, end)
+
+    def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
+        self.inner.complete_stretch(plan, ends)
+
+    def decode_stretch_limit(self) -> int:
+        return self.inner.decode_stretch_limit()
+
+    def snapshot(self) -> EngineSnapshot:
+        return self.inner.snapshot()
+
+    def abort_all(self, now: float, reason: str) -> None:
+        self.inner.abort_all(now, reason)
+
+    def check_invariants(self) -> None:
+        self.inner.check_invariants()
+
+    def wants_shared_block_ids(self) -> bool:
+        return self.inner.wants_shared_block_ids()
+
+    def use_shared_block_ids(self, shared) -> None:
+        self.inner.use_shared_block_ids(shared)
+
+    def kv_cache(self):
+        return self.inner.kv_cache()
+
+    def engine_ranks(self) -> list:
+        return self.inner.engine_ranks()
+
+    def kv_block_size(self) -> int | None:
+        return self.inner.kv_block_size()
+
+    def held_prefix_tokens(self, req: Request) -> int:
+        return self.inner.held_prefix_tokens(req)
+
+    def transfers_waiting(self) -> int:
+        return self.inner.transfers_waiting()
+
+    def queue_counts(self) -> tuple[int, int]:
+        return self.inner.queue_counts()
 
 
 def held_prefix_tokens(engine, req: Request) -> int:
     """Prompt tokens ``engine`` already holds in its prefix cache (at least one is always sent)."""
-    n = req.input_length - 1
-    if n <= 0:
-        return 0
-    ranks = getattr(engine, "ranks", None)
-    if ranks is not None:  # attention DP: the rank the placement rule would pick now
-        engine = ranks[engine.rank_for(req)]
-    tree = getattr(engine, "tree", None)
-    if tree is not None:  # SGLang's radix cache
-        return int(tree.match_prefix(sequence_units(req, n)).tokens)
-    pool = getattr(engine, "pool", None)
-    enabled = getattr(engine, "caching", getattr(engine, "reuse", False))
-    if pool is None or not enabled:
-        return 0
-    from servesim.engines.vllm import extend_block_hashes
-
-    bs = engine.bs
-    cap = n // bs
-    if cap <= 0:
-        return 0
-    hashes = extend_block_hashes(req, [], [], cap, bs)
-    return int(pool.find_cached_prefix(hashes[:cap])) * bs
+    return engine.held_prefix_tokens(req)
 
 
 # -- recorders --------------------------------------------------------------------------
-class _PrefillRecorder:
-    """What prefill engines report: a finished one-token request is a handoff, not an end."""
+class _RecorderRelay:
+    """Passes what an engine reports to the run's recorder; the pools' recorders below
+    change some of it.  Every method an engine or worker calls is listed here."""
 
     def __init__(self, rec: RequestRecorder) -> None:
         self.rec = rec
+
+    def register(self, *args, **kwargs):
+        return self.rec.register(*args, **kwargs)
+
+    def extra(self, name: str, dtype=np.float64, fill=np.nan) -> np.ndarray:
+        return self.rec.extra(name, dtype, fill)
+
+    def column(self, name: str) -> np.ndarray:
+        return self.rec.column(name)
+
+    def arrived(self, index: int, t: float) -> None:
+        self.rec.arrived(index, t)
+
+    def assigned(self, index: int, worker: int) -> None:
+        self.rec.assigned(index, worker)
+
+    def scheduled(self, index: int, t: float, cached_tokens: int, host_cached_tokens: int = 0) -> None:
+        self.rec.scheduled(index, t, cached_tokens, host_cached_tokens)
+
+    def retracted(self, index: int) -> None:
+        self.rec.retracted(index)
+
+    def emit(self, idx: np.ndarray, t: float, tokens_each=1) -> None:
+        self.rec.emit(idx, t, tokens_each)
+
+    def emit_stretch(self, idx: np.ndarray, pass_ends: np.ndarray) -> None:
+        self.rec.emit_stretch(idx, pass_ends)
+
+    def finished(self, index: int, t: float, status: Status, reason: str = "") -> None:
+        self.rec.finished(index, t, status, reason)
+
+    def close_unfinished(self, t: float, reason: str, not_arrived: str | None = None) -> int:
+        return self.rec.close_unfinished(t, reason, not_arrived)
+
+
+class _PrefillRecorder(_RecorderRelay):
+    """What prefill engines report: a finished one-token request is a handoff, not an end."""
+
+    def __init__(self, rec: RequestRecorder) -> None:
+        super().__init__(rec)
         self.prefilled: set[int] = set()
 
     def scheduled(self, index: int, t: float, cached_tokens: int, host_cached_tokens: int = 0) -> None:
@@ -157,15 +194,12 @@ class _PrefillRecorder:
         else:
             self.rec.finished(index, t, status, reason)
 
-    def __getattr__(self, name: str):
-        return getattr(self.rec, name)
 
-
-class _DecodeRecorder:
+class _DecodeRecorder(_RecorderRelay):
     """What decode engines report; the first emission of a handed-off request is its decode start."""
 
     def __init__(self, rec: RequestRecorder) -> None:
-        self.rec = rec
+        super().__init__(rec)
         self.awaiting = 0  # handed-off requests not yet admitted by their decode engine
 
     def emit(self, idx: np.ndarray, t: float, tokens_each=1) -> None:
@@ -176,9 +210,6 @@ class _DecodeRecorder:
                 col[fresh] = t
                 self.awaiting -= int(fresh.size)
         self.rec.emit(idx, t, tokens_each)
-
-    def __getattr__(self, name: str):
-        return getattr(self.rec, name)
 
 
 # -- the handoff ------------------------------------------------------------------------
@@ -277,7 +308,7 @@ class DisaggCoordinator:
     def _load(self, d: int) -> int:
         eng = self.decode[d].engine
         snap = eng.snapshot()
-        return snap.running + snap.waiting + len(getattr(eng, "ready", ())) + self.in_flight[d]
+        return snap.running + snap.waiting + eng.transfers_waiting() + self.in_flight[d]
 
     def _choose(self, req: Request) -> int:
         n = len(self.decode)
@@ -305,13 +336,12 @@ class PrefillPoolRouter:
         self.inner = inner
         self.n = n_prefill
         self.coordinator = coordinator
+        #: The inner router's (cluster/routers.py:Router.reads_state).
+        self.reads_state = inner.reads_state
 
     def choose(self, req: Request, workers: Sequence["Worker"], now: float) -> int:
         self.coordinator.remember(req)
         return self.inner.choose(req, workers[: self.n], now)
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
 
 
 # -- the deployment -----------------------------------------------------------------------
@@ -340,33 +370,23 @@ class DisaggDeployment:
 
     def make_workers(self, recorder: RequestRecorder, fast_forward: bool = True,
                      kv_event_log: Callable | None = None) -> list:
-        from servesim.cluster.deployment import _publish_kv_events
-        from servesim.cluster.kv_index import KVIndex
+        from servesim.cluster.kv_publish import kv_index_for, wire_kv_events
         from servesim.cluster.worker import Worker
 
         c = self.cfg
-        needs_index = c.router == "kv_aware" or c.router_options.get("fallback") == "kv_aware"
-        self.kv_index = KVIndex(c.kv_event_delay_s) if needs_index else None
+        self.kv_index = kv_index_for(c.router, c.router_options, c.kv_event_delay_s)
         prec, drec = _PrefillRecorder(recorder), _DecodeRecorder(recorder)
         prefill, decode = [], []
         for i in range(self.prefill.cfg.workers):
             eng = self.prefill.engine_factory(i, prec)
-            sinks = []
-            if self.kv_index is not None:
-                self.kv_index.hash_block_size = getattr(eng, "bs", self.kv_index.hash_block_size)
-                sinks.append(self.kv_index.sink(i))
-            if kv_event_log is not None:
-                sinks.append(kv_event_log)
-            if sinks:
-                _publish_kv_events(eng, i, sinks)
+            wire_kv_events(eng, i, self.kv_index, kv_event_log)
             prefill.append(Worker(i, PrefillOnlyEngine(eng), self.prefill.step_time,
                                   self.prefill.gpus_per_worker, fast_forward))
         base = len(prefill)
         for j in range(self.decode.cfg.workers):
             wid = base + j
             eng = self.decode.engine_factory(wid, drec)
-            if kv_event_log is not None:
-                _publish_kv_events(eng, wid, [kv_event_log])
+            wire_kv_events(eng, wid, None, kv_event_log)  # routers index the prefill pool only
             worker = Worker(wid, eng, self.decode.step_time, self.decode.gpus_per_worker, fast_forward)
             worker.settle_on_input = self.dis.decode_router == "kv_aware"  # the hand-off reads its cache
             decode.append(worker)
@@ -399,17 +419,28 @@ class DisaggDeployment:
             "decode": self.decode.describe(),
         }
 
-    def __getattr__(self, name: str):
-        # Anything else (arch, gpu, perf, memory, ...) is the prefill pool's.
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.prefill, name)
+    # What a Deployment offers besides the above is the prefill pool's (both pools serve the
+    # same model; the summary and prediction.json describe the run by its first pool).
+    arch = property(lambda self: self.prefill.arch)
+    gpu = property(lambda self: self.prefill.gpu)
+    weight_dtype = property(lambda self: self.prefill.weight_dtype)
+    kv_dtype = property(lambda self: self.prefill.kv_dtype)
+    memory = property(lambda self: self.prefill.memory)
+    step_time = property(lambda self: self.prefill.step_time)
+    engine_factory = property(lambda self: self.prefill.engine_factory)
+    engine_settings = property(lambda self: self.prefill.engine_settings)
+    perf = property(lambda self: self.prefill.perf)
+    oracle = property(lambda self: self.prefill.oracle)
+    gpus_per_worker = property(lambda self: self.prefill.gpus_per_worker)
+    kv_capacity_tokens = property(lambda self: self.prefill.kv_capacity_tokens)
+    frontend_params = property(lambda self: self.prefill.frontend_params)
 
 
-def build_disaggregated(cfg: "Config", oracle=None) -> DisaggDeployment:
-    """Resolve both pools as ordinary deployments (each with its own layout and engine)."""
-    from servesim.cluster.deployment import build_deployment
-
+def build_disaggregated(cfg: "Config", build_deployment: Callable[..., "Deployment"],
+                        oracle=None) -> DisaggDeployment:
+    """Resolve both pools as ordinary deployments (each with its own layout and engine), with
+    ``build_deployment`` (cluster/deployment.py's, passed in so that this module does not
+    import that one, which imports this one)."""
     dep = cfg.deployment
     dis = dep.disaggregation
     assert dis is not None

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from servesim.cluster.disagg import DisaggregationConfig
-from servesim.engines.sglang_options import SGLangOptions
+from servesim.config.disaggregation import DisaggregationConfig
+from servesim.engines.sglang.options import SGLangOptions
 from servesim.engines.speculative import SpeculativeConfig
-from servesim.engines.trtllm_options import TRTLLMOptions
-from servesim.engines.vllm_options import VLLMOptions
+from servesim.engines.trtllm.options import TRTLLMOptions
+from servesim.engines.vllm.options import VLLMOptions
 from servesim.perf.config import AnalyticPerfConfig, PerfConfig
 from servesim.plan.cost import CostConfig
 from servesim.plan.slo import SLOConfig

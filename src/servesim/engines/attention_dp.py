@@ -71,20 +71,12 @@ RANK_COLUMN = "dp_rank"
 # -- per-rank load counts ------------------------------------------------------------------
 def queue_counts(engine: Engine) -> tuple[int, int]:
     """(waiting, running) requests of one rank, as the engines' load reports count them."""
-    ready = len(getattr(engine, "ready", ()))
-    if hasattr(engine, "active"):  # TensorRT-LLM: active requests, started or not
-        active = engine.active
-        running = sum(1 for tr in active if tr.blocks)
-        return len(active) - running + ready, running
-    waiting = len(engine.waiting) + ready
-    if getattr(engine, "chunked", None) is not None:
-        waiting += 1
-    return waiting, len(engine.running)
+    return engine.queue_counts()
 
 
 def active_prompt_tokens(engine: Engine) -> tuple[int, int]:
     """(prompt tokens, requests) a TensorRT-LLM rank holds: its active and arrived requests."""
-    reqs = list(getattr(engine, "active", ())) + list(getattr(engine, "ready", ()))
+    reqs = list(engine.active) + list(engine.ready)
     return sum(tr.req.input_length for tr in reqs), len(reqs)
 
 
@@ -349,17 +341,25 @@ class AttentionDPEngine(Engine):
         for e in self.ranks:
             e.spec = decoder
 
-    @property
-    def ready(self) -> list:
-        """Disaggregated decode: transferred requests awaiting admission on any rank."""
-        out: list = []
-        for e in self.ranks:
-            out.extend(getattr(e, "ready", ()))
-        return out
+    # -- the engine interface's KV and queue questions (engines/base.py) ----------------------
+    def kv_cache(self):
+        raise NotImplementedError("an attention-DP engine has one KV cache per rank: see engine_ranks()")
 
-    @property
-    def bs(self) -> int | None:
-        return getattr(self.ranks[0], "bs", None)
+    def engine_ranks(self) -> list:
+        return list(self.ranks)
+
+    def kv_block_size(self) -> int | None:
+        return self.ranks[0].kv_block_size()
+
+    def held_prefix_tokens(self, req: Request) -> int:
+        """What the rank the placement rule would pick now holds."""
+        if req.input_length - 1 <= 0:
+            return 0
+        return self.ranks[self.rank_for(req)].held_prefix_tokens(req)
+
+    def transfers_waiting(self) -> int:
+        """Disaggregated decode: transferred requests awaiting admission on any rank."""
+        return sum(e.transfers_waiting() for e in self.ranks)
 
     # -- the loop's verbs ----------------------------------------------------------------------
     def rank_for(self, req: Request) -> int:
@@ -383,7 +383,7 @@ class AttentionDPEngine(Engine):
         if all(p is None for p in plans) and any(getattr(e, "lag", None) is not None and (e.inbox or e.ready)
                                                   for e in self.ranks):
             # SGLang's overlap loop: no rank chose a batch from what it had pulled, so no pass runs
-            # and every rank spins to a pull that sees every arrival (engines/sglang_overlap.py)
+            # and every rank spins to a pull that sees every arrival (engines/sglang/overlap.py)
             plans = tuple(e.schedule(now) for e in self.ranks)
         self._plans = plans
         if all(p is None for p in plans):
@@ -457,7 +457,7 @@ class AttentionDPEngine(Engine):
         only while every rank has a context (gathering), so that case goes pass by pass.
         """
         all_room, all_ctx, _ = self._facts
-        if all_room and all_ctx and any(not e.chunking and e.reuse for e in self.ranks):
+        if all_room and all_ctx and any(not e.chunking and e.caching for e in self.ranks):
             return 1
         return max(self.balance.held_passes(all_room, all_ctx), 1)
 
@@ -474,6 +474,4 @@ class AttentionDPEngine(Engine):
     def check_invariants(self) -> None:
         """Every rank's own KV conservation (each request lives on exactly one rank by construction)."""
         for e in self.ranks:
-            check = getattr(e, "check_invariants", None)
-            if check is not None:
-                check()
+            e.check_invariants()

@@ -94,8 +94,46 @@ class Engine:
         """Current queue and cache state."""
         raise NotImplementedError
 
+    def complete_stretch(self, plan: PassPlan, ends) -> None:
+        """Commit ``len(ends)`` identical decode passes at once, the first being ``plan``
+        (``ends``: each pass's end time).  Called only after :meth:`decode_stretch_limit`
+        promised that many; must equal committing them one by one."""
+        raise NotImplementedError(f"{type(self).__name__} allows no decode stretch above 1 pass")
+
+    def check_invariants(self) -> None:
+        """Assert KV conservation and the engine's own guarantees (tests call it after passes)."""
+
     def abort_all(self, now: float, reason: str) -> None:
         """End of simulation: requests still here become unfinished (the recorder does it)."""
+
+    # -- what workers, routers, disaggregation and attention DP read -------------------------
+    def kv_cache(self):
+        """The KV cache that publishes this engine's KV events (its ``on_event`` sink and
+        ``now`` clock): SGLang's radix cache, or the block pool of vLLM and TensorRT-LLM."""
+        raise NotImplementedError
+
+    def engine_ranks(self) -> list:
+        """The engines that own a KV cache: this one, or each attention-DP rank."""
+        return [self]
+
+    def kv_block_size(self) -> int | None:
+        """Tokens per hashed KV block, for a KV index of block hashes; None when the cache
+        publishes token ranges (a radix cache), so that the index keeps its own size."""
+        return None
+
+    def held_prefix_tokens(self, req: Request) -> int:
+        """Prompt tokens of ``req`` this engine already holds in its prefix cache (at most
+        ``input_length - 1``: at least one token is always computed or sent)."""
+        return 0
+
+    def transfers_waiting(self) -> int:
+        """Disaggregated decode: requests whose KV arrived and that await admission."""
+        return 0
+
+    def queue_counts(self) -> tuple[int, int]:
+        """(waiting, running) requests, as the engine's load reports count them."""
+        snap = self.snapshot()
+        return snap.waiting, snap.running
 
     # -- what the workload shares ---------------------------------------------------------
     def wants_shared_block_ids(self) -> bool:

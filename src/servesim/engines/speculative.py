@@ -177,7 +177,7 @@ def wrap_step_time(model: StepTimeModel, cfg: SpeculativeConfig | None) -> StepT
 
 def attach_speculative(engine, cfg: SpeculativeConfig, seed: int, worker_id: int) -> None:
     """Give ``engine`` its draft sampler; engines that do not model speculation refuse."""
-    if not getattr(engine, "supports_speculative", False):
+    if not engine.supports_speculative:
         from servesim.errors import ConfigError
 
         raise ConfigError(f"deployment.speculative: not modelled for engine {engine.name!r} yet "

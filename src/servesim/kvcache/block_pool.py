@@ -1,5 +1,9 @@
 """vLLM / TensorRT-LLM-style pool of fixed-size KV blocks with hash-based prefix caching.
 
+(Longer than 600 lines because the pool is one data structure, with its free queue and
+hash map, whose invariants are checked together; the compiled pool in ``_lru_core.pyx``
+mirrors it method by method.)
+
 Models vLLM v1's ``BlockPool`` (vllm/v1/core/block_pool.py): ``num_blocks`` blocks of
 ``block_size`` tokens, reference counted; a full block can be *cached* under the chained
 hash of its prefix (:mod:`servesim.kvcache.hashing`) so later requests with the same

@@ -258,9 +258,9 @@ def _engine_fields(name: str) -> set[str] | None:
     """The option names an engine's options class accepts (None: engine not in this build)."""
     import importlib
 
-    mod, cls = {"sglang": ("servesim.engines.sglang_options", "SGLangOptions"),
-                "vllm": ("servesim.engines.vllm_options", "VLLMOptions"),
-                "trtllm": ("servesim.engines.trtllm_options", "TRTLLMOptions")}[name]
+    mod, cls = {"sglang": ("servesim.engines.sglang.options", "SGLangOptions"),
+                "vllm": ("servesim.engines.vllm.options", "VLLMOptions"),
+                "trtllm": ("servesim.engines.trtllm.options", "TRTLLMOptions")}[name]
     try:
         klass = getattr(importlib.import_module(mod), cls)
     except (ImportError, AttributeError):
@@ -318,9 +318,9 @@ def _prefix_cache_on(engine: dict[str, Any]) -> None:
 def prefix_caching(engine: dict[str, Any]) -> bool:
     """Whether a point's engine section leaves a prefix cache on; an unset flag takes the default
     of servesim's engine options (the engines' own defaults)."""
-    from servesim.engines.sglang_options import SGLangOptions
-    from servesim.engines.trtllm_options import TRTLLMOptions
-    from servesim.engines.vllm_options import VLLMOptions
+    from servesim.engines.sglang.options import SGLangOptions
+    from servesim.engines.trtllm.options import TRTLLMOptions
+    from servesim.engines.vllm.options import VLLMOptions
 
     name = engine["name"]
     if name not in PREFIX_CACHE_FLAGS:

@@ -1,0 +1,20 @@
+"""The one list of servesim's compiled parts: ``setup.py`` builds these, ``compiled.py`` loads them.
+
+Plain data with no imports, so that ``setup.py`` can read it without importing servesim.
+
+* :data:`CORES`: Cython modules (``.pyx``) that replace a Python reference kept beside them
+  (docs/architecture.md says which); the Python version is chosen with
+  ``servesim.compiled.compiled_module`` when the object that uses it is built.
+* :data:`FROM_SOURCE`: modules compiled from their own ``.py``, typed by the ``.pxd`` beside
+  it; the extension shadows the source on import.
+"""
+
+CORES = ("engines._decode_core", "engines._sglang_batch_core", "kvcache._lazy_heap",
+         "kvcache._lru_core", "kvcache._segments_core", "metrics._emit_core",
+         "perf._stretch_core", "sim._event_core", "workload._units_core")
+
+FROM_SOURCE = ("cluster.worker", "engines.base", "engines.blockkv.manager", "engines.sglang.scheduler",
+               "engines.trtllm.scheduler", "engines.vllm.scheduler", "kvcache.block_owner", "kvcache.hashing",
+               "kvcache.lru_pool", "kvcache.radix_cache", "kvcache.token_pool", "metrics.recorder",
+               "perf.analytic", "perf.frontend", "perf.plan", "sim.simulation", "workload.request",
+               "workload.synthetic")

@@ -1,0 +1,2 @@
+"""The block-KV manager shared by the vLLM and TensorRT-LLM engines (``manager.py``) and the
+per-pass block arithmetic of their decode stretches (``arithmetic.py``)."""

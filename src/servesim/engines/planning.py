@@ -1,0 +1,49 @@
+"""What an engine's planner is given and gives back.
+
+A planner turns one engine's options and the deployment's resolved facts (model, GPU,
+parallel layout, precisions) into an :class:`EnginePlan`: the memory budget the engine
+leaves for KV, the settings it resolved (shown in prediction.json), its context length and
+a factory for its per-worker engines.  Planners live with their engines
+(``engines/vllm/planner.py``, ``engines/trtllm/planner.py``); ``cluster/deployment.py``
+picks one by the engine's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from servesim.engines.base import Engine, EngineLimits
+from servesim.hardware.gpu import GPUSpec
+from servesim.metrics.recorder import RequestRecorder
+from servesim.models.arch import ModelArch
+from servesim.perf.memory import Layout, MemoryBudget
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """The deployment's facts a planner needs besides its engine's options."""
+
+    arch: ModelArch
+    gpu: GPUSpec
+    layout: Layout
+    weight_dtype: str
+    kv_dtype: str
+    #: Future block uses for the belady eviction policy (None for other policies).
+    oracle: object = None
+    #: Whether speculative decoding is configured (some engines change defaults for it).
+    speculative: bool = False
+
+    @property
+    def gpu_gib(self) -> float:
+        return self.gpu.memory_bytes / 2**30
+
+
+@dataclass
+class EnginePlan:
+    """What one engine kind contributes: its memory rule, settings and engine factory."""
+
+    memory: MemoryBudget
+    settings: dict
+    context: int
+    make: Callable[[int, RequestRecorder, EngineLimits], Engine]

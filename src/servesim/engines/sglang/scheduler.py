@@ -1,0 +1,909 @@
+"""SGLang's scheduler and radix cache, as a model.
+
+Follows SGLang 0.5.6 (``managers/scheduler.py``, ``managers/schedule_policy.py``,
+``managers/schedule_batch.py``, ``mem_cache/radix_cache.py``); docs/engines.md lists what
+is modelled and what is left out.  In short:
+
+* The waiting queue is FCFS, or longest-prefix-match when it holds at most 128 requests.
+* Admission (SGLang's ``PrefillAdder``) takes requests in order while the token budget
+  allows: free plus evictable KV, minus a reserve for the running requests' remaining
+  output (capped at 4096 each) scaled by ``new_token_ratio``, minus what this pass
+  already admitted (new requests are charged their full remaining output).  The first
+  request that does not fit stops admission (head-of-line).  ``max_prefill_tokens`` caps a
+  pass's new tokens except for its first request; a prompt above the chunk budget is
+  split, at most one request is chunked at a time, and its next chunk goes first.
+* A pass that admits any prefill runs prefill only (``enable_mixed_chunk`` off, the
+  default); otherwise every running request decodes one token.
+* ``new_token_ratio`` starts at ``0.7 x schedule_conservativeness``, falls by
+  ``(init - 0.14 init) / 600`` each decode pass, resets when the worker idles and is
+  recomputed after a retraction.
+* When a decode pass cannot get KV even after evicting cache, the request with the
+  fewest generated tokens (ties: the longest prompt) is retracted: its KV is freed, it
+  goes to the back of the queue and later recomputes prompt and output.
+* A finished request's prompt and output stay in the radix tree as evictable cache; a
+  prompt is inserted as soon as its prefill ends so later requests can share it.
+* The overlap scheduler (SGLang's default) decides each pass while the previous one runs:
+  arrivals are pulled one pass later, and a running batch whose requests all finished
+  decodes once more (engines/sglang/overlap.py).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+
+import numpy as np
+
+from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
+from servesim.engines.host import host_link
+from servesim.engines.sglang.batch import NO_LIMIT, new_running_batch
+from servesim.engines.sglang.options import SGLangOptions
+from servesim.engines.sglang.overlap import OverlapLag
+from servesim.engines.sglang.recv_interval import RecvSkipper
+from servesim.errors import ConfigError
+from servesim.kvcache.host_tier import HostRadix
+from servesim.kvcache.radix_cache import MatchResult, RadixCache
+from servesim.metrics.recorder import RequestRecorder, Status
+from servesim.perf.plan import PassPlan
+from servesim.workload.request import Request, sequence_segments, sequence_units
+
+CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+NEW_TOKEN_RATIO_DECAY_STEPS = 600
+RETRACT_DECODE_STEPS = 20
+LPM_FALLBACK_QUEUE_LEN = 128
+
+
+class SGReq:
+    """Engine-side state of one request.
+
+    A plain class, not a dataclass: engines/sglang.pxd types its fields when the module is
+    compiled.
+    """
+
+    __slots__ = ("req", "max_new", "generated", "computed", "prefix", "node", "alloc", "fill", "extend",
+                 "host_hit", "admitted_once")
+
+    def __init__(self, req: Request, max_new: int, fill: int = 0) -> None:
+        self.req = req
+        self.max_new = max_new
+        self.generated = 0
+        #: Tokens whose KV exists (prompt, then all generated tokens but the last sampled one).
+        self.computed = 0
+        #: Page-aligned tokens held in the radix tree and locked by this request.
+        self.prefix = 0
+        self.node: object = None
+        #: KV tokens allocated privately (outside the tree), page rounded.
+        self.alloc = 0
+        #: Tokens to compute before the next token can be sampled (prompt + generated).
+        self.fill = fill
+        #: Tokens being computed in the pass in flight.
+        self.extend = 0
+        #: Tokens loaded from the host tier when this round was admitted (recorded, then reset).
+        self.host_hit = 0
+        self.admitted_once = False
+
+    def __repr__(self) -> str:
+        return (f"SGReq(index={self.req.index}, max_new={self.max_new}, generated={self.generated}, "
+                f"computed={self.computed}, prefix={self.prefix}, alloc={self.alloc}, fill={self.fill})")
+
+    @property
+    def remaining_new(self) -> int:
+        return max(self.max_new - self.generated, 0)
+
+
+class _PrefillBatch:
+    """A prefill pass: its requests, and the one whose prompt it only partly computes (if any).
+
+    (Plain classes here and below, not dataclasses: engines/sglang.pxd types them.)
+    """
+
+    __slots__ = ("reqs", "chunked")
+
+    def __init__(self, reqs: list[SGReq], chunked: SGReq | None) -> None:
+        self.reqs = reqs
+        self.chunked = chunked
+
+
+class _DecodeBatch:
+    """A decode pass: the first ``n`` running requests (the whole running batch)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+class _GhostBatch:
+    """The overlap scheduler's decode of ``n`` requests that had already finished (emits nothing)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def default_chunked_prefill_size(gpu_memory_gib: float) -> int:
+    """SGLang's choice of ``chunked_prefill_size`` from the GPU's memory (server_args.py)."""
+    mib = gpu_memory_gib * 1024
+    if mib < 35 * 1024:
+        return 2048
+    if mib < 60 * 1024:
+        return 4096
+    if mib < 160 * 1024:
+        return 8192
+    return 16384
+
+
+def default_mem_fraction_static(gpu_memory_gib: float, chunked_prefill_size: int, tp: int,
+                                cuda_graph_max_bs: int | None = None) -> float:
+    """SGLang's default ``mem_fraction_static``: leave a reserve for activations and graphs."""
+    mib = gpu_memory_gib * 1024
+    if cuda_graph_max_bs is None:
+        cuda_graph_max_bs = 512 if mib >= 160 * 1024 else (256 if tp < 4 else 512)
+    reserved = 512 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2 + tp / 8 * 1024
+    if mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mib - reserved) / mib, 3)
+
+
+class SGLangEngine(Engine):
+    """One SGLang worker (one tensor-parallel group)."""
+
+    name = "sglang"
+    supports_speculative = True
+
+    def __init__(self, worker_id: int, recorder: RequestRecorder, limits: EngineLimits,
+                 options: SGLangOptions, chunked_prefill_size: int | None,
+                 oracle=None) -> None:
+        super().__init__(worker_id, recorder, limits)
+        self.opt = options
+        self.page = options.page_size
+        cap = (limits.kv_capacity_tokens // self.page) * self.page
+        self.capacity = cap
+        self.tree = RadixCache(cap, page_size=self.page, disable=options.disable_radix_cache,
+                               policy=options.eviction_policy, oracle=oracle)
+        self.pool = self.tree.pool
+        #: Host tier (HiCache): evicted radix paths go to a host radix tree; None when off.
+        self.hostlink = host_link("sglang", options.host_kv_gb, options.host_link_gbs,
+                                  options.host_load_overlap, limits, granule=self.page)
+        self.host: HostRadix | None = None
+        if self.hostlink is not None:
+            if options.disable_radix_cache:
+                raise ConfigError("deployment.engine.host_kv_gb: a host KV tier needs the radix cache; "
+                                  "disable_radix_cache is true")
+            self.host = HostRadix(self.hostlink.capacity_tokens, self.page, on_event=self._host_event)
+            self.tree.on_evict = self._write_to_host
+        self.host_loaded_tokens = 0
+        self.chunk_size = chunked_prefill_size  # None: chunking disabled
+        ctx = options.context_length or limits.context_length
+        self.max_req_len = min(ctx - 1, cap - 1)
+        self.max_req_input_len = self.max_req_len - 5
+        if options.max_running_requests is not None:
+            self.max_running = options.max_running_requests
+        else:
+            pool = min(max(int(cap / ctx * 512), 2048), 4096)
+            self.max_running = max(1, min(cap // 2, pool))
+        self.init_ratio = min(INIT_NEW_TOKEN_RATIO * options.schedule_conservativeness, 1.0)
+        self.min_ratio = min(self.init_ratio * MIN_NEW_TOKEN_RATIO_FACTOR, self.init_ratio)
+        self.ratio_decay = (self.init_ratio - self.min_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self.new_token_ratio = self.init_ratio
+        self.waiting: list[SGReq] = []
+        #: The running batch, in admission order.  While a request runs, its progress lives
+        #: in ``batch``'s columns (position ``i`` is ``running[i]``), not in its ``SGReq``, so
+        #: a decode pass touches no Python object per request; the object's
+        #: ``computed``/``generated``/``alloc`` are written back when it leaves the batch.
+        #: Between passes a running request holds ``alloc == ceil_page(computed) - prefix``
+        #: private tokens (``ceil_page(computed + 1) - prefix`` while a decode pass is in flight).
+        self.batch = new_running_batch()
+        self.running: list[SGReq] = self.batch.reqs  # changed in place only
+        #: min(max_new - generated) over the running batch (a large number when it is empty).
+        self._left_min = NO_LIMIT
+        self._decode_in_flight = False
+        self.chunked: SGReq | None = None
+        self.batch_is_full = False
+        self.retractions = 0
+        #: Requests of the prefill pass in flight (not yet running, not waiting).
+        self.prefilling: list[SGReq] = []
+        #: Disaggregated decode: requests whose prompt KV arrived, awaiting admission.
+        self.ready: list[SGReq] = []
+        #: When each request of ``ready`` arrived; the overlap loop admits those that arrived by
+        #: ``_cutoff`` (the arrival time its current choice of pass sees: engines/sglang/overlap.py).
+        self.ready_at: list[float] = []
+        self._cutoff = 0.0
+        #: ``scheduler_recv_interval`` > 1: arrived requests the scheduler has not pulled yet.
+        self.recv = RecvSkipper(options.scheduler_recv_interval) if options.scheduler_recv_interval > 1 else None
+        self.inbox: list[SGReq] = []
+        #: When each request of ``inbox`` reached the scheduler's socket.
+        self.inbox_at: list[float] = []
+        #: The overlap event loop's view (None: SGLang's normal loop, ``disable_overlap_schedule``).
+        self.lag = None if options.disable_overlap_schedule else OverlapLag()
+        #: The kind of pass the last schedule() returned (True decode, False prefill, None none).
+        self._last_decoded: bool | None = None
+
+    # -- host tier ----------------------------------------------------------------------
+    def _write_to_host(self, segs: list) -> None:
+        """The GPU tree evicts a leaf: its path is written back to host memory."""
+        self.host.store(segs, self.tree.now)
+
+    def _host_event(self, event) -> None:
+        """Host-tier events go wherever the GPU tree's events go (tier "host")."""
+        sink = self.tree.on_event
+        if sink is not None:
+            sink(event)
+
+    def _host_match(self, sr: SGReq, matched: int) -> int:
+        """Tokens beyond the GPU match ``matched`` that the host holds (page aligned)."""
+        on_host = self.host.match(sequence_units(sr.req, sr.fill - 1), None, self.tree.now)
+        return max(on_host - matched, 0)
+
+    # -- pool ---------------------------------------------------------------------------
+    def _ceil_page(self, n: int) -> int:
+        p = self.page
+        return -(-n // p) * p
+
+    def _floor_page(self, n: int) -> int:
+        return (n // self.page) * self.page
+
+    @property
+    def free(self) -> int:
+        return self.pool.free_tokens
+
+    def _evict_to(self, n: int) -> None:
+        """Evict unlocked cache until ``n`` tokens are free (or nothing is left to evict)."""
+        if self.pool.free_tokens < n:
+            self.tree.evict(n - self.pool.free_tokens)
+
+    def _grow(self, sr: SGReq, new_computed: int) -> bool:
+        """Allocate private KV so that ``new_computed`` tokens fit."""
+        need = self._ceil_page(new_computed) - sr.prefix - sr.alloc
+        if need > 0:
+            if not self.tree.alloc(need):
+                return False
+            sr.alloc += need
+        return True
+
+    @property
+    def evictable(self) -> int:
+        return self.tree.evictable_size
+
+    # -- the running batch as columns ------------------------------------------------------
+    def _run_append(self, sr: SGReq) -> None:
+        self.batch.append(sr)
+        left = sr.max_new - sr.generated
+        if left < self._left_min:
+            self._left_min = left
+
+    def _run_rebuild(self, reqs: list[SGReq]) -> None:
+        """Replace the running batch by ``reqs`` (objects up to date)."""
+        self.batch.clear()
+        self._left_min = NO_LIMIT
+        for sr in reqs:
+            self._run_append(sr)
+
+    def _run_left_min(self) -> None:
+        self._left_min = self.batch.left_min()
+
+    # -- arrivals -------------------------------------------------------------------------
+    def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
+        if req.input_length >= self.max_req_input_len:
+            # One reason per cause (not per length), so the summary can count them.
+            self._reject(req, now, f"prompt exceeds the maximum input length ({self.max_req_input_len} tokens)")
+            return
+        max_new = min(req.output_length, self.max_req_len - req.input_length - 1)
+        sr = SGReq(req=req, max_new=max(1, max_new), fill=req.input_length)
+        if kv_ready:  # disaggregated decode: admitted by _admit_ready, no prefill pass
+            self.ready.append(sr)
+            self.ready_at.append(now)
+            return
+        if self.recv is None and self.lag is None:
+            self.waiting.append(sr)
+            return
+        self.inbox.append(sr)
+        self.inbox_at.append(now)
+
+    def _poll(self, now: float) -> None:
+        """The scheduler iteration's pull of arrived requests: every iteration, or every
+        ``scheduler_recv_interval`` decode passes; with the overlap loop, of those that arrived
+        before the pass now ending started."""
+        if self.recv is not None and not self.recv.tick(self._last_decoded):
+            return
+        self._take_inbox(self._cutoff)
+
+    def _pull_all(self, now: float) -> None:
+        """A pull that sees every arrival so far (the loop spun through an empty iteration)."""
+        if self.recv is not None:
+            self.recv.pull_now()
+        self._take_inbox(now)
+
+    def _take_inbox(self, cutoff: float) -> None:
+        """Requests that reached the socket by ``cutoff`` join the waiting queue."""
+        at = self.inbox_at
+        n = len(at)
+        if not n:
+            return
+        if at[n - 1] > cutoff:
+            n = bisect_right(at, cutoff)
+            if not n:
+                return
+            self.waiting.extend(self.inbox[:n])
+            del self.inbox[:n]
+            del at[:n]
+            return
+        self.waiting.extend(self.inbox)
+        self.inbox.clear()
+        at.clear()
+
+    def _admit_ready(self, now: float) -> None:
+        """Disaggregated decode: requests whose prompt KV arrived join the running batch.
+
+        In arrival order, while the batch has a seat and PrefillAdder's budget (free plus
+        evictable KV, minus the running requests' reserve) covers the prompt's KV beyond
+        the prefix this worker holds plus the remaining output; the first that does not
+        fit waits.  No pass runs: the first token (sampled by the prefill worker) is
+        emitted at admission.
+        """
+        reserve = self.batch.reserve(CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
+        taken: list[SGReq] = []
+        for i, sr in enumerate(self.ready):
+            if len(self.running) + len(taken) >= self.max_running or self.ready_at[i] > self._cutoff:
+                break
+            matched, node = self._match(sr)
+            matched = min(self._floor_page(matched), sr.fill - 1)
+            total = self._ceil_page(sr.fill) - matched + min(sr.remaining_new - 1, CLIP_MAX_NEW_TOKENS)
+            if total >= self.pool.free_tokens + self.tree.evictable_size - reserve:
+                break
+            self.tree.inc_lock_ref(node)
+            if total >= self.pool.free_tokens + self.tree.evictable_size - reserve:
+                self.tree.dec_lock_ref(node)
+                break
+            self._take_prefix(sr, matched, node)
+            if not self._grow(sr, sr.fill):
+                raise AssertionError("SGLang model: transferred KV admitted without room")
+            sr.computed = sr.fill
+            sr.generated = 1
+            reserve += total
+            self._cache_unfinished(sr)
+            taken.append(sr)
+        if not taken:
+            return
+        del self.ready[:len(taken)]
+        del self.ready_at[:len(taken)]
+        self.rec.emit(np.fromiter((sr.req.index for sr in taken), dtype=np.int64, count=len(taken)), now)
+        for sr in taken:
+            if sr.generated >= sr.max_new:
+                self._release(sr, insert=True)
+                self._end(sr, now)
+            else:
+                self._run_append(sr)
+
+    def _has_pulled_work(self) -> bool:
+        """Work the scheduler already holds (not counting requests still in its socket)."""
+        return bool(self.waiting or self.running or self.chunked is not None or self.ready)
+
+    def has_work(self) -> bool:
+        return self._has_pulled_work() or bool(self.inbox) or (self.lag is not None and self.lag.ghost_ctx is not None)
+
+    # -- the engine interface's KV and queue questions (engines/base.py) ----------------------
+    def kv_cache(self):
+        return self.tree
+
+    def held_prefix_tokens(self, req: Request) -> int:
+        n = req.input_length - 1
+        return int(self.tree.match_prefix(sequence_units(req, n)).tokens) if n > 0 else 0
+
+    def transfers_waiting(self) -> int:
+        return len(self.ready)
+
+    def queue_counts(self) -> tuple[int, int]:
+        """Waiting (with transferred requests and the chunked one) and running requests."""
+        waiting = len(self.waiting) + len(self.ready) + (1 if self.chunked is not None else 0)
+        return waiting, len(self.running)
+
+    # -- scheduling -----------------------------------------------------------------------
+    def schedule(self, now: float) -> PassPlan | None:
+        self.tree.now = now
+        lag = self.lag
+        self._cutoff = now if lag is None else lag.cutoff(now)
+        if self.recv is not None or self.inbox:
+            self._poll(now)
+        if self.inbox and not self._has_pulled_work() and (lag is None or lag.spins()):
+            self._cutoff = now
+            self._pull_all(now)  # an idle scheduler spins to its next pull in microseconds
+        plan = self._next_pass(now)
+        if plan is None and lag is not None:
+            if lag.ghost_ctx is not None:  # the finished batch decodes once more
+                self._last_decoded = True
+                plan = PassPlan(decode_ctx=lag.ghost_ctx, requests=_GhostBatch(lag.ghost_ctx.size))
+            elif (self.inbox or self.ready) and lag.spins():  # an empty iteration, then a pull that sees all
+                self._cutoff = now
+                self._pull_all(now)
+                plan = self._next_pass(now)
+        if plan is None:
+            self._last_decoded = None
+            self.new_token_ratio = self.init_ratio  # idle: SGLang resets the estimate
+        if lag is not None:
+            lag.decided(now, plan is not None)
+        return plan
+
+    def _next_pass(self, now: float) -> PassPlan | None:
+        """Prefill if anything can be admitted (prefill first), else decode the running batch."""
+        if self.ready:
+            self._admit_ready(now)
+        if self.chunked is not None:
+            self._cache_unfinished(self.chunked)
+        batch = self._new_prefill_batch()
+        if batch is not None:
+            self._last_decoded = False
+            return self._prefill_plan(batch, now)
+        if self.running:
+            self._last_decoded = True
+            return self._decode_plan()
+        return None
+
+    def _sorted_queue(self) -> None:
+        if (self.opt.schedule_policy != "lpm" or self.opt.disable_radix_cache
+                or len(self.waiting) > LPM_FALLBACK_QUEUE_LEN):
+            return
+        keyed = []
+        for sr in self.waiting:
+            matched, _node = self._match(sr)
+            keyed.append((-matched, sr))
+        keyed.sort(key=lambda kv: kv[0])  # stable: ties keep queue order
+        self.waiting = [sr for _, sr in keyed]
+
+    def _match(self, sr: SGReq) -> tuple[int, object]:
+        """Cached tokens for the request's next round (at least one token is recomputed)."""
+        res = self.tree.match_segments(sequence_segments(sr.req, 0, self._floor_page(sr.fill - 1)))
+        return res.tokens, res.node
+
+    def _new_prefill_batch(self) -> _PrefillBatch | None:
+        if (self.batch_is_full or not self.waiting) and self.chunked is None:
+            return None
+        allocatable = self.max_running - len(self.running)
+        if allocatable <= 0 and self.chunked is None:
+            self.batch_is_full = True
+            return None
+        self._sorted_queue()
+        total_offset = self.batch.reserve(CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
+        cur_offset = 0
+        rem_input = self.opt.max_prefill_tokens
+        rem_chunk = self.chunk_size if self.chunk_size is not None else math.inf
+        can_run: list[SGReq] = []
+        new_chunked: SGReq | None = None
+
+        if self.chunked is not None:
+            sr = self.chunked
+            left = sr.fill - sr.computed
+            take = int(min(rem_chunk, self._budget(total_offset), left))
+            if take <= 0:
+                return None
+            sr.extend = take
+            if take >= left:
+                total_offset += left + min(sr.remaining_new, CLIP_MAX_NEW_TOKENS)
+            else:
+                total_offset += take
+                new_chunked = sr
+            cur_offset += sr.extend
+            rem_input -= sr.extend
+            rem_chunk -= sr.extend
+            can_run.append(sr)
+
+        stop = self._budget(total_offset) <= 0 or self._budget(cur_offset) <= 0 or rem_input <= 0 or rem_chunk <= 0
+        consumed = 0
+        if not stop:
+            for sr in self.waiting:
+                if len(can_run) >= allocatable:
+                    self.batch_is_full = True
+                    break
+                matched, node = self._match(sr)
+                matched = min(self._floor_page(matched), sr.fill - 1)
+                extend = sr.fill - matched
+                # Host hits need KV room (counted in ``extend``) but no compute.
+                hh = self._host_match(sr, matched) if self.host is not None else 0
+                total_tokens = extend + min(sr.remaining_new, CLIP_MAX_NEW_TOKENS)
+                if total_tokens >= self._budget(total_offset):
+                    self.batch_is_full = True
+                    break
+                input_tokens = self._ceil_page(extend - hh)
+                if input_tokens >= rem_input and can_run:
+                    break
+                # Locking the matched prefix takes it out of the evictable pool.
+                self.tree.inc_lock_ref(node)
+                if total_tokens >= self._budget(total_offset):
+                    self.tree.dec_lock_ref(node)
+                    self.batch_is_full = True
+                    break
+                if self.chunk_size is None or input_tokens <= rem_chunk:
+                    sr.extend = extend - hh
+                    total_offset += input_tokens + hh + min(sr.remaining_new, CLIP_MAX_NEW_TOKENS)
+                    cur_offset += input_tokens + hh
+                    rem_input -= input_tokens
+                    rem_chunk -= input_tokens
+                else:
+                    trunc = self._floor_page(int(rem_chunk))
+                    if trunc <= 0:
+                        self.tree.dec_lock_ref(node)
+                        break
+                    sr.extend = trunc
+                    total_offset += trunc + hh
+                    cur_offset += trunc + hh
+                    rem_input -= trunc
+                    rem_chunk -= trunc
+                    new_chunked = sr
+                self._take_prefix(sr, matched, node, hh)
+                can_run.append(sr)
+                consumed += 1
+                if self._budget(total_offset) <= 0 or self._budget(cur_offset) <= 0:
+                    self.batch_is_full = True
+                    break
+                if rem_input <= 0 or rem_chunk <= 0 or new_chunked is sr:
+                    break
+        if consumed:
+            del self.waiting[:consumed]
+        if not can_run:
+            return None
+        self.chunked = new_chunked
+        return _PrefillBatch(reqs=can_run, chunked=new_chunked)
+
+    def _budget(self, reserved: float) -> float:
+        """Free plus evictable KV beyond ``reserved``: PrefillAdder's ``rem_total_tokens`` with the
+        pass's total offset, its ``cur_rem_tokens`` with the current one."""
+        return self.pool.free_tokens + self.tree.evictable_size - reserved
+
+    def _take_prefix(self, sr: SGReq, matched: int, node: object, host_hit: int = 0) -> None:
+        """The request starts this round from a cached prefix it has locked.
+
+        ``host_hit`` tokens after it are loaded from the host tier: they count as computed
+        (their KV is allocated privately with the pass's chunk) and need no compute.
+        """
+        sr.prefix = matched
+        sr.node = node
+        sr.computed = matched + host_hit
+        sr.host_hit = host_hit
+        sr.alloc = 0
+        if not sr.admitted_once:
+            sr.admitted_once = True
+            self.prompt_tokens += sr.req.input_length
+            self.cached_prompt_tokens += matched + host_hit
+
+    def _prefill_plan(self, batch: _PrefillBatch, now: float) -> PassPlan:
+        new = np.empty(len(batch.reqs), dtype=np.int64)
+        cached = np.empty(len(batch.reqs), dtype=np.int64)
+        loaded = 0
+        for i, sr in enumerate(batch.reqs):
+            ok = self._grow(sr, sr.computed + sr.extend)
+            if not ok:  # the budget check guarantees room; a failure is a model bug
+                raise AssertionError("SGLang model: prefill admitted without KV room")
+            new[i] = sr.extend
+            cached[i] = sr.computed
+            self.rec.scheduled(sr.req.index, now, sr.prefix + sr.host_hit, sr.host_hit)
+            loaded += sr.host_hit
+            sr.host_hit = 0
+        self.prefilling = batch.reqs
+        plan = PassPlan(prefill_new=new, prefill_cached=cached, requests=batch)
+        if loaded:
+            self.host_loaded_tokens += loaded
+            plan.host_load_s = self.hostlink.load_seconds(loaded)
+            plan.host_load_overlap = self.hostlink.overlap
+        return plan
+
+    def _decode_plan(self) -> PassPlan:
+        need = self._decode_need_run()
+        if self.pool.free_tokens < need:
+            self.tree.evict(need)
+        if self.pool.free_tokens < need:
+            self._retract(need)
+            need = self._decode_need_run()
+        else:
+            self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay, self.min_ratio)
+        n = self.batch.n
+        ctx = self.batch.contexts()
+        # Each request's private KV grows to ceil_page(computed + 1): ``need`` tokens in all.
+        grown = self.tree.alloc(need)
+        assert grown, "SGLang model: decode without KV room after retraction"
+        if self.spec is not None:  # verify k drafts + 1: KV for k + 1 tokens per request
+            self._decode_in_flight = self.spec.tokens
+            return PassPlan(decode_ctx=ctx, decode_tokens=self.spec.tokens, requests=_DecodeBatch(n))
+        self._decode_in_flight = True
+        return PassPlan(decode_ctx=ctx, requests=_DecodeBatch(n))
+
+    def _decode_need_run(self) -> int:
+        """Tokens the running batch's next decode pass allocates (a page per request at a page boundary)."""
+        if self.spec is not None:
+            return self._spec_need(self.batch.columns()[0])
+        return self.batch.decode_need(self.page)
+
+    def _spec_need(self, comp: np.ndarray) -> int:
+        """KV tokens a speculative pass allocates: each request grows to ceil_page(computed + k + 1)."""
+        p, t = self.page, self.spec.tokens
+        return p * int(((comp + t + p - 1) // p - (comp + p - 1) // p).sum())
+
+    def _decode_need(self, reqs: list[SGReq]) -> int:
+        if self.spec is not None:
+            return self._spec_need(np.fromiter((sr.computed for sr in reqs), dtype=np.int64, count=len(reqs)))
+        if self.page == 1:
+            return len(reqs)
+        p = self.page
+        return sum(p for sr in reqs if sr.computed % p == 0)
+
+    def _retract(self, need: int) -> None:
+        """Free KV by retracting the requests with the least progress (SGLang retract_decode)."""
+        self.batch.sync(self.page)
+        order = sorted(self.running, key=lambda sr: (sr.generated, -sr.req.input_length), reverse=True)
+        retracted: list[SGReq] = []
+        while True:
+            victim = order.pop()
+            retracted.append(victim)
+            self._release(victim, insert=False)
+            victim.prefix = victim.computed = 0
+            victim.fill = victim.req.input_length + victim.generated
+            self.rec.retracted(victim.req.index)
+            self.retractions += 1
+            need = self._decode_need(order)
+            self._evict_to(need)
+            if self.pool.free_tokens >= need or len(order) <= 1:
+                break
+        keep = set(id(sr) for sr in order)
+        self._run_rebuild([sr for sr in self.running if id(sr) in keep])
+        self.waiting.extend(retracted)
+        self.batch_is_full = False
+        self._evict_to(len(self.running) * RETRACT_DECODE_STEPS)
+        gen = sum(sr.generated for sr in self.running)
+        max_new = sum(sr.max_new for sr in self.running)
+        self.new_token_ratio = min(1.0, (gen + RETRACT_DECODE_STEPS * len(self.running)) / (max_new + 1))
+
+    # -- commit -----------------------------------------------------------------------------
+    def complete(self, plan: PassPlan, end: float) -> None:
+        self.tree.now = end
+        if self.lag is not None:
+            self.lag.ended(end)
+        batch = plan.requests
+        if isinstance(batch, _PrefillBatch):
+            self._complete_prefill(batch, end)
+        elif isinstance(batch, _DecodeBatch):
+            self._complete_decode(batch.n, end)
+        # else a ghost pass (_GhostBatch): its tokens are discarded
+
+    def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
+        batch = self.batch
+        assert plan.requests.n == batch.n, "SGLang model: running batch changed under a decode stretch"
+        k = int(ends.size)
+        end = float(ends[-1])
+        self.tree.now = end
+        # Passes 2..k of the stretch: same requests, one more token each; the first pass's
+        # allocation was made at schedule time, the others' here.
+        self.rec.emit_stretch(batch.indices(), ends)
+        extra = batch.advance(k, self.page)
+        if extra > self.pool.free_tokens:  # passes that evict first (see decode_stretch_limit)
+            self._alloc_evicting(batch.n, k - 1)
+        else:
+            grown = self.tree.alloc(extra)
+            assert grown, "SGLang model: decode stretch beyond the free KV"
+        self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay * (k - 1), self.min_ratio)
+        if self.lag is not None:  # the last pass of the stretch was decided when the one before began
+            self.lag.ended(end, float(ends[k - 2]) if k > 1 else None)
+        if self.recv is not None:  # the scheduler iterations of passes 2..k
+            self.recv.skip_decode_iterations(k - 1)
+        self._decode_in_flight = False
+        self._left_min -= k
+        if self._left_min <= 0:
+            self._finish_done(end)
+
+    def _alloc_evicting(self, n: int, passes: int) -> None:
+        """The KV of ``passes`` decode passes of ``n`` requests (a token each, page 1), with the
+        evictions pass-by-pass scheduling makes: a pass that finds fewer than ``n`` tokens free
+        first evicts ``n`` tokens of cache (``_decode_plan``).  Exact only where eviction
+        ignores the time and reports to no one (:meth:`_evictions_fold`)."""
+        tree = self.tree
+        while passes:
+            fit = min(self.pool.free_tokens // n, passes)  # passes that find their tokens free
+            if fit:
+                grown = tree.alloc(n * fit)
+                assert grown
+                passes -= fit
+            if passes:
+                tree.evict(n)
+                grown = tree.alloc(n)
+                assert grown, "SGLang model: decode stretch beyond the free KV and the cache"
+                passes -= 1
+
+    def _evictions_fold(self) -> bool:
+        """Whether a decode stretch may run through passes that evict cache: eviction must not
+        depend on the time (LRU, LFU, FIFO) nor be seen outside (KV events, a host tier), and
+        pages must be single tokens (a pass then needs one token per request)."""
+        tree = self.tree
+        return self.page == 1 and tree.eviction_ignores_time and tree.on_event is None and tree.on_evict is None
+
+    def _complete_prefill(self, batch: _PrefillBatch, end: float) -> None:
+        self.prefilling = []
+        emitted: list[SGReq] = []
+        for sr in batch.reqs:
+            sr.computed += sr.extend
+            sr.extend = 0
+            if sr is batch.chunked:
+                continue
+            sr.generated += 1
+            emitted.append(sr)
+        if emitted:
+            self.rec.emit(np.array([sr.req.index for sr in emitted], dtype=np.int64), end)
+        for sr in emitted:
+            if sr.generated >= sr.max_new:
+                self._release(sr, insert=True)
+                self._end(sr, end)
+                self.batch_is_full = False  # room was freed, as when a decode finishes
+            else:
+                self._cache_unfinished(sr)
+                self._run_append(sr)
+
+    def _complete_decode(self, n: int, end: float) -> None:
+        assert n == self.batch.n, "SGLang model: running batch changed under a decode pass"
+        if self.spec is not None:
+            self._complete_spec_decode(n, end)
+            return
+        self.rec.emit(self.batch.indices(), end)
+        self.batch.advance(1, self.page)
+        self._decode_in_flight = False
+        self._left_min -= 1
+        if self._left_min <= 0:
+            self._finish_done(end)
+
+    def _complete_spec_decode(self, n: int, end: float) -> None:
+        """Speculative pass: each request keeps its accepted drafts plus one token (never past max_new).
+
+        KV was allocated for k + 1 tokens; the rejected drafts' slots are freed.
+        """
+        comp, gen, max_new, _prefix = self.batch.columns()
+        acc = np.minimum(self.spec.draw(n), max_new - gen)
+        p, t = self.page, self.spec.tokens
+        surplus = p * int(((comp + t + p - 1) // p - (comp + acc + p - 1) // p).sum())
+        if surplus:
+            self.tree.free(surplus)
+        self.rec.emit(self.batch.indices(), end, acc)
+        comp += acc
+        gen += acc
+        self._decode_in_flight = False
+        self._run_left_min()
+        if self._left_min <= 0:
+            self._finish_done(end)
+
+    def _finish_done(self, end: float) -> None:
+        """Requests of the running batch that reached ``max_new`` leave it and end."""
+        done = self.batch.remove_done(self.page)
+        self._run_left_min()
+        if not done:
+            return
+        self.batch_is_full = False
+        if self.lag is not None and self.batch.n == 0:
+            # the pass chosen meanwhile still holds them (engines/sglang/overlap.py)
+            self.lag.ghost_ctx = np.array([sr.computed + 1 for sr in done], dtype=np.int64)
+        for sr in done:
+            self._release(sr, insert=True)
+            self._end(sr, end)
+
+    def _end(self, sr: SGReq, end: float) -> None:
+        if sr.max_new < sr.req.output_length:
+            self.rec.finished(sr.req.index, end, Status.COMPLETED, "output cut at the context length")
+            self.terminated.append(sr.req)
+        else:
+            self._finish(sr.req, end)
+
+    # -- radix-tree bookkeeping ---------------------------------------------------------------
+    def _insert_computed(self, sr: SGReq, match: bool = False) -> tuple[int, MatchResult | None]:
+        """Move the request's page-aligned computed tokens into the tree; returns the aligned
+        length and, with ``match``, the match of those tokens (None if nothing was inserted)."""
+        aligned = self._floor_page(sr.computed)
+        if aligned <= sr.prefix:
+            return sr.prefix, None
+        # The walk starts at the request's locked node, which ends its first ``prefix`` tokens.
+        segs = sequence_segments(sr.req, sr.prefix, aligned)
+        res = None
+        if match:
+            present, res = self.tree.insert_after_and_match(segs, sr.node, sr.prefix)
+        else:
+            present = self.tree.insert_after(segs, sr.node, sr.prefix)
+        # Tokens [prefix, present) were computed privately but already cached by another
+        # request meanwhile: free our copies.  Tokens [present, aligned) now belong to the tree.
+        dup = max(present - sr.prefix, 0)
+        if dup:
+            self.tree.free(dup)
+        sr.alloc -= aligned - sr.prefix
+        return aligned, res
+
+    def _cache_unfinished(self, sr: SGReq) -> None:
+        """Insert what the request computed so far and move its lock to the new end."""
+        if self.opt.disable_radix_cache:
+            return
+        aligned, res = self._insert_computed(sr, match=True)
+        if res is None:
+            return
+        self.tree.inc_lock_ref(res.node)
+        self.tree.dec_lock_ref(sr.node)
+        sr.node = res.node
+        sr.prefix = aligned
+
+    def _release(self, sr: SGReq, insert: bool) -> None:
+        """A request leaves: keep its tokens as cache (finish) or drop them (retraction)."""
+        if insert and not self.opt.disable_radix_cache:
+            self._insert_computed(sr)
+        if sr.alloc:
+            self.tree.free(sr.alloc)
+        sr.alloc = 0
+        self.tree.dec_lock_ref(sr.node)
+        sr.node = None
+
+    # -- fast-forward -------------------------------------------------------------------------
+    def decode_stretch_limit(self) -> int:
+        """Decode passes that will repeat unchanged: nothing can be admitted, finish or be retracted.
+
+        Passes may evict cache where :meth:`_evictions_fold` allows (the commit replays the
+        evictions in order); the unlocked cache never changes otherwise during the stretch, so
+        every pass finds its tokens while the stretch's need fits the free and evictable KV.
+        """
+        if self.chunked is not None or not self.running:
+            return 1
+        if self.ready or self.spec is not None:  # transferred KV waiting; speculative passes vary
+            return 1
+        if self.waiting and not self.batch_is_full:
+            return 1
+        # The pass just scheduled already holds its token; further passes need one each.
+        k = self._left_min
+        if self.inbox:  # the iteration that pulls them may admit them: stop before it
+            k = min(k, self.recv.decode_passes_before_pull() if self.recv is not None else 1)
+        n = self.batch.n
+        if self.page == 1:
+            free = self.pool.free_tokens
+            kv = free + self.tree.evictable_size if self._evictions_fold() else free
+            room = kv // n + 1 if n else k
+        else:
+            room = self.pool.free_tokens // (n * self.page) + 1
+        return max(1, min(k, room))
+
+    def input_lag_passes(self) -> int:
+        """Passes after the one in flight that an arrival cannot change: the overlap loop chose
+        the next one already (engines/sglang/overlap.py), so a decode stretch may run through it."""
+        return 0 if self.lag is None else 1
+
+    # -- state ---------------------------------------------------------------------------------
+    def snapshot(self) -> EngineSnapshot:
+        waiting = len(self.waiting) + len(self.inbox) + (1 if self.chunked is not None else 0)
+        outstanding = sum(sr.fill - sr.computed + sr.remaining_new for sr in self.waiting + self.inbox)
+        outstanding += self.batch.outstanding()
+        return EngineSnapshot(
+            running=len(self.running),
+            waiting=waiting,
+            kv_used_tokens=self.capacity - self.free - self.evictable,
+            kv_capacity_tokens=self.capacity,
+            prompt_tokens=self.prompt_tokens,
+            cached_prompt_tokens=self.cached_prompt_tokens,
+            outstanding_tokens=outstanding,
+        )
+
+    def check_invariants(self) -> None:
+        """KV conservation: the private tokens the pool counts are exactly what requests hold."""
+        n = self.batch.n
+        comp, gen, max_new, prefix = self.batch.columns()
+        idx = self.batch.indices()
+        assert len(self.running) == n
+        assert all(int(idx[i]) == sr.req.index and int(prefix[i]) == sr.prefix for i, sr in enumerate(self.running))
+        assert bool((gen < max_new).all())
+        if n:
+            assert self._left_min == int((max_new - gen).min())
+        p = self.page
+        held = comp + int(self._decode_in_flight)  # k + 1 while a speculative pass runs
+        run_alloc = -(-held // p) * p - prefix
+        assert bool((run_alloc >= 0).all())
+        others = [sr for sr in self.prefilling if sr not in self.running]
+        if self.chunked is not None and self.chunked not in others and self.chunked not in self.running:
+            others.append(self.chunked)
+        assert all(sr.alloc >= 0 for sr in others)
+        assert not any(sr.alloc or sr.node is not None for sr in self.waiting if sr is not self.chunked)
+        assert not any(sr.alloc or sr.node is not None for sr in self.inbox)
+        private = int(run_alloc.sum()) + sum(sr.alloc for sr in others)
+        assert self.pool.private_tokens == private, (self.pool.private_tokens, private)
+        assert self.pool.capacity == self.capacity
+        self.tree.check_invariants()
+        if self.host is not None:
+            self.host.check_invariants()
+            assert self.host.size <= self.hostlink.capacity_tokens

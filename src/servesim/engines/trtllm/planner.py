@@ -1,0 +1,29 @@
+"""TensorRT-LLM's options and the deployment's facts as engines: its memory rule
+(``free_gpu_memory_fraction``), context length and one executor per worker or rank."""
+
+from __future__ import annotations
+
+from servesim.engines.base import Engine, EngineLimits
+from servesim.engines.planning import EnginePlan, PlanInputs
+from servesim.engines.trtllm.options import TRTLLMOptions
+from servesim.metrics.recorder import RequestRecorder
+from servesim.perf.memory import memory_budget
+
+
+def plan_trtllm(options: TRTLLMOptions, facts: PlanInputs) -> EnginePlan:
+    from servesim.engines.trtllm.scheduler import TRTLLMEngine
+
+    opt = options
+    arch = facts.arch
+    memory = memory_budget(arch, facts.gpu, facts.layout, facts.kv_dtype, opt.free_gpu_memory_fraction,
+                           engine="trtllm", weight_dtype=facts.weight_dtype,
+                           max_running_requests=min(opt.max_batch_size, 2048),
+                           max_num_batched_tokens=opt.max_num_tokens)
+    context = opt.max_seq_len or arch.max_position_embeddings
+    settings = opt.model_dump() | {"max_seq_len": context}  # per attention-DP rank
+    oracle = facts.oracle
+
+    def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
+        return TRTLLMEngine(worker_id, recorder, limits, opt, oracle)
+
+    return EnginePlan(memory, settings, context, make)

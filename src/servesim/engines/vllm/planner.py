@@ -1,0 +1,27 @@
+"""vLLM's options and the deployment's facts as engines: vLLM's GPU-derived defaults, its
+memory rule (``gpu_memory_utilization``) and one scheduler per worker or attention-DP rank."""
+
+from __future__ import annotations
+
+from servesim.engines.base import Engine, EngineLimits
+from servesim.engines.planning import EnginePlan, PlanInputs
+from servesim.engines.vllm.options import VLLMOptions, resolve_vllm_options
+from servesim.metrics.recorder import RequestRecorder
+from servesim.perf.memory import memory_budget
+
+
+def plan_vllm(options: VLLMOptions, facts: PlanInputs) -> EnginePlan:
+    from servesim.engines.vllm.scheduler import VLLMEngine
+
+    arch, gpu = facts.arch, facts.gpu
+    opt = resolve_vllm_options(options, facts.gpu_gib, gpu.name, arch.max_position_embeddings)
+    memory = memory_budget(arch, gpu, facts.layout, facts.kv_dtype, opt.gpu_memory_utilization, engine="vllm",
+                           weight_dtype=facts.weight_dtype, max_running_requests=opt.max_num_seqs,
+                           max_num_batched_tokens=opt.max_num_batched_tokens)
+    settings = opt.model_dump()  # per rank: each DP engine core has its own seats and budget
+    oracle = facts.oracle
+
+    def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
+        return VLLMEngine(worker_id, recorder, limits, opt, oracle)
+
+    return EnginePlan(memory, settings, opt.max_model_len, make)

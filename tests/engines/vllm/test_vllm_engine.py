@@ -1,0 +1,212 @@
+"""vLLM v1 engine model: hand-computed schedules under a fixed 10 ms pass."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from servesim.cluster.routers import RoundRobinRouter
+from servesim.cluster.worker import Worker
+from servesim.engines.base import EngineLimits
+from servesim.engines.vllm.scheduler import VLLMEngine
+from servesim.engines.vllm.options import (
+    VLLMOptions,
+    default_max_num_batched_tokens,
+    default_max_num_seqs,
+    resolve_vllm_options,
+)
+from servesim.errors import ConfigError
+from servesim.metrics.recorder import RequestRecorder, Status
+from servesim.sim.simulation import Simulation
+from servesim.workload.request import Request
+from simharness import RecordingStepTime
+
+STEP = 0.01
+
+
+def req(i: int, arrival: float, n_in: int, n_out: int, ids=None, unit: int = 16) -> Request:
+    if ids is None:
+        ids = tuple(1000 * (i + 1) + k for k in range(-(-n_in // unit)))
+    return Request(index=i, request_id=f"r{i}", arrival=arrival, input_length=n_in, output_length=n_out,
+                   hash_ids=tuple(ids), block_size=unit)
+
+
+def run(requests, kv_tokens=100_000, context=4096, fast=False, **opts):
+    rec = RequestRecorder()
+    opts.setdefault("max_num_batched_tokens", 8192)
+    opts.setdefault("max_num_seqs", 256)
+    eng = VLLMEngine(0, rec, EngineLimits(kv_capacity_tokens=kv_tokens, context_length=context), VLLMOptions(**opts))
+    st = RecordingStepTime(STEP)
+    worker = Worker(0, eng, st, 1, fast_forward=fast)
+    Simulation(iter(requests), "open", None, [worker], RoundRobinRouter(), rec).run()
+    return rec, eng, st.plans
+
+
+def col(rec, name):
+    return rec.column(name)
+
+
+def test_defaults_follow_vllm_serve():
+    assert default_max_num_batched_tokens(140.4, "h200_sxm") == 8192
+    assert default_max_num_batched_tokens(80.0, "h100_sxm") == 8192
+    assert default_max_num_batched_tokens(80.0, "a100_80gb") == 2048
+    assert default_max_num_batched_tokens(48.0, "l40s") == 2048
+    assert default_max_num_seqs(140.4, "h200_sxm") == 1024
+    assert default_max_num_seqs(80.0, "a100_80gb") == 256
+    o = resolve_vllm_options(VLLMOptions(), 140.4, "h200_sxm", 32768)
+    assert (o.max_num_batched_tokens, o.max_num_seqs, o.max_model_len) == (8192, 1024, 32768)
+    o = resolve_vllm_options(VLLMOptions(enable_chunked_prefill=False), 80.0, "a100_80gb", 32768)
+    assert o.max_num_batched_tokens == 32768
+    o = resolve_vllm_options(VLLMOptions(max_num_seqs=2, max_model_len=1000), 140.4, "h200", 32768)
+    assert o.max_num_batched_tokens == 2000  # capped at max_num_seqs x max_model_len
+    o = resolve_vllm_options(VLLMOptions(), None, None, 4096)
+    assert (o.max_num_batched_tokens, o.max_num_seqs) == (2048, 128)
+    with pytest.raises(Exception):
+        VLLMOptions(bogus=1)
+
+
+def test_single_request_timeline():
+    rec, eng, plans = run([req(0, 0.0, 32, 4)])
+    assert col(rec, "first_token")[0] == pytest.approx(0.01)
+    assert col(rec, "last_token")[0] == pytest.approx(0.04)
+    assert col(rec, "status")[0] == Status.COMPLETED
+    assert list(plans[0].prefill_new) == [32] and plans[0].num_decode == 0
+    assert [list(p.decode_ctx) for p in plans[1:]] == [[33], [34], [35]]
+
+
+def test_mixed_pass_decode_and_prefill_chunks():
+    # Budget 64.  A (32 in, 5 out) decodes while B (100 in) arrives at 15 ms:
+    # pass 3 = A decode + B chunk 63, pass 4 = A decode + B chunk 37 (B's first token).
+    rec, eng, plans = run([req(0, 0.0, 32, 5), req(1, 0.015, 100, 2)], max_num_batched_tokens=64)
+    p3, p4 = plans[2], plans[3]
+    assert list(p3.prefill_new) == [63] and list(p3.prefill_cached) == [0] and list(p3.decode_ctx) == [34]
+    assert list(p4.prefill_new) == [37] and list(p4.prefill_cached) == [63] and list(p4.decode_ctx) == [35]
+    ft, lt = col(rec, "first_token"), col(rec, "last_token")
+    assert ft[0] == pytest.approx(0.01) and lt[0] == pytest.approx(0.05)
+    assert ft[1] == pytest.approx(0.04) and lt[1] == pytest.approx(0.05)
+    assert ft[1] - col(rec, "arrival")[1] == pytest.approx(0.025)  # TTFT
+    assert col(rec, "second_token")[1] == pytest.approx(0.05)
+
+
+def test_chunk_count_with_budget():
+    rec, eng, plans = run([req(0, 0.0, 200, 2)], max_num_batched_tokens=64)
+    assert [int(p.prefill_new[0]) for p in plans[:4]] == [64, 64, 64, 8]
+    assert [int(p.prefill_cached[0]) for p in plans[:4]] == [0, 64, 128, 192]
+    assert col(rec, "first_token")[0] == pytest.approx(0.04)
+    assert col(rec, "last_token")[0] == pytest.approx(0.05)
+
+
+def test_long_prefill_threshold_caps_chunks():
+    rec, eng, plans = run([req(0, 0.0, 100, 1)], long_prefill_token_threshold=40)
+    assert [int(p.prefill_new[0]) for p in plans] == [40, 40, 20]
+
+
+def test_several_prompts_admitted_in_one_pass():
+    rec, eng, plans = run([req(0, 0.0, 30, 1), req(1, 0.0, 30, 1), req(2, 0.0, 30, 1)],
+                          max_num_batched_tokens=64)
+    # FCFS: 30 + 30 + a 4-token chunk of the third prompt.
+    assert list(plans[0].prefill_new) == [30, 30, 4]
+    assert list(plans[1].prefill_new) == [26] and list(plans[1].prefill_cached) == [4]
+
+
+def test_prefix_cache_hit_full_blocks_minus_last_token():
+    ids = (1, 2, 3, 4)
+    reqs = [
+        req(0, 0.0, 64, 2, ids),
+        req(1, 1.0, 64, 2, ids),            # fully cached: recomputes its last block -> 48
+        req(2, 2.0, 70, 2, ids + (5,)),     # 4 full blocks cached, 6 new tokens -> 64
+        req(3, 3.0, 40, 2, (9, 2, 3)),      # different first block -> 0
+        req(4, 4.0, 40, 2, (1, 2, 7)),      # 2 blocks -> 32
+    ]
+    rec, eng, plans = run(reqs)
+    assert col(rec, "cached_tokens").tolist() == [0, 48, 64, 0, 32]
+    assert eng.prompt_tokens == 64 + 64 + 70 + 40 + 40
+    assert eng.cached_prompt_tokens == 48 + 64 + 32
+    assert [int(p.prefill_cached[0]) for p in plans if p.prefill_new.size] == [0, 48, 64, 0, 32]
+    assert [int(p.prefill_new[0]) for p in plans if p.prefill_new.size] == [64, 16, 6, 40, 8]
+
+
+def test_prefix_caching_off():
+    ids = (1, 2, 3, 4)
+    rec, eng, _ = run([req(0, 0.0, 64, 2, ids), req(1, 1.0, 64, 2, ids)], enable_prefix_caching=False)
+    assert col(rec, "cached_tokens").tolist() == [0, 0]
+
+
+def test_preemption_under_tiny_kv():
+    # 10 usable blocks of 16 (the null block is reserved); each request grows to 4 blocks.
+    reqs = [req(i, 0.0, 20, 40) for i in range(6)]
+    rec, eng, _ = run(reqs, kv_tokens=11 * 16)
+    assert eng.num_blocks == 10
+    assert (col(rec, "status") == Status.COMPLETED).all()
+    assert (col(rec, "generated") == 40).all()
+    assert col(rec, "retractions").sum() > 0
+    assert eng.retractions == col(rec, "retractions").sum()
+    # The oldest request is never the victim.
+    assert col(rec, "retractions")[0] == 0
+    eng.check_invariants()
+    assert eng.pool.num_used_blocks == 0
+
+
+def test_preempted_request_goes_to_the_front():
+    # Two blocks of 16 usable; A (16 in) and B (8 in) both admitted, A then needs a second
+    # block while B holds one: no block left -> B (last) is preempted, then resumes.
+    reqs = [req(0, 0.0, 16, 10), req(1, 0.0, 8, 3)]
+    rec, eng, plans = run(reqs, kv_tokens=3 * 16)
+    assert col(rec, "retractions").tolist() == [0, 1]
+    assert (col(rec, "status") == Status.COMPLETED).all()
+    # B's prompt and its generated token are recomputed when it resumes.
+    assert any(p.prefill_new.size and int(p.prefill_new[0]) == 9 for p in plans)
+
+
+def test_seat_limit():
+    rec, eng, _ = run([req(0, 0.0, 10, 3), req(1, 0.0, 10, 3)], max_num_seqs=1)
+    ft = col(rec, "first_token")
+    assert ft[0] == pytest.approx(0.01)
+    assert ft[1] == pytest.approx(0.04)  # admitted in the pass after A's third token
+
+
+def test_chunked_prefill_off_waits_for_budget():
+    rec, eng, plans = run([req(0, 0.0, 40, 3), req(1, 0.0, 40, 2)], max_num_batched_tokens=64,
+                          max_model_len=64, enable_chunked_prefill=False)
+    assert list(plans[0].prefill_new) == [40]
+    assert list(plans[1].prefill_new) == [40] and list(plans[1].decode_ctx) == [41]
+    assert col(rec, "first_token")[1] == pytest.approx(0.02)
+    with pytest.raises(ConfigError):
+        run([req(0, 0.0, 10, 1)], max_num_batched_tokens=32, max_model_len=64, enable_chunked_prefill=False)
+
+
+def test_max_model_len_rejects_and_cuts():
+    rec, eng, _ = run([req(0, 0.0, 100, 5), req(1, 0.0, 97, 10), req(2, 0.0, 10, 5)], max_model_len=100)
+    st = col(rec, "status")
+    assert st[0] == Status.REJECTED and "max_model_len" in rec.reason[0]
+    assert st[1] == Status.COMPLETED and col(rec, "generated")[1] == 3 and "cut" in rec.reason[1]
+    assert st[2] == Status.COMPLETED and col(rec, "generated")[2] == 5
+    assert math.isnan(col(rec, "first_token")[0])
+
+
+def test_prompt_larger_than_kv_is_rejected():
+    rec, eng, _ = run([req(0, 0.0, 200, 5), req(1, 0.0, 10, 2)], kv_tokens=5 * 16)
+    assert col(rec, "status").tolist() == [Status.REJECTED, Status.COMPLETED]
+    assert "KV cache" in rec.reason[0]
+
+
+def test_fast_forward_stretch_used_and_equal():
+    reqs = [req(i, 0.0, 20 + i, 50 + 7 * i) for i in range(5)]
+    a, _, plans_step = run(reqs, kv_tokens=40 * 16, fast=False)
+    b, _, plans_fast = run(reqs, kv_tokens=40 * 16, fast=True)
+    assert len(plans_fast) < len(plans_step)
+    for name in ("first_token", "last_token", "finish", "second_token"):
+        np.testing.assert_allclose(a.column(name), b.column(name), rtol=1e-9)
+    assert a.column("generated").tolist() == b.column("generated").tolist()
+
+
+def test_request_states_compare_by_identity() -> None:
+    """The engines remove finished requests through a set of their states: two requests with
+    equal fields must stay distinct, so the state classes keep object's equality and hash."""
+    from servesim.engines.trtllm.scheduler import TReq
+    from servesim.engines.vllm.scheduler import VReq
+
+    for cls in (VReq, TReq):
+        assert cls.__eq__ is object.__eq__ and cls.__hash__ is object.__hash__, cls
