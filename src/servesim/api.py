@@ -58,6 +58,7 @@ class Prediction:
                 head[name] = (f"{pool.workers} × tp {tp}" + (f" × dp {dp}" if dp > 1 else "")
                               + (f" ({', '.join(own)})" if own else ""))
         head["workload"] = self.workload
+        head["client"] = self.config.client
         return head
 
     def to_json(self) -> dict:
@@ -161,6 +162,18 @@ def _uses_belady(cfg: Config) -> bool:
     return any(e.eviction_policy == "belady" for e in engines)
 
 
+def _prediction_interval(summary: dict, deployment: Deployment) -> dict:
+    """The expected error band of mean TTFT and TPOT (servesim.perf.calibration.prediction_interval),
+    from the calibration the deployment resolved; a disaggregated one reports its prefill pool's."""
+    from servesim.perf.calibration import prediction_interval
+
+    perf = getattr(deployment, "perf", None) or getattr(getattr(deployment, "prefill", None), "perf", None)
+    if perf is None or perf.calibration is None:
+        return prediction_interval(summary["latency"], None, "no calibration (perf.calibration: null, or a "
+                                                             "fixed/linear/aic step-time model)")
+    return prediction_interval(summary["latency"], perf.error_band)
+
+
 def predict(config: Config | dict | str | Path | None = None, overrides: list[str] | None = None,
             progress: Callable[[int, float], None] | None = None) -> Prediction:
     """Simulate a deployment under a workload.
@@ -177,6 +190,7 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
     summary = summarize(recorder, deployment.total_gpus)
     summary["workers"] = worker_breakdown(recorder, stats.workers, stats.sim_end)
     summary["fleet"] = fleet_summary(stats.workers, stats.sim_end)
+    summary["prediction_interval"] = _prediction_interval(summary, deployment)
     summary["run"] = {
         "sim_end_s": stats.sim_end,
         "events": stats.events,

@@ -127,6 +127,32 @@ class Calibration:
                 frontend.update(g.get("frontend", {}))
         return analytic, {k: v for k, v in frontend.items() if k not in CLIENT_FIELDS}
 
+    def error_band(self, gpu: str, engine: str, model: str | None = None,
+                   precision: str | None = None) -> dict[str, Any] | None:
+        """The expected error of a prediction for this deployment, from the file's cross-validated
+        residuals (``intervals``, written by ``servesim calibrate``): the band of the situation the
+        deployment is in — its model calibrated on its GPU/engine (``seen``), its GPU/engine
+        calibrated but not its model (``unseen_model``, leave-one-family-out), its GPU not
+        calibrated (``unseen_gpu``, leave-one-GPU-out) — for its closest group, else for all rows
+        of that situation.  None when the file has no intervals."""
+        if not self.intervals:
+            return None
+        source = self.gpu_source(gpu, engine)
+        keys = group_keys(source, engine, model, precision)
+        has_model = any(k in self.groups for k in keys[3:])
+        own_gpu = source == gpu and f"{gpu}/{engine}" in self.groups
+        situation = "seen" if own_gpu and has_model else "unseen_model" if own_gpu else "unseen_gpu"
+        table = self.intervals.get(situation) or {}
+        key = f"*/{engine}" if situation == "unseen_gpu" else f"{gpu}/{engine}"
+        band = table.get(key)
+        if band is None:
+            key, band = "*", table.get("*")
+        if band is None:
+            return None
+        basis = (self.intervals.get("basis") or {}).get(situation, situation)
+        return {"situation": situation, "basis": basis, "group": key,
+                "coverage": self.intervals.get("coverage"), **band}
+
     def group_of(self, gpu: str, engine: str, model: str | None = None, precision: str | None = None) -> str:
         """The most specific group key that applies (``shared`` when none does)."""
         hits = [k for k in group_keys(self.gpu_source(gpu, engine), engine, model, precision) if k in self.groups]
@@ -145,6 +171,28 @@ class Calibration:
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(_plain(self.to_dict()), sort_keys=False))
+
+
+def prediction_interval(latency: dict[str, Any], band: dict[str, Any] | None,
+                        why_none: str = "the calibration has no cross-validated error bands") -> dict[str, Any]:
+    """Where the measured mean TTFT and TPOT are expected to lie, given the predicted means
+    (``latency``: the summary's ``latency`` section) and an :meth:`Calibration.error_band`.
+
+    A relative error e = (predicted − measured) / measured between the band's ``lo`` and ``hi``
+    puts the measured value between predicted / (1 + hi) and predicted / (1 + lo)."""
+    if band is None:
+        return {"available": False, "reason": why_none}
+    out: dict[str, Any] = {"available": True, **{k: band.get(k) for k in ("situation", "basis", "group", "coverage",
+                                                                          "n")}}
+    for metric in ("ttft", "tpot"):
+        mean = (latency.get(f"{metric}_ms") or {}).get("mean")
+        lo, hi = band[f"{metric}_lo"], band[f"{metric}_hi"]
+        out[f"{metric}_ms"] = {
+            "mean": mean,
+            "low": None if mean is None else mean / (1.0 + hi),
+            "high": None if mean is None or lo <= -1.0 else mean / (1.0 + lo),
+            "error_low": lo, "error_high": hi, "mape": band[f"{metric}_mape"]}
+    return out
 
 
 def precision_key(precision: str | None) -> str:

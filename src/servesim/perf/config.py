@@ -122,6 +122,8 @@ class ResolvedPerf:
     client: str = "none"
     client_origin: str = "source"  # "fitted" (on that client's rows) or "source" (derived)
     client_description: str = ""
+    #: the calibration's cross-validated error band for this deployment (Calibration.error_band)
+    error_band: dict[str, Any] | None = None
 
     def describe(self) -> dict[str, Any]:
         return {"calibration": self.calibration, "calibration_group": self.group,
@@ -171,9 +173,11 @@ def resolve_perf(perf_cfg: AnalyticPerfConfig | FixedPerfConfig | LinearPerfConf
     cal, used = _load_calibration(cal_name, base_dir)
     group = f"{gpu}/{engine}"
     front: dict[str, Any] = FrontendParams.zero().model_dump()
+    band = None
     if cal is not None:
         a, fe = cal.resolve(gpu, engine, model, precision)
         group = cal.group_of(gpu, engine, model, precision)
+        band = cal.error_band(gpu, engine, model, precision)
         analytic.update(a)
         front.update(fe)
     profile = resolve_client(client, cal.clients if cal is not None else None)
@@ -188,7 +192,7 @@ def resolve_perf(perf_cfg: AnalyticPerfConfig | FixedPerfConfig | LinearPerfConf
                          f"(found {err.get('input')!r})" for err in e.errors())
         raise ConfigError(msgs) from None
     return ResolvedPerf(calibration=used, group=group, analytic=analytic, frontend=fparams, client=profile.name,
-                        client_origin=profile.origin, client_description=profile.description)
+                        client_origin=profile.origin, client_description=profile.description, error_band=band)
 
 
 def _analytic_params(values: dict[str, Any]) -> AnalyticParams:
