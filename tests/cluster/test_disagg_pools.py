@@ -150,7 +150,9 @@ def test_kv_ready_request_runs_no_prefill_and_decodes(which):
         passes += 1
     assert rec.column("first_token")[0] == 0.0  # emitted at admission
     assert rec.column("generated")[0] == 5
-    assert passes == 4  # the first token came from the prefill worker
+    # the first token came from the prefill worker; SGLang's overlap loop decodes the
+    # finished request once more (engines/sglang_overlap.py), emitting nothing
+    assert passes == (5 if which == 0 else 4)
     assert rec.column("status")[0] == Status.COMPLETED
 
 

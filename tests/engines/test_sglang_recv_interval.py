@@ -19,8 +19,8 @@ from simharness import make_request, run
 STEP = 0.01
 
 
-def sglang(interval: int, capacity: int = 200_000, chunk: int | None = 8192):
-    options = SGLangOptions(scheduler_recv_interval=interval)
+def sglang(interval: int, capacity: int = 200_000, chunk: int | None = 8192, overlap: bool = True):
+    options = SGLangOptions(scheduler_recv_interval=interval, disable_overlap_schedule=not overlap)
 
     def factory(wid, rec):
         return SGLangEngine(wid, rec, EngineLimits(capacity, 131072), options, chunk)
@@ -53,8 +53,11 @@ def test_arrival_during_decode_waits_for_the_pull():
     its prefill runs in the next pass (ends 0.03); with 5 the scheduler pulls it only at the
     iteration after the 5th decode iteration since the pull that followed the prefill."""
     reqs = [make_request(0, 0.0, 100, 50), make_request(1, 0.015, 100, 5)]
-    base, _ = run(sglang(1), copy.deepcopy(reqs), step=STEP, fast=False)
+    base, _ = run(sglang(1, overlap=False), copy.deepcopy(reqs), step=STEP, fast=False)
     assert base.column("first_token")[1] == pytest.approx(0.03)
+    # the overlap loop chose the pass [.02, .03] before r1 arrived: r1 is prefilled after it
+    base, _ = run(sglang(1), copy.deepcopy(reqs), step=STEP, fast=False)
+    assert base.column("first_token")[1] == pytest.approx(0.04)
     rec, _ = run(sglang(5), copy.deepcopy(reqs), step=STEP, fast=False)
     # passes: prefill r0 [0, .01], decodes from .01; the pull after the prefill (at .01) reset
     # the counter; iterations at .02 .03 .04 .05 count 1..4, the one at .06 counts 5 and pulls:

@@ -217,6 +217,9 @@ def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: L
     opt = dep.engine
     if dep.speculative is not None and opt.max_running_requests is None:
         opt = opt.model_copy(update={"max_running_requests": SGLANG_SPECULATIVE_MAX_RUNNING})
+    if dep.speculative is not None:
+        # SGLang 0.5.x (server_args) runs EAGLE/MTP without the overlap scheduler unless spec v2 is enabled
+        opt = opt.model_copy(update={"disable_overlap_schedule": True})
     if arch.index_topk and gpu.vendor == "nvidia" and opt.page_size != 64:
         # SGLang forces 64-token pages for DeepSeek-sparse-attention models on CUDA (its
         # server_args model adjustments; ROCm keeps 1), whatever --page-size says.
@@ -251,7 +254,8 @@ def _plan_sglang(dep: DeploymentConfig, arch: ModelArch, gpu: GPUSpec, layout: L
                 "max_prefill_tokens": opt.max_prefill_tokens, "page_size": opt.page_size,
                 "schedule_policy": opt.schedule_policy, "context_length": context,
                 "disable_radix_cache": opt.disable_radix_cache,
-                "scheduler_recv_interval": opt.scheduler_recv_interval}
+                "scheduler_recv_interval": opt.scheduler_recv_interval,
+                "disable_overlap_schedule": opt.disable_overlap_schedule}
 
     def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
         eng = SGLangEngine(worker_id, recorder, limits, opt, chunk, oracle=oracle)

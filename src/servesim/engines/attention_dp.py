@@ -380,9 +380,17 @@ class AttentionDPEngine(Engine):
             plans = tuple(e.schedule(now) for e in self.ranks)
         else:
             plans = self._schedule_balanced(now)
+        if all(p is None for p in plans) and any(getattr(e, "lag", None) is not None and e.inbox for e in self.ranks):
+            # SGLang's overlap loop: no rank chose a batch from what it had pulled, so no pass runs
+            # and every rank spins to a pull that sees every arrival (engines/sglang_overlap.py)
+            plans = tuple(e.schedule(now) for e in self.ranks)
         self._plans = plans
         if all(p is None for p in plans):
             return None
+        for e, p in zip(self.ranks, plans):
+            lag = getattr(e, "lag", None)  # SGLang's overlap loop: an idle rank joins the pass in lock-step
+            if p is None and lag is not None:
+                lag.joined_idle(now)
         return rank_union(plans)
 
     def _schedule_balanced(self, now: float) -> tuple[PassPlan | None, ...]:

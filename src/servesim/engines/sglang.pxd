@@ -58,6 +58,8 @@ cdef class SGLangEngine(Engine):
     cdef public list ready
     cdef public object recv
     cdef public list inbox
+    cdef public list inbox_at
+    cdef public object lag
     cdef public object _last_decoded
 
     cpdef long long _ceil_page(self, long long n)
@@ -74,11 +76,20 @@ cdef class SGLangEngine(Engine):
     @cython.locals(max_new=cython.longlong, sr=SGReq)
     cpdef add_request(self, Request req, double now, long long kv_ready=*)
 
+    cpdef _poll(self, double now)
+    cpdef _pull_all(self, double now)
+
+    @cython.locals(at=list, n=cython.Py_ssize_t)
+    cpdef _take_inbox(self, double cutoff)
+
     cpdef bint _has_pulled_work(self)
     cpdef bint has_work(self)
 
-    @cython.locals(batch=object)
+    @cython.locals(plan=object)
     cpdef object schedule(self, double now)
+
+    @cython.locals(batch=object)
+    cpdef object _next_pass(self, double now)
 
     cpdef tuple _match(self, SGReq sr)
 

@@ -22,11 +22,15 @@ is modelled and what is left out.  In short:
   goes to the back of the queue and later recomputes prompt and output.
 * A finished request's prompt and output stay in the radix tree as evictable cache; a
   prompt is inserted as soon as its prefill ends so later requests can share it.
+* The overlap scheduler (SGLang's default) decides each pass while the previous one runs:
+  arrivals are pulled one pass later, and a running batch whose requests all finished
+  decodes once more (engines/sglang_overlap.py).
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 
 import numpy as np
 
@@ -35,6 +39,7 @@ from servesim.engines.host import host_link
 from servesim.engines.recv_interval import RecvSkipper
 from servesim.engines.sglang_batch import NO_LIMIT, new_running_batch
 from servesim.engines.sglang_options import SGLangOptions
+from servesim.engines.sglang_overlap import OverlapLag
 from servesim.errors import ConfigError
 from servesim.kvcache.host_tier import HostRadix
 from servesim.kvcache.radix_cache import MatchResult, RadixCache
@@ -103,6 +108,15 @@ class _PrefillBatch:
 
 class _DecodeBatch:
     """A decode pass: the first ``n`` running requests (the whole running batch)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+class _GhostBatch:
+    """The overlap scheduler's decode of ``n`` requests that had already finished (emits nothing)."""
 
     __slots__ = ("n",)
 
@@ -197,6 +211,10 @@ class SGLangEngine(Engine):
         #: ``scheduler_recv_interval`` > 1: arrived requests the scheduler has not pulled yet.
         self.recv = RecvSkipper(options.scheduler_recv_interval) if options.scheduler_recv_interval > 1 else None
         self.inbox: list[SGReq] = []
+        #: When each request of ``inbox`` reached the scheduler's socket.
+        self.inbox_at: list[float] = []
+        #: The overlap event loop's view (None: SGLang's normal loop, ``disable_overlap_schedule``).
+        self.lag = None if options.disable_overlap_schedule else OverlapLag()
         #: The kind of pass the last schedule() returned (True decode, False prefill, None none).
         self._last_decoded: bool | None = None
 
@@ -274,17 +292,43 @@ class SGLangEngine(Engine):
         if kv_ready:  # disaggregated decode: admitted by _admit_ready, no prefill pass
             self.ready.append(sr)
             return
-        (self.inbox if self.recv is not None else self.waiting).append(sr)
+        if self.recv is None and self.lag is None:
+            self.waiting.append(sr)
+            return
+        self.inbox.append(sr)
+        self.inbox_at.append(now)
 
-    def _poll(self) -> None:
-        """The scheduler iteration's pull of arrived requests (``scheduler_recv_interval``)."""
-        due = self.recv.tick(self._last_decoded)
-        if not due and self.inbox and not self._has_pulled_work():
-            self.recv.pull_now()  # an idle scheduler spins to its next pull in microseconds
-            due = True
-        if due and self.inbox:
-            self.waiting.extend(self.inbox)
-            self.inbox.clear()
+    def _poll(self, now: float) -> None:
+        """The scheduler iteration's pull of arrived requests: every iteration, or every
+        ``scheduler_recv_interval`` decode passes; with the overlap loop, of those that arrived
+        before the pass now ending started."""
+        if self.recv is not None and not self.recv.tick(self._last_decoded):
+            return
+        self._take_inbox(now if self.lag is None else self.lag.cutoff(now))
+
+    def _pull_all(self, now: float) -> None:
+        """A pull that sees every arrival so far (the loop spun through an empty iteration)."""
+        if self.recv is not None:
+            self.recv.pull_now()
+        self._take_inbox(now)
+
+    def _take_inbox(self, cutoff: float) -> None:
+        """Requests that reached the socket by ``cutoff`` join the waiting queue."""
+        at = self.inbox_at
+        n = len(at)
+        if not n:
+            return
+        if at[n - 1] > cutoff:
+            n = bisect_right(at, cutoff)
+            if not n:
+                return
+            self.waiting.extend(self.inbox[:n])
+            del self.inbox[:n]
+            del at[:n]
+            return
+        self.waiting.extend(self.inbox)
+        self.inbox.clear()
+        at.clear()
 
     def _admit_ready(self, now: float) -> None:
         """Disaggregated decode: requests whose prompt KV arrived join the running batch.
@@ -333,13 +377,33 @@ class SGLangEngine(Engine):
         return bool(self.waiting or self.running or self.chunked is not None or self.ready)
 
     def has_work(self) -> bool:
-        return self._has_pulled_work() or bool(self.inbox)
+        return self._has_pulled_work() or bool(self.inbox) or (self.lag is not None and self.lag.ghost_ctx is not None)
 
     # -- scheduling -----------------------------------------------------------------------
     def schedule(self, now: float) -> PassPlan | None:
         self.tree.now = now
-        if self.recv is not None:
-            self._poll()
+        lag = self.lag
+        if self.recv is not None or self.inbox:
+            self._poll(now)
+        if self.inbox and not self._has_pulled_work() and (lag is None or lag.spins()):
+            self._pull_all(now)  # an idle scheduler spins to its next pull in microseconds
+        plan = self._next_pass(now)
+        if plan is None and lag is not None:
+            if lag.ghost_ctx is not None:  # the finished batch decodes once more
+                self._last_decoded = True
+                plan = PassPlan(decode_ctx=lag.ghost_ctx, requests=_GhostBatch(lag.ghost_ctx.size))
+            elif self.inbox and lag.spins():  # an empty iteration, then a pull that sees every arrival
+                self._pull_all(now)
+                plan = self._next_pass(now)
+        if plan is None:
+            self._last_decoded = None
+            self.new_token_ratio = self.init_ratio  # idle: SGLang resets the estimate
+        if lag is not None:
+            lag.decided(now, plan is not None)
+        return plan
+
+    def _next_pass(self, now: float) -> PassPlan | None:
+        """Prefill if anything can be admitted (prefill first), else decode the running batch."""
         if self.ready:
             self._admit_ready(now)
         if self.chunked is not None:
@@ -351,8 +415,6 @@ class SGLangEngine(Engine):
         if self.running:
             self._last_decoded = True
             return self._decode_plan()
-        self._last_decoded = None
-        self.new_token_ratio = self.init_ratio  # idle: SGLang resets the estimate
         return None
 
     def _sorted_queue(self) -> None:
@@ -570,11 +632,14 @@ class SGLangEngine(Engine):
     # -- commit -----------------------------------------------------------------------------
     def complete(self, plan: PassPlan, end: float) -> None:
         self.tree.now = end
+        if self.lag is not None:
+            self.lag.ended(end)
         batch = plan.requests
         if isinstance(batch, _PrefillBatch):
             self._complete_prefill(batch, end)
-        else:
+        elif isinstance(batch, _DecodeBatch):
             self._complete_decode(batch.n, end)
+        # else a ghost pass (_GhostBatch): its tokens are discarded
 
     def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
         batch = self.batch
@@ -592,6 +657,8 @@ class SGLangEngine(Engine):
             grown = self.tree.alloc(extra)
             assert grown, "SGLang model: decode stretch beyond the free KV"
         self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay * (k - 1), self.min_ratio)
+        if self.lag is not None:  # the last pass of the stretch was decided when the one before began
+            self.lag.ended(end, float(ends[k - 2]) if k > 1 else None)
         if self.recv is not None:  # the scheduler iterations of passes 2..k
             self.recv.skip_decode_iterations(k - 1)
         self._decode_in_flight = False
@@ -683,6 +750,9 @@ class SGLangEngine(Engine):
         if not done:
             return
         self.batch_is_full = False
+        if self.lag is not None and self.batch.n == 0:
+            # the pass chosen meanwhile still holds them (engines/sglang_overlap.py)
+            self.lag.ghost_ctx = np.array([sr.computed + 1 for sr in done], dtype=np.int64)
         for sr in done:
             self._release(sr, insert=True)
             self._end(sr, end)
@@ -755,7 +825,7 @@ class SGLangEngine(Engine):
         # The pass just scheduled already holds its token; further passes need one each.
         k = self._left_min
         if self.inbox:  # the iteration that pulls them may admit them: stop before it
-            k = min(k, self.recv.decode_passes_before_pull())
+            k = min(k, self.recv.decode_passes_before_pull() if self.recv is not None else 1)
         n = self.batch.n
         if self.page == 1:
             free = self.pool.free_tokens

@@ -29,6 +29,9 @@ class SGLangOptions(BaseModel):
     eviction_policy: Literal["lru", "lfu", "fifo", "belady"] = "lru"
     scheduler_recv_interval: int = Field(
         1, ge=1, description="decode passes between the scheduler's pulls of new requests (engines/recv_interval.py)")
+    disable_overlap_schedule: bool = Field(
+        False, description="run SGLang's normal event loop instead of the overlap one (which decides a pass while "
+                           "the previous one runs; engines/sglang_overlap.py); speculative decoding turns it off")
     load_balance_method: Literal["round_robin", "shortest_queue"] = Field(
         "round_robin", description="attention DP (deployment.attention_dp > 1): how arrivals are placed on ranks")
     # host-memory KV tier (docs/engines.md, "Host KV tier"); off by default

@@ -65,6 +65,17 @@ class GPUSpec(_Strict):
     tflops: dict[str, float]
     scale_up: LinkSpec
     scale_out: NetworkSpec
+    #: streaming multiprocessors (NVIDIA) or compute units (AMD): the op model quantizes a
+    #: GEMM's output tiles and an attention kernel's blocks into waves over them.  None: no
+    #: wave quantization.
+    sm_count: int | None = Field(default=None, ge=1)
+    #: shortest time one kernel takes on the GPU (launch-to-completion of an empty-sized
+    #: GEMM under CUDA graphs), microseconds: every op pays it once per kernel.
+    kernel_latency_us: float = Field(default=2.0, ge=0)
+    #: measured ceilings (microbenchmark maxima), as fractions of the peaks above: GEMM per
+    #: compute precision (``bf16``, ``fp8``, ``fp4``, ...) and HBM streaming (``hbm``).  The
+    #: op model never runs an op faster than these, whatever a calibration asks for.
+    achievable: dict[str, float] = {}
     #: field path (e.g. "tflops.fp8", "scale_up.bandwidth_gbs") → where the number comes from.
     sources: dict[str, list[str]] = {}
     notes: str = ""
@@ -73,6 +84,20 @@ class GPUSpec(_Strict):
     def cuda_major(self) -> int | None:
         """Major CUDA compute capability (9 Hopper, 10 Blackwell), None for non-NVIDIA parts."""
         return int(self.compute_capability.split(".")[0]) if self.compute_capability else None
+
+    @field_validator("achievable")
+    @classmethod
+    def _check_achievable(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = [k for k in v if k not in PRECISIONS and k != "hbm"]
+        if bad:
+            raise ValueError(f"unknown key(s) {bad}; expected 'hbm' or some of {list(PRECISIONS)}")
+        if any(not 0 < x <= 1 for x in v.values()):
+            raise ValueError("achievable fractions must be in (0, 1]")
+        return v
+
+    def ceiling(self, key: str) -> float:
+        """Measured achievable fraction of the peak for ``key`` (a precision or ``hbm``); 1 if unknown."""
+        return self.achievable.get(key, 1.0)
 
     @field_validator("tflops")
     @classmethod

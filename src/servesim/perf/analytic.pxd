@@ -35,15 +35,17 @@ cdef class AnalyticStepTime:
     cdef public bint _compiled_stretch
     cdef public object _lin_flop_s
     cdef public object _lin_state_s
-    cdef public object _ar_attn
+    cdef public object _ops
+    cdef public object _elem_fixed, _attn_fixed, _heads
+    cdef public long long _sms
+    cdef public object _ar_tp
+    cdef public dict _ar_memo
     cdef public object _a2a
     cdef public object _L
     cdef public object _graph_oh, _eager_oh, _graph_max_batch, _request_oh
 
-    cpdef double _gemm_eff(self, double tokens) except? -1.0
-
-    @cython.locals(eff=cython.double, t=cython.double, c=cython.double, w=cython.double, a=cython.double)
     cpdef double _gemms_time(self, gemms, double tokens) except? -1.0
+    cpdef double _ar_time(self, double tokens) except? -1.0
     cpdef _moe_time(self, t_total)
     cpdef _pass_overhead(self, decode_only, decode_batch)
     cpdef _token_part(self, t_total, n_chunks, n_dec, dtok, decode_only)
@@ -52,7 +54,9 @@ cdef class AnalyticStepTime:
                    pairs_cap=cython.double, read_cap=cython.longlong, n=cython.longlong, c=cython.longlong,
                    a=cython.longlong, b=cython.longlong, m=cython.longlong, inside=cython.double,
                    x=cython.double, eff=cython.double, c_full=cython.double, m_full=cython.double,
-                   t=cython.double, c_cap=cython.double, m_cap=cython.double, i=cython.Py_ssize_t)
+                   t=cython.double, c_cap=cython.double, m_cap=cython.double, i=cython.Py_ssize_t,
+                   blk=cython.longlong, extra=cython.double, ctas=cython.longlong, nq=cython.longlong,
+                   q=cython.longlong, waves_ctas=cython.longlong)
     cpdef _prefill_attn(self, list new, list cached)
     @cython.locals(n_dec=cython.Py_ssize_t, n_chunks=cython.Py_ssize_t)
     cpdef pass_time(self, PassPlan plan)

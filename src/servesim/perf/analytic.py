@@ -1,13 +1,14 @@
 """Analytic op-level step-time model (the built-in default).
 
 A pass is priced layer group by layer group from its real composition (every prefill chunk,
-every decoding request's own context).  Each op costs the larger of its compute time and
-its memory time (roofline)::
+every decoding request's own context).  Each op's cost comes from the op model of
+:mod:`servesim.perf.kernels` (checked kernel by kernel against measured tables, see
+docs/physics.md)::
 
-    t_op = max(flops / (peak × eff_compute(size)), bytes / (bandwidth × eff_mem))
+    t_op = kernels × t_kernel + max(compute over whole tiles and waves, bytes / bandwidth)
 
-with explicit efficiency curves ``eff(size) = eff_max × size / (size + half_size)``; every
-constant is a field of :class:`AnalyticParams` so calibration can fit it.
+with efficiencies capped by the GPU's measured ceilings; the constants are fields of
+:class:`AnalyticParams` (calibratable within their physical ranges) or facts of the GPU.
 
 Ops per decoder layer (per GPU of the worker):
 
@@ -20,20 +21,18 @@ Ops per decoder layer (per GPU of the worker):
   (reads the latent, computes over ``2·kv_lora_rank + rope`` per head);
 - linear attention: per-token recurrent update FLOPs; state read+write per request;
 - MLP, or MoE: router; routed experts as grouped GEMMs whose weights are read only for the
-  experts the pass touches — expected distinct experts ``E × (1 − (1 − k/E)^tokens)``; their
-  compute efficiency follows the rows *each touched expert* gets, with its own half point
-  ``moe_half_tokens`` (16: grouped-GEMM kernels pad an expert's rows to a small tile — vLLM's
-  fused-MoE default tile is 16 rows at small batch — so a decode pass with one or two rows
-  per expert streams weights rather than computing; the dense GEMMs' 48 made weight-only
-  4-bit experts on Hopper, which run at the bf16 peak, compute bound at decode);
+  experts the pass touches — expected distinct experts ``E × (1 − (1 − k/E)^tokens)``; each
+  touched expert's rows padded to the grouped GEMM's row tile (16 rows at small batch, vLLM's
+  fused-MoE default, so a decode pass with one or two rows per expert streams weights);
   with expert parallelism the layer reads the weights of the rank that touches the most of its
   local experts (:func:`expected_busiest_touched`: 4 decode tokens × 8 of 256 experts touch
   6.6 of the busiest of 8 ranks' 32 experts, 3.8 on average); shared experts; dense layers;
-- elementwise (norms, residuals, activation, rope) as memory traffic;
-- tensor-parallel all-reduce (2 per layer) from bytes, link bandwidth and latency; with
-  attention data parallelism, expert-parallel all-to-all (dispatch + combine) instead of the
-  MLP all-reduce; every collective's time times ``comm_time_scale`` (fitted per calibration
-  group: the shared fit puts real collectives ~1.6× slower than this link model).
+- elementwise (norms, residuals, activation, rope) as memory traffic plus their kernels;
+- tensor-parallel all-reduce (2 per layer): one-shot or two-shot, latency + bandwidth against
+  the message size and TP (``OpModel.all_reduce``); with attention data parallelism,
+  expert-parallel all-to-all (dispatch + combine) instead of the MLP all-reduce; every
+  collective's time times ``comm_time_scale`` (1 by default: GEMM efficiency that falls
+  with TP is modelled by tile and wave quantization, not absorbed here).
 
 Per pass: LM head for one token per prefill chunk plus each decode token; a fixed overhead
 (scheduling + launch), smaller for decode-only batches that replay a CUDA graph; optional
@@ -61,9 +60,11 @@ from servesim.compiled import pure_python_forced
 from servesim.errors import ModelError
 from servesim.hardware.gpu import GPUSpec
 from servesim.models.arch import ModelArch
+from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_OVERHEAD_BLOCKS, ATTN_KERNELS, ELEMENTWISE_KERNELS,
+                                   LINEAR_ATTN_KERNELS, GemmSet, OpModel)
 from servesim.perf.memory import Layout, attention_params_per_gpu
 from servesim.perf.plan import PassPlan, ends_from_durations
-from servesim.perf.precision import compute_precision, kv_bytes, layer_dtypes, weight_bytes
+from servesim.perf.precision import kv_bytes, layer_dtypes, weight_bytes
 
 try:  # the compiled decode-stretch pricing (servesim/compiled.py), if built
     from servesim.perf import _stretch_core as _STRETCH_CORE
@@ -108,6 +109,32 @@ def expected_busiest_touched(experts: int, frac: float, ranks: int, per_token: i
     return max(float(np.sum(1.0 - cdf_max[:-1])), float(-(-min(per_token, experts) // ranks)))
 
 
+def _attention_gemm_shapes(m: ModelArch, tp: int) -> list[tuple[float, float]]:
+    """(n, k) of one softmax-attention layer's projections on one GPU of a tp group.
+
+    GQA: fused q/k/v, then o.  MLA: the replicated down-projections (q_a, kv_a), the split
+    up-projections (q_b, kv_b) and o.  Whatever :func:`attention_params_per_gpu` counts beyond
+    these (a sparse-attention indexer) is one more GEMM on the hidden state.
+    """
+    h, nq = m.hidden_size, m.num_attention_heads
+    if m.is_mla:
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        shapes = [(m.kv_lora_rank + m.qk_rope_head_dim, h)]
+        if m.q_lora_rank:
+            shapes += [(m.q_lora_rank, h), (nq * qk / tp, m.q_lora_rank)]
+        else:
+            shapes.append((nq * qk / tp, h))
+        shapes += [(nq * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank), (h, nq * m.v_head_dim / tp)]
+    else:
+        hd = m.head_dim
+        q = nq * hd * (2 if m.attn_output_gate else 1) / tp
+        shapes = [(q + 2 * m.kv_heads_per_gpu(tp) * hd, h), (h, nq * hd / tp)]
+    rest = attention_params_per_gpu(m, tp) - sum(n * k for n, k in shapes)
+    if rest > 1.0:
+        shapes.append((rest / h, h))
+    return shapes
+
+
 class AnalyticParams(BaseModel):
     """Named, calibratable constants of the analytic model (defaults: typical H100/B200 serving)."""
 
@@ -115,27 +142,33 @@ class AnalyticParams(BaseModel):
 
     # GEMMs
     gemm_eff_max: float = Field(0.80, gt=0, le=1, description="peak fraction large GEMMs reach")
-    gemm_half_tokens: float = Field(48.0, ge=0, description="tokens at which GEMM compute efficiency is half of max")
-    moe_eff_scale: float = Field(0.80, gt=0, le=1, description="grouped-GEMM efficiency relative to dense GEMMs")
+    gemm_half_tokens: float = Field(
+        0.0, ge=0, description="rows at which an extra GEMM efficiency ramp m/(m + half) is half; 0: none (the "
+        "tile and wave model prices small-M GEMMs; kept so older calibration files load)")
+    moe_eff_scale: float = Field(0.60, gt=0, le=1, description="grouped-GEMM efficiency relative to dense GEMMs")
     moe_half_tokens: float = Field(
-        16.0, ge=0, description="rows per expert at which grouped-GEMM compute efficiency is half of max")
+        0.0, ge=0, description="rows per expert at which an extra grouped-GEMM ramp is half; 0: none (rows are "
+        "padded to the grouped GEMM's row tile instead)")
     mem_eff: float = Field(0.85, gt=0, le=1, description="HBM bandwidth fraction reached streaming weights/activations")
     # attention
-    attn_prefill_eff_max: float = Field(0.55, gt=0, le=1, description="peak fraction of prefill (flash) attention")
-    attn_prefill_half_tokens: float = Field(256.0, ge=0, description="chunk tokens at half prefill-attention efficiency")
-    attn_decode_mem_eff: float = Field(0.75, gt=0, le=1, description="HBM fraction decode attention reaches reading KV")
+    attn_prefill_eff_max: float = Field(0.65, gt=0, le=1, description="peak fraction of prefill (flash) attention")
+    attn_prefill_half_tokens: float = Field(
+        0.0, ge=0, description="chunk tokens at which an extra prefill-attention ramp is half; 0: none (query "
+        "blocks padded and run in waves over the SMs instead)")
+    attn_decode_mem_eff: float = Field(0.90, gt=0, le=1, description="HBM fraction decode attention reaches reading KV")
     attn_decode_compute_eff: float = Field(0.40, gt=0, le=1, description="peak fraction of decode attention math")
     attn_decode_ctx_overhead_tokens: float = Field(
-        32.0, ge=0, description="per-request decode-attention fixed cost, as extra context tokens read")
+        64.0, ge=0, description="per-request decode-attention fixed cost, as extra context tokens read (half a "
+        "128-token KV tile: a request's last tile is read whole)")
     elementwise_bytes_per_token: float = Field(
         12.0, ge=0, description="hidden-size multiples of bf16 traffic per token per layer (norms, residual, rope)")
     linear_attn_flops_factor: float = Field(6.0, ge=0, description="FLOPs per state element per token (DeltaNet)")
     state_dtype_bytes: float = Field(2.0, gt=0, description="bytes per recurrent-state element")
     # communication
     comm_eff: float = Field(0.70, gt=0, le=1, description="link bandwidth fraction collectives reach")
-    allreduce_fixed_s: float = Field(5e-6, ge=0, description="fixed cost of one all-reduce")
+    allreduce_fixed_s: float = Field(4e-6, ge=0, description="fixed cost of one all-reduce")
     alltoall_fixed_s: float = Field(12e-6, ge=0, description="fixed cost of one all-to-all (dispatch or combine)")
-    link_latency_factor: float = Field(1.0, ge=0, description="multiplies the GPU spec's link latency per log2(ranks)")
+    link_latency_factor: float = Field(0.5, ge=0, description="multiplies the GPU spec's link latency per log2(ranks)")
     comm_time_scale: float = Field(
         1.0, gt=0, description="multiplies every collective's time, fixed and per-token parts (calibrated: "
         "NCCL and custom all-reduce kernels reach a share of the link that varies with message size and engine)")
@@ -143,7 +176,9 @@ class AnalyticParams(BaseModel):
     pass_overhead_s: float = Field(1.5e-3, ge=0, description="per-pass scheduling + launch (eager/piecewise passes)")
     layer_overhead_s: float = Field(15e-6, ge=0, description="per-layer launch overhead of eager passes")
     graph_pass_overhead_s: float = Field(0.5e-3, ge=0, description="per-pass overhead of CUDA-graph decode passes")
-    graph_layer_overhead_s: float = Field(2e-6, ge=0, description="per-layer overhead inside a CUDA graph")
+    graph_layer_overhead_s: float = Field(
+        0.0, ge=0, description="per-layer CPU overhead inside a CUDA graph (none: a graph replays without launches; "
+        "the GPU-side kernel latencies are in the ops)")
     cuda_graph_max_batch: int = Field(512, ge=0, description="largest decode batch replayed from a CUDA graph")
     overhead_per_request_s: float = Field(0.0, ge=0, description="per-request CPU cost per pass (batch bookkeeping)")
 
@@ -184,64 +219,53 @@ class AnalyticStepTime:
         m, g, p, lay = self.model, self.gpu, self.p, self.layout
         tp, gpus, dp = lay.tp, lay.gpus, lay.attention_dp
         dt = layer_dtypes(self.weight_dtype, m.family, m.is_moe)
+        self._ops = ops = OpModel(g, p)
         bw = g.memory_bandwidth_gbs * 1e9
-        self._bw_eff = bw * p.mem_eff
-        peak_attn = g.peak_flops("bf16")
+        self._bw_eff = ops.bw_eff
+        peak_attn = ops.peak_attn
         h = m.hidden_size
         L = m.num_layers
         n_soft = m.num_full_layers + m.num_sliding_layers
 
-        def peak(cat: str) -> float:
-            return g.peak_flops(compute_precision(dt[cat], g))
-
-        # GEMMs: (flop-seconds per token at eff 1, weight-read seconds, act-seconds per token)
-        attn_g: list[tuple[float, float, float]] = []
-        mlp_g: list[tuple[float, float, float]] = []
-
-        def add(lst, layers: int, params_per_gpu: float, io_per_token: float, cat: str) -> None:
-            if layers <= 0 or params_per_gpu <= 0:
-                return
-            wb = weight_bytes(dt[cat])
-            lst.append((layers * 2.0 * params_per_gpu / peak(cat),
-                        layers * params_per_gpu * wb / self._bw_eff,
-                        layers * io_per_token * 2.0 / self._bw_eff))
-
+        # GEMMs by real shape, (layers, n, k, dtype) per GEMM (kernels.GemmSet): the attention
+        # group runs on each attention rank's tokens, the MLP group on the whole pass's
+        attn_g: list[tuple[float, float, float, str]] = []
+        mlp_g: list[tuple[float, float, float, str]] = []
         if n_soft:
-            add(attn_g, n_soft, attention_params_per_gpu(m, tp), 3 * h, "attention")
+            attn_g += [(n_soft, n, k, dt["attention"]) for n, k in _attention_gemm_shapes(m, tp)]
         if m.num_linear_layers:
-            add(attn_g, m.num_linear_layers, m.linear_attention_params_per_layer() / tp, 3 * h, "linear_attention")
+            lin = m.linear_attention_params_per_layer() / tp
+            attn_g.append((m.num_linear_layers, lin / h, h, dt["linear_attention"]))
         mlp_split = gpus if m.is_moe else tp
         if m.num_dense_layers and m.intermediate_size:
-            add(mlp_g if m.is_moe else attn_g, m.num_dense_layers,
-                3 * h * m.intermediate_size / mlp_split, 2 * h + 3 * m.intermediate_size / mlp_split, "dense_mlp")
+            i_loc = m.intermediate_size / mlp_split
+            (mlp_g if m.is_moe else attn_g).extend(
+                [(m.num_dense_layers, 2 * i_loc, h, dt["dense_mlp"]), (m.num_dense_layers, h, i_loc, dt["dense_mlp"])])
         nm = m.num_moe_layers
         if nm:
-            add(mlp_g, nm, h * m.num_experts, h + m.num_experts, "router")
+            mlp_g.append((nm, m.num_experts, h, dt["router"]))
             if m.shared_expert_intermediate_size:
-                si = m.shared_expert_intermediate_size
-                add(mlp_g, nm, 3 * h * si / gpus, 2 * h + 3 * si / gpus, "shared_experts")
-        self._attn_gemms = attn_g
-        self._mlp_gemms = mlp_g
+                si = m.shared_expert_intermediate_size / gpus
+                mlp_g += [(nm, 2 * si, h, dt["shared_experts"]), (nm, h, si, dt["shared_experts"])]
+        self._attn_gemms = GemmSet(ops, attn_g)
+        self._mlp_gemms = GemmSet(ops, mlp_g)
         # routed experts
         if nm:
             E, k = m.num_experts, m.experts_per_token
             self._moe_log_miss = math.log1p(-k / E) if k < E else -math.inf
-            per_expert = 3 * h * m.moe_intermediate_size / lay.moe_tp
-            wb = weight_bytes(dt["routed_experts"])
-            self._moe = dict(
-                E=E, k=k, local=E / lay.ep, ep=lay.ep, busiest={},
-                flop_s=nm * 2.0 * per_expert / peak("routed_experts"),  # per assignment on this GPU
-                w_s=nm * per_expert * wb / self._bw_eff,  # per touched local expert
-                io_s=nm * (2 * h + 3 * m.moe_intermediate_size / lay.moe_tp) * 2.0 / self._bw_eff,
-            )
+            self._moe = dict(E=E, k=k, local=E / lay.ep, ep=lay.ep, moe_tp=lay.moe_tp, layers=nm, busiest={},
+                             memo={}, dtype=dt["routed_experts"])
         else:
             self._moe = None
-        # elementwise
+        # elementwise: norms, residual adds, activation (traffic per token and their kernels)
         self._elem_s = L * p.elementwise_bytes_per_token * h * 2.0 / self._bw_eff
+        self._elem_fixed = L * ELEMENTWISE_KERNELS * ops.t_kernel
         # LM head (bf16, vocab-parallel over tp)
-        lm_params = m.vocab_size * h / tp
-        self._lm = (2.0 * lm_params / g.peak_flops("bf16"), lm_params * 2.0 / self._bw_eff,
-                    (h + m.vocab_size / tp) * 2.0 / self._bw_eff)
+        self._lm = GemmSet(ops, [(1, m.vocab_size / tp, h, "bf16")])
+        # attention ops' fixed cost per pass (one attention op per layer, whatever the batch)
+        self._attn_fixed = n_soft * ATTN_KERNELS * ops.t_kernel
+        self._sms = g.sm_count or 0
+        self._heads = max(1, m.num_attention_heads // tp)
 
         # attention per context token, summed over layers: compute-seconds and byte-seconds
         kvb = kv_bytes(self.kv_dtype)
@@ -270,7 +294,7 @@ class AnalyticStepTime:
             full_kv = cap_kv = kv_layer
             full_dec = cap_dec = dec_flops_tok
         pa = peak_attn
-        dme = bw * p.attn_decode_mem_eff
+        dme = bw * min(p.attn_decode_mem_eff, g.ceiling("hbm"))
         self._pre_full = (n_full_l * full_pair / pa, n_full_l * full_kv / self._bw_eff)
         self._pre_cap = (n_cap_l * cap_pair / pa, n_cap_l * cap_kv / self._bw_eff)
         # decode: (compute s per ctx token, memory s per ctx token) for full and capped parts
@@ -286,6 +310,7 @@ class AnalyticStepTime:
             self._lin_flop_s = (m.num_linear_layers * p.linear_attn_flops_factor * nv * m.linear_key_head_dim
                                 * m.linear_value_head_dim / pa)
             self._lin_state_s = 2.0 * m.state_bytes_per_request(p.state_dtype_bytes, tp) / self._bw_eff
+            self._attn_fixed += m.num_linear_layers * LINEAR_ATTN_KERNELS * ops.t_kernel
         else:
             self._lin_flop_s = self._lin_state_s = 0.0
         # communication
@@ -298,17 +323,20 @@ class AnalyticStepTime:
         lat_s = p.link_latency_factor * lat * p.comm_time_scale
 
         def ar(ranks: int, count: int) -> tuple[float, float]:
-            """(fixed s, s per token) of ``count`` all-reduces of one hidden vector per token."""
+            """(fixed s, s per token) of ``count`` bandwidth-bound (two-shot) all-reduces of one
+            hidden vector per token (kernels.OpModel.all_reduce at large messages)."""
             if ranks <= 1 or count <= 0:
                 return 0.0, 0.0
-            fixed = p.allreduce_fixed_s * p.comm_time_scale + lat_s * math.log2(ranks)
+            fixed = p.allreduce_fixed_s * p.comm_time_scale + 2.0 * lat_s * math.log2(ranks)
             return count * fixed, count * 2.0 * (ranks - 1) / ranks * h * 2.0 / link
 
+        # the tensor-parallel all-reduces of the hidden state: OpModel.all_reduce (one-shot
+        # for small messages, two-shot beyond), memoised per token count
+        self._ar_tp = (2 * L if dp == 1 else L) if tp > 1 else 0
+        self._ar_memo: dict[float, float] = {}
         if dp == 1:
-            self._ar_attn = ar(tp, 2 * L)  # after attention and after MLP/MoE
             self._a2a = (0.0, 0.0)
         else:
-            self._ar_attn = ar(tp, L)
             dense = ar(gpus, m.num_dense_layers)
             if nm and lay.ep > 1:
                 k = m.experts_per_token
@@ -326,25 +354,36 @@ class AnalyticStepTime:
         self._request_oh = p.overhead_per_request_s
 
     # --------------------------------------------------------------- pricing
-    def _gemm_eff(self, tokens: float) -> float:
-        return self._gemm_eff_max * tokens / (tokens + self._gemm_half)
-
     def _gemms_time(self, gemms, tokens: float) -> float:
-        """Roofline time of a list of (flop_s, weight_s, io_s) GEMMs at ``tokens`` rows."""
-        eff = self._gemm_eff(tokens)
-        t = 0.0
-        for c, w, a in gemms:
-            t += max(tokens * c / eff, w + tokens * a)
-        return t
+        """Seconds of a :class:`~servesim.perf.kernels.GemmSet` at ``tokens`` rows."""
+        return gemms.time(tokens)
+
+    def _ar_time(self, tokens: float) -> float:
+        """The pass's tensor-parallel all-reduces of ``tokens`` hidden vectors (memoised)."""
+        if not self._ar_tp or tokens <= 0:
+            return 0.0
+        hit = self._ar_memo.get(tokens)
+        if hit is None:
+            if len(self._ar_memo) > 100_000:
+                self._ar_memo.clear()
+            nbytes = tokens * self.model.hidden_size * 2.0
+            hit = self._ar_memo[tokens] = self._ar_tp * float(self._ops.all_reduce(nbytes, self.layout.tp))
+        return hit
 
     def _moe_time(self, t_total: int) -> float:
-        """Routed experts over ``t_total`` tokens: only the experts the pass touches load weights."""
+        """Routed experts over ``t_total`` tokens (kernels.OpModel.moe per layer): only the
+        experts the pass touches load weights; with expert parallelism the layer waits for the
+        rank with the most touched experts.  Memoised per token count."""
         moe = self._moe
-        if moe is None:
+        if moe is None or t_total <= 0:
             return 0.0
+        memo = moe["memo"]
+        hit = memo.get(t_total)
+        if hit is not None:
+            return hit
         frac = -math.expm1(t_total * self._moe_log_miss)  # P(an expert is touched)
         touched = moe["local"] * frac
-        if moe["ep"] > 1:  # the layer waits for the rank with the most touched experts
+        if moe["ep"] > 1:
             busiest = moe["busiest"]
             hit = busiest.get(t_total)
             if hit is None:
@@ -352,11 +391,13 @@ class AnalyticStepTime:
                     busiest.clear()
                 hit = busiest[t_total] = expected_busiest_touched(moe["E"], frac, moe["ep"], moe["k"])
             touched = hit
-        assign = t_total * moe["k"] / (moe["E"] / moe["local"])  # assignments on this GPU
-        per_expert = t_total * moe["k"] / (moe["E"] * frac)
-        p = self.p
-        eff_m = p.moe_eff_scale * p.gemm_eff_max * per_expert / (per_expert + p.moe_half_tokens)
-        return max(assign * moe["flop_s"] / eff_m, touched * moe["w_s"] + assign * moe["io_s"])
+        m = self.model
+        v = moe["layers"] * float(self._ops.moe(t_total, m.hidden_size, m.moe_intermediate_size, moe["k"], moe["E"],
+                                                moe["moe_tp"], self.layout.ep, moe["dtype"], touched=touched))
+        if len(memo) > 100_000:
+            memo.clear()
+        memo[t_total] = v
+        return v
 
     def _pass_overhead(self, decode_only: bool, decode_batch: int) -> float:
         """Fixed per-pass cost: a CUDA-graph replay for small decode-only batches, else launches."""
@@ -379,18 +420,17 @@ class AnalyticStepTime:
         if t_total > 0:
             t += self._gemms_time(self._mlp_gemms, t_total)
             t += self._moe_time(t_total)
-            t += self._elem_s * t_a
+            t += self._elem_s * t_a + self._elem_fixed + self._attn_fixed
             # linear-attention recurrent update FLOPs and state traffic
             if self._lin_flop_s:
                 t += max(t_a * self._lin_flop_s / p.gemm_eff_max,
                          (n_dec + n_chunks) / dp * self._lin_state_s)
             # communication
-            t += self._ar_attn[0] + self._ar_attn[1] * t_a + self._a2a[0] + self._a2a[1] * t_total
+            t += self._ar_time(t_a) + self._a2a[0] + self._a2a[1] * t_total
         # LM head: one row per prefill chunk (approximation) plus each decode token
         n_logits = (n_chunks + n_dec * dtok) / dp
         if n_logits > 0:
-            c, w, a = self._lm
-            t += max(n_logits * c / self._gemm_eff(n_logits), w + n_logits * a)
+            t += self._gemms_time(self._lm, n_logits)
         t += self._pass_overhead(decode_only, n_dec)
         t += self._request_oh * (n_dec + n_chunks)
         if len(self._cache) > 200_000:
@@ -418,7 +458,12 @@ class AnalyticStepTime:
         return t / dp
 
     def _prefill_attn(self, new: list, cached: list) -> float:
-        """Prefill attention seconds for chunks given as Python lists of ints."""
+        """Prefill attention seconds for chunks given as Python lists of ints.
+
+        As :meth:`servesim.perf.kernels.OpModel.attention_prefill`: each chunk's queries in
+        whole 128-row blocks (the diagonal blocks computed in full), each block with its own
+        fixed work, the blocks of all chunks and heads run in waves over the SMs.
+        """
         tot_new = sum(new)
         if tot_new <= 0:
             return 0.0
@@ -427,18 +472,29 @@ class AnalyticStepTime:
         W = self._cap or 0
         pairs_cap = 0.0
         read_cap = 0
+        blk = ATTN_BLOCK
+        extra = ATTN_CTA_OVERHEAD_BLOCKS * blk * blk
+        ctas = 0
         for i in range(len(new)):  # (indexing: zip's object costs more than a pass's few chunks)
             n, c = new[i], cached[i]
-            pairs += n * c + 0.5 * n * (n + 1)
+            nq = (n + blk - 1) // blk
+            q = nq * blk
+            ctas += nq
+            pairs += q * c + 0.5 * q * (q + 1) + nq * extra
             read += n + c
             if W:
-                a, b = c + 1, c + n  # attended counts of the chunk's first and last token
+                a, b = c + 1, c + q  # attended counts of the chunk's first and last (padded) row
                 m = b if b < W else W
                 inside = 0.5 * (a + m) * (m - a + 1) if a <= W else 0.0
-                pairs_cap += inside + (b - (m if m > a - 1 else a - 1)) * W
-                read_cap += m
-        x = tot_new / len(new)
-        eff = self._pre_eff_max * x / (x + self._pre_half)
+                pairs_cap += inside + (b - (m if m > a - 1 else a - 1)) * W + nq * extra
+                read_cap += (c + n) if (c + n) < W else W
+        eff = self._pre_eff_max
+        if self._pre_half:
+            x = tot_new / len(new)
+            eff = eff * x / (x + self._pre_half)
+        if self._sms:
+            waves_ctas = ctas * self._heads
+            eff = eff * waves_ctas / (((waves_ctas + self._sms - 1) // self._sms) * self._sms)
         c_full, m_full = self._pre_full
         t = max(pairs * c_full / eff, read * m_full)
         if W:
@@ -545,14 +601,13 @@ class AnalyticStepTime:
         v = 0.0
         if t > 0:
             v += self._gemms_time(self._attn_gemms, t)
-            v += self._elem_s * t
+            v += self._elem_s * t + self._elem_fixed + self._attn_fixed
             if self._lin_flop_s:
                 v += max(t * self._lin_flop_s / p.gemm_eff_max, (n_dec + n_chunks) * self._lin_state_s)
-            v += self._ar_attn[0] + self._ar_attn[1] * t
+            v += self._ar_time(t)
         n_logits = n_chunks + n_dec * dtok
         if n_logits > 0:
-            c, w, a = self._lm
-            v += max(n_logits * c / self._gemm_eff(n_logits), w + n_logits * a)
+            v += self._gemms_time(self._lm, n_logits)
         v += p.overhead_per_request_s * (n_dec + n_chunks)
         if len(cache) > 200_000:
             cache.clear()
@@ -624,9 +679,12 @@ class AnalyticStepTime:
     # ------------------------------------------------------------ diagnostics
     def gemm_roofline_terms(self, tokens: int) -> tuple[float, float]:
         """(compute seconds, memory seconds) summed over the layers' dense GEMMs at ``tokens``."""
-        eff = self._gemm_eff(tokens)
-        comp = sum(tokens * c / eff for c, _, _ in self._attn_gemms + self._mlp_gemms)
-        mem = sum(w + tokens * a for _, w, a in self._attn_gemms + self._mlp_gemms)
+        ops = self._ops
+        comp = mem = 0.0
+        for count, n, k, dtype in self._attn_gemms.entries + self._mlp_gemms.entries:
+            peak, eff = ops.gemm_eff(dtype)
+            comp += count * float(ops.gemm_compute(tokens, n, k, peak, eff))
+            mem += count * (n * k * weight_bytes(dtype) + tokens * (k + n) * 2.0) / ops.bw_eff
         return comp, mem
 
     @staticmethod

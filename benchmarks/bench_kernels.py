@@ -1,0 +1,260 @@
+"""servesim's op model against aiconfigurator-core's measured per-kernel tables.
+
+Run: PYTHONPATH=src python benchmarks/bench_kernels.py [--rows 300] [--json FILE] [--by-gpu]
+
+For every GPU system the package ships that servesim knows (NVIDIA: H100, H200, B200, B300,
+GB200, GB300, A100, L40S), every serving framework's newest table of each kind, every
+precision and shape in it (at most ``--rows`` rows per table and op class, drawn with a
+fixed seed), the same op is priced with :class:`servesim.perf.kernels.OpModel` at the
+default :class:`~servesim.perf.analytic.AnalyticParams` (the uncalibrated physics), and the
+relative error ``predicted / measured − 1`` is summarised per op class: count, median and
+mean |error|, signed median (bias: > 0 means servesim is too slow).
+
+Op classes (the table each comes from):
+
+- ``gemm/<precision>``: gemm_perf (m × n × k, bf16 / fp8 / fp8 block-scaled / nvfp4 / ...);
+- ``attn_prefill``, ``attn_prefill_window``: context_attention_perf (no cached prefix in the
+  tables), full and sliding-window;
+- ``attn_decode``, ``attn_decode_window``: generation_attention_perf (batch × context);
+- ``mla_prefill``, ``mla_decode``: context_mla_perf / generation_mla_perf (DeepSeek shapes);
+- ``moe/<precision>``: moe_perf, balanced routing (``moe_skewed`` for power-law routing:
+  reported, not a target — servesim assumes uniform routing);
+- ``allreduce_custom``: the engines' custom all-reduce under CUDA graphs;
+- ``nccl/<op>``: NCCL all_reduce / all_gather / reduce_scatter / alltoall;
+- ``gdn/<phase>``: gated-DeltaNet linear-attention kernels (recurrent update / chunked).
+
+Without aiconfigurator-core installed the script says so and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from servesim.hardware import load_gpu
+from servesim.perf.analytic import AnalyticParams
+from servesim.perf.kernels import OpModel
+
+#: aiconfigurator-core system → servesim GPU.
+SYSTEMS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200_sxm", "b300_sxm": "b300_sxm",
+           "gb200": "gb200", "gb300": "gb300", "a100_sxm": "a100_80gb", "l40s": "l40s"}
+#: table quant mode → servesim weight precision.
+GEMM_DTYPES = {"bfloat16": "bf16", "float16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "fp8_ootb": "fp8",
+               "nvfp4": "nvfp4", "mxfp4": "mxfp4", "int8_wo": "int8", "int4_wo": "int4",
+               "w4a16_mxfp4": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4", "w4a16_mxfp4_cutlass": "mxfp4",
+               "w4a8_mxfp4_mxfp8_trtllm": "mxfp4", "fp8_static": "fp8"}
+KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "int8": 1.0}
+NCCL_BYTES = {"half": 2.0, "int8": 1.0, "bfloat16": 2.0, "float": 4.0}
+# DeepSeek-V3 MLA dimensions (the only MLA model the tables measure)
+MLA = dict(qk_nope=128, qk_rope=64, v_dim=128, kv_lora=512)
+
+
+def _version_key(v: str) -> tuple:
+    import re
+
+    return tuple(int(x) if x.isdigit() else -1 for x in re.findall(r"\d+|[a-z]+", v))
+
+
+def table_files(root: Path, system: str) -> list[tuple[str, str, Path]]:
+    """(backend, table name, newest file) for every table kind and framework of a system."""
+    newest: dict[tuple[str, str], tuple[tuple, Path]] = {}
+    for f in sorted((root / system).glob("*/*/*/*.parquet")):
+        backend, version, name = f.parts[-3], f.parts[-2], f.stem
+        key = (backend, name)
+        vk = _version_key(version)
+        if key not in newest or vk > newest[key][0]:
+            newest[key] = (vk, f)
+    return [(b, n, f) for (b, n), (_, f) in sorted(newest.items())]
+
+
+def _sample(df, rows: int, seed: int = 0):
+    return df if len(df) <= rows else df.sample(rows, random_state=seed)
+
+
+# ------------------------------------------------------------ per table: (class, pred, meas)
+def _gemm(ops: OpModel, df, rows):
+    for dt, g in df.groupby("gemm_dtype"):
+        prec = GEMM_DTYPES.get(dt)
+        if prec is None:
+            continue
+        g = _sample(g, rows)
+        yield f"gemm/{dt}", ops.gemm(g.m.values, g.n.values, g.k.values, prec), g.latency.values
+
+
+def _context_attention(ops, df, rows):
+    w = df.window_size if "window_size" in df else 0 * df.isl
+    for name, g in (("attn_prefill", df[w == 0]), ("attn_prefill_window", df[w > 0])):
+        g = _sample(g, rows)
+        if not len(g):
+            continue
+        win = g.window_size.values if "window_size" in g else 0
+        kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
+        yield name, ops.attention_prefill(g.batch_size.values, g.isl.values, 0, g.num_heads.values,
+                                          g.num_key_value_heads.values, g.head_dim.values, win, kvb), g.latency.values
+
+
+def _generation_attention(ops, df, rows):
+    w = df.window_size if "window_size" in df else 0 * df.isl
+    for name, g in (("attn_decode", df[w == 0]), ("attn_decode_window", df[w > 0])):
+        g = _sample(g, rows)
+        if not len(g):
+            continue
+        win = g.window_size.values if "window_size" in g else 0
+        kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
+        ctx = g.isl.values + g.step.values
+        yield name, ops.attention_decode(g.batch_size.values, ctx, g.num_heads.values,
+                                         g.num_key_value_heads.values, g.head_dim.values, win, kvb), g.latency.values
+
+
+def _context_mla(ops, df, rows):
+    g = _sample(df, rows)
+    kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
+    yield "mla_prefill", ops.mla_prefill(g.batch_size.values, g.isl.values, 0, g.num_heads.values,
+                                         kv_bytes=kvb, **MLA), g.latency.values
+
+
+def _generation_mla(ops, df, rows):
+    g = _sample(df, rows)
+    kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
+    ctx = g.isl.values + g.step.values
+    yield "mla_decode", ops.mla_decode(g.batch_size.values, ctx, g.num_heads.values, qk_rope=MLA["qk_rope"],
+                                       kv_lora=MLA["kv_lora"], kv_bytes=kvb), g.latency.values
+
+
+def _moe(ops, df, rows):
+    skew = df.distribution.astype(str).str.startswith("power_law")
+    for dt, g0 in df[~skew].groupby("moe_dtype"):
+        prec = GEMM_DTYPES.get(dt)
+        if prec is None:
+            continue
+        yield from _moe_class(ops, f"moe/{dt}", _sample(g0, rows), prec, balanced=True)
+    for dt, g0 in df[skew].groupby("moe_dtype"):
+        prec = GEMM_DTYPES.get(dt)
+        if prec is not None:
+            yield from _moe_class(ops, "moe_skewed", _sample(g0, rows // 4), prec, balanced=False)
+
+
+def _moe_class(ops, name, g, prec, balanced):
+    """Balanced tables spread every token's k experts evenly: ``min(E, tokens·k)`` experts
+    touched; skewed (power-law) ones are priced as uniform random routing."""
+    out = []
+    for r in g.itertuples():
+        touched = min(r.num_experts, r.num_tokens * r.topk) / r.moe_ep_size if balanced else None
+        out.append(float(ops.moe(r.num_tokens, r.hidden_size, r.inter_size, r.topk, r.num_experts,
+                                 r.moe_tp_size, r.moe_ep_size, prec, touched=touched)))
+    yield name, np.asarray(out), g.latency.values
+
+
+def _custom_allreduce(ops, df, rows):
+    g = df[~df.kernel_source.astype(str).str.contains("eager", case=False)]
+    g = _sample(g, rows)
+    nbytes = g.message_size.values * 2.0
+    yield "allreduce_custom", ops.all_reduce(nbytes, g.num_gpus.values), g.latency.values
+
+
+def _nccl(ops, df, rows):
+    for op, g in df.groupby("op_name"):
+        g = _sample(g, rows)
+        nbytes = g.message_size.values * g.nccl_dtype.map(NCCL_BYTES).fillna(2.0).values
+        f = {"all_reduce": ops.all_reduce, "all_gather": ops.all_gather, "reduce_scatter": ops.all_gather,
+             "alltoall": ops.all_to_all}.get(op)
+        if f is not None:
+            yield f"nccl/{op}", f(nbytes, g.num_gpus.values), g.latency.values
+
+
+def _gdn(ops, df, rows):
+    for kernel, g in df.groupby("kernel_source"):
+        if "conv1d" in str(kernel):
+            continue  # the short convolution: elementwise-sized, priced with the norms
+        g = _sample(g, rows)
+        tokens = np.where(g.phase == "generation", g.batch_size.values, g.num_tokens.values)
+        yield f"gdn/{g.phase.iloc[0]}", ops.gated_delta(g.batch_size.values, tokens, g.num_v_heads.values,
+                                                        g.head_k_dim.values, g.head_v_dim.values), g.latency.values
+
+
+READERS = {
+    "gemm_perf": _gemm, "context_attention_perf": _context_attention,
+    "generation_attention_perf": _generation_attention, "context_mla_perf": _context_mla,
+    "generation_mla_perf": _generation_mla, "moe_perf": _moe, "custom_allreduce_perf": _custom_allreduce,
+    "nccl_perf": _nccl, "gdn_perf": _gdn,
+}
+
+
+def collect(rows: int, params: AnalyticParams | None = None, tables: tuple[str, ...] | None = None,
+            systems: tuple[str, ...] | None = None) -> list[dict]:
+    """Every compared kernel: {cls, gpu, backend, pred_ms, meas_ms} records (``tables``: only
+    these table names, e.g. ``("gemm_perf",)``; ``systems``: only these GPU systems)."""
+    import pyarrow.parquet as pq
+    from aiconfigurator_core.sdk import perf_database
+
+    root = Path(perf_database.get_systems_paths()[0]) / "data"
+    params = params or AnalyticParams()
+    out: list[dict] = []
+    for system, gpu_name in SYSTEMS.items():
+        if systems is not None and system not in systems:
+            continue
+        ops = OpModel(load_gpu(gpu_name), params)
+        for backend, name, path in table_files(root, system):
+            reader = READERS.get(name)
+            if reader is None or (tables is not None and name not in tables):
+                continue
+            df = pq.read_table(path).to_pandas()
+            df = df[df.latency > 0] if "latency" in df else df
+            with np.errstate(all="ignore"):
+                for cls, pred, meas in reader(ops, df, rows):
+                    pred = np.asarray(pred, float) * 1e3  # ms, as the tables
+                    for pv, mv in zip(pred.tolist(), np.asarray(meas, float).tolist()):
+                        if np.isfinite(pv) and mv > 0:
+                            out.append(dict(cls=cls, gpu=gpu_name, backend=backend, pred_ms=pv, meas_ms=mv))
+    return out
+
+
+def summarise(records: list[dict], key=("cls",)) -> dict[str, dict]:
+    groups: dict[str, list[float]] = {}
+    for r in records:
+        k = "|".join(str(r[x]) for x in key)
+        groups.setdefault(k, []).append(r["pred_ms"] / r["meas_ms"] - 1.0)
+    out = {}
+    for k, errs in sorted(groups.items()):
+        e = np.asarray(errs)
+        out[k] = dict(count=int(e.size), median_abs=float(np.median(np.abs(e))), mean_abs=float(np.mean(np.abs(e))),
+                      median_signed=float(np.median(e)))
+    return out
+
+
+def _print(title: str, table: dict[str, dict]) -> None:
+    print(f"\n{title}")
+    print(f"{'class':<44} {'n':>6} {'median|e|':>10} {'mean|e|':>9} {'bias':>8}")
+    for k, v in table.items():
+        print(f"{k:<44} {v['count']:>6} {100 * v['median_abs']:>9.1f}% {100 * v['mean_abs']:>8.1f}% "
+              f"{100 * v['median_signed']:>+7.1f}%")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=300, help="rows per table and op class (fixed-seed sample)")
+    ap.add_argument("--json", type=Path, help="write the summaries (and per-GPU breakdown) here")
+    ap.add_argument("--by-gpu", action="store_true", help="also print the per-GPU breakdown")
+    a = ap.parse_args(argv)
+    try:
+        import aiconfigurator_core  # noqa: F401
+    except ImportError:
+        print("bench_kernels: needs aiconfigurator-core (pip install 'servesim[aic]')", file=sys.stderr)
+        return 2
+    records = collect(a.rows)
+    by_cls = summarise(records)
+    by_gpu = summarise(records, ("cls", "gpu"))
+    _print("per op class (error = servesim / measured - 1)", by_cls)
+    if a.by_gpu:
+        _print("per op class and GPU", by_gpu)
+    if a.json:
+        a.json.write_text(json.dumps({"rows": a.rows, "by_class": by_cls, "by_class_gpu": by_gpu}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,350 @@
+"""Op-level cost model: one kernel's time from its shape, the GPU's spec and AnalyticParams.
+
+Every method takes numpy arrays (or scalars) of shapes and returns seconds, so the same
+formulas price one op inside a pass (:mod:`servesim.perf.analytic`) and thousands of
+measured kernels (``benchmarks/bench_kernels.py``, docs/physics.md).  Shapes are per GPU
+(heads already divided by tensor parallelism).  Each op costs::
+
+    t = kernels × t_kernel + max(compute, memory)
+
+- ``t_kernel``: the GPU's shortest kernel (``GPUSpec.kernel_latency_us``, measured), paid
+  once per kernel the op launches;
+- compute: the FLOPs the hardware actually executes — a GEMM's output padded to whole
+  tiles, the tiles run in whole waves over the GPU's SMs (``GPUSpec.sm_count``); flash
+  attention's query blocks the same way — at the precision's peak times an efficiency that
+  never exceeds the GPU's measured ceiling (``GPUSpec.achievable``);
+- memory: bytes moved over HBM at ``mem_eff`` of the bandwidth (capped the same way).
+
+Nothing here is fitted per deployment: the constants are the GPU's facts and the
+:class:`~servesim.perf.analytic.AnalyticParams` defaults, which docs/physics.md checks
+against the measured kernel tables.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from servesim.hardware.gpu import GPUSpec
+from servesim.perf.precision import compute_precision, weight_bytes
+
+#: GEMM output tiles (rows, cols) the kernel libraries choose among (CUTLASS / cuBLAS
+#: Hopper and Blackwell mainloops: 64- or 128-row warpgroup tiles, 64-256 columns).
+GEMM_TILES = ((64, 64), (64, 128), (128, 128), (128, 256))
+#: split-K factors tried when the output has fewer tiles than SMs (cuBLAS split-K / stream-K).
+SPLIT_K = (1, 2, 4, 8)
+#: a tile's operand reuse: FLOPs per byte loaded into shared memory is ``2·tm·tn/(tm+tn)/2``;
+#: efficiency follows ``I / (I + TILE_INTENSITY_HALF)`` normalised to the largest tile
+#: (smaller tiles reach less of the peak: 64×64 about 80% of 128×256).
+TILE_INTENSITY_HALF = 16.0
+#: flash-attention query block (rows of queries per thread block) and key block.
+ATTN_BLOCK = 128
+#: a flash-attention thread block's own fixed work, in key blocks: loading its query block,
+#: filling the load pipeline, the final softmax rescale and writing the output.
+ATTN_CTA_OVERHEAD_BLOCKS = 2.0
+#: fixed cost of one attention op, in kernel latencies: the op as the serving frameworks
+#: run it (rotary embedding, KV-cache write, scheduling metadata, the attention kernel, the
+#: split-KV combine).  Measured: the smallest attention ops of the kernel tables take 11-14 us
+#: on H100 (kernel latency 2.5 us) and 8-11 us on B200 (1.8 us).
+ATTN_KERNELS = 5
+#: kernels of the small per-layer ops under CUDA graphs or torch.compile fusion: the two
+#: (fused add +) RMSNorms and the gated activation.
+ELEMENTWISE_KERNELS = 3
+#: kernels of a linear-attention (gated DeltaNet) layer's own op: short convolution, gates,
+#: recurrent update.
+LINEAR_ATTN_KERNELS = 3
+#: kernels of a fused-MoE layer: routing/align, gate-up grouped GEMM, activation,
+#: down grouped GEMM, weighted sum.
+MOE_KERNELS = 8
+
+
+def _tile_factor(tm: int, tn: int) -> float:
+    def f(a, b):
+        i = a * b / (a + b)
+        return i / (i + TILE_INTENSITY_HALF)
+    return f(tm, tn) / f(*GEMM_TILES[-1])
+
+
+_TILE_EFF = tuple(_tile_factor(tm, tn) for tm, tn in GEMM_TILES)
+
+
+class OpModel:
+    """Per-op costs on one GPU with one parameter set; see module docstring."""
+
+    def __init__(self, gpu: GPUSpec, params) -> None:
+        self.gpu, self.p = gpu, params
+        self.bw = gpu.memory_bandwidth_gbs * 1e9
+        self.mem_eff = min(params.mem_eff, gpu.ceiling("hbm"))
+        self.bw_eff = self.bw * self.mem_eff
+        self.t_kernel = gpu.kernel_latency_us * 1e-6
+        self.sms = gpu.sm_count or 0
+        self.peak_attn = gpu.peak_flops("bf16") * min(1.0, gpu.ceiling("bf16"))
+
+    # ------------------------------------------------------------------ GEMM
+    def gemm_eff(self, dtype: str) -> tuple[float, float]:
+        """(peak FLOP/s, efficiency) of a GEMM with ``dtype`` weights on this GPU."""
+        prec = compute_precision(dtype, self.gpu)
+        return self.gpu.peak_flops(prec), min(self.p.gemm_eff_max, self.gpu.ceiling(prec))
+
+    def gemm_compute(self, m, n, k, peak: float, eff: float):
+        """Compute seconds of ``[m,k]×[k,n]``: output tiles in waves over the SMs, best tiling."""
+        m = np.asarray(m, dtype=np.float64)
+        n = np.asarray(n, dtype=np.float64)
+        k = np.asarray(k, dtype=np.float64)
+        flops = 2.0 * m * n * k
+        if not self.sms:
+            return flops / (peak * eff)
+        best = np.full(np.broadcast(m, n, k).shape, np.inf)
+        sm_rate = peak * eff / self.sms
+        for (tm, tn), tf in zip(GEMM_TILES, _TILE_EFF):
+            tiles = np.ceil(m / tm) * np.ceil(n / tn)
+            for s in SPLIT_K:
+                units = tiles * s
+                waves = np.ceil(units / self.sms)
+                t = waves * 2.0 * tm * tn * np.ceil(k / s) / (sm_rate * tf)
+                if s > 1:  # partial sums written and reduced in fp32
+                    t = t + m * n * 4.0 * s / self.bw_eff
+                best = np.minimum(best, np.where((s == 1) | (k / s >= 256), t, np.inf))
+        # a padded tile never beats the ideal rate
+        return np.maximum(best, flops / (peak * eff))
+
+    def gemm(self, m, n, k, dtype: str = "bf16", act_bytes: float | None = None):
+        """``[m, k] × [k, n]`` with ``dtype`` weights: one kernel, tiles and waves, roofline."""
+        peak, eff = self.gemm_eff(dtype)
+        wb = weight_bytes(dtype)
+        m = np.asarray(m, dtype=np.float64)
+        if self.p.gemm_half_tokens:
+            eff = eff * m / (m + self.p.gemm_half_tokens)
+        k = np.asarray(k, dtype=np.float64)
+        quantized = peak > self.gpu.peak_flops("bf16")  # fp8 / fp4 tensor cores: activations too
+        ab = act_bytes if act_bytes is not None else (wb if quantized else 2.0)
+        mem = (np.asarray(n, float) * k * wb + m * k * ab + m * np.asarray(n, float) * 2.0) / self.bw_eff
+        t = self.t_kernel + np.maximum(self.gemm_compute(m, n, k, peak, eff), mem)
+        if quantized:  # the activation-quantization kernel: read bf16, write the low-precision copy
+            t = t + self.t_kernel + m * k * (2.0 + ab) / self.bw_eff
+        return t
+
+    # ------------------------------------------------------------- attention
+    def attention_prefill(self, batch, new, cached, heads, kv_heads, head_dim, window=0, kv_bytes=2.0):
+        """Causal flash attention of ``batch`` chunks of ``new`` tokens after ``cached`` ones.
+
+        Compute runs over whole query × key blocks (the diagonal blocks in full); the query
+        blocks of every (chunk, head) are the thread blocks, run in waves over the SMs.
+        Memory: Q and O once, the chunk's keys and values (prefix included) once.
+        """
+        p = self.p
+        b = np.asarray(batch, float)
+        n = np.asarray(new, float)
+        c = np.asarray(cached, float)
+        w = np.asarray(window, float)
+        h = np.asarray(heads, float)
+        blk = ATTN_BLOCK
+        nq = np.ceil(n / blk)
+        q_pad = nq * blk
+        # key blocks visited: causal over the padded chunk, after the whole prefix
+        pairs = _causal_pairs(q_pad, c, w)
+        pairs = np.maximum(pairs, _causal_pairs(n, c, w)) + nq * ATTN_CTA_OVERHEAD_BLOCKS * blk * blk
+        eff = p.attn_prefill_eff_max * (n / (n + p.attn_prefill_half_tokens) if p.attn_prefill_half_tokens else 1.0)
+        ideal = b * pairs * 4.0 * h * head_dim / (self.peak_attn * eff)
+        if self.sms:
+            ctas = b * h * nq
+            util = ctas / (np.ceil(ctas / self.sms) * self.sms)
+            comp = ideal / util
+        else:
+            comp = ideal
+        read = np.where(w > 0, np.minimum(n + c, np.where(w > 0, w + n, 1.0)), n + c)
+        mem = b * (read * 2.0 * kv_heads * head_dim * kv_bytes + n * 2.0 * h * head_dim * 2.0) / self.bw_eff
+        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, mem)
+
+    def attention_decode(self, batch, ctx, heads, kv_heads, head_dim, window=0, kv_bytes=2.0):
+        """One query token per request over ``ctx`` cached tokens (GQA, paged, split-KV).
+
+        Each request reads its own KV (window-capped) plus a fixed cost of
+        ``attn_decode_ctx_overhead_tokens`` (its page-table walk and the first, partly used
+        block); the split-KV kernel and its combine are two kernels.
+        """
+        p = self.p
+        b = np.asarray(batch, float)
+        s = np.asarray(ctx, float)
+        w = np.asarray(window, float)
+        s = np.where(w > 0, np.minimum(s, np.where(w > 0, w, 1.0)), s) + p.attn_decode_ctx_overhead_tokens
+        kvh = np.asarray(kv_heads, float)
+        comp = b * s * 4.0 * heads * head_dim / (self.peak_attn * p.attn_decode_compute_eff)
+        mem = b * s * 2.0 * kvh * head_dim * kv_bytes / (self.bw * min(p.attn_decode_mem_eff, self.gpu.ceiling("hbm")))
+        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, mem)
+
+    def mla_prefill(self, batch, new, cached, heads, qk_nope=128, qk_rope=64, v_dim=128, kv_lora=512,
+                    kv_bytes=2.0):
+        """MLA prefill (keys and values expanded per head: q·k over nope+rope dims, then ·v)."""
+        p = self.p
+        b = np.asarray(batch, float)
+        n = np.asarray(new, float)
+        c = np.asarray(cached, float)
+        h = np.asarray(heads, float)
+        nq = np.ceil(n / ATTN_BLOCK)
+        pairs = np.maximum(_causal_pairs(nq * ATTN_BLOCK, c, np.zeros_like(n)), _causal_pairs(n, c, np.zeros_like(n))) \
+            + nq * ATTN_CTA_OVERHEAD_BLOCKS * ATTN_BLOCK * ATTN_BLOCK
+        eff = p.attn_prefill_eff_max * (n / (n + p.attn_prefill_half_tokens) if p.attn_prefill_half_tokens else 1.0)
+        comp = b * pairs * 2.0 * h * (qk_nope + qk_rope + v_dim) / (self.peak_attn * eff)
+        if self.sms:
+            ctas = b * h * nq
+            comp = comp / (ctas / (np.ceil(ctas / self.sms) * self.sms))
+        mem = b * ((n + c) * (kv_lora + qk_rope) * kv_bytes + n * h * (qk_nope + qk_rope + v_dim) * 2.0
+                   + (n + c) * h * (qk_nope + v_dim) * 2.0) / self.bw_eff
+        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, mem)
+
+    def mla_decode(self, batch, ctx, heads, qk_rope=64, kv_lora=512, kv_bytes=2.0):
+        """Absorbed MLA decode: every head attends over the shared latent (+ rope key)."""
+        p = self.p
+        b = np.asarray(batch, float)
+        s = np.asarray(ctx, float) + p.attn_decode_ctx_overhead_tokens
+        h = np.asarray(heads, float)
+        # heads are processed in blocks of 64 (FlashMLA / trtllm-gen): fewer heads pad the block
+        h_pad = np.ceil(h / 64.0) * 64.0
+        comp = b * s * 2.0 * h_pad * (2 * kv_lora + qk_rope) / (self.peak_attn * p.attn_decode_compute_eff)
+        mem = b * s * (kv_lora + qk_rope) * kv_bytes / (self.bw * min(p.attn_decode_mem_eff, self.gpu.ceiling("hbm")))
+        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, mem)
+
+    # ------------------------------------------------------------------- MoE
+    def moe(self, tokens, hidden, inter, topk, experts, moe_tp=1, ep=1, dtype: str = "bf16",
+            touched=None):
+        """Routed experts on one GPU for ``tokens`` tokens: gate-up and down grouped GEMMs.
+
+        ``touched``: experts of this GPU that receive tokens (default: uniform random routing,
+        ``local × (1 − (1 − k/E)^tokens)``).  Each touched expert's rows are padded to the
+        grouped GEMM's row tile; weights are read for touched experts only.
+        """
+        p = self.p
+        t = np.asarray(tokens, float)
+        E = float(experts)
+        k = float(topk)
+        local = E / ep
+        assign = t * k / ep  # (token, expert) pairs on this GPU
+        if touched is None:
+            touched = local * -np.expm1(t * math.log1p(-k / E)) if k < E else np.full_like(t, local)
+        touched = np.maximum(np.asarray(touched, float), 1e-9)
+        per_expert = assign / touched
+        i_loc = inter / moe_tp
+        peak, eff = self.gemm_eff(dtype)
+        eff = eff * p.moe_eff_scale
+        # row tile: small (16) while experts get few rows, 64 beyond (vLLM / SGLang fused-MoE configs)
+        tm = np.where(per_expert <= 16, 16.0, 64.0)
+        rows = touched * np.ceil(per_expert / tm) * tm
+        ideal = 2.0 * rows * 3.0 * hidden * i_loc / (peak * eff)
+        if p.moe_half_tokens:
+            ideal = ideal * (per_expert + p.moe_half_tokens) / per_expert
+        comp = ideal
+        if self.sms:  # tiles of the gate-up GEMM (the larger) in waves over the SMs
+            tiles = touched * np.ceil(per_expert / tm) * np.ceil(2.0 * i_loc / 128.0)
+            comp = comp / (tiles / (np.ceil(tiles / self.sms) * self.sms))
+            comp = np.minimum(comp, np.maximum(ideal, 2.0 * ideal))  # never worse than half the SMs idle
+        wb = weight_bytes(dtype)
+        mem = (touched * 3.0 * hidden * i_loc * wb + assign * (2.0 * hidden + 3.0 * i_loc) * 2.0) / self.bw_eff
+        return MOE_KERNELS * self.t_kernel + np.maximum(comp, mem)
+
+    # ------------------------------------------------------------ collectives
+    def _link(self, ranks):
+        up = self.gpu.scale_up
+        ranks = np.asarray(ranks, float)
+        inside = ranks <= up.domain_size
+        bw = np.where(inside, up.bandwidth_gbs, self.gpu.scale_out.bandwidth_gbs) * 1e9
+        lat = np.where(inside, up.latency_us, self.gpu.scale_out.latency_us) * 1e-6
+        return ranks, bw * self.p.comm_eff / self.p.comm_time_scale, \
+            self.p.link_latency_factor * lat * self.p.comm_time_scale
+
+    def all_reduce(self, nbytes, ranks):
+        """All-reduce of ``nbytes`` over ``ranks`` GPUs, the faster of the two algorithms the
+        engines' custom all-reduce (and NCCL's NVLS / ring) switch between by size:
+
+        - one-shot: every GPU reads the whole message from each peer and reduces locally —
+          one step, ``(r − 1)·S`` bytes received;
+        - two-shot (reduce-scatter + all-gather): two steps, ``2(r − 1)/r·S`` bytes.
+
+        Each step pays the link latency per doubling of ranks; the op a fixed cost.
+        """
+        r, link, lat = self._link(ranks)
+        s = np.asarray(nbytes, float)
+        step = lat * np.log2(r)
+        fixed = self.p.allreduce_fixed_s * self.p.comm_time_scale
+        one_shot = step + (r - 1) * s / link
+        two_shot = 2.0 * step + 2.0 * (r - 1) / r * s / link
+        return fixed + np.minimum(one_shot, two_shot)
+
+    def all_gather(self, nbytes, ranks):
+        """All-gather (or reduce-scatter) whose full result is ``nbytes``: volume ``(r−1)/r``."""
+        r, link, lat = self._link(ranks)
+        fixed = self.p.allreduce_fixed_s * self.p.comm_time_scale + lat * np.log2(r)
+        return fixed + (r - 1) / r * np.asarray(nbytes, float) / link
+
+    def all_to_all(self, nbytes, ranks):
+        """All-to-all where each GPU holds ``nbytes`` and keeps ``1/r`` of it."""
+        r, link, lat = self._link(ranks)
+        fixed = self.p.alltoall_fixed_s * self.p.comm_time_scale + lat * np.log2(r)
+        return fixed + (r - 1) / r * np.asarray(nbytes, float) / link
+
+    # ------------------------------------------------------ linear attention
+    def gated_delta(self, requests, tokens, v_heads, head_k=128, head_v=128, prefill=False):
+        """Gated-DeltaNet update: per-token state FLOPs; each request's state read and written."""
+        p = self.p
+        comp = np.asarray(tokens, float) * p.linear_attn_flops_factor * v_heads * head_k * head_v \
+            / (self.peak_attn * p.gemm_eff_max)
+        mem = np.asarray(requests, float) * 2.0 * v_heads * head_k * head_v * p.state_dtype_bytes / self.bw_eff
+        return self.t_kernel + np.maximum(comp, mem)
+
+
+def _causal_pairs(n, c, w):
+    """(query, key) pairs of a causal chunk of ``n`` tokens after ``c`` cached ones, each query
+    seeing at most ``w`` keys when ``w > 0``."""
+    n = np.asarray(n, float)
+    c = np.asarray(c, float)
+    w = np.asarray(w, float)
+    full = n * c + 0.5 * n * (n + 1)
+    a = c + 1.0
+    b = c + n
+    W = np.where(w > 0, w, 1.0)
+    m = np.minimum(b, W)
+    inside = np.where(a <= W, 0.5 * (a + m) * (m - a + 1), 0.0)
+    capped = inside + (b - np.maximum(m, a - 1)) * W
+    return np.where(w > 0, capped, full)
+
+
+class GemmSet:
+    """The GEMMs one group of layers runs per token row, priced together at ``m`` rows.
+
+    ``entries``: (count, n, k, weight dtype) per GEMM shape — ``count`` layers run it.  The
+    sum over entries is computed for 512 consecutive ``m`` at a time (vectorised) and kept,
+    so a pass pays a list lookup; beyond :attr:`MAX_ROWS` it is computed for that ``m``.
+    """
+
+    BLOCK = 512
+    MAX_ROWS = 1 << 16
+
+    def __init__(self, ops: OpModel, entries: list[tuple[float, float, float, str]]) -> None:
+        self.ops = ops
+        self.entries = [e for e in entries if e[0] > 0 and e[1] > 0 and e[2] > 0]
+        self._blocks: dict[int, list[float]] = {}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def _compute(self, m) -> np.ndarray:
+        m = np.maximum(np.asarray(m, dtype=np.float64), 1.0)  # row 0 is never priced (time() returns 0)
+        out = np.zeros(m.shape)
+        for count, n, k, dtype in self.entries:
+            out += count * self.ops.gemm(m, n, k, dtype)
+        return out
+
+    def time(self, rows: float) -> float:
+        """Seconds of all entries at ``rows`` token rows (fractional rows round up: a
+        partly used row still fills a tile)."""
+        if rows <= 0 or not self.entries:
+            return 0.0
+        m = int(math.ceil(rows))
+        if m >= self.MAX_ROWS:
+            return float(self._compute(m))
+        b, i = divmod(m, self.BLOCK)
+        blk = self._blocks.get(b)
+        if blk is None:
+            blk = self._blocks[b] = self._compute(np.arange(b * self.BLOCK, (b + 1) * self.BLOCK)).tolist()
+        return blk[i]

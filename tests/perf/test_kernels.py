@@ -1,0 +1,144 @@
+"""The op model (perf/kernels.py): its physical effects one by one, and its agreement with
+the measured kernel tables of aiconfigurator-core (skipped when that package is absent)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from servesim.hardware import load_gpu
+from servesim.perf.analytic import AnalyticParams
+from servesim.perf.kernels import ATTN_KERNELS, GemmSet, OpModel
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return OpModel(load_gpu("h100_sxm"), AnalyticParams())
+
+
+def test_wave_quantization_steps_at_the_sm_count(h100):
+    """A compute-bound GEMM whose output tiles fill the 132 SMs exactly runs in one wave; one
+    more tile column costs a second (partly empty) wave, so time per FLOP jumps at the
+    boundary and comes back down as the second wave fills."""
+    sms = h100.sms
+    assert sms == 132
+    peak, eff = h100.gemm_eff("bf16")
+    m, k = 256, 8192  # 2 row tiles of 128; 66 column tiles of 256 → 132 tiles
+    per_flop = [float(h100.gemm_compute(m, n, k, peak, eff)) / (2 * m * n * k) for n in (66 * 256, 67 * 256, 132 * 256)]
+    assert per_flop[1] > 1.3 * per_flop[0]
+    assert per_flop[2] < 1.05 * per_flop[0]
+
+
+def test_no_sm_count_no_quantization():
+    ops = OpModel(load_gpu("h100_sxm").model_copy(update={"sm_count": None}), AnalyticParams())
+    peak, eff = ops.gemm_eff("bf16")
+    assert float(ops.gemm_compute(3, 100, 1000, peak, eff)) == pytest.approx(2 * 3 * 100 * 1000 / (peak * eff))
+
+
+def test_small_m_gemm_streams_weights_plus_one_kernel(h100):
+    """A decode-sized GEMM (4 rows) pays its 64-row tile's math but is bound by reading the
+    weights: its time is the kernel latency plus the bytes over the achievable bandwidth."""
+    n = k = 8192
+    t = float(h100.gemm(4, n, k, "bf16"))
+    bytes_ = n * k * 2 + 4 * k * 2 + 4 * n * 2
+    assert t == pytest.approx(h100.t_kernel + bytes_ / h100.bw_eff, rel=1e-9)
+
+
+def test_efficiency_never_exceeds_the_measured_ceiling():
+    """Asking for a perfect GEMM (gemm_eff_max = 1) still runs at the GPU's measured ceiling."""
+    gpu = load_gpu("b200_sxm")
+    ops = OpModel(gpu, AnalyticParams(gemm_eff_max=1.0, mem_eff=1.0))
+    peak, eff = ops.gemm_eff("nvfp4")
+    assert peak == gpu.peak_flops("fp4") and eff == gpu.ceiling("fp4") < 0.6
+    assert ops.mem_eff == gpu.ceiling("hbm")
+    m = n = k = 16384
+    assert float(ops.gemm(m, n, k, "bf16")) >= 2.0 * m * n * k / (gpu.peak_flops("bf16") * gpu.ceiling("bf16"))
+
+
+def test_fp8_only_where_the_gpu_has_fp8_units():
+    a100 = OpModel(load_gpu("a100_80gb"), AnalyticParams())
+    assert a100.gemm_eff("fp8")[0] == a100.gpu.peak_flops("bf16")  # weight-only: bf16 math
+    h = OpModel(load_gpu("h100_sxm"), AnalyticParams())
+    assert h.gemm_eff("fp8")[0] == h.gpu.peak_flops("fp8")
+    assert h.gemm_eff("nvfp4")[0] == h.gpu.peak_flops("bf16")  # no fp4 units on Hopper
+
+
+def test_prefill_attention_cached_prefix_and_window(h100):
+    """A chunk after a cached prefix attends to it: more pairs (time grows) and the prefix's
+    KV is read; a sliding window caps both."""
+    base = float(h100.attention_prefill(1, 2048, 0, 32, 8, 128))
+    prefixed = float(h100.attention_prefill(1, 2048, 8192, 32, 8, 128))
+    windowed = float(h100.attention_prefill(1, 2048, 8192, 32, 8, 128, window=1024))
+    assert prefixed > 3 * base
+    assert windowed < 0.5 * prefixed
+
+
+def test_decode_attention_per_context(h100):
+    """Long-context decode reads every request's KV: linear in context at the achievable
+    bandwidth, on top of the op's fixed cost."""
+    t1 = float(h100.attention_decode(8, 16384, 32, 8, 128))
+    t2 = float(h100.attention_decode(8, 32768, 32, 8, 128))
+    kv_per_token = 2 * 8 * 128 * 2
+    assert t2 - t1 == pytest.approx(8 * 16384 * kv_per_token / (h100.bw * min(0.9, h100.gpu.ceiling("hbm"))),
+                                    rel=1e-9)
+    assert float(h100.attention_decode(1, 1, 32, 8, 128)) >= ATTN_KERNELS * h100.t_kernel
+
+
+def test_moe_reads_only_touched_experts(h100):
+    """One decode token with top-8 routing reads 8 experts' weights, not 128."""
+    one = float(h100.moe(1, 4096, 1536, 8, 128, touched=8))
+    all_ = float(h100.moe(1, 4096, 1536, 8, 128, touched=128))
+    assert all_ > 10 * (one - 8 * h100.t_kernel)
+
+
+def test_all_reduce_latency_then_bandwidth(h100):
+    """Small messages cost latency (one-shot); large ones the two-shot ring volume."""
+    small = float(h100.all_reduce(1024, 8))
+    assert small < 10e-6
+    big = 1 << 30
+    link = h100.gpu.scale_up.bandwidth_gbs * 1e9 * h100.p.comm_eff
+    assert float(h100.all_reduce(big, 8)) == pytest.approx(2 * 7 / 8 * big / link, rel=0.01)
+
+
+def test_gemm_set_equals_its_gemms(h100):
+    gs = GemmSet(h100, [(32, 6144, 4096, "bf16"), (32, 4096, 4096, "fp8")])
+    for m in (1, 7, 511, 512, 513, 3000, 70000):
+        want = 32 * float(h100.gemm(m, 6144, 4096, "bf16")) + 32 * float(h100.gemm(m, 4096, 4096, "fp8"))
+        assert gs.time(m) == pytest.approx(want, rel=1e-12)
+    assert gs.time(2.5) == gs.time(3)  # a partial row fills a tile like a whole one
+    assert gs.time(0) == 0.0
+
+
+# ------------------------------------------------------------------ against measured tables
+#: per op class: (largest median |error|, largest mean |error|) the op model keeps on a fixed
+#: subsample of aiconfigurator-core's tables (docs/physics.md has the full table).
+KERNEL_BOUNDS = {
+    "gemm/bfloat16": (0.20, 0.30),
+    "attn_decode": (0.30, 0.45),
+    "attn_prefill": (0.40, 0.80),
+    "mla_decode": (0.35, 0.45),
+    "allreduce_custom": (0.30, 0.40),
+}
+
+
+def test_op_classes_stay_within_bounds_of_the_measured_kernels():
+    pytest.importorskip("aiconfigurator_core")
+    pytest.importorskip("pyarrow")
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_kernels.py"
+    spec = importlib.util.spec_from_file_location("bench_kernels", path)
+    bk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bk)
+    tables = ("gemm_perf", "generation_attention_perf", "context_attention_perf", "generation_mla_perf",
+              "custom_allreduce_perf")
+    summary = bk.summarise(bk.collect(25, tables=tables, systems=("h100_sxm",)))
+    for cls, (med, mean) in KERNEL_BOUNDS.items():
+        got = summary[cls]
+        assert got["count"] > 20, cls
+        assert got["median_abs"] <= med and got["mean_abs"] <= mean, (cls, got)
+    assert all(math.isfinite(v["mean_abs"]) for v in summary.values())
+    assert np.isfinite([v["median_signed"] for v in summary.values()]).all()
