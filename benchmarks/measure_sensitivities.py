@@ -31,7 +31,7 @@ from pathlib import Path
 
 from servesim.perf.calibration import load_calibration, precision_key
 from servesim.validate.points import Point, load_points
-from servesim.validate.sensitivity import (DEFAULT_BASE, BaseParams, _run_jobs, measure_sensitivities,
+from servesim.validate.sensitivity import (DEFAULT_BASE, BaseParams, _run_jobs, measure_sensitivities, physical_base,
                                            write_sensitivities)
 
 
@@ -98,7 +98,7 @@ def main() -> None:
         def base(p: Point) -> BaseParams:
             return BaseParams.for_point(cal, p)
     else:
-        base = DEFAULT_BASE
+        base = physical_base()
     t0 = time.perf_counter()
     for k in range(0, len(points), args.chunk):
         path = out / f"chunk{k // args.chunk:03d}.csv"

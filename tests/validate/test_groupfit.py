@@ -18,7 +18,7 @@ from sens_tables import drop_columns
 
 def _rel(mem_scale: float, prefill_scale: float, sched_s: float, stream_s: float,
          layer_s: float = DEFAULT_BASE.graph_layer_overhead_s, req_s: float = 0.0,
-         running_s: float = 0.0, kv_scale: float = 1.0, comm_scale: float = 1.0) -> GroupParams:
+         running_s: float = 0.0, kv_scale: float = 1.2, comm_scale: float = 1.0) -> GroupParams:
     """Group values given as time scales relative to DEFAULT_BASE (additive ones absolute)."""
     return GroupParams(-math.log(DEFAULT_BASE.mem_eff) + math.log(mem_scale),
                        -math.log(DEFAULT_BASE.gemm_eff_max) + math.log(prefill_scale), sched_s, stream_s,
@@ -171,7 +171,7 @@ def test_fit_recovers_known_group_values(prior_scale, tol, own_bases):
     a second round); the default priors bias them a little.  The clients' values are the same
     on every GPU and engine: they are fitted per client, never per group."""
     truth = {"h200_sxm/vllm/org/A": _rel(1.1, 1.1, 0.001, 0.0, layer_s=4e-6, req_s=5e-6, kv_scale=1.2),
-             "b200_sxm/trtllm/org/B": _rel(0.95, 1.2, 0.004, 0.0, layer_s=6e-6, req_s=25e-6, kv_scale=0.9)}
+             "b200_sxm/trtllm/org/B": _rel(0.95, 1.2, 0.004, 0.0, layer_s=6e-6, req_s=25e-6, kv_scale=1.15)}
     sens = _synthetic(truth, n_per_group=30, own_bases=own_bases, clients=CLIENTS)
     cal = fit_hierarchy(sens, DEFAULT_BASE, min_group_points=5, min_model_points=3, prior_scale=prior_scale)
     for key, g in truth.items():

@@ -210,14 +210,14 @@ def _calibrate_sensitivity(args: argparse.Namespace) -> int:
     from servesim.perf.calibration import load_calibration
     from servesim.validate.groupfit import fit_hierarchy
     from servesim.validate.points import load_points
-    from servesim.validate.sensitivity import (DEFAULT_BASE, BaseParams, measure_missing_knobs,
+    from servesim.validate.sensitivity import (BaseParams, measure_missing_knobs, physical_base,
                                                measure_sensitivities, read_sensitivities, write_sensitivities)
 
     points = load_points(args.points, split=args.split)
-    base, point_base = DEFAULT_BASE, None
+    # measured around the physical values unless told otherwise; fitted with their ratios
+    base, point_base = physical_base(), None
     if args.base_calibration:
         previous = load_calibration(args.base_calibration)
-        base = BaseParams.from_calibration(previous)
 
         def point_base(p):
             return BaseParams.for_point(previous, p)

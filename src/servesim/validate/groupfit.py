@@ -105,7 +105,7 @@ def physical_prior(base: "BaseParams") -> "GroupParams":
 
     d = AnalyticParams()
     return GroupParams(-math.log(d.mem_eff), -math.log(d.gemm_eff_max), 1e-3, 0.0, d.graph_layer_overhead_s,
-                       5e-6, 0.0, -math.log(d.attn_decode_mem_eff), 0.0)
+                       5e-6, 0.0, -math.log(d.attn_decode_mem_eff), math.log(d.comm_time_scale))
 
 
 @dataclass
@@ -178,6 +178,27 @@ def _bounds(fit_comm: bool = False) -> tuple[np.ndarray, np.ndarray]:
           LAYER_BOUNDS_S[1], REQ_BOUNDS_S[1], RUNNING_BOUNDS_S[1], -math.log(KV_EFF_BOUNDS[0]),
           math.log(COMM_SCALE_BOUNDS[1]) if fit_comm else 0.0]
     return np.array(lo), np.array(hi)
+
+
+def gpu_bounds(gpu: str, fit_comm: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_bounds` with the efficiencies capped by the GPU's measured ceilings
+    (``GPUSpec.achievable``: the op-level model caps them there too, so a fit above them would
+    move nothing in a simulation): HBM for ``mem_eff`` and ``attn_decode_mem_eff``, the best
+    precision's GEMM ceiling for ``gemm_eff_max``."""
+    lo, hi = _bounds(fit_comm)
+    try:
+        from servesim.hardware.gpu import load_gpu
+
+        spec = load_gpu(gpu)
+    except Exception:  # an unknown GPU name: the generic bounds
+        return lo, hi
+    ach = getattr(spec, "achievable", {}) or {}
+    hbm = min(MEM_EFF_BOUNDS[1], float(ach.get("hbm", 1.0)))
+    gemm = min(GEMM_EFF_BOUNDS[1], max([float(v) for k, v in ach.items() if k != "hbm"] or [1.0]))
+    lo[0] = max(lo[0], -math.log(hbm))
+    lo[7] = max(lo[7], -math.log(min(KV_EFF_BOUNDS[1], hbm)))
+    lo[1] = max(lo[1], -math.log(gemm))
+    return lo, np.maximum(hi, lo)
 
 
 def _weight(s: PointSensitivity) -> float:
@@ -254,7 +275,7 @@ def fit_group(pts: Sequence[PointSensitivity] | Surrogate, base: BaseParams, pri
     points' client profiles' (:class:`Surrogate` ``stream_s`` / ``running_s``), not the group's.
     """
     sur = pts if isinstance(pts, Surrogate) else Surrogate(pts, base)
-    lo, hi = _bounds(fit_comm)
+    lo, hi = gpu_bounds(sur.pts[0].point.gpu, fit_comm) if sur.pts else _bounds(fit_comm)
     centre = np.clip(prior.vector(), lo, hi)
     free = np.ones(len(centre), dtype=bool)
     free[list(CLIENT_INDEX)] = False
@@ -305,6 +326,7 @@ def fit_groups_and_clients(sur: Surrogate, groups: dict[str, np.ndarray], client
     centre = np.clip(prior.vector(), lo_all, hi_all)
     centre[~free] = 0.0
     keys = sorted(groups)
+    per_gpu = {key: gpu_bounds(key.split("/", 1)[0], fit_comm) for key in keys}
     names = sorted(set(client_of))
     api = BUILTIN_PROFILES["api-server"].values
     c_centre = np.array([api["first_token_overhead_s"], api["stream_per_running_s"]])
@@ -339,8 +361,8 @@ def fit_groups_and_clients(sur: Surrogate, groups: dict[str, np.ndarray], client
             sparsity[r, cols] = 1
     for j in range(n_par):
         sparsity[2 * n + j, j] = 1
-    lo = np.concatenate([np.tile(lo_all[free], ng), np.tile([STREAM_BOUNDS_S[0], RUNNING_BOUNDS_S[0]], nc)])
-    hi = np.concatenate([np.tile(hi_all[free], ng), np.tile([STREAM_BOUNDS_S[1], RUNNING_BOUNDS_S[1]], nc)])
+    lo = np.concatenate([*(per_gpu[k][0][free] for k in keys), np.tile([STREAM_BOUNDS_S[0], RUNNING_BOUNDS_S[0]], nc)])
+    hi = np.concatenate([*(per_gpu[k][1][free] for k in keys), np.tile([STREAM_BOUNDS_S[1], RUNNING_BOUNDS_S[1]], nc)])
     x0 = np.clip(np.concatenate([np.tile(centre[free], ng), np.tile(c_centre, nc)]), lo + 1e-12, hi - 1e-12)
     scale = np.concatenate([np.tile(PRIOR_SIGMA[free], ng), np.tile(c_sigma, nc)])
     res = least_squares(fun, x0, bounds=(lo, hi), loss="soft_l1", f_scale=LOSS_SCALE, x_scale=scale,
@@ -469,6 +491,6 @@ def _store(cal: Calibration, key: str, gp: GroupParams, base: BaseParams, rms: f
 def fit_shipped(sens: Sequence[PointSensitivity]) -> Calibration:
     """The procedure the shipped calibration files are fitted with (``servesim calibrate
     --method sensitivity`` defaults), as the cross-validation refits it."""
-    from servesim.validate.sensitivity import DEFAULT_BASE
+    from servesim.validate.sensitivity import physical_base
 
-    return fit_hierarchy(sens, DEFAULT_BASE)
+    return fit_hierarchy(sens, physical_base())
