@@ -172,8 +172,9 @@ def _gdn(ops, df, rows):
             continue  # the short convolution: elementwise-sized, priced with the norms
         g = _sample(g, rows)
         tokens = np.where(g.phase == "generation", g.batch_size.values, g.num_tokens.values)
-        yield f"gdn/{g.phase.iloc[0]}", ops.gated_delta(g.batch_size.values, tokens, g.num_v_heads.values,
-                                                        g.head_k_dim.values, g.head_v_dim.values), g.latency.values
+        phase = g.phase.iloc[0]
+        yield f"gdn/{phase}", ops.gated_delta(g.batch_size.values, tokens, g.num_v_heads.values, g.head_k_dim.values,
+                                              g.head_v_dim.values, prefill=phase == "context"), g.latency.values
 
 
 READERS = {

@@ -35,6 +35,7 @@ cdef class AnalyticStepTime:
     cdef public bint _compiled_stretch
     cdef public object _lin_flop_s
     cdef public object _lin_state_s
+    cdef public object _lin_prefill_fixed
     cdef public object _ops
     cdef public object _elem_fixed, _attn_fixed, _heads
     cdef public long long _sms

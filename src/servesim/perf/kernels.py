@@ -51,9 +51,12 @@ ATTN_KERNELS = 5
 #: kernels of the small per-layer ops under CUDA graphs or torch.compile fusion: the two
 #: (fused add +) RMSNorms and the gated activation.
 ELEMENTWISE_KERNELS = 3
-#: kernels of a linear-attention (gated DeltaNet) layer's own op: short convolution, gates,
-#: recurrent update.
-LINEAR_ATTN_KERNELS = 3
+#: kernels of a linear-attention (gated DeltaNet) layer's own op: the chunked prefill form runs
+#: about eight (cumulative gates, chunk K·Kᵀ, triangular solve, WY transform, chunk states,
+#: output; the tables' smallest chunked op takes 23 us on H100), the fused recurrent decode
+#: update two (with the short convolution).
+LINEAR_ATTN_KERNELS = 8
+LINEAR_ATTN_DECODE_KERNELS = 2
 #: kernels of a fused-MoE layer: routing/align, gate-up grouped GEMM, activation,
 #: down grouped GEMM, weighted sum.
 MOE_KERNELS = 8
@@ -288,9 +291,10 @@ class OpModel:
         """Gated-DeltaNet update: per-token state FLOPs; each request's state read and written."""
         p = self.p
         comp = np.asarray(tokens, float) * p.linear_attn_flops_factor * v_heads * head_k * head_v \
-            / (self.peak_attn * p.gemm_eff_max)
+            / (self.peak_attn * p.linear_attn_eff)
         mem = np.asarray(requests, float) * 2.0 * v_heads * head_k * head_v * p.state_dtype_bytes / self.bw_eff
-        return self.t_kernel + np.maximum(comp, mem)
+        kernels = LINEAR_ATTN_KERNELS if prefill else LINEAR_ATTN_DECODE_KERNELS
+        return kernels * self.t_kernel + np.maximum(comp, mem)
 
 
 def _causal_pairs(n, c, w):
