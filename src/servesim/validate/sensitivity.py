@@ -418,6 +418,9 @@ LATE_KNOBS = ("kv", "comm")
 CONFIG_FIELD = "config_sha"
 #: The base run's mean requests decoding at a first token (files written before it lack the column).
 RUNNING_FIELD = "first_token_running"
+#: The base's frontend values (JSON): a completion run (:func:`measure_missing_knobs`) must cross
+#: the same tokenizer as the table's runs, or its arrivals fall elsewhere among the passes.
+FRONTEND_FIELD = "base_frontend"
 
 
 def config_digest(point: Point) -> str:
@@ -446,7 +449,7 @@ def write_sensitivities(rows: Sequence[PointSensitivity], path: str | Path, keep
     unchanged (columns they lack stay empty), so completing the fit rows of a table that also
     holds held-out rows loses none.
     """
-    header = FIELDS + BASE_FIELDS + [CONFIG_FIELD, RUNNING_FIELD]
+    header = FIELDS + BASE_FIELDS + [CONFIG_FIELD, RUNNING_FIELD, FRONTEND_FIELD]
     others: list[dict[str, str]] = []
     if keep_other_rows and Path(path).exists():
         ids = {s.point.id for s in rows}
@@ -464,7 +467,8 @@ def write_sensitivities(rows: Sequence[PointSensitivity], path: str | Path, keep
                      *(getattr(b, n) for n in OPTIONAL_BASE)] if b else [""] * len(BASE_FIELDS))
             w.writerow([p.id, s.status, p.group, p.row.get("model", ""), p.row.get("precision") or "bf16", p.measured_ttft_ms,
                         p.measured_tpot_ms, s.ttft_base, s.tpot_base, *slopes_t, *slopes_p, *base,
-                        config_digest(p), s.first_token_running if s.status == "ok" else ""])
+                        config_digest(p), s.first_token_running if s.status == "ok" else "",
+                        json.dumps(b.frontend, sort_keys=True) if b else ""])
         for r in others:
             w.writerow([r.get(name, "") for name in header])
 
@@ -520,6 +524,8 @@ def read_sensitivities(path: str | Path, points: Sequence[Point]) -> list[PointS
             s.base = BaseParams(float(row["base_mem_eff"]), float(row["base_gemm_eff_max"]),
                                 float(row["base_attn_prefill_eff_max"]), float(row["base_scheduler_pass_s"]),
                                 frontend={})
+            if row.get(FRONTEND_FIELD):  # absent from older files: no frontend values
+                s.base.frontend = json.loads(row[FRONTEND_FIELD])
             for name in OPTIONAL_BASE:  # absent from files written before these knobs: the defaults
                 if row.get(f"base_{name}"):
                     setattr(s.base, name, float(row[f"base_{name}"]))
