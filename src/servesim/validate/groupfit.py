@@ -335,9 +335,11 @@ def fit_groups_and_clients(sur: Surrogate, groups: dict[str, np.ndarray], client
     g_of = np.full(n, -1)
     for gi, key in enumerate(keys):
         g_of[groups[key]] = gi
-    c_of = np.array([names.index(c) for c in client_of])
+    c_of = np.array([names.index(c) for c in client_of], dtype=int)
     ng, nc = len(keys), len(names)
     n_par = ng * nf + 2 * nc
+    if n == 0 or n_par == 0:  # nothing to fit (an empty fold of a cross-validation)
+        return {}, {}
 
     def unpack(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         per_group = np.tile(centre, (ng + 1, 1))  # the last row: points in no group (the prior)
@@ -461,7 +463,7 @@ def fit_hierarchy(sens: Sequence[PointSensitivity], base: BaseParams, min_group_
                               prior_scale, objective, fallback_prior_weight, fit_comm, client_of)
     a, f = prior.overrides(base)
     cal = Calibration(shared={"analytic": a, "frontend": f})
-    engine_x = np.array([tree.point_values(s, prior) for s in ok]).reshape(len(ok), -1)
+    engine_x = np.array([tree.point_values(s, prior) for s in ok]).reshape(len(ok), len(PRIOR_SIGMA))
     data = sur.residuals(engine_x, objective) if ok else np.zeros(0)
     rms = float(np.sqrt(np.mean(data ** 2))) if data.size else 0.0
     cal.meta["fit"] = {"method": "sensitivity", "procedure": "physical", "objective": objective,
