@@ -64,6 +64,7 @@ class Prediction:
                 head[name] = (f"{pool.workers} × tp {tp}" + (f" × dp {dp}" if dp > 1 else "")
                               + (f" ({', '.join(own)})" if own else ""))
         head["workload"] = self.workload
+        head["client"] = self.config.client
         return head
 
     def to_json(self) -> dict:
@@ -208,6 +209,16 @@ def _deployment_notes(cfg: Config, deployment: Deployment) -> list[str]:
         pool = getattr(deployment, role)
         notes += [f"{role} pool: {n}" for n in deployment_warnings(pool.cfg, pool.arch, pool.gpu)]
     return notes
+def _prediction_interval(summary: dict, deployment: Deployment) -> dict:
+    """The expected error band of mean TTFT and TPOT (servesim.perf.calibration.prediction_interval),
+    from the calibration the deployment resolved; a disaggregated one reports its prefill pool's."""
+    from servesim.perf.calibration import prediction_interval
+
+    perf = getattr(deployment, "perf", None) or getattr(getattr(deployment, "prefill", None), "perf", None)
+    if perf is None or perf.calibration is None:
+        return prediction_interval(summary["latency"], None, "no calibration (perf.calibration: null, or a "
+                                                             "fixed/linear/aic step-time model)")
+    return prediction_interval(summary["latency"], perf.error_band)
 
 
 def predict(config: Config | dict | str | Path | None = None, overrides: list[str] | None = None,
@@ -237,6 +248,7 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
     coordinator = getattr(deployment, "coordinator", None)  # disaggregated: prefill ids come first
     annotate_workers(summary, recorder, ts.columns() if ts is not None else None, stats.workers, stats.sim_end,
                      coordinator.n_prefill if coordinator is not None else None)
+    summary["prediction_interval"] = _prediction_interval(summary, deployment)
     summary["run"] = {
         "sim_end_s": stats.sim_end,
         "events": stats.events,

@@ -124,8 +124,9 @@ def test_prefix_reuse_is_undefined_not_zero_when_no_prompt_ran():
 
     from servesim.report.console import render_summary
 
+    # (an API server's tokenizer holds the first request past the limit: no prompt is scheduled)
     pred = predict(None, NO_FILES + ["workload.num_requests=5", "simulation.max_sim_time_s=1e-6",
-                                     "deployment.workers=2"])
+                                     "deployment.workers=2", "client=api-server"])
     assert pred.summary["cache"]["prompt_tokens"] == 0
     assert pred.summary["cache"]["prefix_reuse_ratio"] is None
     assert [w["prefix_reuse_ratio"] for w in pred.summary["workers"]] == [None, None]

@@ -11,10 +11,10 @@ from servesim.perf.calibration import DEFAULT_CALIBRATION, Calibration, load_cal
 from servesim.perf.frontend import FrontendParams
 
 DOC = {
-    "shared": {"analytic": {"mem_eff": 0.7, "gemm_eff_max": 0.6}, "frontend": {"first_token_overhead_s": 0.05}},
+    "shared": {"analytic": {"mem_eff": 0.7, "gemm_eff_max": 0.6}, "frontend": {"scheduler_pass_s": 0.05}},
     "groups": {
         "*/sglang": {"analytic": {"mem_eff": 0.65}},
-        "h200_sxm/*": {"frontend": {"first_token_overhead_s": 0.04}},
+        "h200_sxm/*": {"frontend": {"scheduler_pass_s": 0.04}},
         "h200_sxm/sglang": {"analytic": {"gemm_eff_max": 0.5}},
     },
 }
@@ -24,26 +24,31 @@ def test_resolve_precedence():
     cal = parse_calibration(DOC)
     a, f = cal.resolve("h200_sxm", "sglang")
     assert a == {"mem_eff": 0.65, "gemm_eff_max": 0.5}
-    assert f == {"first_token_overhead_s": 0.04}
+    assert f == {"scheduler_pass_s": 0.04}
+    # a GPU without groups of its own takes its nearest same-vendor GPU's (h200_sxm/* here)
     a, f = cal.resolve("b200_sxm", "vllm")
-    assert a == {"mem_eff": 0.7, "gemm_eff_max": 0.6} and f == {"first_token_overhead_s": 0.05}
+    assert a == {"mem_eff": 0.7, "gemm_eff_max": 0.6} and f == {"scheduler_pass_s": 0.04}
+    # another vendor's GPU never does: the shared values alone
+    a, f = cal.resolve("mi300x", "vllm")
+    assert a == {"mem_eff": 0.7, "gemm_eff_max": 0.6} and f == {"scheduler_pass_s": 0.05}
 
 
 def test_model_groups_apply_on_top_of_gpu_engine():
     doc = {**DOC, "groups": {**DOC["groups"],
                              "h200_sxm/sglang/deepseek-ai/DeepSeek-R1": {"analytic": {"mem_eff": 0.5}},
-                             "h200_sxm/sglang/deepseek-ai/DeepSeek-R1@fp4": {"frontend": {"first_token_overhead_s": 0.1}}}}
+                             "h200_sxm/sglang/deepseek-ai/DeepSeek-R1@fp4": {"frontend": {"scheduler_pass_s": 0.1}}}}
     cal = parse_calibration(doc)
     # nvfp4 and mxfp4 are written fp4 in group keys
     a, f = cal.resolve("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1", "nvfp4")
-    assert a == {"mem_eff": 0.5, "gemm_eff_max": 0.5} and f == {"first_token_overhead_s": 0.1}
+    assert a == {"mem_eff": 0.5, "gemm_eff_max": 0.5} and f == {"scheduler_pass_s": 0.1}
     assert cal.group_of("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1", "nvfp4") == \
         "h200_sxm/sglang/deepseek-ai/DeepSeek-R1@fp4"
     a, f = cal.resolve("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1", "fp8")
-    assert a == {"mem_eff": 0.5, "gemm_eff_max": 0.5} and f == {"first_token_overhead_s": 0.04}
+    assert a == {"mem_eff": 0.5, "gemm_eff_max": 0.5} and f == {"scheduler_pass_s": 0.04}
     # another model, or no model: the GPU/engine group
     assert cal.resolve("h200_sxm", "sglang", "Qwen/Qwen3-32B", "fp8") == cal.resolve("h200_sxm", "sglang")
-    assert cal.group_of("b200_sxm", "vllm", "Qwen/Qwen3-32B") == "shared"
+    assert cal.group_of("b200_sxm", "vllm", "Qwen/Qwen3-32B") == "h200_sxm/*"
+    assert cal.group_of("mi300x", "vllm", "Qwen/Qwen3-32B") == "shared"
 
 
 def test_model_groups_are_found_by_architecture_and_exact_names_win():
@@ -51,20 +56,20 @@ def test_model_groups_are_found_by_architecture_and_exact_names_win():
     under a checkpoint's own name applies on top of it."""
     doc = {**DOC, "groups": {**DOC["groups"],
                              "h200_sxm/sglang/deepseek-ai/DeepSeek-V3@fp8": {"analytic": {"mem_eff": 0.6},
-                                                                            "frontend": {"first_token_overhead_s": 0.2}},
+                                                                            "frontend": {"scheduler_pass_s": 0.2}},
                              "h200_sxm/sglang/deepseek-ai/DeepSeek-R1-0528@fp8": {"analytic": {"mem_eff": 0.7}}}}
     cal = parse_calibration(doc)
     a, f = cal.resolve("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1", "fp8")
-    assert a["mem_eff"] == 0.6 and f["first_token_overhead_s"] == 0.2
+    assert a["mem_eff"] == 0.6 and f["scheduler_pass_s"] == 0.2
     assert cal.group_of("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1", "fp8") == \
         "h200_sxm/sglang/deepseek-ai/DeepSeek-V3@fp8"
     a, f = cal.resolve("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1-0528", "fp8")
-    assert a["mem_eff"] == 0.7 and f["first_token_overhead_s"] == 0.2
+    assert a["mem_eff"] == 0.7 and f["scheduler_pass_s"] == 0.2
     assert cal.group_of("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1-0528", "fp8") == \
         "h200_sxm/sglang/deepseek-ai/DeepSeek-R1-0528@fp8"
     # a short name finds the canonical id's group
     a, f = cal.resolve("h200_sxm", "sglang", "DeepSeek-R1-0528", "fp8")
-    assert a["mem_eff"] == 0.7 and f["first_token_overhead_s"] == 0.2
+    assert a["mem_eff"] == 0.7 and f["scheduler_pass_s"] == 0.2
     # another architecture, and a model given by a path, keep the GPU/engine group
     assert cal.resolve("h200_sxm", "sglang", "Qwen/Qwen3-32B", "fp8") == cal.resolve("h200_sxm", "sglang")
     assert cal.resolve("h200_sxm", "sglang", "/models/my-model", "fp8") == cal.resolve("h200_sxm", "sglang")
@@ -133,3 +138,29 @@ def test_a_missing_path_is_not_read_as_a_bundled_name(tmp_path):
     (tmp_path / "other.yaml").write_text("shared: {}\n")
     with pytest.raises(ConfigError, match="cannot read"):
         load_calibration(str(tmp_path / "other"))
+
+
+def test_client_fields_of_a_group_never_apply():
+    """A calibration group sets the engine's frontend fields only: client-side ones in a group
+    or in the shared section (older files) are ignored; the client profile sets them."""
+    cal = parse_calibration({"shared": {"frontend": {"first_token_overhead_s": 0.05, "scheduler_pass_s": 1e-3}},
+                             "groups": {"h200_sxm/sglang": {"frontend": {"first_token_overhead_s": 0.16,
+                                                                         "stream_per_running_s": 5e-4,
+                                                                         "scheduler_per_request_s": 2e-6}}}})
+    _, f = cal.resolve("h200_sxm", "sglang")
+    assert f == {"scheduler_pass_s": 1e-3, "scheduler_per_request_s": 2e-6}
+
+
+@pytest.mark.parametrize("gpu,engine,source", [
+    ("b300_sxm", "trtllm", "b200_sxm"), ("gb200", "vllm", "b200_sxm"), ("mi325x", "sglang", "mi300x"),
+    ("h200_sxm", "sglang", "h200_sxm"), ("mi355x", "vllm", "mi355x"), ("l40s", "sglang", "h100_sxm")])
+def test_gpu_without_groups_inherits_from_its_nearest_same_vendor_gpu(gpu, engine, source):
+    cal = parse_calibration({"groups": {f"{g}/{e}": {"analytic": {"mem_eff": 0.5}} for g, e in (
+        ("b200_sxm", "trtllm"), ("b200_sxm", "vllm"), ("h100_sxm", "sglang"), ("h100_sxm", "vllm"),
+        ("h200_sxm", "sglang"), ("mi300x", "sglang"), ("mi355x", "sglang"))}})
+    assert cal.gpu_source(gpu, engine) == source
+    # an AMD part never falls back to an NVIDIA fit, nor the reverse
+    from servesim.perf.calibration import gpu_distance
+
+    assert gpu_distance("mi355x", "h200_sxm") == float("inf")
+    assert gpu_distance("b300_sxm", "b200_sxm") < gpu_distance("b300_sxm", "h200_sxm")

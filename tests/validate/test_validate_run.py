@@ -37,19 +37,22 @@ def test_validate_and_predict_share_one_path():
     """predict with the default calibration = simulate_point with the group's resolved values."""
     from servesim.perf.calibration import load_calibration
 
-    cfg = _config()
+    point = point_config(row(**SMALL, source="aic_silicon_sample/inferencex"))
+    cfg = point.config
     cal = load_calibration(None)
     # the point's weights are bf16 (empty precision): its model group, if the file has one
     key = ("h100_sxm", "sglang", "meta-llama/Llama-3.1-8B-Instruct", "bf16")
-    analytic, frontend = cal.resolve(*key)
+    analytic, frontend = point.calibration_values(cal)  # the group's engine values + the row's client
+    assert point.client == "inferencex"
     r = simulate_point(cfg, analytic, FrontendParams.model_validate(frontend))
-    pred = predict(cfg)
+    pred = predict(cfg | {"client": point.client})
     s = pred.summary["latency"]
     assert r.ttft_ms == pytest.approx(s["ttft_ms"]["mean"], rel=1e-9)
     assert r.tpot_ms == pytest.approx(s["tpot_ms"]["mean"], rel=1e-9)
     perf = pred.to_json()["deployment_resolved"]["perf"]
     assert perf["calibration"] == "default.yaml" and perf["calibration_group"] == cal.group_of(*key)
     assert perf["frontend"] == FrontendParams.model_validate(frontend).model_dump()
+    assert perf["client"] == "inferencex"
 
 
 def test_frontend_queue_and_stream_latency_raise_ttft_not_tpot():
@@ -257,7 +260,7 @@ def test_atom_rows_take_the_atom_groups_values_and_sglang_rows_do_not():
     from servesim.perf.calibration import Calibration
     from servesim.validate.run import validate_points
 
-    cal = Calibration(groups={"mi355x/atom": {"frontend": {"first_token_overhead_s": 2.0}}})
+    cal = Calibration(groups={"mi355x/atom": {"frontend": {"scheduler_pass_s": 2.0}}})
     small = dict(system="mi355x", concurrency=2, num_prompts=4, isl=128, osl=8)
     atom, sglang = (point_config(row(backend=b, **small)) for b in ("atom", "sglang"))
     r_atom, r_sglang = validate_points([atom, sglang], cal)

@@ -201,7 +201,7 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
     from servesim.config.load import config_base_dir
 
     perf = resolve_perf(cfg.perf, gpu.name, dep.engine.name, config_base_dir(cfg), model=dep.model,
-                        precision=weight_dtype)
+                        precision=weight_dtype, client=getattr(cfg, "client", None))
     try:
         step_time = build_step_time(cfg.perf, arch, gpu, dep.tp, dep.ep, weight_dtype, kv_dtype,
                                     attention_dp=dp, engine=dep.engine.name, resolved=perf)

@@ -87,6 +87,9 @@ class Config(_Strict):
     workload: WorkloadConfig
     deployment: DeploymentConfig = Field(default_factory=DeploymentConfig)
     perf: PerfConfig = Field(default_factory=AnalyticPerfConfig)
+    client: str = Field("none", description="client profile: what the benchmark client and API server add to "
+                                            "the engine's token times (servesim.perf.clients; none = the engine "
+                                            "alone; docs/config.md lists the profiles)")
     output: OutputConfig = Field(default_factory=OutputConfig)
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
     slo: SLOConfig | None = Field(None, description="latency objectives: attainment and goodput (docs/planning.md)")

@@ -32,6 +32,7 @@ The package ships a default fitted on ``shared/data/measured/calibration.csv``:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,27 +51,111 @@ MIN_GROUP_POINTS = 8
 DEFAULT_CALIBRATION = Path(__file__).parent / "calibrations" / "default.yaml"
 
 
+#: GPU lineage for calibration inheritance: vendor, generation (ordered within the vendor),
+#: compute capability (NVIDIA) or gfx target (AMD) as a number, memory technology.  A GPU without
+#: groups of its own takes those of the nearest GPU of its vendor that has some
+#: (:func:`gpu_distance`); never another vendor's.
+GPU_LINEAGE: dict[str, tuple[str, int, float, str]] = {
+    "a100_80gb": ("nvidia", 0, 8.0, "hbm2e"),
+    "l40s": ("nvidia", 1, 8.9, "gddr6"),
+    "h100_sxm": ("nvidia", 2, 9.0, "hbm3"),
+    "h200_sxm": ("nvidia", 2, 9.0, "hbm3e"),
+    "b200_sxm": ("nvidia", 3, 10.0, "hbm3e"),
+    "gb200": ("nvidia", 3, 10.0, "hbm3e"),
+    "b300_sxm": ("nvidia", 3, 10.3, "hbm3e"),
+    "gb300": ("nvidia", 3, 10.3, "hbm3e"),
+    "mi300x": ("amd", 3, 9.42, "hbm3"),
+    "mi325x": ("amd", 3, 9.42, "hbm3e"),
+    "mi355x": ("amd", 4, 9.50, "hbm3e"),
+}
+
+
+def gpu_vendor(gpu: str) -> str | None:
+    lin = GPU_LINEAGE.get(gpu)
+    return lin[0] if lin else None
+
+
+def gpu_distance(a: str, b: str) -> float:
+    """How far GPU ``b``'s calibration is from applying to ``a``: generations apart weigh most,
+    then compute capability, then memory technology; another vendor (or an unknown GPU) is
+    infinitely far."""
+    la, lb = GPU_LINEAGE.get(a), GPU_LINEAGE.get(b)
+    if a == b:
+        return 0.0
+    if la is None or lb is None or la[0] != lb[0]:
+        return float("inf")
+    return 10.0 * abs(la[1] - lb[1]) + abs(la[2] - lb[2]) + (0.5 if la[3] != lb[3] else 0.0)
+
+
 @dataclass
 class Calibration:
     shared: dict[str, dict[str, Any]] = field(default_factory=lambda: {"analytic": {}, "frontend": {}})
     groups: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Client profiles fitted on the rows of each client (:mod:`servesim.perf.clients`):
+    #: ``{name: {"frontend": {...}, "description": ..., "points": n}}``.
+    clients: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Expected error bands from cross-validated residuals (:mod:`servesim.perf.intervals`).
+    intervals: dict[str, Any] = field(default_factory=dict)
+
+    def gpu_source(self, gpu: str, engine: str) -> str:
+        """The GPU whose groups a deployment of ``engine`` on ``gpu`` uses: ``gpu`` itself when
+        the file has groups of that engine on it, else the nearest GPU of the same vendor that
+        has (:func:`gpu_distance`); ``gpu`` itself when none does (then only the shared values
+        apply, which a fitted file keeps at the physical priors, not at another vendor's fit)."""
+        with_engine = {k.split("/", 1)[0] for k in self.groups if k.split("/")[1] in (engine, "*")}
+        if gpu in with_engine:
+            return gpu
+        near = sorted((gpu_distance(gpu, g), g) for g in with_engine if g != "*")
+        return near[0][1] if near and math.isfinite(near[0][0]) else gpu
 
     def resolve(self, gpu: str, engine: str, model: str | None = None,
                 precision: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(AnalyticParams overrides, FrontendParams overrides) for one deployment."""
+        """(AnalyticParams overrides, FrontendParams overrides of the engine) for one deployment.
+
+        Client-side frontend fields are never taken from the file's shared or group sections
+        (a client profile sets them: :func:`servesim.perf.clients.resolve_client`).  A GPU
+        without groups of its own takes its nearest same-vendor GPU's (:meth:`gpu_source`)."""
+        from servesim.perf.clients import CLIENT_FIELDS
+
         analytic = dict(self.shared.get("analytic", {}))
         frontend = dict(self.shared.get("frontend", {}))
-        for key in group_keys(gpu, engine, model, precision):
+        for key in group_keys(self.gpu_source(gpu, engine), engine, model, precision):
             g = self.groups.get(key)
             if g:
                 analytic.update(g.get("analytic", {}))
                 frontend.update(g.get("frontend", {}))
-        return analytic, frontend
+        return analytic, {k: v for k, v in frontend.items() if k not in CLIENT_FIELDS}
+
+    def error_band(self, gpu: str, engine: str, model: str | None = None,
+                   precision: str | None = None) -> dict[str, Any] | None:
+        """The expected error of a prediction for this deployment, from the file's cross-validated
+        residuals (``intervals``, written by ``servesim calibrate``): the band of the situation the
+        deployment is in — its model calibrated on its GPU/engine (``seen``), its GPU/engine
+        calibrated but not its model (``unseen_model``, leave-one-family-out), its GPU not
+        calibrated (``unseen_gpu``, leave-one-GPU-out) — for its closest group, else for all rows
+        of that situation.  None when the file has no intervals."""
+        if not self.intervals:
+            return None
+        source = self.gpu_source(gpu, engine)
+        keys = group_keys(source, engine, model, precision)
+        has_model = any(k in self.groups for k in keys[3:])
+        own_gpu = source == gpu and f"{gpu}/{engine}" in self.groups
+        situation = "seen" if own_gpu and has_model else "unseen_model" if own_gpu else "unseen_gpu"
+        table = self.intervals.get(situation) or {}
+        key = f"*/{engine}" if situation == "unseen_gpu" else f"{gpu}/{engine}"
+        band = table.get(key)
+        if band is None:
+            key, band = "*", table.get("*")
+        if band is None:
+            return None
+        basis = (self.intervals.get("basis") or {}).get(situation, situation)
+        return {"situation": situation, "basis": basis, "group": key,
+                "coverage": self.intervals.get("coverage"), **band}
 
     def group_of(self, gpu: str, engine: str, model: str | None = None, precision: str | None = None) -> str:
         """The most specific group key that applies (``shared`` when none does)."""
-        hits = [k for k in group_keys(gpu, engine, model, precision) if k in self.groups]
+        hits = [k for k in group_keys(self.gpu_source(gpu, engine), engine, model, precision) if k in self.groups]
         return hits[-1] if hits else "shared"
 
     def to_dict(self) -> dict[str, Any]:
@@ -78,10 +163,36 @@ class Calibration:
         out.update(self.meta)
         out["shared"] = {k: dict(v) for k, v in self.shared.items()}
         out["groups"] = {k: {kk: dict(vv) for kk, vv in v.items()} for k, v in sorted(self.groups.items())}
+        if self.clients:
+            out["clients"] = {k: dict(v) for k, v in sorted(self.clients.items())}
+        if self.intervals:
+            out["intervals"] = dict(self.intervals)
         return out
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(_plain(self.to_dict()), sort_keys=False))
+
+
+def prediction_interval(latency: dict[str, Any], band: dict[str, Any] | None,
+                        why_none: str = "the calibration has no cross-validated error bands") -> dict[str, Any]:
+    """Where the measured mean TTFT and TPOT are expected to lie, given the predicted means
+    (``latency``: the summary's ``latency`` section) and an :meth:`Calibration.error_band`.
+
+    A relative error e = (predicted − measured) / measured between the band's ``lo`` and ``hi``
+    puts the measured value between predicted / (1 + hi) and predicted / (1 + lo)."""
+    if band is None:
+        return {"available": False, "reason": why_none}
+    out: dict[str, Any] = {"available": True, **{k: band.get(k) for k in ("situation", "basis", "group", "coverage",
+                                                                          "n")}}
+    for metric in ("ttft", "tpot"):
+        mean = (latency.get(f"{metric}_ms") or {}).get("mean")
+        lo, hi = band[f"{metric}_lo"], band[f"{metric}_hi"]
+        out[f"{metric}_ms"] = {
+            "mean": mean,
+            "low": None if mean is None else mean / (1.0 + hi),
+            "high": None if mean is None or lo <= -1.0 else mean / (1.0 + lo),
+            "error_low": lo, "error_high": hi, "mape": band[f"{metric}_mape"]}
+    return out
 
 
 def precision_key(precision: str | None) -> str:
@@ -145,8 +256,13 @@ def parse_calibration(data: Any, label: str = "<calibration>") -> Calibration:
         if "/" not in str(k):
             raise ConfigError(f"{label}: group key {k!r} must look like '<gpu>/<engine>'")
         groups[str(k)] = _section(v, f"{label}: groups.{k}")
-    meta = {k: v for k, v in data.items() if k not in ("shared", "groups", "version")}
-    cal = Calibration(shared=_section(data.get("shared"), f"{label}: shared"), groups=groups, meta=meta)
+    meta = {k: v for k, v in data.items() if k not in ("shared", "groups", "version", "clients", "intervals")}
+    clients = data.get("clients") or {}
+    if not isinstance(clients, dict) or not all(isinstance(v, dict) for v in clients.values()):
+        raise ConfigError(f"{label}: 'clients' must map a profile name to {{frontend: {{...}}}}")
+    cal = Calibration(shared=_section(data.get("shared"), f"{label}: shared"), groups=groups, meta=meta,
+                      clients={str(k): dict(v) for k, v in clients.items()},
+                      intervals=dict(data.get("intervals") or {}))
     _check_fields(cal, label)
     return cal
 
@@ -155,7 +271,8 @@ def _check_fields(cal: Calibration, label: str) -> None:
     from servesim.perf.analytic import AnalyticParams
     from servesim.perf.frontend import FrontendParams
 
-    sections = [("shared", cal.shared)] + [(f"groups.{k}", v) for k, v in cal.groups.items()]
+    sections = ([("shared", cal.shared)] + [(f"groups.{k}", v) for k, v in cal.groups.items()]
+                + [(f"clients.{k}", {"frontend": v.get("frontend") or {}}) for k, v in cal.clients.items()])
     for where, sec in sections:
         for kind, klass in (("analytic", AnalyticParams), ("frontend", FrontendParams)):
             bad = set(sec.get(kind, {})) - set(klass.model_fields)

@@ -11,9 +11,11 @@ perf: {model: aic, aic: {backend_version: current}}   # measured tables, servesi
 ``default`` is the one shipped with servesim, a path is a file of the same format (or a flat
 mapping of AnalyticParams overrides), ``null`` is none.  The file's values for the
 deployment's ``<gpu>/<engine>`` group (falling back to its shared values) are applied first,
-then ``params`` (analytic) and ``frontend`` (:class:`~servesim.perf.frontend.FrontendParams`
-overrides) on top.  Without a calibration (``null``, or the fixed and linear models) the
-frontend starts from zero — the engine-only view — and ``frontend`` overrides switch stages on.
+then the config's ``client`` profile sets the client-side frontend fields
+(:mod:`servesim.perf.clients`; ``none``, the default, is the engine alone), then ``params``
+(analytic) and ``frontend`` (:class:`~servesim.perf.frontend.FrontendParams` overrides) on top.
+Without a calibration (``null``, or the fixed and linear models) the engine's scheduler CPU
+time starts from zero.
 """
 
 from __future__ import annotations
@@ -116,9 +118,17 @@ class ResolvedPerf:
     group: str  # the calibration group that applied: "<gpu>/<engine>[/<model>[@<precision>]]" or "shared"
     analytic: dict[str, Any]  # AnalyticParams overrides (calibration, then perf.params)
     frontend: FrontendParams
+    #: the client profile (servesim.perf.clients) that set the frontend's client-side fields
+    client: str = "none"
+    client_origin: str = "source"  # "fitted" (on that client's rows) or "source" (derived)
+    client_description: str = ""
+    #: the calibration's cross-validated error band for this deployment (Calibration.error_band)
+    error_band: dict[str, Any] | None = None
 
     def describe(self) -> dict[str, Any]:
         return {"calibration": self.calibration, "calibration_group": self.group,
+                "client": self.client, "client_origin": self.client_origin,
+                "client_description": self.client_description,
                 "analytic_overrides": dict(self.analytic), "frontend": self.frontend.model_dump()}
 
 
@@ -143,25 +153,35 @@ def _load_calibration(name: str | None, base_dir: Path | None):
 
 def resolve_perf(perf_cfg: AnalyticPerfConfig | FixedPerfConfig | LinearPerfConfig | dict | None,
                  gpu: str = "", engine: str = "", base_dir: Path | None = None,
-                 model: str | None = None, precision: str | None = None) -> ResolvedPerf:
-    """Calibration values for the deployment's most specific group, then the config's own overrides.
+                 model: str | None = None, precision: str | None = None, client: str | None = None) -> ResolvedPerf:
+    """Calibration values for the deployment's most specific group, the client profile, then the
+    config's own overrides.
 
     ``model`` and ``precision`` (weights) select model groups of the calibration file
-    (:mod:`servesim.perf.calibration`); without them only ``<gpu>/<engine>`` groups apply.
+    (:mod:`servesim.perf.calibration`); without them only ``<gpu>/<engine>`` groups apply.  The
+    calibration sets the engine's frontend fields (scheduler CPU time) only; ``client`` (a
+    profile name, :mod:`servesim.perf.clients`; None: ``none``, the engine alone) sets the
+    client-side ones, from the calibration file's fitted ``clients:`` section where it has that
+    profile, else from the built-in profile.  ``perf.frontend`` overrides both.
     """
+    from servesim.perf.clients import resolve_client
+
     if perf_cfg is None or isinstance(perf_cfg, dict):
         perf_cfg = parse_perf_config(perf_cfg)
     analytic: dict[str, Any] = {}
     cal_name = perf_cfg.calibration if isinstance(perf_cfg, AnalyticPerfConfig) else None
     cal, used = _load_calibration(cal_name, base_dir)
     group = f"{gpu}/{engine}"
+    front: dict[str, Any] = FrontendParams.zero().model_dump()
+    band = None
     if cal is not None:
         a, fe = cal.resolve(gpu, engine, model, precision)
         group = cal.group_of(gpu, engine, model, precision)
+        band = cal.error_band(gpu, engine, model, precision)
         analytic.update(a)
-        front: dict[str, Any] = FrontendParams().model_dump() | fe
-    else:
-        front = FrontendParams.zero().model_dump()
+        front.update(fe)
+    profile = resolve_client(client, cal.clients if cal is not None else None)
+    front.update(profile.frontend())
     if isinstance(perf_cfg, AnalyticPerfConfig):
         analytic.update(perf_cfg.params)
     front.update(perf_cfg.frontend)
@@ -171,7 +191,8 @@ def resolve_perf(perf_cfg: AnalyticPerfConfig | FixedPerfConfig | LinearPerfConf
         msgs = "; ".join(f"perf.frontend.{'.'.join(str(x) for x in err['loc'])}: {err['msg']} "
                          f"(found {err.get('input')!r})" for err in e.errors())
         raise ConfigError(msgs) from None
-    return ResolvedPerf(calibration=used, group=group, analytic=analytic, frontend=fparams)
+    return ResolvedPerf(calibration=used, group=group, analytic=analytic, frontend=fparams, client=profile.name,
+                        client_origin=profile.origin, client_description=profile.description, error_band=band)
 
 
 def _analytic_params(values: dict[str, Any]) -> AnalyticParams:

@@ -74,6 +74,7 @@ def render_summary(summary: dict, header: dict, console: Console, host: dict | N
         s = summary["latency"][key]
         lat.add_row(label, _fmt(s["count"]), *(_fmt(s[c], 1) for c in STAT_COLS))
     console.print(lat)
+    _render_interval(summary.get("prediction_interval"), console)
     workers = summary.get("workers") or []
     if len(workers) > 1 or workers and workers[0]["gpus"] > 1:
         console.print(_workers_table(workers))
@@ -236,3 +237,23 @@ def render_agentic(a: dict, console: Console) -> None:
     parts = ", ".join(f"{k.replace('_', ' ')} {_percent(v)}" for k, v in share.items() if v)
     console.print(f"Prefix reuse {_percent(a['prefix_reuse'])} (ideal {_percent(a['ideal_prefix_reuse'])}); "
                   f"peak fan-out {_fmt(a['peak_fanout'])}; critical path: {parts or 'n/a'}")
+
+
+def _render_interval(pi: dict | None, console: Console) -> None:
+    """One line per metric: where the measured mean is expected to lie (the calibration's
+    cross-validated error band for this deployment's situation and group)."""
+    if not pi:
+        return
+    if not pi.get("available"):
+        console.print(f"Expected error: n/a ({pi.get('reason')})")
+        return
+    cov = pi.get("coverage") or 0.0
+    console.print(f"Expected error ({cov:.0%} of held-out points, {pi['basis']} cross-validation of "
+                  f"{pi['group']}, n={pi['n']}; {pi['situation'].replace('_', ' ')}):")
+    for metric, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
+        m = pi[metric]
+        if m["mean"] is None:
+            continue
+        high = "n/a" if m["high"] is None else f"{m['high']:,.1f}"
+        console.print(f"  mean {label} {m['mean']:,.1f} ms: measured likely {m['low']:,.1f} – {high} ms "
+                      f"(error {m['error_low']:+.0%} … {m['error_high']:+.0%}, mean |error| {m['mape']:.0%})")

@@ -48,6 +48,9 @@ def add_subcommands(sub) -> None:
     c.add_argument("--base-calibration", help="sensitivity method: a previous calibration; each point is "
                                               "simulated around the values it gives that point (a second "
                                               "round, default: one built-in base for all points)")
+    c.add_argument("--no-intervals", action="store_true",
+                   help="sensitivity method: skip the cross-validated error bands (the file's intervals: "
+                        "section, which predict reports as the expected error)")
     c.add_argument("--min-model-points", type=int,
                    help="sensitivity method: model groups need this many points (default 3)")
     c.add_argument("--split", choices=("fit", "holdout"),
@@ -153,6 +156,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 DIRECT_ONLY = {"sample": 24, "shared_sample": None, "group_params": None, "seed": 0, "fit_prompts": 4,
                "max_evals": 40}
 SENSITIVITY_ONLY = {"sensitivities": None, "base_calibration": None, "min_model_points": 3}
+# (--no-intervals is a plain switch: False with either method)
 
 
 def _check_method_flags(args: argparse.Namespace) -> None:
@@ -206,14 +210,14 @@ def _calibrate_sensitivity(args: argparse.Namespace) -> int:
     from servesim.perf.calibration import load_calibration
     from servesim.validate.groupfit import fit_hierarchy
     from servesim.validate.points import load_points
-    from servesim.validate.sensitivity import (DEFAULT_BASE, BaseParams, measure_missing_knobs,
+    from servesim.validate.sensitivity import (BaseParams, measure_missing_knobs, physical_base,
                                                measure_sensitivities, read_sensitivities, write_sensitivities)
 
     points = load_points(args.points, split=args.split)
-    base, point_base = DEFAULT_BASE, None
+    # measured around the physical values unless told otherwise; fitted with their ratios
+    base, point_base = physical_base(), None
     if args.base_calibration:
         previous = load_calibration(args.base_calibration)
-        base = BaseParams.from_calibration(previous)
 
         def point_base(p):
             return BaseParams.for_point(previous, p)
@@ -224,7 +228,12 @@ def _calibrate_sensitivity(args: argparse.Namespace) -> int:
         if i % 10 == 0 or i == n:
             log(f"[{i}/{n}] simulated ({time.perf_counter() - t0:.0f} s)")
 
-    if args.sensitivities and Path(args.sensitivities).exists():
+    if args.sensitivities and Path(args.sensitivities).is_dir():  # chunks of benchmarks/measure_sensitivities.py
+        from servesim.validate.crossval import read_tables
+
+        log(f"reading sensitivities from the tables in {args.sensitivities}")
+        sens = read_tables(args.sensitivities, points)
+    elif args.sensitivities and Path(args.sensitivities).exists():
         log(f"reading sensitivities from {args.sensitivities}")
         sens = read_sensitivities(args.sensitivities, points)
         missing = sorted({k for s in sens if s.status == "ok" for k in s.missing_knobs})
@@ -237,8 +246,17 @@ def _calibrate_sensitivity(args: argparse.Namespace) -> int:
         sens = measure_sensitivities(points, point_base or base, processes=args.processes, progress=progress)
         if args.sensitivities:
             write_sensitivities(sens, args.sensitivities)
+    def fit(rows):
+        return fit_hierarchy(rows, base, min_group_points=args.min_group_points,
+                             min_model_points=args.min_model_points)
+
     cal = fit_hierarchy(sens, base, min_group_points=args.min_group_points,
                         min_model_points=args.min_model_points, say=log)
+    if not args.no_intervals:
+        from servesim.validate.crossval import error_bands
+
+        log("error bands: refitting without each half, model family and GPU in turn (surrogate)")
+        cal.intervals = error_bands(sens, fit)
     cal.meta["fitted_on"] = f"{Path(args.points).name}" + (f" ({args.split} split)" if args.split else "")
     cal.meta["fit"]["base"] = base.describe()
     cal.save(args.out)

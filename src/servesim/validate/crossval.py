@@ -16,6 +16,7 @@ checks that surrogate against real simulations on a sample of held-out rows.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections import defaultdict
@@ -40,8 +41,9 @@ FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
     ("GLM", r"glm-"),
 )
 
-#: What can be held out in turn.
-CV_KINDS = ("family", "gpu", "split")
+#: What can be held out in turn (``halves``: two random halves by a hash of the id, each held
+#: out in turn: the error where model and GPU are both in the fit, on any set of rows).
+CV_KINDS = ("family", "gpu", "split", "halves")
 
 
 def model_family(model: str) -> str:
@@ -65,6 +67,8 @@ def fold_of(s: PointSensitivity, kind: str) -> str:
         from servesim.validate.points import in_fit_part
 
         return "fit" if in_fit_part(s.point.id) else "holdout"
+    if kind == "halves":
+        return f"half {int(hashlib.sha256(s.point.id.encode()).hexdigest(), 16) % 2}"
     raise ValueError(f"cross-validation: unknown kind {kind!r}; expected one of {', '.join(CV_KINDS)}")
 
 
@@ -194,3 +198,55 @@ def read_tables(path: str, points) -> list[PointSensitivity]:
             if s.point.id not in merged or (s.status == "ok" and merged[s.point.id].status != "ok"):
                 merged[s.point.id] = s
     return [merged[p.id] for p in points if p.id in merged]
+
+
+#: Share of held-out rows an error band covers (10th to 90th percentile of the signed error).
+BAND_COVERAGE = 0.8
+#: Residuals a group needs for a band of its own (else the band of all rows of that kind).
+BAND_MIN_POINTS = 8
+#: Which cross-validation scores which situation of a deployment (:func:`error_bands`).
+BAND_BASIS = {"seen": "halves", "unseen_model": "family", "unseen_gpu": "gpu"}
+
+
+def _band(rows: Sequence[HeldOut]) -> dict[str, float]:
+    lo_q, hi_q = (1 - BAND_COVERAGE) / 2, 1 - (1 - BAND_COVERAGE) / 2
+    t = np.array([r.ttft_err for r in rows])
+    p = np.array([r.tpot_err for r in rows])
+    return {"n": len(rows), "ttft_lo": float(np.quantile(t, lo_q)), "ttft_hi": float(np.quantile(t, hi_q)),
+            "ttft_mape": float(np.mean(np.abs(t))), "tpot_lo": float(np.quantile(p, lo_q)),
+            "tpot_hi": float(np.quantile(p, hi_q)), "tpot_mape": float(np.mean(np.abs(p)))}
+
+
+def bands_of(result: CVResult, key: Callable[[HeldOut], str]) -> dict[str, dict[str, float]]:
+    """Error bands of a cross-validation's held-out rows, per ``key`` (groups with at least
+    :data:`BAND_MIN_POINTS` rows) and over all rows (``*``)."""
+    groups: dict[str, list[HeldOut]] = defaultdict(list)
+    for r in result.rows:
+        groups[key(r)].append(r)
+    out = {k: _band(v) for k, v in sorted(groups.items()) if len(v) >= BAND_MIN_POINTS}
+    if result.rows:
+        out["*"] = _band(result.rows)
+    return out
+
+
+def error_bands(sens: Sequence[PointSensitivity], fit: Callable[[list[PointSensitivity]], Calibration],
+                say: Callable[[str], None] = lambda m: None) -> dict:
+    """The ``intervals`` section of a calibration file: for each situation a deployment can be
+    in, the spread of cross-validated relative errors of mean TTFT and TPOT.
+
+    - ``seen``: model and GPU both calibrated: random halves (:data:`BAND_BASIS`), per ``<gpu>/<engine>``;
+    - ``unseen_model``: the GPU/engine calibrated, the model family not: leave-one-family-out, per
+      ``<gpu>/<engine>``;
+    - ``unseen_gpu``: the GPU not calibrated: leave-one-GPU-out, per ``*/<engine>``.
+    """
+    def gpu_engine(r: HeldOut) -> str:
+        return "/".join(r.group.split("/")[:2])
+
+    def engine(r: HeldOut) -> str:
+        return "*/" + r.group.split("/")[1]
+
+    out: dict = {"coverage": BAND_COVERAGE, "basis": dict(BAND_BASIS)}
+    for situation, kind in BAND_BASIS.items():
+        res = cross_validate(sens, kind, fit, say=say)
+        out[situation] = bands_of(res, engine if situation == "unseen_gpu" else gpu_engine)
+    return out

@@ -46,51 +46,66 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from servesim.perf.calibration import MIN_GROUP_POINTS, Calibration, precision_key
-from servesim.validate.sensitivity import BaseParams, PointSensitivity
+from servesim.validate.sensitivity import KNOBS, BaseParams, PointSensitivity
 
-#: Physical bounds of the fitted parameters.
-MEM_EFF_BOUNDS = (0.2, 0.95)
-GEMM_EFF_BOUNDS = (0.25, 0.95)
-SCHED_BOUNDS_S = (0.0, 0.02)
-STREAM_BOUNDS_S = (0.0, 3.0)
-LAYER_BOUNDS_S = (0.0, 300e-6)
-REQ_BOUNDS_S = (0.0, 100e-6)
-RUNNING_BOUNDS_S = (0.0, 2e-3)
-KV_EFF_BOUNDS = (0.2, 0.95)
-#: Collectives from twice as fast as the link model (custom one-shot all-reduce kernels) to
-#: four times as slow.
-COMM_SCALE_BOUNDS = (0.5, 4.0)
-#: Prior widths toward the parent group: log time scale (mem, prefill), seconds of scheduler
-#: time, seconds of stream latency, seconds per layer, seconds per request and pass, seconds of
-#: stream latency per running request, log time scale of the KV reads, log time scale of the
-#: collectives.  The last is nearly free (4): split half on the fit rows (surrogate) scored TPOT
-#: 12.3% / 11.9% / 11.7% / 11.6% at widths 0.2 / 1 / 2 / 4 (12.1% with the scale held at 1);
-#: groups differ in it far more than in the other scales (docs/validation.md).
-PRIOR_SIGMA = np.array([0.5, 0.5, 3e-3, 0.3, 40e-6, 30e-6, 1e-3, 0.5, 4.0])
-#: GPU/engine groups hold tens of points and differ much from the shared fit: a weaker prior.
-GPU_ENGINE_PRIOR_WEIGHT = 0.3
-#: The GPU/engine values a model *without* a group of its own gets (written under
-#: ``<gpu>/<engine>``) are a second fit of the group's points, pulled this much harder toward
-#: the shared values.  The weakly held fit above is the parent the model groups start from; it
-#: follows the group's dominant models, so a model calibration never saw got their quirks:
-#: leaving each model group out in turn and predicting it from the rest (the linear surrogate,
-#: all rows) gave 32.3% / 22.2% MAPE of TTFT / TPOT with that fit, 30.2% / 18.0% with this one
-#: (shared values alone: 32.9% / 18.7%), at a small cost to models with too few points for a
-#: group of their own that resemble the group's dominant ones (split half 11.8% → 11.9% TPOT;
-#: docs/validation.md, "Models calibration never saw"; with the ``kv`` knob and host costs per model,
-#: 32.4% / 22.7% against 30.2% / 18.4%).
-GPU_ENGINE_FALLBACK_PRIOR_WEIGHT = 10.0
-#: Pull of each group toward its parent, relative to PRIOR_SIGMA (split-half cross-validation
-#: on the fit rows preferred 0.25 to 1: docs/validation.md, benchmarks/calibration_cv.py).
+#: Physical ranges of the fitted parameters (each a quantity the op-level model or the engine
+#: has, not a free knob):
+#: - ``mem_eff`` / ``attn_decode_mem_eff``: the HBM bandwidth fraction streaming kernels reach.
+#:   Copy microbenchmarks reach ~90-93% of the spec-sheet bandwidth on H100, H200 and B200
+#:   (e.g. NVIDIA's nvbandwidth, STREAM ports) and ~80-85% on MI300X; nothing streams faster.
+#: - ``gemm_eff_max``: the dense-peak fraction large GEMMs reach; cuBLASLt / hipBLASLt reach
+#:   ~75-85% of dense peak on large bf16 and fp8 shapes, so 0.85 is the ceiling.
+#: - ``graph_layer_overhead_s``: the fixed time of a layer inside a CUDA graph: the gaps between
+#:   a layer's ~10 kernels replayed back to back, a few microseconds (near zero; the op-level
+#:   model's own value is 2 µs).
+#: - ``scheduler_pass_s`` / ``scheduler_per_request_s``: the engine's CPU time per pass and per
+#:   request in it (Python schedulers: ~0.2-3 ms a pass, ~5-30 µs a request).
+#: - ``comm_time_scale``: collectives against the link model; held at 1 unless ``fit_comm``.
+MEM_EFF_BOUNDS = (0.45, 0.92)
+GEMM_EFF_BOUNDS = (0.3, 0.85)
+SCHED_BOUNDS_S = (0.0, 0.01)
+STREAM_BOUNDS_S = (0.0, 0.2)
+LAYER_BOUNDS_S = (0.0, 10e-6)
+REQ_BOUNDS_S = (0.0, 50e-6)
+RUNNING_BOUNDS_S = (0.0, 1e-3)
+KV_EFF_BOUNDS = (0.4, 0.92)
+COMM_SCALE_BOUNDS = (0.8, 2.0)
+#: Prior widths: log time scale (mem, prefill), seconds per pass, seconds of stream latency
+#: (client), seconds per layer, seconds per request and pass, seconds per running request
+#: (client), log time scale of the KV reads, log time scale of the collectives.
+PRIOR_SIGMA = np.array([0.15, 0.25, 2e-3, 0.05, 3e-6, 15e-6, 3e-4, 0.25, 0.2])
+#: Pull of a GPU/engine group toward the physical values, relative to PRIOR_SIGMA × prior scale.
+GPU_ENGINE_PRIOR_WEIGHT = 1.0
+#: The GPU/engine values a model *without* a group of its own gets are a second fit of the
+#: group's points held this much harder toward the physical values: the weakly held fit follows
+#: the group's dominant models, which a new model does not share (chosen by leaving each model
+#: family out in turn: docs/validation.md).
+GPU_ENGINE_FALLBACK_PRIOR_WEIGHT = 4.0
+#: Pull of each model group toward its GPU/engine group, relative to PRIOR_SIGMA.
 DEFAULT_PRIOR_SCALE = 0.25
+#: Pull of a client profile toward the API server's derived values, relative to PRIOR_SIGMA ×
+#: prior scale (weak: a client's own rows decide).
+CLIENT_PRIOR_WEIGHT = 0.4
 #: Weight of rows whose client settings are undocumented.
 UNVERIFIED_WEIGHT = 0.5
-#: Scale of the soft-L1 loss (relative error, or prior distance in prior widths): errors beyond it
-#: count linearly, as the validate score (MAPE) counts them, so a few anomalous rows pull a group
-#: less.  Split-half on the fit rows (surrogate): 0.3 → 0.1 lowered TTFT / TPOT error from
-#: 21.2% / 12.4% to 21.1% / 12.4% with the per-model host costs (12.7% → 12.6% TPOT without
-#: them); 0.05 and 0.15 scored alike (docs/validation.md).
+#: Scale of the soft-L1 loss (relative error, or prior distance in prior widths): errors beyond
+#: it count linearly, as MAPE counts them.
 LOSS_SCALE = 0.1
+#: Indices of GroupParams' vector a group fit moves (the client's two are fitted per client).
+CLIENT_INDEX = (3, 6)
+COMM_INDEX = 8
+
+
+def physical_prior(base: "BaseParams") -> "GroupParams":
+    """The values a group is pulled toward: the op-level model's own parameters
+    (:class:`~servesim.perf.analytic.AnalyticParams` defaults, set from microbenchmarks and
+    the kernels' structure), no extra scheduler time beyond a typical pass and request cost,
+    collectives as the link model prices them."""
+    from servesim.perf.analytic import AnalyticParams
+
+    d = AnalyticParams()
+    return GroupParams(-math.log(d.mem_eff), -math.log(d.gemm_eff_max), 1e-3, 0.0, d.graph_layer_overhead_s,
+                       5e-6, 0.0, -math.log(d.attn_decode_mem_eff), math.log(d.comm_time_scale))
 
 
 @dataclass
@@ -142,73 +157,222 @@ class GroupParams:
         return math.exp(self.log_comm)
 
     def overrides(self, base: BaseParams) -> tuple[dict, dict]:
-        """(analytic, frontend) overrides this group's values stand for (``base`` gives the
-        ratio of ``attn_prefill_eff_max`` to ``gemm_eff_max``)."""
+        """(analytic, engine frontend) overrides this group's values stand for (``base`` gives
+        the ratio of ``attn_prefill_eff_max`` to ``gemm_eff_max``).  The client's two values
+        are not a group's: :meth:`client_values`."""
         ratio = base.attn_prefill_eff_max / base.gemm_eff_max
         eager_extra = base.layer_overhead_s - base.graph_layer_overhead_s
         analytic = {"mem_eff": self.mem_eff, "gemm_eff_max": self.gemm_eff_max,
                     "attn_prefill_eff_max": self.gemm_eff_max * ratio,
                     "graph_layer_overhead_s": self.layer_s, "layer_overhead_s": self.layer_s + eager_extra,
                     "attn_decode_mem_eff": self.kv_eff, "comm_time_scale": self.comm_scale}
-        frontend = {"scheduler_pass_s": self.sched_s, "first_token_overhead_s": self.stream_s,
-                    "scheduler_per_request_s": self.req_s, "stream_per_running_s": self.running_s}
+        frontend = {"scheduler_pass_s": self.sched_s, "scheduler_per_request_s": self.req_s}
         return analytic, frontend
 
 
-def _bounds() -> tuple[np.ndarray, np.ndarray]:
+def _bounds(fit_comm: bool = False) -> tuple[np.ndarray, np.ndarray]:
     lo = [-math.log(MEM_EFF_BOUNDS[1]), -math.log(GEMM_EFF_BOUNDS[1]), SCHED_BOUNDS_S[0], STREAM_BOUNDS_S[0],
           LAYER_BOUNDS_S[0], REQ_BOUNDS_S[0], RUNNING_BOUNDS_S[0], -math.log(KV_EFF_BOUNDS[1]),
-          math.log(COMM_SCALE_BOUNDS[0])]
+          math.log(COMM_SCALE_BOUNDS[0]) if fit_comm else 0.0]
     hi = [-math.log(MEM_EFF_BOUNDS[0]), -math.log(GEMM_EFF_BOUNDS[0]), SCHED_BOUNDS_S[1], STREAM_BOUNDS_S[1],
           LAYER_BOUNDS_S[1], REQ_BOUNDS_S[1], RUNNING_BOUNDS_S[1], -math.log(KV_EFF_BOUNDS[0]),
-          math.log(COMM_SCALE_BOUNDS[1])]
+          math.log(COMM_SCALE_BOUNDS[1]) if fit_comm else 0.0]
     return np.array(lo), np.array(hi)
+
+
+def gpu_bounds(gpu: str, fit_comm: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_bounds` with the efficiencies capped by the GPU's measured ceilings
+    (``GPUSpec.achievable``: the op-level model caps them there too, so a fit above them would
+    move nothing in a simulation): HBM for ``mem_eff`` and ``attn_decode_mem_eff``, the best
+    precision's GEMM ceiling for ``gemm_eff_max``."""
+    lo, hi = _bounds(fit_comm)
+    try:
+        from servesim.hardware.gpu import load_gpu
+
+        spec = load_gpu(gpu)
+    except Exception:  # an unknown GPU name: the generic bounds
+        return lo, hi
+    ach = getattr(spec, "achievable", {}) or {}
+    hbm = min(MEM_EFF_BOUNDS[1], float(ach.get("hbm", 1.0)))
+    gemm = min(GEMM_EFF_BOUNDS[1], max([float(v) for k, v in ach.items() if k != "hbm"] or [1.0]))
+    lo[0] = max(lo[0], -math.log(hbm))
+    lo[7] = max(lo[7], -math.log(min(KV_EFF_BOUNDS[1], hbm)))
+    lo[1] = max(lo[1], -math.log(gemm))
+    return lo, np.maximum(hi, lo)
 
 
 def _weight(s: PointSensitivity) -> float:
     return UNVERIFIED_WEIGHT if s.point.row.get("workload") == "fixed_lengths_unverified" else 1.0
 
 
-def _residuals(x: np.ndarray, pts: Sequence[PointSensitivity], base: BaseParams,
-               objective: str = "relative") -> np.ndarray:
-    """Weighted errors of TTFT and TPOT for every point under the surrogate.
+class Surrogate:
+    """The linear surrogate of many points as arrays: a group's trial values price every point
+    in one vectorised step (the fit evaluates it thousands of times)."""
 
-    ``relative``: (predicted − measured) / measured, the error the validate score (MAPE)
-    counts; ``log``: log(predicted / measured), symmetric in over- and under-prediction.
-    """
-    g = GroupParams.of(x)
-    mem_eff, gemm_eff = g.mem_eff, g.gemm_eff_max
-    out = np.empty(2 * len(pts))
-    log = objective == "log"
-    for i, s in enumerate(pts):
-        ttft, tpot = s.predict_at(mem_eff, gemm_eff, g.sched_s, g.stream_s, base, graph_layer_overhead_s=g.layer_s,
-                                  scheduler_per_request_s=g.req_s, stream_per_running_s=g.running_s,
-                                  attn_decode_mem_eff=g.kv_eff, comm_time_scale=g.comm_scale)
-        w = _weight(s)
-        mt, mp = s.point.measured_ttft_ms, s.point.measured_tpot_ms
-        ttft, tpot = max(ttft, 1e-3), max(tpot, 1e-3)
-        out[2 * i] = w * (math.log(ttft / mt) if log else (ttft - mt) / mt)
-        out[2 * i + 1] = w * (math.log(tpot / mp) if log else (tpot - mp) / mp)
-    return out
+    def __init__(self, pts: Sequence[PointSensitivity], default_base: BaseParams) -> None:
+        self.pts = list(pts)
+        n = len(self.pts)
+        bases = [s.base or default_base for s in self.pts]
+        self.b = {name: np.array([getattr(b, name) for b in bases], dtype=float) for name in (
+            "mem_eff", "gemm_eff_max", "scheduler_pass_s", "graph_layer_overhead_s", "scheduler_per_request_s",
+            "attn_decode_mem_eff", "comm_time_scale")}
+        self.ttft_base = np.array([s.ttft_base for s in self.pts], dtype=float)
+        self.tpot_base = np.array([s.tpot_base for s in self.pts], dtype=float)
+        self.st = np.array([[s.ttft_slope[k] for k in KNOBS] for s in self.pts], dtype=float).reshape(n, len(KNOBS))
+        self.sp = np.array([[s.tpot_slope[k] for k in KNOBS] for s in self.pts], dtype=float).reshape(n, len(KNOBS))
+        self.layers = np.array([s.layers for s in self.pts], dtype=float)
+        self.running = np.array([s.first_token_running for s in self.pts], dtype=float)
+        self.mt = np.array([s.point.measured_ttft_ms for s in self.pts], dtype=float)
+        self.mp = np.array([s.point.measured_tpot_ms for s in self.pts], dtype=float)
+        self.w = np.array([_weight(s) for s in self.pts], dtype=float)
+        #: the client-side stream latency and per-running-request latency of each point (set by the fit)
+        self.stream_s = np.zeros(n)
+        self.running_s = np.zeros(n)
+
+    def subset(self, idx: np.ndarray) -> "Surrogate":
+        out = object.__new__(Surrogate)
+        out.pts = [self.pts[i] for i in idx]
+        out.b = {k: v[idx] for k, v in self.b.items()}
+        for name in ("ttft_base", "tpot_base", "st", "sp", "layers", "running", "mt", "mp", "w", "stream_s",
+                     "running_s"):
+            setattr(out, name, getattr(self, name)[idx])
+        return out
+
+    def engine_times(self, x: np.ndarray | Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(TTFT without the client's stream terms, TPOT) in ms at group values ``x`` (one
+        vector for all points, or an (n, 9) array of per-point vectors)."""
+        x = np.asarray(x, dtype=float)
+        col = (lambda j: x[:, j]) if x.ndim == 2 else (lambda j: x[j])
+        b = self.b
+        d = np.stack([b["mem_eff"] * np.exp(col(0)) - 1.0,  # base mem_eff / mem_eff - 1
+                      b["gemm_eff_max"] * np.exp(col(1)) - 1.0,
+                      (col(2) - b["scheduler_pass_s"]) + self.layers * (col(4) - b["graph_layer_overhead_s"]),
+                      col(5) - b["scheduler_per_request_s"],
+                      b["attn_decode_mem_eff"] * np.exp(col(7)) - 1.0,
+                      np.exp(col(8)) / b["comm_time_scale"] - 1.0], axis=1)
+        return self.ttft_base + np.sum(self.st * d, axis=1), self.tpot_base + np.sum(self.sp * d, axis=1)
+
+    def times(self, x) -> tuple[np.ndarray, np.ndarray]:
+        ttft, tpot = self.engine_times(x)
+        return ttft + (self.stream_s + self.running_s * self.running) * 1e3, tpot
+
+    def residuals(self, x, objective: str = "relative") -> np.ndarray:
+        ttft, tpot = self.times(x)
+        ttft, tpot = np.maximum(ttft, 1e-3), np.maximum(tpot, 1e-3)
+        if objective == "log":
+            rt, rp = np.log(ttft / self.mt), np.log(tpot / self.mp)
+        else:
+            rt, rp = (ttft - self.mt) / self.mt, (tpot - self.mp) / self.mp
+        return np.concatenate([self.w * rt, self.w * rp])
 
 
-def fit_group(pts: Sequence[PointSensitivity], base: BaseParams, prior: GroupParams,
-              prior_weight: float = 1.0, objective: str = "relative") -> tuple[GroupParams, float]:
-    """Robust least-squares values of one group under a prior centred on ``prior``.
+def fit_group(pts: Sequence[PointSensitivity] | Surrogate, base: BaseParams, prior: GroupParams,
+              prior_weight: float = 1.0, objective: str = "relative", fit_comm: bool = False) -> tuple[GroupParams, float]:
+    """Robust least-squares engine values of one group under a prior centred on ``prior``.
 
     Soft-L1 loss with scale :data:`LOSS_SCALE` on the point errors and the prior terms alike.
+    The client's two values (:data:`CLIENT_INDEX`) stay where ``prior`` has them: they are the
+    points' client profiles' (:class:`Surrogate` ``stream_s`` / ``running_s``), not the group's.
     """
-    lo, hi = _bounds()
+    sur = pts if isinstance(pts, Surrogate) else Surrogate(pts, base)
+    lo, hi = gpu_bounds(sur.pts[0].point.gpu, fit_comm) if sur.pts else _bounds(fit_comm)
     centre = np.clip(prior.vector(), lo, hi)
+    free = np.ones(len(centre), dtype=bool)
+    free[list(CLIENT_INDEX)] = False
+    if not fit_comm:
+        free[COMM_INDEX] = False
+    centre[~free] = 0.0
+
+    def full(xf: np.ndarray) -> np.ndarray:
+        x = centre.copy()
+        x[free] = xf
+        return x
+
+    def fun(xf: np.ndarray) -> np.ndarray:
+        prior_res = prior_weight * (xf - centre[free]) / PRIOR_SIGMA[free]
+        return np.concatenate([sur.residuals(full(xf), objective), prior_res])
+
+    x0 = np.clip(centre[free], lo[free] + 1e-12, hi[free] - 1e-12)
+    res = least_squares(fun, x0, bounds=(lo[free], hi[free]), loss="soft_l1", f_scale=LOSS_SCALE,
+                        x_scale=PRIOR_SIGMA[free])
+    x = full(res.x)
+    data = sur.residuals(x, objective)
+    return GroupParams.of(x), float(np.sqrt(np.mean(data ** 2))) if data.size else 0.0
+
+
+def _free_mask(fit_comm: bool) -> np.ndarray:
+    free = np.ones(len(PRIOR_SIGMA), dtype=bool)
+    free[list(CLIENT_INDEX)] = False
+    if not fit_comm:
+        free[COMM_INDEX] = False
+    return free
+
+
+def fit_groups_and_clients(sur: Surrogate, groups: dict[str, np.ndarray], client_of: Sequence[str],
+                           prior: GroupParams, prior_weight: float, objective: str = "relative",
+                           fit_comm: bool = False, prior_scale: float = DEFAULT_PRIOR_SCALE) -> tuple[dict[str, GroupParams], dict[str, tuple[float, float]]]:
+    """One joint fit of every GPU/engine group's engine values and every client's two stream
+    values: a client's rows span many groups and both move TTFT, so fitting them in turn
+    converges slowly.  ``groups``: point indices per group (points in none keep ``prior``'s
+    values); groups are pulled toward ``prior`` with ``prior_weight``, clients weakly toward the
+    API server's derived values."""
+    from scipy.sparse import lil_matrix
+
+    from servesim.perf.clients import BUILTIN_PROFILES
+
+    lo_all, hi_all = _bounds(fit_comm)
+    free = _free_mask(fit_comm)
+    nf = int(free.sum())
+    centre = np.clip(prior.vector(), lo_all, hi_all)
+    centre[~free] = 0.0
+    keys = sorted(groups)
+    per_gpu = {key: gpu_bounds(key.split("/", 1)[0], fit_comm) for key in keys}
+    names = sorted(set(client_of))
+    api = BUILTIN_PROFILES["api-server"].values
+    c_centre = np.array([api["first_token_overhead_s"], api["stream_per_running_s"]])
+    c_sigma = np.array([PRIOR_SIGMA[3], PRIOR_SIGMA[6]])
+    n = len(sur.pts)
+    g_of = np.full(n, -1)
+    for gi, key in enumerate(keys):
+        g_of[groups[key]] = gi
+    c_of = np.array([names.index(c) for c in client_of], dtype=int)
+    ng, nc = len(keys), len(names)
+    n_par = ng * nf + 2 * nc
+    if n == 0 or n_par == 0:  # nothing to fit (an empty fold of a cross-validation)
+        return {}, {}
+
+    def unpack(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        per_group = np.tile(centre, (ng + 1, 1))  # the last row: points in no group (the prior)
+        per_group[:ng, free] = x[:ng * nf].reshape(ng, nf)
+        return per_group, x[ng * nf:].reshape(nc, 2)
 
     def fun(x: np.ndarray) -> np.ndarray:
-        prior_res = prior_weight * (x - centre) / PRIOR_SIGMA
-        return np.concatenate([_residuals(x, pts, base, objective), prior_res])
+        per_group, cl = unpack(x)
+        sur.stream_s, sur.running_s = cl[c_of, 0], cl[c_of, 1]
+        data = sur.residuals(per_group[g_of], objective)
+        gp = prior_weight * (x[:ng * nf].reshape(ng, nf) - centre[free]) / PRIOR_SIGMA[free]
+        cp = CLIENT_PRIOR_WEIGHT * prior_scale * (x[ng * nf:].reshape(nc, 2) - c_centre) / c_sigma
+        return np.concatenate([data, gp.ravel(), cp.ravel()])
 
-    x0 = np.clip(centre, lo + 1e-9, hi - 1e-9)
-    res = least_squares(fun, x0, bounds=(lo, hi), loss="soft_l1", f_scale=LOSS_SCALE, x_scale=PRIOR_SIGMA)
-    data = _residuals(res.x, pts, base, objective)
-    return GroupParams.of(res.x), float(np.sqrt(np.mean(data ** 2))) if data.size else 0.0
+    sparsity = lil_matrix((2 * n + n_par, n_par), dtype=int)
+    for i in range(n):
+        cols = list(range(ng * nf + 2 * c_of[i], ng * nf + 2 * c_of[i] + 2))
+        if g_of[i] >= 0:
+            cols += list(range(g_of[i] * nf, (g_of[i] + 1) * nf))
+        for r in (i, n + i):
+            sparsity[r, cols] = 1
+    for j in range(n_par):
+        sparsity[2 * n + j, j] = 1
+    lo = np.concatenate([*(per_gpu[k][0][free] for k in keys), np.tile([STREAM_BOUNDS_S[0], RUNNING_BOUNDS_S[0]], nc)])
+    hi = np.concatenate([*(per_gpu[k][1][free] for k in keys), np.tile([STREAM_BOUNDS_S[1], RUNNING_BOUNDS_S[1]], nc)])
+    x0 = np.clip(np.concatenate([np.tile(centre[free], ng), np.tile(c_centre, nc)]), lo + 1e-12, hi - 1e-12)
+    scale = np.concatenate([np.tile(PRIOR_SIGMA[free], ng), np.tile(c_sigma, nc)])
+    res = least_squares(fun, x0, bounds=(lo, hi), loss="soft_l1", f_scale=LOSS_SCALE, x_scale=scale,
+                        jac_sparsity=sparsity)
+    per_group, cl = unpack(res.x)
+    sur.stream_s, sur.running_s = cl[c_of, 0], cl[c_of, 1]
+    return ({key: GroupParams.of(per_group[gi]) for gi, key in enumerate(keys)},
+            {name: (float(cl[ci, 0]), float(cl[ci, 1])) for ci, name in enumerate(names)})
 
 
 def model_key(s: PointSensitivity) -> str:
@@ -216,60 +380,107 @@ def model_key(s: PointSensitivity) -> str:
     return f"{p.group}/{p.model}@{precision_key(p.precision)}"
 
 
+@dataclass
+class _Tree:
+    """What one pass of the hierarchy fitted: every group's values (GPU/engine as the models'
+    parent and as the fallback a model without a group gets; model groups)."""
+
+    parent: dict[str, GroupParams]
+    fallback: dict[str, tuple[GroupParams, float]]
+    models: dict[str, tuple[GroupParams, float]]
+    parent_rms: dict[str, float]
+
+    def point_values(self, s: PointSensitivity, prior: GroupParams) -> np.ndarray:
+        m = self.models.get(model_key(s))
+        if m is not None:
+            return m[0].vector()
+        g = self.fallback.get(s.point.group)
+        return (g[0] if g is not None else prior).vector()
+
+
+def _fit_tree(sur: Surrogate, base: BaseParams, prior: GroupParams, min_group_points: int, min_model_points: int,
+              prior_scale: float, objective: str, fallback_prior_weight: float, fit_comm: bool,
+              client_of: Sequence[str]) -> tuple[_Tree, dict[str, tuple[float, float]]]:
+    """GPU/engine groups and clients jointly, then each group's fallback and model groups with
+    the clients fixed."""
+    by_group: dict[str, list[int]] = defaultdict(list)
+    for i, s in enumerate(sur.pts):
+        by_group[s.point.group].append(i)
+    fitted = {k: np.array(v) for k, v in by_group.items() if len(v) >= min_group_points}
+    parents, clients = fit_groups_and_clients(sur, fitted, client_of, prior,
+                                              GPU_ENGINE_PRIOR_WEIGHT * prior_scale, objective, fit_comm, prior_scale)
+    tree = _Tree({}, {}, {}, {})
+    for key in sorted(fitted):
+        idx = fitted[key]
+        gsur = sur.subset(idx)
+        gp = parents[key]
+        grms = float(np.sqrt(np.mean(gsur.residuals(gp.vector(), objective) ** 2)))
+        tree.parent[key], tree.parent_rms[key] = gp, grms
+        fallback = (gp, grms)
+        if fallback_prior_weight != GPU_ENGINE_PRIOR_WEIGHT and prior_scale > 0:
+            fallback = fit_group(gsur, base, prior, prior_weight=fallback_prior_weight * prior_scale,
+                                 objective=objective, fit_comm=fit_comm)
+        tree.fallback[key] = fallback
+        by_model: dict[str, list[int]] = defaultdict(list)
+        for i in idx:
+            by_model[model_key(sur.pts[i])].append(i)
+        for mkey in sorted(by_model):
+            if len(by_model[mkey]) < min_model_points:
+                continue
+            tree.models[mkey] = fit_group(sur.subset(np.array(by_model[mkey])), base, gp, prior_weight=prior_scale,
+                                          objective=objective, fit_comm=fit_comm)
+    return tree, clients
+
+
 def fit_hierarchy(sens: Sequence[PointSensitivity], base: BaseParams, min_group_points: int = MIN_GROUP_POINTS,
                   min_model_points: int = 3, say: Callable[[str], None] = lambda m: None,
                   prior_scale: float = DEFAULT_PRIOR_SCALE, objective: str = "relative",
                   fallback_prior_weight: float = GPU_ENGINE_FALLBACK_PRIOR_WEIGHT,
-                  groups: bool = True) -> Calibration:
-    """Fit shared, then ``<gpu>/<engine>``, then model groups; write a :class:`Calibration`.
+                  groups: bool = True, fit_comm: bool = False) -> Calibration:
+    """Fit client profiles, ``<gpu>/<engine>`` groups and model groups; write a :class:`Calibration`.
 
-    ``prior_scale`` scales the pull of every group toward its parent (0: independent fits);
-    ``objective``: the residual, ``relative`` or ``log`` (:func:`_residuals`).  Each GPU/engine
-    group is fitted twice: weakly held, as the model groups' parent, and held
-    ``fallback_prior_weight`` × ``prior_scale`` toward the shared values, as what the file
-    stores for models without a group (:data:`GPU_ENGINE_FALLBACK_PRIOR_WEIGHT`).  ``groups=False``
-    stops after the shared values (what a model on an unknown GPU or engine gets).
+    The tree: the physical values (:func:`physical_prior`, written as the file's ``shared``
+    section, so a GPU with no same-vendor relative in the file gets physics, never another
+    vendor's fit) → ``<gpu>/<engine>`` (≥ ``min_group_points``; pulled toward the physical values
+    with weight :data:`GPU_ENGINE_PRIOR_WEIGHT` × ``prior_scale``) → ``<gpu>/<engine>/<model>@<precision>``
+    (≥ ``min_model_points``; pulled toward its GPU/engine group with weight ``prior_scale``).
+    The client profiles (:mod:`servesim.perf.clients`; each row's from its ``source``) are fitted
+    jointly with the GPU/engine groups (:func:`fit_groups_and_clients`), each on its own rows
+    only; they are written to the file's ``clients:`` section, never to a group.  Each GPU/engine group is fitted twice: weakly held, as the model groups' parent, and
+    held ``fallback_prior_weight`` × ``prior_scale`` toward the physical values, as what the file
+    stores for models without a group.  ``groups=False`` stops after the clients (every deployment
+    then gets the physical values).
     """
     ok = [s for s in sens if s.status == "ok" and math.isfinite(s.tpot_base) and math.isfinite(s.ttft_base)]
     lacking = [s.point.id for s in ok if s.missing_knobs]
     if lacking:
         raise ValueError(f"{len(lacking)} point(s) have no slopes for some knobs (e.g. {lacking[0]}); "
                          f"measure them first (sensitivity.measure_missing_knobs)")
-    start = GroupParams.at(base, float(base.frontend.get("first_token_overhead_s", 0.02)))
-    shared, rms = fit_group(ok, base, start, prior_weight=0.0, objective=objective)
-    say(f"shared: {len(ok)} points, rms {objective} error {rms:.3f}")
-    a, f = shared.overrides(base)
-    cal = Calibration(shared={"analytic": a, "frontend": dict(base.frontend) | f})
-    cal.meta["fit"] = {"method": "sensitivity", "objective": objective, "prior_scale": prior_scale,
-                       "points": len(ok), "shared_rms_error": round(rms, 4), "group_rms_error": {}}
-    if not groups:
-        return cal
-    by_group: dict[str, list[PointSensitivity]] = defaultdict(list)
-    for s in ok:
-        by_group[s.point.group].append(s)
-    for key in sorted(by_group):
-        pts = by_group[key]
-        if len(pts) < min_group_points:
-            say(f"{key}: {len(pts)} point(s) < {min_group_points}: shared values")
-            continue
-        gp, grms = fit_group(pts, base, shared, prior_weight=GPU_ENGINE_PRIOR_WEIGHT * prior_scale,
-                             objective=objective)
-        fallback, frms = gp, grms
-        if fallback_prior_weight != GPU_ENGINE_PRIOR_WEIGHT and prior_scale > 0:
-            fallback, frms = fit_group(pts, base, shared, prior_weight=fallback_prior_weight * prior_scale,
-                                       objective=objective)
-        _store(cal, key, fallback, base, frms)
-        say(f"{key}: {len(pts)} points, rms error {frms:.3f} (as the parent of its models: {grms:.3f})")
-        by_model: dict[str, list[PointSensitivity]] = defaultdict(list)
-        for s in pts:
-            by_model[model_key(s)].append(s)
-        for mkey in sorted(by_model):
-            mpts = by_model[mkey]
-            if len(mpts) < min_model_points:
-                continue
-            mp, mrms = fit_group(mpts, base, gp, prior_weight=prior_scale, objective=objective)
-            _store(cal, mkey, mp, base, mrms)
-            say(f"  {mkey}: {len(mpts)} points, rms error {mrms:.3f}")
+    prior = physical_prior(base)
+    sur = Surrogate(ok, base)
+    client_of = [s.point.client for s in ok]
+    tree, clients = _fit_tree(sur, base, prior, min_group_points if groups else 10 ** 9, min_model_points,
+                              prior_scale, objective, fallback_prior_weight, fit_comm, client_of)
+    a, f = prior.overrides(base)
+    cal = Calibration(shared={"analytic": a, "frontend": f})
+    engine_x = np.array([tree.point_values(s, prior) for s in ok]).reshape(len(ok), len(PRIOR_SIGMA))
+    data = sur.residuals(engine_x, objective) if ok else np.zeros(0)
+    rms = float(np.sqrt(np.mean(data ** 2))) if data.size else 0.0
+    cal.meta["fit"] = {"method": "sensitivity", "procedure": "physical", "objective": objective,
+                       "prior_scale": prior_scale, "points": len(ok), "rms_error": round(rms, 4),
+                       "group_rms_error": {}}
+    for name, (stream, running) in sorted(clients.items()):
+        n = client_of.count(name)
+        cal.clients[name] = {"frontend": {"first_token_overhead_s": stream, "stream_per_running_s": running},
+                             "points": n}
+        say(f"client {name}: {n} points, first_token_overhead_s {stream * 1e3:.1f} ms, "
+            f"stream_per_running_s {running * 1e6:.0f} µs")
+    for key, (gp, grms) in tree.fallback.items():
+        _store(cal, key, gp, base, grms)
+        say(f"{key}: rms error {grms:.3f} (as the parent of its models: {tree.parent_rms[key]:.3f})")
+    for mkey, (mp, mrms) in tree.models.items():
+        _store(cal, mkey, mp, base, mrms)
+        say(f"  {mkey}: rms error {mrms:.3f}")
     return cal
 
 
@@ -282,6 +493,6 @@ def _store(cal: Calibration, key: str, gp: GroupParams, base: BaseParams, rms: f
 def fit_shipped(sens: Sequence[PointSensitivity]) -> Calibration:
     """The procedure the shipped calibration files are fitted with (``servesim calibrate
     --method sensitivity`` defaults), as the cross-validation refits it."""
-    from servesim.validate.sensitivity import DEFAULT_BASE
+    from servesim.validate.sensitivity import physical_base
 
-    return fit_hierarchy(sens, DEFAULT_BASE)
+    return fit_hierarchy(sens, physical_base())

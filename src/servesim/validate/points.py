@@ -172,10 +172,22 @@ class Point:
         than SGLang on the same MI355X, and one shared group pulled SGLang's TTFT down by ~75%."""
         return f"{self.gpu}/{self.backend}"
 
+    @property
+    def client(self) -> str:
+        """The client profile the row was measured with (from its ``source``:
+        :func:`servesim.perf.clients.client_for_source`)."""
+        from servesim.perf.clients import client_for_source
+
+        return client_for_source(self.row.get("source") or "")
+
     def calibration_values(self, cal: Calibration) -> tuple[dict[str, Any], dict[str, Any]]:
         """(analytic, frontend) overrides ``cal`` gives this point: its groups are keyed by
-        the measured server, as :attr:`group` is (one place for validate, sensitivity and CV)."""
-        return cal.resolve(self.gpu, self.backend, self.model, self.precision)
+        the measured server, as :attr:`group` is (one place for validate, sensitivity and CV);
+        the client-side frontend fields are the row's client profile's (:attr:`client`)."""
+        from servesim.perf.clients import resolve_client
+
+        analytic, frontend = cal.resolve(self.gpu, self.backend, self.model, self.precision)
+        return analytic, frontend | resolve_client(self.client, cal.clients).frontend()
 
     @property
     def model(self) -> str:

@@ -168,6 +168,17 @@ DEFAULT_BASE = BaseParams(mem_eff=0.587406, gemm_eff_max=0.881076, attn_prefill_
                           scheduler_pass_s=0.00280709, frontend={"tokenize_per_token_s": 5.62969e-06})
 
 
+def physical_base() -> BaseParams:
+    """The op-level model's own values (:class:`AnalyticParams` defaults) with a typical engine
+    CPU time (1 ms a pass, 5 µs a request): where the physical fit's priors are centred
+    (``groupfit.physical_prior``), so tables measured around it linearise where that fit lands."""
+    d = AnalyticParams()
+    return BaseParams(mem_eff=d.mem_eff, gemm_eff_max=d.gemm_eff_max, attn_prefill_eff_max=d.attn_prefill_eff_max,
+                      scheduler_pass_s=1e-3, frontend={}, graph_layer_overhead_s=d.graph_layer_overhead_s,
+                      layer_overhead_s=d.layer_overhead_s, scheduler_per_request_s=5e-6,
+                      attn_decode_mem_eff=d.attn_decode_mem_eff, comm_time_scale=d.comm_time_scale)
+
+
 @dataclass
 class PointSensitivity:
     """One point's measured values, base prediction and slopes (ms per knob unit)."""
