@@ -34,7 +34,7 @@ def config(engine: str, workers: int, model: str, gpu: str) -> dict:
             "deployment": {"model": model, "gpu": gpu, "engine": {"name": engine}, "tp": 1, "workers": workers,
                            "router": "round_robin"},
             "workload": {"kind": "synthetic", "num_requests": 1, "arrival": {"process": "poisson", "rate": 1.0},
-                         "input": {"dist": "fixed", "value": 100}, "output": {"dist": "fixed", "value": 10}}, "output": {"dir": ""}}
+                         "input": {"dist": "fixed", "value": 100}, "output": {"dist": "fixed", "value": 10}}, "output": {"dir": None}}
 
 
 def scrape(url: str, names: tuple[str, ...]) -> dict[str, float]:

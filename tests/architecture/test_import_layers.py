@@ -28,8 +28,15 @@ LAYERS: dict[str, int] = {
     "sim": 6,
     "report": 7,
     "api": 8,
-    "validate": 9,
+    "validate": 9, "serve": 9, "plan": 9, "catalog": 9,
     "cli": 10,
+    # Modules placed apart from their package's layer (the longest listed prefix wins): the
+    # event queue knows nothing about LLMs (disaggregation posts its events); the planning
+    # metrics every run reports, and the sections of the config schema that planning owns,
+    # sit below the config and api that use them, while the sweep drivers sit above api.
+    "sim.events": 1, "report.arrow": 1,  # report.arrow: pyarrow array helpers, no servesim imports
+    "plan.spec": 3, "plan.slo": 3, "plan.cost": 3, "plan.fleet": 3, "plan.energy": 3, "plan.overload": 3,
+    "plan.summary": 7,
 }
 TOP = 100
 
@@ -75,7 +82,13 @@ def _graph() -> dict[str, list[tuple[str, int]]]:
 
 def _layer(module: str) -> int:
     parts = module.split(".")
-    return LAYERS.get(parts[1], TOP) if len(parts) > 1 else -1  # the package root itself: exempt
+    if len(parts) == 1:
+        return -1  # the package root itself: exempt
+    for k in range(len(parts), 1, -1):  # the longest listed prefix
+        key = ".".join(parts[1:k])
+        if key in LAYERS:
+            return LAYERS[key]
+    return TOP
 
 
 def test_no_import_from_a_lower_layer_to_a_higher_one():

@@ -21,7 +21,7 @@ def serve_config(engine: str = "vllm", workers: int = 1, **deployment) -> dict:
     dep.update(deployment)
     return {"seed": 0, "deployment": dep, "perf": {"model": "analytic", "calibration": None},
             "workload": {"kind": "synthetic", "num_requests": 1, "arrival": {"process": "poisson", "rate": 1.0},
-                         "input": {"dist": "fixed", "value": 100}, "output": {"dist": "fixed", "value": 10}}, "output": {"dir": ""}}
+                         "input": {"dist": "fixed", "value": 100}, "output": {"dist": "fixed", "value": 10}}, "output": {"dir": None}}
 
 
 

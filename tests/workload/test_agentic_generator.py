@@ -15,6 +15,7 @@ from servesim.workload.agentic.generator import generate_agentic
 
 BASE = {
     "seed": 5,
+    "client": "api-server",  # a frontend with a stream latency: the critical path's last part
     "workload": {
         "kind": "agentic", "plays": 12, "block_size": 64, "system_prompt": 2048,
         "task": {"dist": "uniform", "low": 200, "high": 800},

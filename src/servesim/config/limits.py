@@ -12,16 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from servesim.errors import ConfigError
+from servesim.metrics.columns import MAX_REQUESTS  # the recorder's bound, checked here up front
 
 if TYPE_CHECKING:  # pragma: no cover
     from servesim.config.schema import Config, DeploymentConfig
     from servesim.hardware.gpu import GPUSpec
     from servesim.models.arch import ModelArch
 
-#: Requests one run may hold.  The recorder keeps about 150 bytes of columns per request
-#: (docs/performance.md, "Memory"): 100 M requests is ~15 GB; a larger study is several runs
-#: (trace windows, or one run per seed).
-MAX_REQUESTS = 100_000_000
 #: Workers of one pool: each holds its own scheduler and KV-cache index, ~0.1-10 MB each
 #: depending on the KV capacity (a 70B model on 8 x B200 under vLLM: ~10 MB a worker).
 MAX_WORKERS = 1024

@@ -20,6 +20,11 @@ import tempfile
 
 import numpy as np
 
+#: Requests one run may hold.  The recorder keeps about 150 bytes of columns per request
+#: (docs/performance.md, "Memory"): 100 M requests is ~15 GB; a larger study is several runs
+#: (trace windows, or one run per seed).  config/limits.py checks a workload against it up front.
+MAX_REQUESTS = 100_000_000
+
 #: Indices filled with the column's fill value at a time once spilled (the file is sparse:
 #: a never-written page reads as zeros, which is not every column's fill).
 FILL_STEP = 1 << 16

@@ -162,7 +162,7 @@ class RequestRecorder:
 
     def _spill(self) -> None:
         """Move every column to a spill file sized for the most requests a run may hold."""
-        from servesim.config.limits import MAX_REQUESTS
+        from servesim.metrics.columns import MAX_REQUESTS
 
         for col in self._all_columns():
             col.spill(max(MAX_REQUESTS, self.size * 2), self.size)
@@ -187,7 +187,7 @@ class RequestRecorder:
             col = Column(dtype, fill, max(self.size, 1024))
             self.extra_columns[name] = col
             if self.spilled:
-                from servesim.config.limits import MAX_REQUESTS
+                from servesim.metrics.columns import MAX_REQUESTS
 
                 col.spill(max(MAX_REQUESTS, self.size * 2), self.size)
         col.ensure(self.size)

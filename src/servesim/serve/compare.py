@@ -61,7 +61,7 @@ def offline_run(config: dict, plan: list[PlannedRequest], outcomes: list[Outcome
                                      "hash_ids": list(prompt.hash_ids)}) + "\n")
         cfg = json.loads(json.dumps(config))
         cfg["workload"] = {"kind": "trace", "path": str(trace), "block_size": block_size}
-        cfg["output"] = {"dir": "", "timeseries": True, "timeseries_interval_s": 0.05}
+        cfg["output"] = {"dir": None, "timeseries": True, "timeseries_interval_s": 0.05}
         return predict(cfg)
 
 
