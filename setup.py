@@ -12,6 +12,7 @@ extras after the plain install) copies them instead of compiling again.
 
 import hashlib
 import os
+import re
 import runpy
 import shutil
 import sys
@@ -28,6 +29,8 @@ PARTS = runpy.run_path(str(ROOT / "src" / "servesim" / "compiled_parts.py"))
 COMPILED = PARTS["CORES"]
 #: Modules compiled from their own Python source, typed by the .pxd beside it.
 FROM_SOURCE = PARTS["FROM_SOURCE"]
+#: A path into a Python environment's packages (pip's temporary build environments differ by it).
+_ENV_PATH = re.compile(rb"/[^\s\"'<>]*?/site-packages/")
 #: Built modules, by the hash of what produced them (see :class:`CachedBuildExt`).
 CACHE = ROOT / "build" / "servesim-ext-cache"
 COMPILE_ARGS = ["-ffp-contract=off"]
@@ -57,12 +60,17 @@ class CachedBuildExt(build_ext):
         self._start = time.monotonic()
 
     def _key(self, ext: Extension) -> str:
-        """The hash of the module's generated C source, compiler settings and Python ABI."""
+        """The hash of the module's generated C source, compiler settings and Python ABI.
+
+        pip builds each install in a fresh temporary environment, whose path appears in the C
+        source (Cython names the ``.pxd`` files it read) and in numpy's include folder: paths up
+        to ``site-packages/`` are left out of the key, numpy's version stands for its headers."""
         digest = hashlib.sha256()
         for source in ext.sources:
-            digest.update(Path(source).read_bytes())
-        settings = (ext.name, ext.extra_compile_args, ext.define_macros, ext.include_dirs, sys.version,
-                    self.compiler.compiler_so if hasattr(self.compiler, "compiler_so") else "")
+            digest.update(_ENV_PATH.sub(b"<site-packages>/", Path(source).read_bytes()))
+        includes = [_ENV_PATH.sub(b"<site-packages>/", d.encode()).decode() for d in ext.include_dirs]
+        settings = (ext.name, ext.extra_compile_args, ext.define_macros, includes, sys.version,
+                    numpy.__version__, self.compiler.compiler_so if hasattr(self.compiler, "compiler_so") else "")
         digest.update(repr(settings).encode())
         return digest.hexdigest()[:24]
 
