@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import threading
 import time
-import urllib.request
 
 import tempfile
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from servesim.serve.compare import compare
-from servesim.serve.loadgen import poisson_plan, run_plan
+from servesim.serve.loadgen import poisson_plan, run_plan, scrape_metrics
 from servesim.serve.metrics import ENGINE_METRICS
 from servesim.serve.server import serve_process
 
@@ -35,17 +34,6 @@ def config(engine: str, workers: int, model: str, gpu: str) -> dict:
                            "router": "round_robin"},
             "workload": {"kind": "synthetic", "num_requests": 1, "arrival": {"process": "poisson", "rate": 1.0},
                          "input": {"dist": "fixed", "value": 100}, "output": {"dist": "fixed", "value": 10}}, "output": {"dir": None}}
-
-
-def scrape(url: str, names: tuple[str, ...]) -> dict[str, float]:
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        for name in names:
-            if line.startswith(name + "{"):
-                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-    return out
 
 
 def main() -> None:
@@ -79,7 +67,7 @@ def main() -> None:
 
         def scraper() -> None:
             while not stop.is_set():
-                seen.append(scrape(urls[0], gauges))
+                seen.append(scrape_metrics(urls[0], gauges))
                 time.sleep(0.2)
 
         thread = threading.Thread(target=scraper)

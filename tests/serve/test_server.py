@@ -16,7 +16,7 @@ import pytest
 
 from servesim.config import load_config
 from servesim.serve.compare import compare
-from servesim.serve.loadgen import poisson_plan, run_plan
+from servesim.serve.loadgen import poisson_plan, run_plan, scrape_metrics
 from servesim.serve.prompts import PromptEncoder
 from servesim.serve.server import BackgroundServer, ServeOptions
 from tests.serve.conftest import serve_config, served_process
@@ -127,16 +127,6 @@ def test_without_ignore_eos_requests_stop_early_and_say_so() -> None:
         assert body["usage"]["completion_tokens"] == 64
 
 
-def _scrape(url: str, names: tuple[str, ...]) -> dict[str, float]:
-    text = _get(url + "/metrics")[1]
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        for name in names:
-            if line.startswith(name + "{"):
-                values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-    return values
-
-
 def test_load_matches_offline_prediction_and_metrics_move(tmp_path) -> None:
     """A real load against ``servesim serve`` running in its own process, as a user runs it."""
     speed = 0.25  # slow motion: the wall clock's jitter shrinks by 4 in virtual time
@@ -150,7 +140,7 @@ def test_load_matches_offline_prediction_and_metrics_move(tmp_path) -> None:
 
         def scraper() -> None:
             while not stop.is_set():
-                scraped.append(_scrape(url, gauges))
+                scraped.append(scrape_metrics(url, gauges))
                 time.sleep(0.1)
 
         t = threading.Thread(target=scraper)
@@ -160,7 +150,7 @@ def test_load_matches_offline_prediction_and_metrics_move(tmp_path) -> None:
         finally:
             stop.set()
             t.join()
-        final = _scrape(url, gauges + ("vllm:generation_tokens_total", "vllm:prefix_cache_hits_total"))
+        final = scrape_metrics(url, gauges + ("vllm:generation_tokens_total", "vllm:prefix_cache_hits_total"))
     assert all(o.status == 200 and not o.error for o in outcomes)
     assert [o.tokens for o in outcomes] == [r.max_tokens for r in plan]
     assert final["vllm:generation_tokens_total"] == sum(r.max_tokens for r in plan)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.request
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -102,3 +103,16 @@ async def run_plan(url: str, model: str, plan: list[PlannedRequest], timeout_s: 
         start = time.perf_counter() + 0.05
         outcomes = await asyncio.gather(*(_one(session, url, model, r, start) for r in plan))
     return start, list(outcomes)
+
+
+def scrape_metrics(url: str, names: tuple[str, ...]) -> dict[str, float]:
+    """The Prometheus families ``names`` of ``url``/metrics, each summed over its label sets
+    (e.g. every worker's running requests)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        for name in names:
+            if line.startswith(name + "{"):
+                values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return values
