@@ -467,6 +467,11 @@ class AttentionDPEngine(Engine):
             "running", "waiting", "kv_used_tokens", "kv_capacity_tokens", "prompt_tokens",
             "cached_prompt_tokens", "outstanding_tokens")})
 
+    def abort(self, index: int, now: float, reason: str = "cancelled by the client") -> bool:
+        """The rank that holds the request drops it (the worker's ranks are between passes
+        together: they run in lock-step)."""
+        return any(e.abort(index, now, reason) for e in self.ranks)
+
     def abort_all(self, now: float, reason: str) -> None:
         for e in self.ranks:
             e.abort_all(now, reason)

@@ -103,6 +103,19 @@ class Engine:
     def check_invariants(self) -> None:
         """Assert KV conservation and the engine's own guarantees (tests call it after passes)."""
 
+    def abort(self, index: int, now: float, reason: str = "cancelled by the client") -> bool:
+        """Drop request ``index`` (its :attr:`Request.index`) because its client went away.
+
+        Called between passes only (no pass of this engine in flight: the simulation defers an
+        abort that comes mid-pass to the pass end, as the real engines handle aborts between
+        steps).  A waiting request leaves the queue; a running or partly prefilled one leaves
+        the batch and frees its KV the way the engine frees a finished request's (cached
+        prefix blocks stay cached, unlocked and evictable).  The request ends
+        :attr:`Status.CANCELLED` at ``now`` and joins :attr:`terminated`.  Returns False when
+        the engine does not hold it (it already ended): nothing changes then.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot abort a request")
+
     def abort_all(self, now: float, reason: str) -> None:
         """End of simulation: requests still here become unfinished (the recorder does it)."""
 
@@ -158,6 +171,10 @@ class Engine:
     # -- helpers for subclasses --------------------------------------------------------
     def _reject(self, req: Request, now: float, reason: str) -> None:
         self.rec.finished(req.index, now, Status.REJECTED, reason)
+        self.terminated.append(req)
+
+    def _cancel(self, req: Request, now: float, reason: str) -> None:
+        self.rec.finished(req.index, now, Status.CANCELLED, reason)
         self.terminated.append(req)
 
     def _finish(self, req: Request, now: float) -> None:

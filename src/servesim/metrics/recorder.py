@@ -33,6 +33,9 @@ class Status(IntEnum):
     COMPLETED = 1
     REJECTED = 2
     UNFINISHED = 3
+    #: Aborted before its end by whoever sent it (a client that disconnected from
+    #: ``servesim serve``): the engine dropped it and freed its KV, as the real engines do.
+    CANCELLED = 4
 
 
 _PENDING = int(Status.PENDING)

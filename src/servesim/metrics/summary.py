@@ -122,7 +122,7 @@ def summarize(rec: RequestRecorder, total_gpus: int) -> dict:
     """
     ms = 1000.0
     acc = {name: Accumulator() for name in ("ttft", "ttst", "tpot", "e2e", "queue")}
-    n = {"warmup": 0, "completed": 0, "done": 0, "rejected": 0, "unfinished": 0, "cut": 0}
+    n = {"warmup": 0, "completed": 0, "done": 0, "rejected": 0, "unfinished": 0, "cancelled": 0, "cut": 0}
     tokens = {"input": 0, "output": 0, "prompt": 0, "cached": 0, "host_cached": 0,
               "retractions": 0, "retracted": 0}
     first_arrival, last_finish = math.inf, -math.inf
@@ -147,6 +147,7 @@ def summarize(rec: RequestRecorder, total_gpus: int) -> dict:
         unfinished = status == Status.UNFINISHED
         n["rejected"] += int(rejected.sum())
         n["unfinished"] += int(unfinished.sum())
+        n["cancelled"] += int((status == Status.CANCELLED).sum())
         rejected_rows.append(a + np.flatnonzero(rejected))
         unfinished_rows.append(a + np.flatnonzero(unfinished))
         tokens["input"] += int(inp[done].sum())
@@ -202,10 +203,12 @@ def summarize(rec: RequestRecorder, total_gpus: int) -> dict:
         "unfinished": n["unfinished"],
         "unfinished_by_reason": dict(sorted(rec.reason.counts(np.concatenate(unfinished_rows)).items()))
         if unfinished_rows else {},
+        # aborted by their client (servesim serve: a disconnect) before they ended
+        "cancelled": n["cancelled"],
         # completed, but with fewer tokens than asked (an output cut at the context length): counted
         "output_cut_at_context": n["cut"],
     }
-    accounted = counts["completed"] + counts["rejected"] + counts["unfinished"]
+    accounted = counts["completed"] + counts["rejected"] + counts["unfinished"] + counts["cancelled"]
     if accounted != counts["total"]:
         raise AssertionError(f"request accounting broken: {accounted} terminal of {counts['total']}")
     prompt_tokens = tokens["prompt"]

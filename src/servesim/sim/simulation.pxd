@@ -33,6 +33,8 @@ cdef class Simulation:
     cdef public dict _handlers
     cdef public object _terminal_listener
     cdef public object _pass_listener
+    cdef public dict _aborts
+    cdef public dict _abort_on_arrival
 
     cpdef post(self, double time, long long kind, object payload)
     @cython.locals(ev_epoch=cython.longlong)

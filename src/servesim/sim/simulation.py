@@ -121,6 +121,10 @@ class Simulation:
         self._terminal_listener: Callable | None = None
         #: Called with ``(worker, time)`` after each pass end's tokens are committed.
         self._pass_listener: Callable | None = None
+        #: Aborts waiting for the pass in flight on a worker to end, by worker id: (index, reason).
+        self._aborts: dict[int, list] = {}
+        #: Aborts of requests still crossing the frontend, by index: the reason.
+        self._abort_on_arrival: dict[int, str] = {}
         if disagg is not None:
             disagg.attach(self)
 
@@ -162,6 +166,46 @@ class Simulation:
                           req.input_length, req.output_length, req.warmup)
         req.arrival = now
         self._handle_arrival(req, now)
+
+    def abort(self, index: int, now: float, reason: str = "cancelled by the client") -> str:
+        """Abort request ``index`` at ``now`` (its client went away); returns what happened.
+
+        As the real engines do, the abort is handled between engine steps.  On an idle worker
+        it takes effect at once: ``"aborted"``.  On a worker with a pass in flight (the request
+        may be in it) the pass runs to its end, its tokens count as computed but reach no
+        client, and the request is dropped at the pass end before the next pass is chosen:
+        ``"deferred"`` (a decode stretch in flight is cut there first, as an arrival cuts it).
+        A request still crossing the frontend is dropped when it reaches the router.  Either
+        way the engine frees its KV (cached prefix blocks stay cached, evictable) and the
+        request ends :attr:`Status.CANCELLED`, once.  ``"ended"``: it was already terminal (or
+        ends in the pass in flight), nothing changes.
+
+        Disaggregated prefill/decode is refused (``ValueError``): a request there may be
+        between workers, its KV in transfer, which the hand-off does not model undoing.
+        """
+        if self.disagg is not None:
+            raise ValueError("abort is not supported with disaggregated prefill/decode "
+                             "(the KV hand-off between workers cannot be undone)")
+        if index < 0 or index >= self.rec.size:
+            raise ValueError(f"request {index} was never submitted")
+        if int(self.rec.column("status")[index]) != int(Status.PENDING):
+            return "ended"
+        wid = int(self.rec.column("worker")[index])
+        if wid < 0:  # not routed yet: in the frontend
+            self._abort_on_arrival[index] = reason
+            return "deferred"
+        worker = self.workers[wid]
+        new_end = worker.truncate(now)
+        if new_end is not None:
+            self.events.push(new_end, 0, PASS_END, (worker, worker.epoch))
+        self._dirty.add(wid)
+        self._drain_terminated(worker, now)  # what a settle on input committed
+        if worker.busy:
+            self._aborts.setdefault(wid, []).append((index, reason))
+            return "deferred"
+        done = worker.engine.abort(index, now, reason)
+        self._drain_terminated(worker, now)
+        return "aborted" if done else "ended"
 
     def listen_terminal(self, listener: Callable) -> None:
         """Call ``listener(request, time)`` as each request reaches its terminal state."""
@@ -336,6 +380,14 @@ class Simulation:
             self.rec.arrived(req.index, sent)  # latencies count from the client's send
         else:
             self.rec.arrived(req.index, now)
+        if self._abort_on_arrival:
+            reason = self._abort_on_arrival.pop(req.index, None)
+            if reason is not None:  # its client went away while it crossed the frontend
+                self.rec.finished(req.index, now, Status.CANCELLED, reason)
+                if self.in_flight is not None:  # (it deactivates what it is told of)
+                    self.in_flight.activate(req)
+                self._on_terminated(req, now)
+                return
         if self.in_flight is not None:
             self.in_flight.activate(req)
         if self.router.reads_state:
@@ -361,6 +413,12 @@ class Simulation:
         if self.ts is not None:
             self.ts.sample(worker, now)
         self._drain_terminated(worker, now)
+        if self._aborts:
+            aborts = self._aborts.pop(worker.worker_id, None)
+            if aborts is not None:  # requested during the pass: handled before the next is chosen
+                for index, reason in aborts:
+                    worker.engine.abort(index, now, reason)
+                self._drain_terminated(worker, now)
         self._dirty.add(worker.worker_id)
         if self._pass_listener is not None:
             self._pass_listener(worker, now)

@@ -833,6 +833,47 @@ class SGLangEngine(Engine):
         self.tree.dec_lock_ref(sr.node)
         sr.node = None
 
+    # -- abort ---------------------------------------------------------------------------------
+    def abort(self, index: int, now: float, reason: str = "cancelled by the client") -> bool:
+        """SGLang's ``abort_request``, handled between passes.
+
+        A request not yet admitted (the waiting queue, the socket's inbox, the transferred-KV
+        queue) is taken out as it is.  A request holding KV (in the running batch, or the one
+        whose prompt is being chunked) is released as a finished one is: its page-aligned
+        computed tokens go into the radix tree, its lock is dropped (the cached prefix becomes
+        evictable) and its other private KV is freed.  (SGLang flags a running request and
+        ends it when the result of the next batch holding it is processed; the model ends it
+        at the pass boundary where the abort is handled, with no further pass for it.)
+        """
+        self.tree.now = now
+        for queue, times in ((self.waiting, None), (self.inbox, self.inbox_at), (self.ready, self.ready_at)):
+            for i, sr in enumerate(queue):
+                if sr.req.index == index and sr is not self.chunked:
+                    del queue[i]
+                    if times is not None:
+                        del times[i]
+                    self.batch_is_full = False
+                    self._cancel(sr.req, now, reason)
+                    return True
+        sr = self.chunked
+        if sr is not None and sr.req.index == index:
+            self.chunked = None
+            if sr in self.waiting:
+                self.waiting.remove(sr)
+            self._release(sr, insert=True)
+            self.batch_is_full = False
+            self._cancel(sr.req, now, reason)
+            return True
+        for sr in self.running:
+            if sr.req.index == index:
+                self.batch.sync(self.page)  # the columns hold the running requests' progress
+                self._run_rebuild([other for other in self.running if other is not sr])
+                self._release(sr, insert=True)
+                self.batch_is_full = False
+                self._cancel(sr.req, now, reason)
+                return True
+        return False
+
     # -- fast-forward -------------------------------------------------------------------------
     def decode_stretch_limit(self) -> int:
         """Decode passes that will repeat unchanged: nothing can be admitted, finish or be retracted.

@@ -628,6 +628,32 @@ class TRTLLMEngine(BlockKVEngine):
             tr.n_cached = 0
             self._finish_owner(tr, end, "output cut at max_seq_len", tr.max_new < tr.req.output_length)
 
+    # -- abort ---------------------------------------------------------------------------------
+    def abort(self, index: int, now: float, reason: str = "cancelled by the client") -> bool:
+        """An aborted request leaves the active list (or the transferred-KV queue) between
+        iterations, as the executor terminates a cancelled request.
+
+        Its full blocks whose KV exists (all of a generating request, the computed chunks of a
+        context) are registered for reuse and every block is freed, as at a finish: the cached
+        ones stay in the pool, evictable.  No decode stretch follows the change.
+        """
+        for tr in self.ready:
+            if tr.req.index == index:
+                self.ready.remove(tr)  # by identity: the class defines no equality
+                self._cancel(tr.req, now, reason)
+                return True
+        for tr in self.active:
+            if tr.req.index == index:
+                self.active.remove(tr)
+                self._last = None
+                self.pool.now = now
+                if tr.blocks:
+                    self._cache_blocks(tr, tr.computed)
+                self._release(tr)
+                self._cancel(tr.req, now, reason)
+                return True
+        return False
+
     # -- fast-forward -------------------------------------------------------------------------
     def decode_stretch_limit(self) -> int:
         """Generation iterations that will repeat unchanged: no admission, pause, finish or failed allocation."""

@@ -818,6 +818,36 @@ class VLLMEngine(BlockKVEngine):
         for vr in done:
             self._finish_owner(vr, end, "output cut at max_model_len", vr.max_new < vr.req.output_length)
 
+    # -- abort ---------------------------------------------------------------------------------
+    def abort(self, index: int, now: float, reason: str = "cancelled by the client") -> bool:
+        """vLLM's ``finish_requests`` with an aborted status, between engine steps.
+
+        The request leaves whichever queue holds it (waiting, running, or the transferred-KV
+        queue of disaggregated decode); a running one frees its blocks tail first as a
+        finished request does, so its registered full blocks stay in the prefix cache as
+        free, evictable blocks.  The leading-decode arrays are written back and dropped (the
+        next schedule rebuilds them), and no decode stretch follows the change.
+        """
+        assert not self._in_flight, "vLLM model: abort while a pass is in flight"
+        for queue in (self.waiting, self.ready):
+            for vr in queue:
+                if vr.req.index == index:
+                    queue.remove(vr)  # by identity: the class defines no equality
+                    self._cancel(vr.req, now, reason)
+                    return True
+        for vr in self.running:
+            if vr.req.index == index:
+                self._drop_lazy()
+                self._prefix = None
+                self._last = None
+                self.running.remove(vr)
+                self.pool.now = now
+                self._free_blocks(vr)
+                vr.n_cached = 0
+                self._cancel(vr.req, now, reason)
+                return True
+        return False
+
     # -- fast-forward -------------------------------------------------------------------------
     def decode_stretch_limit(self) -> int:
         """Decode passes that will repeat unchanged: no admission, finish, preemption or failed allocation."""
