@@ -181,7 +181,11 @@ def test_kv_events_are_published_in_vllm_format() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     opts = ServeOptions(port=0, speed=50.0, kv_events=f"tcp://127.0.0.1:{port}", eos_mean_tokens=0)
-    with BackgroundServer(load_config(serve_config()), opts) as urls:
+    # The engine's KV blocks (32 tokens) differ from the prompt blocks (--block-size 16): the
+    # events carry the engine's, which is what their hashes cover.
+    config = serve_config()
+    config["deployment"]["engine"]["block_size"] = 32
+    with BackgroundServer(load_config(config), opts) as urls:
         sub = zmq.Context.instance().socket(zmq.SUB)
         sub.connect(f"tcp://127.0.0.1:{port}")
         sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -193,4 +197,100 @@ def test_kv_events_are_published_in_vllm_format() -> None:
     ts, events, rank = msgspec.msgpack.decode(payload)
     assert int.from_bytes(seq, "big") == 0 and rank == 0 and ts >= 0
     assert events[0][0] == "BlockStored"
-    assert len(events[0][1]) >= 1 and events[0][4] == 16
+    assert len(events[0][1]) >= 1 and events[0][4] == 32
+
+
+def _gauge(text: str, name: str) -> float:
+    """The first sample of metric ``name`` in a Prometheus exposition."""
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def _open_stream(url: str, body: dict):
+    """POST ``body`` and return the open connection and response (nothing read yet)."""
+    import http.client
+    from urllib.parse import urlparse
+
+    u = urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    return conn
+
+
+def _wait_for(predicate, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_client_disconnect_aborts_the_request_and_frees_its_kv(stream) -> None:
+    """A client that hangs up mid-generation: the simulated engine drops the request at once
+    (not after its remaining ~2000 tokens, tens of seconds away), /metrics shows the running
+    count and KV usage fall back to zero, and the request ends cancelled, counted once."""
+    from servesim.metrics.recorder import Status
+
+    bs = BackgroundServer(load_config(serve_config()), ServeOptions(port=0, speed=1.0, eos_mean_tokens=0))
+    with bs as urls:
+        conn = _open_stream(urls[0], {"prompt": list(range(3000)), "max_tokens": 2000, "ignore_eos": True,
+                                      "stream": stream})
+        if stream:
+            resp = conn.getresponse()
+            assert resp.status == 200
+            got = [resp.fp.readline() for _ in range(6)]  # a few token chunks (and their blank lines)
+            assert any(line.startswith(b"data: ") for line in got)
+        assert _wait_for(lambda: _gauge(_get(urls[0] + "/metrics")[1], "vllm:num_requests_running") == 1)
+        before = _get(urls[0] + "/metrics")[1]
+        assert _gauge(before, "vllm:kv_cache_usage_perc") > 0
+        conn.close()  # the client goes away
+        assert _wait_for(lambda: _gauge(_get(urls[0] + "/metrics")[1], "vllm:num_requests_running") == 0)
+        after = _get(urls[0] + "/metrics")[1]
+        assert _gauge(after, "vllm:kv_cache_usage_perc") == 0.0
+        rec = bs.call(lambda: bs.server.fleet.recorder)
+        status = bs.call(lambda: int(rec.column("status")[0]))
+        generated = bs.call(lambda: int(rec.column("generated")[0]))
+        assert status == Status.CANCELLED and generated < 2000
+        assert 'finished_reason="abort"' in after
+        # its prompt stays cached: the same prompt again hits it
+        code, body = _post(urls[0] + "/v1/completions", {"prompt": list(range(3000)), "max_tokens": 1})
+        assert code == 200 and body["usage"]["prompt_tokens_details"]["cached_tokens"] >= 2992
+
+
+
+def test_served_requests_leave_no_per_request_objects_behind() -> None:
+    """A long-running server keeps no Python object per finished request: streams, engine
+    records, metric timers and the simulation's bookkeeping are all let go when a request ends
+    (what stays is its row of the recorder's numeric columns).  Serves two batches and checks
+    that the live request objects do not grow with the number served."""
+    import gc
+
+    def live_requests() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if type(o).__name__ in ("Request", "Stream", "VReq"))
+
+    bs = BackgroundServer(load_config(serve_config()), ServeOptions(port=0, speed=50.0, eos_mean_tokens=0))
+    with bs as urls:
+        def serve(n: int) -> None:
+            for i in range(n):
+                code, _ = _post(urls[0] + "/v1/completions", {"prompt": [i, 1, 2, 3], "max_tokens": 3})
+                assert code == 200
+            # one disconnected stream too: aborted requests must let go as well
+            conn = _open_stream(urls[0], {"prompt": list(range(50)), "max_tokens": 500, "stream": True})
+            conn.getresponse().fp.readline()
+            conn.close()
+            assert _wait_for(lambda: bs.call(lambda: not bs.server.fleet.active))
+
+        serve(20)
+        after_few = bs.call(live_requests)
+        serve(80)
+        after_many = bs.call(live_requests)
+        fleet = bs.server.fleet
+        state = bs.call(lambda: (len(fleet.active), len(fleet.observer._last_token_t), len(fleet.sim._aborts),
+                                 len(fleet.sim._abort_on_arrival), fleet.workers[0].engine.has_work()))
+    assert state == (0, 0, 0, 0, False)
+    assert after_many <= after_few, (after_few, after_many)

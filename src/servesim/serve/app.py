@@ -102,7 +102,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         if parsed.stream:
             return await _stream_response(request, ep, parsed, stream)
         return await _full_response(ep, parsed, stream)
-    except BaseException:  # the client went away (or the server is stopping)
+    except BaseException:  # the client went away (or the server is stopping): abort, freeing its KV
         ep.fleet.cancel(stream)
         raise
 

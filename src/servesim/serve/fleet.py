@@ -11,8 +11,13 @@ model's TTFT and inter-token gaps plus the real HTTP stack's own latency.
 Passes run one at a time (no fast-forward of decode stretches): a live request can arrive at
 any moment, and each pass end is an event the streams wait for.  What the fleet does not
 model: the client-side and API-server costs of ``perf.frontend`` / the calibration (the real
-HTTP server and client add their own), and a cancelled request keeps running in the
-simulated engine to its end (the client simply stops receiving it).
+HTTP server and client add their own).
+
+A client that goes away (:meth:`LiveFleet.cancel`) aborts its request in the simulated engine
+(:meth:`Simulation.abort`): it leaves the queue or the batch, its KV is freed (its cached
+prefix stays cached), and it ends ``cancelled``.  Nothing per request outlives its end here:
+the stream leaves :attr:`LiveFleet.active` when its request ends, and what remains of a
+served request is its row of the recorder's columns (a few numbers and its id).
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ class _PinnedRouter:
 
 
 _STATUS_NAMES = {int(Status.COMPLETED): "completed", int(Status.REJECTED): "rejected",
-                 int(Status.UNFINISHED): "unfinished"}
+                 int(Status.UNFINISHED): "unfinished", int(Status.CANCELLED): "cancelled"}
 
 
 class LiveFleet:
@@ -164,9 +169,23 @@ class LiveFleet:
             self._wake.set()
         return stream
 
-    def cancel(self, stream: Stream) -> None:
-        """The client went away: stop delivering to the stream (the simulated request runs on)."""
+    def cancel(self, stream: Stream, reason: str = "cancelled by the client") -> str:
+        """The client went away: stop delivering to the stream and abort its request in the
+        simulated engine, which frees its KV (at once, or at the end of the pass in flight).
+
+        Returns :meth:`Simulation.abort`'s answer (``"aborted"``, ``"deferred"`` or ``"ended"``).
+        """
         stream.cancelled = True
+        if stream.request.index not in self.active:
+            return "ended"
+        now = self.sync()
+        outcome = self.sim.abort(stream.request.index, now, reason)
+        self.sim.start_idle_workers(now)  # freed KV may let a waiting request in now
+        for hook in self.after_advance:  # (the KV events of the release)
+            hook()
+        if self._wake is not None:
+            self._wake.set()
+        return outcome
 
     # -- the clock loop ------------------------------------------------------------------
     async def run(self) -> None:

@@ -11,7 +11,9 @@ same structures.
 
 What servesim fills in: ``block_hashes`` are the simulated cache's block hashes (vLLM and
 TensorRT-LLM models: the chained hashes of full blocks; SGLang's radix cache: the prompt's
-block ids), ``token_ids`` is empty (the simulation has no tokens), ``parent_block_hash`` is
+block ids), ``block_size`` the tokens each hash covers (the engine's own KV block size —
+vLLM's ``block_size``, TensorRT-LLM's ``tokens_per_block`` — for the block-pool engines; for
+the radix cache, whose events name prompt blocks, the prompt block size), ``token_ids`` is empty (the simulation has no tokens), ``parent_block_hash`` is
 None, ``medium`` is ``"GPU"`` or ``"CPU"`` (the host tier).  Worker ``i`` publishes on the
 endpoint's port + ``i``, with ``data_parallel_rank`` = ``i``; the timestamp is virtual seconds.
 Needs ``pyzmq`` (the ``serve`` extra).
@@ -81,7 +83,9 @@ class ZmqKVPublisher:
         import zmq  # the serve extra
 
         host, port = parse_endpoint(endpoint)
-        self.block_size = block_size
+        #: Tokens per hash in each worker's events: ``block_size`` (the prompt block size) until
+        #: :meth:`use_engine_block_sizes` reads the engines' own.
+        self.block_sizes = [block_size] * workers
         self.topic = topic.encode()
         self._ctx = zmq.Context.instance()
         self.sockets = []
@@ -95,10 +99,18 @@ class ZmqKVPublisher:
         self._seq = [0] * workers
         self._encoder = msgspec.msgpack.Encoder()
 
+    def use_engine_block_sizes(self, engines) -> None:
+        """Each worker's events carry its engine's KV block size (a block-pool engine's blocks
+        are what its hashes cover; a radix cache, which has none, keeps the prompt block size)."""
+        for w, engine in enumerate(engines):
+            bs = engine.kv_block_size()
+            if bs is not None:
+                self.block_sizes[w] = int(bs)
+
     def __call__(self, ev: KVEvent) -> None:
         """The simulation's KV event sink."""
         w = ev.worker or 0
-        self._pending[w].append(to_wire(ev, self.block_size))
+        self._pending[w].append(to_wire(ev, self.block_sizes[w]))
         self._last_t[w] = ev.time or 0.0
 
     def flush(self) -> None:

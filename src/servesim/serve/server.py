@@ -91,6 +91,7 @@ class Server:
             self.fleet.observer = fleet_metrics
             metrics_of = [fleet_metrics]
         if self.publisher is not None:
+            self.publisher.use_engine_block_sizes([w.engine for w in self.fleet.workers])
             self.fleet.after_advance.append(self.publisher.flush)
         encoder = PromptEncoder(opts.block_size, opts.tokenizer)
         lengths = OutputLengths(opts.eos_mean_tokens, cfg.seed)
@@ -116,7 +117,9 @@ class Server:
         """Bind the servers and start the clock; returns their base URLs."""
         self._clock_task = asyncio.get_running_loop().create_task(self.fleet.run())
         for i, ep in enumerate(self.endpoints):
-            runner = web.AppRunner(build_app(ep), access_log=None)
+            # handler_cancellation: a client that disconnects cancels its handler at once (not at
+            # its next write), which aborts its request in the simulated engine (app._generate).
+            runner = web.AppRunner(build_app(ep), access_log=None, handler_cancellation=True)
             await runner.setup()
             site = web.TCPSite(runner, self.opts.host, self.opts.port + i if self.opts.port else 0)
             await site.start()
