@@ -237,3 +237,60 @@ def test_engine_abort_between_passes(name):
     assert {r.index for r in eng.terminated} == {0, 1, 2}
     assert eng.abort(dec.index, t) is False  # gone: a second abort changes nothing
     assert eng.held_prefix_tokens(dec) > 0 and eng.held_prefix_tokens(long) > 0
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_attention_dp_rank_holding_the_request_drops_it(name):
+    """With attention data parallelism the abort reaches the rank that holds the request; the
+    other rank's request runs on untouched."""
+    from tests.engines.test_attention_dp import dp_engine
+
+    rec = RequestRecorder()
+    opts = {"chunk": CHUNK} if name == "sglang" else {}
+    eng = dp_engine(name, rec, dp=2, **opts)
+    worker = Worker(0, eng, FixedStepTime(STEP), 1, fast_forward=False)
+    sim = Simulation(iter(()), "driven", None, [worker], RoundRobinRouter(), rec)
+    reqs = []
+    for i in range(2):
+        ids = tuple(1000 * (i + 1) + k for k in range(16))
+        req = Request(index=i, request_id=f"r{i}", arrival=0.0, input_length=256, output_length=40,
+                      hash_ids=ids, block_size=16)
+        sim.submit(req, 0.0)
+        reqs.append(req)
+    sim.start_idle_workers(0.0)
+    for _ in range(5):
+        t = sim.next_event_time()
+        sim.advance_to(t)
+    ranks = [int(r) for r in rec.column("dp_rank")]
+    assert sorted(ranks) == [0, 1]
+    assert sim.abort(0, t + STEP / 2) == "deferred"
+    sim.advance_to(sim.next_event_time())
+    eng.check_invariants()
+    assert int(rec.column("status")[0]) == Status.CANCELLED
+    assert eng.ranks[ranks[0]].snapshot().kv_used_tokens == 0
+    assert eng.ranks[ranks[1]].snapshot().running == 1
+    while sim.next_event_time() < float("inf"):
+        sim.advance_to(sim.next_event_time())
+    assert int(rec.column("status")[1]) == Status.COMPLETED and int(rec.column("generated")[1]) == 40
+
+
+def test_abort_while_crossing_the_frontend():
+    """A request aborted before it reaches the router (still in the API server) is never given
+    to an engine and ends cancelled when it would have reached it."""
+    from servesim.perf.frontend import Frontend
+
+    rec = RequestRecorder()
+    eng = _engine("vllm", rec, seats=8)
+    worker = Worker(0, eng, FixedStepTime(STEP), 1, fast_forward=False)
+    sim = Simulation(iter(()), "driven", None, [worker], RoundRobinRouter(), rec, frontend=Frontend())
+    terminal = []
+    sim.listen_terminal(lambda req, t: terminal.append(req.index))
+    req = Request(index=0, request_id="r0", arrival=0.0, input_length=64, output_length=4,
+                  hash_ids=(1, 2, 3, 4), block_size=16)
+    sim.submit(req, 0.0)
+    assert int(rec.column("worker")[0]) == -1  # still in the frontend
+    assert sim.abort(0, 0.0) == "deferred"
+    while sim.next_event_time() < float("inf"):
+        sim.advance_to(sim.next_event_time())
+    assert terminal == [0] and int(rec.column("status")[0]) == Status.CANCELLED
+    assert not eng.has_work() and int(rec.column("generated")[0]) == 0
