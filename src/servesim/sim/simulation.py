@@ -177,8 +177,11 @@ class Simulation:
         ``"deferred"`` (a decode stretch in flight is cut there first, as an arrival cuts it).
         A request still crossing the frontend is dropped when it reaches the router.  Either
         way the engine frees its KV (cached prefix blocks stay cached, evictable) and the
-        request ends :attr:`Status.CANCELLED`, once.  ``"ended"``: it was already terminal (or
-        ends in the pass in flight), nothing changes.
+        request ends :attr:`Status.CANCELLED`, once; a deferred abort of a request that the pass
+        in flight completes changes nothing (it stays completed).  ``"ended"``: it was already
+        terminal, nothing changes.  After an abort outside :meth:`advance_to`, call
+        :meth:`start_idle_workers` (as after :meth:`submit`): freed KV may let a waiting
+        request in at once.
 
         Disaggregated prefill/decode is refused (``ValueError``): a request there may be
         between workers, its KV in transfer, which the hand-off does not model undoing.
