@@ -24,6 +24,7 @@ from servesim.engines.vllm.scheduler import VLLMEngine
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.metrics.summary import summarize
 from servesim.perf.simple import FixedStepTime
+from servesim.report.files import request_table
 from servesim.sim.simulation import Simulation
 from servesim.workload.request import Request
 
@@ -109,6 +110,9 @@ def _finish(d: Driven, aborted: Request, others: list[Request]) -> None:
         assert int(d.rec.column("generated")[r.index]) == r.output_length
     counts = summarize(d.rec, 1)["requests"]
     assert counts["cancelled"] == 1 and counts["completed"] == len(others)
+    rows = request_table(d.rec).to_pydict()  # requests.parquet's rows
+    assert rows["status"][aborted.index] == "cancelled"
+    assert rows["reason"][aborted.index] == "cancelled by the client"
     assert d.kv_used() == 0
     d.engine.check_invariants()
 

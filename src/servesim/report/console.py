@@ -52,6 +52,8 @@ def render_summary(summary: dict, header: dict, console: Console, host: dict | N
     t.add_row("Unfinished", _fmt(req["unfinished"]))
     for reason, n in req["unfinished_by_reason"].items():
         t.add_row(f"  {reason}", _fmt(n))
+    if req.get("cancelled"):  # only servesim serve's aborted requests (an older summary has no key)
+        t.add_row("Cancelled by the client", _fmt(req["cancelled"]))
     thr = summary["throughput"]
     t.add_row("Measured duration (s)", _fmt(thr["duration_s"]))
     for key, label in (("request_per_s", "Request throughput (req/s)"),
