@@ -90,12 +90,14 @@ def test_distinct_experts_formula():
     assert t32 > 3 * t1 * 0.5 and t32 < 32 * t1
 
 
-def test_weight_only_4bit_moe_decode_is_memory_bound_on_hopper():
+def test_weight_only_4bit_moe_decode_streams_weights_and_pays_its_tiles_math_on_hopper():
     """gpt-oss (mxfp4 experts) on H200 has no fp4 math: experts run at the bf16 peak (W4A16).
 
     At decode batch sizes each touched expert sees one or two rows; grouped-GEMM kernels pad
-    them to a small (16-row) tile, so the pass streams expert weights and is memory bound: its
-    time is the kernels' fixed cost plus the touched experts' weights and the activations.
+    them to a small (16-row) tile.  A pass reads the touched experts' weights, and the padded
+    tiles' math at the grouped GEMM's measured efficiency (``moe_eff_scale``, from the MoE
+    kernel tables) costs about as much: the time is never below the weight stream and within
+    1.5x of it, and it is the max of the two, expert by expert.
     """
     from servesim.perf.kernels import MOE_KERNELS
     from servesim.perf.precision import weight_bytes
@@ -109,7 +111,8 @@ def test_weight_only_4bit_moe_decode_is_memory_bound_on_hopper():
     for batch in (4, 16, 32):
         frac = 1 - (1 - moe["k"] / moe["E"]) ** batch
         weights = MOE_KERNELS * ops.t_kernel + moe["local"] * frac * w_s + batch * moe["k"] * io_s
-        assert st._moe_time(batch) == pytest.approx(moe["layers"] * weights, rel=1e-9)
+        t = st._moe_time(batch)
+        assert moe["layers"] * weights <= t * (1 + 1e-9) < 1.5 * moe["layers"] * weights
     # at prefill sizes the same experts are compute bound
     tokens = 8192
     assign = tokens * moe["k"]

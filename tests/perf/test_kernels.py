@@ -57,6 +57,31 @@ def test_efficiency_never_exceeds_the_measured_ceiling():
     assert float(ops.gemm(m, n, k, "bf16")) >= 2.0 * m * n * k / (gpu.peak_flops("bf16") * gpu.ceiling("bf16"))
 
 
+def test_quantized_weights_stream_at_their_measured_ratio():
+    """A decode-sized nvfp4 GEMM on B200 reads its 4-bit weights (with their scales) at the
+    GPU's measured ``stream_nvfp4`` fraction of the bf16 streaming rate, and its op pays the
+    measured fixed cost of quantizing the activations."""
+    gpu = load_gpu("b200_sxm")
+    assert 0 < gpu.ceiling("stream_nvfp4") < 1 and gpu.quant_op_latency_us["fp4"] > 0
+    plain = gpu.model_copy(update={"achievable": dict(gpu.achievable) | {"stream_nvfp4": 1.0},
+                                   "quant_op_latency_us": {}})
+    ops, ref = OpModel(gpu, AnalyticParams()), OpModel(plain, AnalyticParams())
+    n = k = 8192
+    extra = float(ops.gemm(4, n, k, "nvfp4")) - float(ref.gemm(4, n, k, "nvfp4"))
+    weights = n * k * 0.5625 / ops.bw_eff
+    want = weights * (1 / gpu.ceiling("stream_nvfp4") - 1) + gpu.quant_op_latency_us["fp4"] * 1e-6
+    assert extra == pytest.approx(want, rel=1e-9)
+    assert ops.stream_ratio("bf16") == 1.0 and ops.stream_ratio("fp4") == ops.stream_ratio("nvfp4")
+
+
+def test_unknown_achievable_key_is_rejected():
+    from pydantic import ValidationError
+
+    gpu = load_gpu("h100_sxm")
+    with pytest.raises(ValidationError, match="stream_"):
+        type(gpu).model_validate(gpu.model_dump() | {"achievable": {"stream_fp9": 0.5}})
+
+
 def test_fp8_only_where_the_gpu_has_fp8_units():
     a100 = OpModel(load_gpu("a100_80gb"), AnalyticParams())
     assert a100.gemm_eff("fp8")[0] == a100.gpu.peak_flops("bf16")  # weight-only: bf16 math
@@ -142,3 +167,26 @@ def test_op_classes_stay_within_bounds_of_the_measured_kernels():
         assert got["median_abs"] <= med and got["mean_abs"] <= mean, (cls, got)
     assert all(math.isfinite(v["mean_abs"]) for v in summary.values())
     assert np.isfinite([v["median_signed"] for v in summary.values()]).all()
+
+
+#: quantized GEMMs on Blackwell: (largest median |error|, largest |bias|) with the GPU's fitted
+#: fp8 / fp4 ceilings, streaming ratios and quantization latency (before them: 37% / -37% on
+#: both).
+QUANT_GEMM_BOUNDS = {"gemm/fp8": (0.30, 0.20), "gemm/nvfp4": (0.22, 0.12)}
+
+
+def test_quantized_gemms_match_the_measured_kernels_on_blackwell():
+    pytest.importorskip("aiconfigurator_core")
+    pytest.importorskip("pyarrow")
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_kernels.py"
+    spec = importlib.util.spec_from_file_location("bench_kernels", path)
+    bk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bk)
+    summary = bk.summarise(bk.collect(60, tables=("gemm_perf",), systems=("b200_sxm",)))
+    for cls, (med, bias) in QUANT_GEMM_BOUNDS.items():
+        got = summary[cls]
+        assert got["count"] > 50, cls
+        assert got["median_abs"] <= med and abs(got["median_signed"]) <= bias, (cls, got)

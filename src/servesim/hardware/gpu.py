@@ -22,6 +22,10 @@ GPU_DIR = Path(__file__).parent / "gpus"
 
 #: precisions a spec may list peaks for.
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8", "int4")
+#: ``achievable`` keys for the rate at which GEMM and MoE kernels stream *quantized* weights,
+#: as a fraction of the rate they stream bf16 weights (``hbm``): the scales ride along, the
+#: dequantization sits in the load loop, and the kernels run fewer bytes per thread block.
+STREAM_KEYS = ("stream_fp8", "stream_int8", "stream_nvfp4", "stream_mxfp4", "stream_int4")
 
 
 class _Strict(BaseModel):
@@ -76,6 +80,11 @@ class GPUSpec(_Strict):
     #: compute precision (``bf16``, ``fp8``, ``fp4``, ...) and HBM streaming (``hbm``).  The
     #: op model never runs an op faster than these, whatever a calibration asks for.
     achievable: dict[str, float] = {}
+    #: fixed extra time of a GEMM op with quantized activations, microseconds, per compute
+    #: precision (``fp8``, ``fp4``): beyond the GEMM kernel itself, the serving frameworks'
+    #: op quantizes the activations and lays out their scales (one or more small kernels)
+    #: before the GEMM runs.  Measured from the kernel tables' small shapes.
+    quant_op_latency_us: dict[str, float] = {}
     #: field path (e.g. "tflops.fp8", "scale_up.bandwidth_gbs") → where the number comes from.
     sources: dict[str, list[str]] = {}
     notes: str = ""
@@ -88,15 +97,17 @@ class GPUSpec(_Strict):
     @field_validator("achievable")
     @classmethod
     def _check_achievable(cls, v: dict[str, float]) -> dict[str, float]:
-        bad = [k for k in v if k not in PRECISIONS and k != "hbm"]
+        bad = [k for k in v if k not in PRECISIONS and k != "hbm" and k not in STREAM_KEYS]
         if bad:
-            raise ValueError(f"unknown key(s) {bad}; expected 'hbm' or some of {list(PRECISIONS)}")
+            raise ValueError(f"unknown key(s) {bad}; expected 'hbm', some of {list(PRECISIONS)} "
+                             f"or some of {list(STREAM_KEYS)}")
         if any(not 0 < x <= 1 for x in v.values()):
             raise ValueError("achievable fractions must be in (0, 1]")
         return v
 
     def ceiling(self, key: str) -> float:
-        """Measured achievable fraction of the peak for ``key`` (a precision or ``hbm``); 1 if unknown."""
+        """Measured achievable fraction of the peak for ``key`` (a precision, ``hbm`` or a
+        ``stream_<format>`` ratio); 1 if unknown."""
         return self.achievable.get(key, 1.0)
 
     @field_validator("tflops")

@@ -145,7 +145,9 @@ class AnalyticParams(BaseModel):
     gemm_half_tokens: float = Field(
         0.0, ge=0, description="rows at which an extra GEMM efficiency ramp m/(m + half) is half; 0: none (the "
         "tile and wave model prices small-M GEMMs; kept so older calibration files load)")
-    moe_eff_scale: float = Field(0.60, gt=0, le=1, description="grouped-GEMM efficiency relative to dense GEMMs")
+    moe_eff_scale: float = Field(
+        0.26, gt=0, le=1, description="grouped-GEMM efficiency relative to dense GEMMs (fitted on the measured MoE "
+        "kernel tables of every NVIDIA GPU, bf16 / fp8 / nvfp4, all frameworks: benchmarks/fit_kernel_ceilings.py)")
     moe_half_tokens: float = Field(
         0.0, ge=0, description="rows per expert at which an extra grouped-GEMM ramp is half; 0: none (rows are "
         "padded to the grouped GEMM's row tile instead)")

@@ -90,6 +90,16 @@ class OpModel:
         prec = compute_precision(dtype, self.gpu)
         return self.gpu.peak_flops(prec), min(self.p.gemm_eff_max, self.gpu.ceiling(prec))
 
+    def stream_ratio(self, dtype: str) -> float:
+        """How fast kernels stream ``dtype`` weights relative to bf16 weights on this GPU
+        (``GPUSpec.achievable['stream_<format>']``, measured from the kernel tables; 1 for
+        bf16 and for formats the GPU's file does not list)."""
+        fmt = dtype.lower()
+        if fmt in ("bf16", "fp16"):
+            return 1.0
+        fmt = "nvfp4" if fmt == "fp4" else fmt
+        return self.gpu.ceiling(f"stream_{fmt}")
+
     def gemm_compute(self, m, n, k, peak: float, eff: float):
         """Compute seconds of ``[m,k]×[k,n]``: output tiles in waves over the SMs, best tiling."""
         m = np.asarray(m, dtype=np.float64)
@@ -122,10 +132,12 @@ class OpModel:
         k = np.asarray(k, dtype=np.float64)
         quantized = peak > self.gpu.peak_flops("bf16")  # fp8 / fp4 tensor cores: activations too
         ab = act_bytes if act_bytes is not None else (wb if quantized else 2.0)
-        mem = (np.asarray(n, float) * k * wb + m * k * ab + m * np.asarray(n, float) * 2.0) / self.bw_eff
+        mem = (np.asarray(n, float) * k * wb / self.stream_ratio(dtype) + m * k * ab
+               + m * np.asarray(n, float) * 2.0) / self.bw_eff
         t = self.t_kernel + np.maximum(self.gemm_compute(m, n, k, peak, eff), mem)
-        if quantized:  # the activation-quantization kernel: read bf16, write the low-precision copy
-            t = t + self.t_kernel + m * k * (2.0 + ab) / self.bw_eff
+        if quantized:  # the activation-quantization work: read bf16, write the low-precision copy
+            prec = compute_precision(dtype, self.gpu)
+            t = t + self.t_kernel + self.gpu.quant_op_latency_us.get(prec, 0.0) * 1e-6 + m * k * (2.0 + ab) / self.bw_eff
         return t
 
     # ------------------------------------------------------------- attention
@@ -243,7 +255,7 @@ class OpModel:
             comp = comp / (tiles / (np.ceil(tiles / self.sms) * self.sms))
             comp = np.minimum(comp, np.maximum(ideal, 2.0 * ideal))  # never worse than half the SMs idle
         wb = weight_bytes(dtype)
-        mem = (touched * 3.0 * hidden * i_loc * wb + assign * (2.0 * hidden + 3.0 * i_loc) * 2.0) / self.bw_eff
+        mem = (touched * 3.0 * hidden * i_loc * wb / self.stream_ratio(dtype) + assign * (2.0 * hidden + 3.0 * i_loc) * 2.0) / self.bw_eff
         return MOE_KERNELS * self.t_kernel + np.maximum(comp, mem)
 
     # ------------------------------------------------------------ collectives

@@ -194,7 +194,8 @@ def gpu_bounds(gpu: str, fit_comm: bool = False) -> tuple[np.ndarray, np.ndarray
         return lo, hi
     ach = getattr(spec, "achievable", {}) or {}
     hbm = min(MEM_EFF_BOUNDS[1], float(ach.get("hbm", 1.0)))
-    gemm = min(GEMM_EFF_BOUNDS[1], max([float(v) for k, v in ach.items() if k != "hbm"] or [1.0]))
+    gemm = min(GEMM_EFF_BOUNDS[1], max([float(v) for k, v in ach.items()
+                                        if k != "hbm" and not k.startswith("stream_")] or [1.0]))
     lo[0] = max(lo[0], -math.log(hbm))
     lo[7] = max(lo[7], -math.log(min(KV_EFF_BOUNDS[1], hbm)))
     lo[1] = max(lo[1], -math.log(gemm))

@@ -1,0 +1,198 @@
+"""Set each GPU's kernel ceilings from aiconfigurator-core's measured GEMM and MoE tables.
+
+Run: PYTHONPATH=src python benchmarks/fit_kernel_ceilings.py [--gpus h100_sxm,b200_sxm] [--rows 1500]
+
+The op model (:mod:`servesim.perf.kernels`) runs a GEMM at the precision's peak times an
+efficiency capped by ``GPUSpec.achievable[<precision>]``, and streams quantized weights at
+``achievable['stream_<format>']`` of the rate it streams bf16 weights.  This script finds, per
+GPU, the values that make the op model's GEMM and MoE times match the measured kernels best
+(robust least squares on log(predicted / measured), soft-L1 with scale 0.1, so single slow
+shapes do not pull the fit) and prints them as YAML for the GPU's file:
+
+- ``bf16`` / ``fp8`` / ``fp4``: compute ceilings, from the GEMMs of that compute precision
+  (fp8 and block-scaled fp8 pooled; nvfp4 for fp4);
+- ``stream_fp8`` / ``stream_nvfp4``: quantized-weight streaming, from the same GEMMs (small
+  row counts are bound by it);
+- ``stream_mxfp4`` / ``stream_int4``: weight-only 4-bit formats, from the MoE tables (the
+  only tables that run them at scale) — printed, not shipped: the fit leaves a −20% bias and
+  the tables' weight-only MoE kernels are not the ones the engines serve gpt-oss / Kimi with;
+- ``moe_eff_scale`` (``--moe``): one grouped-GEMM efficiency relative to the dense GEMMs, over
+  every GPU's bf16 / fp8 / block-fp8 / nvfp4 MoE tables (all frameworks), with the GPUs' files
+  as they are: the default of :class:`~servesim.perf.analytic.AnalyticParams`.
+
+These are per-kernel measurements (physics), not end-to-end results: nothing of
+calibration.csv enters.  Excluded, with the reason: vLLM's block-scaled fp8 GEMM op on
+Blackwell and Hopper (its table has a 50-220 µs floor at every shape: the op runs an
+un-captured DeepGEMM path with per-call scale-layout work that serving under CUDA graphs does
+not pay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_kernels import GEMM_DTYPES, SYSTEMS, table_files  # noqa: E402
+
+from servesim.hardware import load_gpu  # noqa: E402
+from servesim.perf.analytic import AnalyticParams  # noqa: E402
+from servesim.perf.kernels import OpModel  # noqa: E402
+
+#: (table dtype, servesim format) pairs that set each key; GEMM tables.
+GEMM_SETS = {"bf16": ("bfloat16",), "fp8": ("fp8", "fp8_block"), "fp4": ("nvfp4",)}
+#: MoE table dtypes that set the weight-only streaming ratios.
+MOE_SETS = {"stream_mxfp4": ("w4a16_mxfp4",), "stream_int4": ("int4_wo",)}
+LOSS_SCALE = 0.1
+
+
+def _load(system: str, name: str):
+    import pyarrow.parquet as pq
+    from aiconfigurator_core.sdk import perf_database
+
+    root = Path(perf_database.get_systems_paths()[0]) / "data"
+    for backend, table, path in table_files(root, system):
+        if table == name:
+            df = pq.read_table(path).to_pandas()
+            yield backend, df[df.latency > 0]
+
+
+def _with(gpu, values: dict):
+    """``gpu`` with these ``achievable`` values (``quant_<prec>``: its quant_op_latency_us)."""
+    ach = {k: v for k, v in values.items() if not k.startswith("quant_")}
+    quant = {k[6:]: v for k, v in values.items() if k.startswith("quant_")}
+    return gpu.model_copy(update={"achievable": dict(gpu.achievable) | ach,
+                                  "quant_op_latency_us": dict(gpu.quant_op_latency_us) | quant})
+
+
+def gemm_rows(system: str, rows: int):
+    out = []
+    for backend, df in _load(system, "gemm_perf"):
+        for dt, g in df.groupby("gemm_dtype"):
+            if dt == "fp8_block" and backend == "vllm":
+                continue  # see the module docstring
+            fmt = GEMM_DTYPES.get(dt)
+            if fmt is None:
+                continue
+            g = g if len(g) <= rows else g.sample(rows, random_state=0)
+            out.append((dt, fmt, g.m.values, g.n.values, g.k.values, g.latency.values * 1e-3))
+    return out
+
+
+def moe_rows(system: str, rows: int):
+    out = []
+    for backend, df in _load(system, "moe_perf"):
+        df = df[~df.distribution.astype(str).str.startswith("power_law")]
+        for dt, g in df.groupby("moe_dtype"):
+            fmt = GEMM_DTYPES.get(dt)
+            if fmt is None:
+                continue
+            g = g if len(g) <= rows else g.sample(rows, random_state=0)
+            out.append((dt, fmt, g))
+    return out
+
+
+def _gemm_err(gpu, params, sets, keys, x):
+    ops = OpModel(_with(gpu, dict(zip(keys, x))), params)
+    return np.concatenate([np.log(ops.gemm(m, n, k, fmt) / lat) for _, fmt, m, n, k, lat in sets])
+
+
+def _moe_time(ops, fmt, g):
+    touched = np.minimum(g.num_experts.values, g.num_tokens.values * g.topk.values) / g.moe_ep_size.values
+    return np.array([float(ops.moe(r.num_tokens, r.hidden_size, r.inter_size, r.topk, r.num_experts, r.moe_tp_size,
+                                   r.moe_ep_size, fmt, touched=t)) for r, t in zip(g.itertuples(), touched)])
+
+
+def fit_gpu(system: str, rows: int) -> tuple[dict, dict]:
+    gpu = load_gpu(SYSTEMS[system])
+    params = AnalyticParams()
+    gemm = gemm_rows(system, rows)
+    found, report = {}, {}
+    for prec, dts in GEMM_SETS.items():
+        sets = [s for s in gemm if s[0] in dts]
+        if not sets or not gpu.supports(prec):
+            continue
+        keys = [prec] + ([f"stream_{'nvfp4' if prec == 'fp4' else prec}", f"quant_{prec}"] if prec != "bf16" else [])
+        x0 = np.array([gpu.ceiling(prec)] + ([1.0, 0.0] if prec != "bf16" else []))
+        lo = [0.1] + ([0.1, 0.0] if prec != "bf16" else [])
+        hi = [1.0] + ([1.0, 30.0] if prec != "bf16" else [])
+        before = _gemm_err(gpu, params, sets, keys, x0)
+        res = least_squares(lambda x: _gemm_err(gpu, params, sets, keys, x), x0, bounds=(lo, hi),
+                            loss="soft_l1", f_scale=LOSS_SCALE, x_scale=np.array(hi) / 10)
+        after = _gemm_err(gpu, params, sets, keys, res.x)
+        found.update({k: round(float(v), 3) for k, v in zip(keys, res.x)})
+        report[f"gemm/{prec}"] = (before, after)
+    gpu2 = _with(gpu, found)
+    for key, dts in MOE_SETS.items():
+        sets = [(fmt, g) for dt, fmt, g in moe_rows(system, rows // 4) if dt in dts]
+        if not sets:
+            continue
+
+        def err(x):
+            ops = OpModel(_with(gpu2, {key: float(x[0])}), params)
+            return np.concatenate([np.log(_moe_time(ops, fmt, g) / (g.latency.values * 1e-3)) for fmt, g in sets])
+
+        before = err([1.0])
+        res = least_squares(err, [0.8], bounds=(0.1, 1.0), loss="soft_l1", f_scale=LOSS_SCALE)
+        found[key] = round(float(res.x[0]), 3)
+        report[f"moe/{key}"] = (before, err(res.x))
+    return found, report
+
+
+def fit_moe_scale(systems: list[str], rows: int) -> tuple[float, np.ndarray, np.ndarray]:
+    """(moe_eff_scale, log errors at the current default, log errors at the fit)."""
+    sets = []
+    for system in systems:
+        gpu = load_gpu(SYSTEMS[system])
+        sets += [(gpu, fmt, g) for dt, fmt, g in moe_rows(system, rows) if dt in ("bfloat16", "fp8", "fp8_block", "nvfp4")]
+    if not sets:
+        raise SystemExit("fit_kernel_ceilings: no MoE tables for these GPUs")
+    params = AnalyticParams()
+
+    def err(x):
+        p = params.model_copy(update={"moe_eff_scale": float(x[0])})
+        return np.concatenate([np.log(_moe_time(OpModel(gpu, p), fmt, g) / (g.latency.values * 1e-3))
+                               for gpu, fmt, g in sets])
+
+    res = least_squares(err, [params.moe_eff_scale], bounds=(0.05, 1.0), loss="soft_l1", f_scale=LOSS_SCALE)
+    return float(res.x[0]), err([params.moe_eff_scale]), err(res.x)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", help="aiconfigurator systems (default: every one servesim knows)")
+    ap.add_argument("--rows", type=int, default=1500, help="rows per table and dtype (fixed-seed sample)")
+    ap.add_argument("--moe", action="store_true", help="fit the global moe_eff_scale instead (NVIDIA Hopper and "
+                    "Blackwell GPUs, --rows / 6 rows per table)")
+    a = ap.parse_args(argv)
+    try:
+        import aiconfigurator_core  # noqa: F401
+    except ImportError:
+        print("fit_kernel_ceilings: needs aiconfigurator-core (pip install 'servesim[aic]')", file=sys.stderr)
+        return 2
+    systems = a.gpus.split(",") if a.gpus else list(SYSTEMS)
+    if a.moe:
+        hopper_blackwell = [s for s in systems if s not in ("a100_sxm", "l40s")]
+        scale, b, f = fit_moe_scale(hopper_blackwell, max(1, a.rows // 6))
+        e_b, e_f = np.expm1(b), np.expm1(f)
+        print(f"moe_eff_scale: {scale:.3f}   median |e| {100 * np.median(np.abs(e_b)):.1f}% -> "
+              f"{100 * np.median(np.abs(e_f)):.1f}%   bias {100 * np.median(e_b):+.1f}% -> {100 * np.median(e_f):+.1f}%")
+        return 0
+    for system in systems:
+        found, report = fit_gpu(system, a.rows)
+        print(f"# {SYSTEMS[system]}")
+        for k, (b, f) in report.items():
+            e_b, e_f = np.expm1(b), np.expm1(f)
+            print(f"#   {k:<20} median |e| {100 * np.median(np.abs(e_b)):5.1f}% -> {100 * np.median(np.abs(e_f)):5.1f}%"
+                  f"   bias {100 * np.median(e_b):+5.1f}% -> {100 * np.median(e_f):+5.1f}%")
+        print("achievable: {" + ", ".join(f"{k}: {v}" for k, v in found.items()) + "}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
