@@ -139,15 +139,6 @@ def drive_by_hand(eng: Engine, rec: RequestRecorder, reqs: list[Request], rng: r
     assert (rec.column("status") != Status.PENDING).all()
 
 
-def drive_block_pool_engine(eng, rec: RequestRecorder, reqs: list[Request], rng: random.Random) -> None:
-    """:func:`drive_by_hand` for vLLM / TRT-LLM, plus: outputs within bounds, pool empty at the end."""
-    drive_by_hand(eng, rec, reqs, rng)
-    ok = rec.column("status") == Status.COMPLETED
-    gen = rec.column("generated")
-    assert (gen[ok] >= 1).all() and (gen[ok] <= rec.column("output_length")[ok]).all()
-    assert eng.pool.num_used_blocks == 0
-
-
 def drive_lockstep(engines: Sequence[tuple[Engine, RequestRecorder]], reqs: list[Request], rng: random.Random,
                    plan_state: Callable[[object], object], engine_state: Callable[[Engine], object],
                    step: float = 0.01, max_passes: int = 5000,
@@ -201,21 +192,3 @@ def drive_lockstep(engines: Sequence[tuple[Engine, RequestRecorder]], reqs: list
             for _, rec in engines]
     assert all(c == cols[0] for c in cols)
     return passes, stretches
-
-
-#: Pass times of the block-pool engines' fast-equals-step checks (composition-dependent).
-BLOCK_POOL_STEP = dict(base_s=0.01, per_prefill_token_s=1e-5, per_decode_request_s=1e-4, per_context_token_s=1e-7)
-
-
-def simulate_one_worker(engine_cls, reqs: list[Request], opt, kv: int, fast: bool) -> RequestRecorder:
-    """``reqs`` through one worker of ``engine_cls(…, opt)`` with ``kv`` tokens of KV, in fast or
-    step mode (the vLLM and TensorRT-LLM property tests compare the two)."""
-    from servesim.engines.base import EngineLimits
-    from servesim.perf.simple import LinearStepTime
-
-    rec = RequestRecorder()
-    eng = engine_cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
-    st = LinearStepTime(**BLOCK_POOL_STEP)
-    Simulation(iter(reqs), "open", None, [Worker(0, eng, st, 1, fast_forward=fast)], RoundRobinRouter(), rec).run()
-    return rec
-
