@@ -3,7 +3,6 @@ hand under a random workload (property tests)."""
 
 from __future__ import annotations
 
-import os
 import random
 import sys
 from contextlib import contextmanager
@@ -13,7 +12,7 @@ import numpy as np
 
 from servesim.cluster.routers import RoundRobinRouter
 from servesim.cluster.worker import Worker
-from servesim.compiled import PURE_PYTHON_ENV
+from servesim.compiled import CORES
 from servesim.engines.base import Engine
 from servesim.kvcache import segments
 from servesim.kvcache.lru_pool import compiled_core_available
@@ -24,31 +23,37 @@ from servesim.workload import request
 from servesim.workload.request import Request
 
 
+#: The core ``python_versions`` leaves on: the compiled simulation types its queue as the
+#: compiled ``EventQueue`` (sim/simulation.pxd), so the two go together.
+KEEP_COMPILED = ("sim._event_core",)
+
+
 @contextmanager
 def python_versions() -> Iterator[None]:
-    """Inside this block the compiled parts are off: objects built here use the Python versions
+    """Inside this block the compiled cores are off: objects built here use the Python versions
     (their reference), and the functions bound at import (the segment arithmetic,
-    ``sequence_units``) are the Python ones."""
-    old = os.environ.get(PURE_PYTHON_ENV)
-    os.environ[PURE_PYTHON_ENV] = "1"
+    ``sequence_units``) are the Python ones.
+
+    Each user of a core binds it once, at import, as its global ``_core`` (servesim/compiled.py),
+    so this swaps those bindings: every servesim module's ``_core`` that holds a core becomes
+    None, as ``SERVESIM_PURE_PYTHON=1`` would have made it, except :data:`KEEP_COMPILED`."""
+    cores = {id(sys.modules[f"servesim.{name}"]) for name in CORES
+             if f"servesim.{name}" in sys.modules and name not in KEEP_COMPILED}
     python = dict(segments.PYTHON_VERSIONS, sequence_units=request.python_sequence_units)
     current = {name: getattr(segments, name) for name in segments.PYTHON_VERSIONS}
     current["sequence_units"] = request.sequence_units
+    servesim_modules = [mod for mod in list(sys.modules.values()) if getattr(mod, "__name__", "").startswith("servesim")]
     # Every servesim module that bound one of them at import (``from ... import name``).
-    bound = [(mod, name, fn) for mod in list(sys.modules.values())
-             if getattr(mod, "__name__", "").startswith("servesim")
+    bound = [(mod, name, fn, python[name]) for mod in servesim_modules
              for name, fn in current.items() if getattr(mod, name, None) is fn]
-    for mod, name, _ in bound:
-        setattr(mod, name, python[name])
+    bound += [(mod, "_core", mod._core, None) for mod in servesim_modules if id(getattr(mod, "_core", None)) in cores]
+    for mod, name, _, replacement in bound:
+        setattr(mod, name, replacement)
     try:
         yield
     finally:
-        for mod, name, fn in bound:
-            setattr(mod, name, fn)
-        if old is None:
-            del os.environ[PURE_PYTHON_ENV]
-        else:
-            os.environ[PURE_PYTHON_ENV] = old
+        for mod, name, value, _ in bound:
+            setattr(mod, name, value)
 
 
 def pool_kinds() -> tuple[bool, ...]:
