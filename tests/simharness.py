@@ -3,7 +3,6 @@ hand under a random workload (property tests)."""
 
 from __future__ import annotations
 
-import os
 import random
 import sys
 from contextlib import contextmanager
@@ -13,7 +12,7 @@ import numpy as np
 
 from servesim.cluster.routers import RoundRobinRouter
 from servesim.cluster.worker import Worker
-from servesim.compiled import PURE_PYTHON_ENV
+from servesim.compiled import CORES
 from servesim.engines.base import Engine
 from servesim.kvcache import segments
 from servesim.kvcache.lru_pool import compiled_core_available
@@ -24,31 +23,37 @@ from servesim.workload import request
 from servesim.workload.request import Request
 
 
+#: The core ``python_versions`` leaves on: the compiled simulation types its queue as the
+#: compiled ``EventQueue`` (sim/simulation.pxd), so the two go together.
+KEEP_COMPILED = ("sim._event_core",)
+
+
 @contextmanager
 def python_versions() -> Iterator[None]:
-    """Inside this block the compiled parts are off: objects built here use the Python versions
+    """Inside this block the compiled cores are off: objects built here use the Python versions
     (their reference), and the functions bound at import (the segment arithmetic,
-    ``sequence_units``) are the Python ones."""
-    old = os.environ.get(PURE_PYTHON_ENV)
-    os.environ[PURE_PYTHON_ENV] = "1"
+    ``sequence_units``) are the Python ones.
+
+    Each user of a core binds it once, at import, as its global ``_core`` (servesim/compiled.py),
+    so this swaps those bindings: every servesim module's ``_core`` that holds a core becomes
+    None, as ``SERVESIM_PURE_PYTHON=1`` would have made it, except :data:`KEEP_COMPILED`."""
+    cores = {id(sys.modules[f"servesim.{name}"]) for name in CORES
+             if f"servesim.{name}" in sys.modules and name not in KEEP_COMPILED}
     python = dict(segments.PYTHON_VERSIONS, sequence_units=request.python_sequence_units)
     current = {name: getattr(segments, name) for name in segments.PYTHON_VERSIONS}
     current["sequence_units"] = request.sequence_units
+    servesim_modules = [mod for mod in list(sys.modules.values()) if getattr(mod, "__name__", "").startswith("servesim")]
     # Every servesim module that bound one of them at import (``from ... import name``).
-    bound = [(mod, name, fn) for mod in list(sys.modules.values())
-             if getattr(mod, "__name__", "").startswith("servesim")
+    bound = [(mod, name, fn, python[name]) for mod in servesim_modules
              for name, fn in current.items() if getattr(mod, name, None) is fn]
-    for mod, name, _ in bound:
-        setattr(mod, name, python[name])
+    bound += [(mod, "_core", mod._core, None) for mod in servesim_modules if id(getattr(mod, "_core", None)) in cores]
+    for mod, name, _, replacement in bound:
+        setattr(mod, name, replacement)
     try:
         yield
     finally:
-        for mod, name, fn in bound:
-            setattr(mod, name, fn)
-        if old is None:
-            del os.environ[PURE_PYTHON_ENV]
-        else:
-            os.environ[PURE_PYTHON_ENV] = old
+        for mod, name, value, _ in bound:
+            setattr(mod, name, value)
 
 
 def pool_kinds() -> tuple[bool, ...]:
@@ -139,15 +144,6 @@ def drive_by_hand(eng: Engine, rec: RequestRecorder, reqs: list[Request], rng: r
     assert (rec.column("status") != Status.PENDING).all()
 
 
-def drive_block_pool_engine(eng, rec: RequestRecorder, reqs: list[Request], rng: random.Random) -> None:
-    """:func:`drive_by_hand` for vLLM / TRT-LLM, plus: outputs within bounds, pool empty at the end."""
-    drive_by_hand(eng, rec, reqs, rng)
-    ok = rec.column("status") == Status.COMPLETED
-    gen = rec.column("generated")
-    assert (gen[ok] >= 1).all() and (gen[ok] <= rec.column("output_length")[ok]).all()
-    assert eng.pool.num_used_blocks == 0
-
-
 def drive_lockstep(engines: Sequence[tuple[Engine, RequestRecorder]], reqs: list[Request], rng: random.Random,
                    plan_state: Callable[[object], object], engine_state: Callable[[Engine], object],
                    step: float = 0.01, max_passes: int = 5000,
@@ -201,21 +197,3 @@ def drive_lockstep(engines: Sequence[tuple[Engine, RequestRecorder]], reqs: list
             for _, rec in engines]
     assert all(c == cols[0] for c in cols)
     return passes, stretches
-
-
-#: Pass times of the block-pool engines' fast-equals-step checks (composition-dependent).
-BLOCK_POOL_STEP = dict(base_s=0.01, per_prefill_token_s=1e-5, per_decode_request_s=1e-4, per_context_token_s=1e-7)
-
-
-def simulate_one_worker(engine_cls, reqs: list[Request], opt, kv: int, fast: bool) -> RequestRecorder:
-    """``reqs`` through one worker of ``engine_cls(…, opt)`` with ``kv`` tokens of KV, in fast or
-    step mode (the vLLM and TensorRT-LLM property tests compare the two)."""
-    from servesim.engines.base import EngineLimits
-    from servesim.perf.simple import LinearStepTime
-
-    rec = RequestRecorder()
-    eng = engine_cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
-    st = LinearStepTime(**BLOCK_POOL_STEP)
-    Simulation(iter(reqs), "open", None, [Worker(0, eng, st, 1, fast_forward=fast)], RoundRobinRouter(), rec).run()
-    return rec
-

@@ -54,10 +54,12 @@ def test_python_versions_rebinds_functions_bound_at_import():
     assert sglang.sequence_units is not request.python_sequence_units
 
 
-def test_describe_names_the_switch(monkeypatch):
+def test_describe_names_the_switch():
+    """The switch is read once, at import, so the Python run is a separate process."""
     assert describe() == f"compiled parts: all {len(MODULES) + len(FROM_SOURCE)} in use"
-    monkeypatch.setenv(PURE_PYTHON_ENV, "1")
-    assert describe() == f"compiled parts: off ({PURE_PYTHON_ENV} is set)"
+    said = subprocess.run([sys.executable, "-c", "from servesim.compiled import describe; print(describe())"],
+                          check=True, capture_output=True, text=True, env={**os.environ, PURE_PYTHON_ENV: "1"})
+    assert said.stdout.strip() == f"compiled parts: off ({PURE_PYTHON_ENV} is set)"
 
 
 def config(engine: str, model: str) -> dict:

@@ -4,15 +4,23 @@ Some hot paths have a Cython version next to the Python one (:data:`MODULES`;
 docs/architecture.md says what each replaces), built when servesim is installed.  Each
 gives exactly the Python version's results, faster; the Python versions stay as the
 reference the tests compare against, and as the fallback where the extensions were not
-built (no C compiler).  Setting ``SERVESIM_PURE_PYTHON=1`` makes every part use its Python
-version: it is read when a block pool, recorder or step-time model is built, and for the
-functions bound at import (the segment arithmetic, ``sequence_units``) when
-``servesim.kvcache.segments`` and ``servesim.workload.request`` are imported.
+built (no C compiler).
 
 Other modules (:data:`FROM_SOURCE`) are compiled from their own ``.py``, typed by the
 ``.pxd`` beside it: there is no second version to keep equal, the extension simply shadows
-the source on import.  For them the switch is read once, when ``servesim`` is imported:
-:func:`load_sources_if_forced` then makes those imports read the ``.py``.
+the source on import.
+
+One rule chooses for all of them.  ``SERVESIM_PURE_PYTHON=1`` is read once, when this
+module is first imported (``servesim/__init__.py`` imports it before anything else), into
+:data:`PURE_PYTHON`; nothing reads the variable again.  Set, it makes every part Python:
+:func:`load_sources_if_forced` makes the :data:`FROM_SOURCE` imports read their ``.py``, and
+:func:`compiled_module` answers None.  Every user of a :data:`CORES` module binds it at its own
+import, as a module global ``_core = compiled_module(...)``, and reads that global when it
+builds objects, so all users of a core run the same version as each other and as the
+modules compiled from source (some of which type the cores' classes: the compiled
+simulation's event queue, the compiled pool's block owner).  tests/architecture checks the
+rule; the test harness's ``python_versions`` swaps those globals to build reference objects
+in one process.
 """
 
 from __future__ import annotations
@@ -35,14 +43,23 @@ PURE_PYTHON_ENV = "SERVESIM_PURE_PYTHON"
 MODULES = CORES
 
 
-def pure_python_forced() -> bool:
-    """Whether :data:`PURE_PYTHON_ENV` asks for the Python versions (read at each call)."""
+def _environment_asks_for_python() -> bool:
     return os.environ.get(PURE_PYTHON_ENV, "0") not in ("", "0")
 
 
+#: Whether every compiled part runs as Python: :data:`PURE_PYTHON_ENV`, read once, here.
+PURE_PYTHON: bool = _environment_asks_for_python()
+
+
+def pure_python_forced() -> bool:
+    """Whether this process runs every part as Python (:data:`PURE_PYTHON`, fixed at import)."""
+    return PURE_PYTHON
+
+
 def compiled_module(name: str) -> ModuleType | None:
-    """The compiled module ``servesim.<name>``, or None if it is not built or switched off."""
-    if pure_python_forced():
+    """The compiled module ``servesim.<name>`` (one of :data:`CORES`), or None if it is not
+    built or switched off.  Called once per user, at the user's import (see above)."""
+    if PURE_PYTHON:
         return None
     try:
         return importlib.import_module(f"servesim.{name}")
@@ -75,7 +92,7 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
 def load_sources_if_forced() -> None:
     """With :data:`PURE_PYTHON_ENV` set, import the :data:`FROM_SOURCE` modules from source
     (``servesim/__init__.py`` calls this before any of them is imported)."""
-    if pure_python_forced() and not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
+    if PURE_PYTHON and not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _SourceFinder())
 
 
@@ -92,7 +109,7 @@ def describe() -> str:
     on = [name for name, used in parts.items() if used]
     if len(on) == len(parts):
         return f"compiled parts: all {len(parts)} in use"
-    if pure_python_forced():
+    if PURE_PYTHON:
         return f"compiled parts: off ({PURE_PYTHON_ENV} is set)"
     off = [name for name, used in parts.items() if not used]
     return f"compiled parts: {len(on)} of {len(parts)} in use; not built: {', '.join(off)}"

@@ -3,8 +3,8 @@
 Plain data with no imports, so that ``setup.py`` can read it without importing servesim.
 
 * :data:`CORES`: Cython modules (``.pyx``) that replace a Python reference kept beside them
-  (docs/architecture.md says which); the Python version is chosen with
-  ``servesim.compiled.compiled_module`` when the object that uses it is built.
+  (docs/architecture.md says which); each module that uses one binds it with
+  ``servesim.compiled.compiled_module`` when it is imported (``compiled.py`` says the rule).
 * :data:`FROM_SOURCE`: modules compiled from their own ``.py``, typed by the ``.pxd`` beside
   it; the extension shadows the source on import.
 """

@@ -16,14 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.compiled import pure_python_forced
+from servesim.compiled import compiled_module
 from servesim.hardware import load_gpu
 from servesim.models import load_model
-from servesim.perf.analytic import _STRETCH_CORE, AnalyticStepTime
+from servesim.perf.analytic import AnalyticStepTime
 from servesim.perf.plan import PassPlan
 from simharness import python_versions
 
-pytestmark = pytest.mark.skipif(_STRETCH_CORE is None or pure_python_forced(),
+pytestmark = pytest.mark.skipif(compiled_module("perf._stretch_core") is None,
                                 reason="compiled core not built or switched off")
 
 CASES = {

@@ -143,7 +143,9 @@ class SpeculativeStepTime:
 
     A pass whose plan verifies more than one token per decoding request pays, besides the
     verification the inner model prices, ``k × ratio ×`` a plain decode pass of its
-    decoding requests.
+    decoding requests.  It offers the step-time methods the worker calls and nothing else:
+    the wrapped model's own diagnostics are read on :attr:`inner`.  It has no fused
+    ``decode_stretch_ends`` or ``stretch_pricer`` (speculation turns fast-forward off).
     """
 
     def __init__(self, inner: StepTimeModel, cfg: SpeculativeConfig) -> None:
@@ -165,9 +167,6 @@ class SpeculativeStepTime:
 
     def rank_stretch_times(self, plan: PassPlan, steps: int) -> np.ndarray:
         return plan_stretch_times(self.inner, plan, steps)  # attention-DP stretches, plain decode too
-
-    def __getattr__(self, name: str):  # diagnostics of the wrapped model stay reachable
-        return getattr(self.inner, name)
 
 
 def wrap_step_time(model: StepTimeModel, cfg: SpeculativeConfig | None) -> StepTimeModel:

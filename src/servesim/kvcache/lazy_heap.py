@@ -52,4 +52,4 @@ def new_lazy_heap() -> LazyHeap:
     return _core.LazyHeap() if _core is not None else LazyHeap()
 
 
-_core = compiled_module("kvcache._lazy_heap")  # SERVESIM_PURE_PYTHON is read at import here
+_core = compiled_module("kvcache._lazy_heap")  # bound at import: servesim/compiled.py's rule

@@ -25,9 +25,13 @@ from servesim.kvcache.policies import EvictionPolicy, LRUPolicy, NextUseOracle
 __all__ = ["CompiledLRUPool", "compiled_core_available", "new_block_pool", "PURE_PYTHON_ENV"]
 
 
+#: The compiled pool's core, or None (bound at import: servesim/compiled.py's rule).
+_core = compiled_module("kvcache._lru_core")
+
+
 def compiled_core_available() -> bool:
     """Whether the compiled pool is built and not switched off by :data:`PURE_PYTHON_ENV`."""
-    return compiled_module("kvcache._lru_core") is not None
+    return _core is not None
 
 
 def new_block_pool(
@@ -77,13 +81,12 @@ class CompiledLRUPool:
 
     def __init__(self, num_blocks: int, block_size: int = 16, on_event: EventSink | None = None,
                  enable_caching: bool = True) -> None:
-        try:
-            from servesim.kvcache._lru_core import LRUCore
-        except ImportError as exc:
-            raise RuntimeError("the compiled block pool is not built (reinstall servesim with a C compiler)") from exc
+        if _core is None:
+            raise RuntimeError("the compiled block pool is not built (reinstall servesim with a C compiler) "
+                               f"or {PURE_PYTHON_ENV} is set")
         if num_blocks < 0 or block_size < 1:
             raise ValueError(f"need num_blocks >= 0 and block_size >= 1, got {num_blocks}, {block_size}")
-        self.core = LRUCore(num_blocks)
+        self.core = _core.LRUCore(num_blocks)
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.policy = LRUPolicy()

@@ -108,7 +108,7 @@ def canonical_segments(segs: Sequence[Segment]) -> list[Segment]:
 #: reference its test compares against.
 PYTHON_VERSIONS = {f.__name__: f for f in (units_to_segments, segments_tokens, common_prefix, advance)}
 
-_core = compiled_module("kvcache._segments_core")  # SERVESIM_PURE_PYTHON is read at import here
+_core = compiled_module("kvcache._segments_core")  # bound at import: servesim/compiled.py's rule
 if _core is not None:
     units_to_segments = _core.units_to_segments  # noqa: F811
     segments_tokens = _core.segments_tokens  # noqa: F811

@@ -44,6 +44,8 @@ SPILL_AT = 1 << 20
 #: Requests at the end of the columns whose pages stay resident when older ones are dropped.
 KEEP_RESIDENT = 1 << 16
 _INT64 = np.dtype(np.int64)
+#: The compiled emission, or None (bound at import: servesim/compiled.py's rule).
+_core = compiled_module("metrics._emit_core")
 
 
 def _as_int64(idx: np.ndarray) -> np.ndarray:
@@ -97,7 +99,7 @@ class RequestRecorder:
         #: Indices every column (and the warm-up flags) can hold without growing.
         self._capacity = self._columns_capacity()
         #: The compiled emission (``metrics/_emit_core.pyx``), or None: the numpy version.
-        self._kernel = compiled_module("metrics._emit_core")
+        self._kernel = _core
         #: Pending gaps held before they go to the samples (tests lower it to exercise flushing).
         self._flush_at = self._FLUSH
         self._emitter = None

@@ -56,7 +56,7 @@ import math
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from servesim.compiled import pure_python_forced
+from servesim.compiled import compiled_module
 from servesim.errors import ModelError
 from servesim.hardware.gpu import GPUSpec
 from servesim.models.arch import ModelArch
@@ -66,10 +66,8 @@ from servesim.perf.memory import Layout, attention_params_per_gpu
 from servesim.perf.plan import PassPlan, ends_from_durations
 from servesim.perf.precision import kv_bytes, layer_dtypes, weight_bytes
 
-try:  # the compiled decode-stretch pricing (servesim/compiled.py), if built
-    from servesim.perf import _stretch_core as _STRETCH_CORE
-except ImportError:
-    _STRETCH_CORE = None
+#: The compiled decode-stretch pricing, or None (bound at import: servesim/compiled.py's rule).
+_core = compiled_module("perf._stretch_core")
 
 #: ``ndarray.sum`` without its Python-level wrapper (numpy/_core/_methods.py): the same
 #: reduction, about a microsecond less per call, which a pass pays once or twice.
@@ -310,7 +308,7 @@ class AnalyticStepTime:
         self._dec_oh = p.attn_decode_ctx_overhead_tokens
         self._dp = dp
         #: Decode stretches priced by ``perf/_stretch_core.pyx`` (bit for bit the numpy result).
-        self._compiled_stretch = _STRETCH_CORE is not None and not pure_python_forced()
+        self._compiled_stretch = _core is not None
         # linear attention
         if m.num_linear_layers:
             nv = max(1, math.ceil(m.linear_num_value_heads / tp))
@@ -539,7 +537,7 @@ class AnalyticStepTime:
         """The decode contexts' sum, and their sum each capped at the attention window (0.0
         without one): in one compiled loop where built (exact integer sums either way)."""
         if self._compiled_stretch:
-            return _STRETCH_CORE.decode_ctx_sums(ctx, self._cap)
+            return _core.decode_ctx_sums(ctx, self._cap)
         return float(_SUM(ctx)), (float(_SUM(np.minimum(ctx, self._cap))) if self._cap else 0.0)
 
     def decode_stretch_ends(self, decode_ctx: np.ndarray, steps: int, now: float,
@@ -549,7 +547,7 @@ class AnalyticStepTime:
         ``d += extra; ends = d.cumsum(); ends += now`` in one compiled call where built."""
         n = decode_ctx.size
         if self._compiled_stretch and n and steps > 0:
-            return _STRETCH_CORE.decode_stretch_ends(
+            return _core.decode_stretch_ends(
                 *self._stretch_kernel_args(decode_ctx, steps, self._token_part(n, 0, n, 1, True)),
                 extra is not None, 0.0 if extra is None else extra, now)
         durations = self.decode_stretch_times(decode_ctx, steps)
@@ -563,7 +561,7 @@ class AnalyticStepTime:
         is given (a scheduler-overhead wrapper's), or None where the kernel is not built."""
         if not self._compiled_stretch:
             return None
-        return _STRETCH_CORE.StretchPricer(self, pass_s, per_request_s)
+        return _core.StretchPricer(self, pass_s, per_request_s)
 
     def _stretch_kernel_args(self, decode_ctx: np.ndarray, steps: int, base: float) -> tuple:
         """The compiled stretch kernels' leading arguments (see ``perf/_stretch_core.pyx``)."""
@@ -580,7 +578,7 @@ class AnalyticStepTime:
         if n == 0:
             return np.full(steps, base)
         if self._compiled_stretch:  # the same arithmetic, compiled
-            return _STRETCH_CORE.decode_stretch_times(*self._stretch_kernel_args(decode_ctx, steps, base))
+            return _core.decode_stretch_times(*self._stretch_kernel_args(decode_ctx, steps, base))
         s = np.arange(steps, dtype=np.int64)
         s_full = (int(decode_ctx.sum()) + n * s).astype(np.float64)
         if self._cap:

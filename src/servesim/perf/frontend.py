@@ -178,7 +178,12 @@ def scheduled_requests(plan: PassPlan) -> int:
 
 
 class SchedulerOverheadStepTime:
-    """A step-time model plus serial scheduler CPU time per pass (and per request in it)."""
+    """A step-time model plus serial scheduler CPU time per pass (and per request in it).
+
+    It offers the step-time methods the worker calls (the optional ones it finds on the class:
+    ``decode_stretch_ends``, ``stretch_pricer``, ``rank_stretch_times``) and nothing else: the
+    wrapped model's own diagnostics are read on :attr:`inner`.
+    """
 
     def __init__(self, inner: StepTimeModel, pass_s: float, per_request_s: float) -> None:
         self.inner = inner
@@ -214,6 +219,3 @@ class SchedulerOverheadStepTime:
         """Attention-DP decode stretches (see :func:`servesim.perf.plan.plan_stretch_times`)."""
         extra = self.pass_s + self.per_request_s * scheduled_requests(plan)
         return plan_stretch_times(self.inner, plan, steps) + extra
-
-    def __getattr__(self, name: str):  # diagnostics of the wrapped model stay reachable
-        return getattr(self.inner, name)

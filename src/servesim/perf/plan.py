@@ -123,9 +123,8 @@ def ends_from_durations(durations: np.ndarray, now: float) -> np.ndarray:
 def plan_stretch_ends(model: StepTimeModel, plan: PassPlan, steps: int, now: float) -> np.ndarray:
     """End times of the ``steps`` passes of :func:`plan_stretch_times` starting at ``now``.
 
-    Models that define ``decode_stretch_ends`` (looked up on the class, so that a wrapper
-    forwarding attributes to its inner model is never skipped) return them in one call, equal
-    to ``durations.cumsum() + now`` operation for operation.
+    Models that define ``decode_stretch_ends`` (an optional method, looked up on the class)
+    return them in one call, equal to ``durations.cumsum() + now`` operation for operation.
     """
     fused = getattr(type(model), "decode_stretch_ends", None)
     if plan.ranks is None and fused is not None:

@@ -73,4 +73,4 @@ def new_event_queue() -> EventQueue:
     return _core.EventQueue() if _core is not None else EventQueue()
 
 
-_core = compiled_module("sim._event_core")  # SERVESIM_PURE_PYTHON is read at import here
+_core = compiled_module("sim._event_core")  # bound at import: servesim/compiled.py's rule

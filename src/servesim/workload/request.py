@@ -156,7 +156,7 @@ python_sequence_units = sequence_units
 python_sequence_block_ids = sequence_block_ids
 python_sequence_segments = sequence_segments
 
-_core = compiled_module("workload._units_core")  # SERVESIM_PURE_PYTHON is read at import here
+_core = compiled_module("workload._units_core")  # bound at import: servesim/compiled.py's rule
 if _core is not None:
     sequence_units = _core.sequence_units  # noqa: F811
     sequence_block_ids = _core.sequence_block_ids  # noqa: F811

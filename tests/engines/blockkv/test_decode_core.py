@@ -7,6 +7,7 @@ import pytest
 
 from servesim.compiled import compiled_module
 from servesim.engines.blockkv import arithmetic as blocks
+from simharness import python_versions
 
 core = compiled_module("engines._decode_core")
 pytestmark = pytest.mark.skipif(core is None, reason="compiled extensions not built")
@@ -102,10 +103,10 @@ def test_decode_due(caching, bs):
         assert got[1:] == want[1:]
 
 
-def test_engines_use_the_compiled_arithmetic_unless_switched_off(monkeypatch):
+def test_engines_use_the_compiled_arithmetic_unless_switched_off():
     assert blocks.decode_arithmetic() is core
-    monkeypatch.setenv("SERVESIM_PURE_PYTHON", "1")
-    assert blocks.decode_arithmetic() is blocks
+    with python_versions():
+        assert blocks.decode_arithmetic() is blocks
 
 
 @pytest.mark.parametrize("seed", range(3))

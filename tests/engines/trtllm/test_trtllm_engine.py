@@ -5,36 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from servesim.cluster.routers import RoundRobinRouter
-from servesim.cluster.worker import Worker
-from servesim.engines.base import EngineLimits
+from blockkv_harness import req, run_engine
 from servesim.engines.trtllm.scheduler import TRTLLMEngine
 from servesim.engines.trtllm.options import TRTLLMOptions
 from servesim.errors import ConfigError
-from servesim.metrics.recorder import RequestRecorder, Status
-from servesim.sim.simulation import Simulation
-from servesim.workload.request import Request
-from simharness import RecordingStepTime
-
-STEP = 0.01
-
-
-def req(i: int, arrival: float, n_in: int, n_out: int, ids=None, unit: int = 16) -> Request:
-    if ids is None:
-        ids = tuple(1000 * (i + 1) + k for k in range(-(-n_in // unit)))
-    return Request(index=i, request_id=f"r{i}", arrival=arrival, input_length=n_in, output_length=n_out,
-                   hash_ids=tuple(ids), block_size=unit)
+from servesim.metrics.recorder import Status
 
 
 def run(requests, kv_tokens=100_000, context=4096, fast=False, **opts):
-    rec = RequestRecorder()
     opts.setdefault("tokens_per_block", 16)
-    eng = TRTLLMEngine(0, rec, EngineLimits(kv_capacity_tokens=kv_tokens, context_length=context),
-                       TRTLLMOptions(**opts))
-    st = RecordingStepTime(STEP)
-    worker = Worker(0, eng, st, 1, fast_forward=fast)
-    Simulation(iter(requests), "open", None, [worker], RoundRobinRouter(), rec).run()
-    return rec, eng, st.plans
+    return run_engine(TRTLLMEngine, TRTLLMOptions(**opts), requests, kv_tokens, context, fast)
 
 
 def test_defaults():

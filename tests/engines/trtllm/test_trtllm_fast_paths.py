@@ -22,12 +22,11 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.engines.base import EngineLimits
+from blockkv_harness import build_engines, pool_state
 from servesim.engines.speculative import SpecDecoder, SpeculativeConfig
 from servesim.engines.trtllm.scheduler import TRTLLMEngine
 from servesim.engines.trtllm.options import TRTLLMOptions
-from servesim.metrics.recorder import RequestRecorder
-from simharness import drive_lockstep, pool_kinds, python_versions, random_block_workload
+from simharness import drive_lockstep, pool_kinds, random_block_workload
 
 
 class WalkingEngine(TRTLLMEngine):
@@ -87,9 +86,7 @@ def random_options(rng: random.Random) -> tuple[TRTLLMOptions, int]:
 def engine_state(eng: TRTLLMEngine) -> tuple:
     reqs = [(tr.req.index, tr.computed, tr.generated, tr.context, tr.ctx_len, list(tr.blocks), tr.n_cached)
             for tr in eng.active]
-    pool = eng.pool
-    return (reqs, pool.free_order(), sorted(pool.cached_map().items()), list(pool.refs), list(pool.hashes),
-            eng.retractions, eng.batch_wait_count)
+    return (reqs, *pool_state(eng), eng.retractions, eng.batch_wait_count)
 
 
 def plan_state(plan) -> tuple:
@@ -104,18 +101,11 @@ def drive(opt: TRTLLMOptions, kv: int, reqs, rng: random.Random, drafts: int = 0
 
     ``drafts`` > 0: speculative generation steps (each costs ``1 + drafts`` tokens, so the
     token budget, not the batch size, can stop the leading generation steps)."""
-    engines = []
     variants = [(WalkingEngine, True)] + [(engine_cls, python) for python in pool_kinds()]
-    for cls, python in variants:
-        rec = RequestRecorder()
-        if python:
-            with python_versions():
-                eng = cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
-        else:
-            eng = cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
-        if drafts:
+    engines = build_engines(variants, opt, kv)
+    if drafts:
+        for eng, _ in engines:
             eng.spec = SpecDecoder(SpeculativeConfig(method="mtp", draft_tokens=drafts, acceptance_rate=0.6), 1, 0)
-        engines.append((eng, rec))
     lru = opt.eviction_policy == "lru"
     assert not engines[0][0].pool.lru_fast_path and all(e.pool.lru_fast_path == lru for e, _ in engines[1:])
     assert [e.pool.compiled for e, _ in engines] == [False] + [lru and not p for _, p in variants[1:]]

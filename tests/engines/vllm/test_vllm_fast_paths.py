@@ -23,12 +23,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.engines.base import EngineLimits
+from blockkv_harness import build_engines, pool_state
 from servesim.engines.blockkv.arithmetic import decode_event_buckets
 from servesim.engines.vllm.scheduler import VLLMEngine
 from servesim.engines.vllm.options import VLLMOptions
 from servesim.metrics.recorder import RequestRecorder
-from simharness import drive_lockstep, pool_kinds, python_versions, random_block_workload
+from simharness import drive_lockstep, pool_kinds, random_block_workload
 
 
 class GeneralPathEngine(VLLMEngine):
@@ -59,9 +59,7 @@ def engine_state(eng: VLLMEngine) -> tuple:
     reqs = [(vr.req.index, computed, generated, sched, list(vr.blocks), vr.n_cached)
             for vr, computed, sched, generated in eng.running_progress()]
     waiting = [(vr.req.index, vr.computed) for vr in eng.waiting]
-    pool = eng.pool
-    return (reqs, waiting, pool.free_order(), sorted(pool.cached_map().items()), list(pool.refs), list(pool.hashes),
-            eng.retractions)
+    return (reqs, waiting, *pool_state(eng), eng.retractions)
 
 
 def plan_state(plan) -> tuple:
@@ -73,24 +71,17 @@ def make_engines(opt: VLLMOptions, kv: int) -> list[tuple[VLLMEngine, RequestRec
     """Reference (both shortcuts off, Python pool), then each shortcut alone, then both: with
     the decode prefix tracked from one request on, and with the engine's own minimum; all but
     the reference on the Python pool and on the compiled one."""
-    out = []
     variants = [(GeneralPathEngine, True, None, True)]
     for python in pool_kinds():
         variants += [(VLLMEngine, True, 1, python), (GeneralPathEngine, False, None, python),
                      (VLLMEngine, False, 1, python), (VLLMEngine, False, None, python)]
-    for cls, sink, fast_min, python in variants:
-        rec = RequestRecorder()
-        if python:
-            with python_versions():
-                eng = cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
-        else:
-            eng = cls(0, rec, EngineLimits(kv_capacity_tokens=kv, context_length=4096), opt)
+    out = build_engines([(cls, python) for cls, _, _, python in variants], opt, kv)
+    for (eng, _), (_, sink, fast_min, python) in zip(out, variants):
         assert eng.pool.compiled is not python
         if sink:
             eng.pool.on_event = lambda event: None  # forces the block pool's general paths
         if fast_min is not None:
             eng.fast_decodes_min = fast_min
-        out.append((eng, rec))
     return out
 
 

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from blockkv_harness import build_engines
 from servesim import api
 from servesim.api import predict
 from servesim.engines.base import EngineLimits
@@ -26,7 +27,7 @@ from servesim.metrics.recorder import RequestRecorder
 from servesim.workload.request import OUTPUT_ID_BASE, Request, output_block_id
 from servesim.workload.sharing import shared_block_ids
 from servesim.workload.source import WorkloadSource
-from simharness import drive_lockstep, pool_kinds, python_versions
+from simharness import drive_lockstep, pool_kinds
 
 
 def source_of(reqs: list[Request]) -> WorkloadSource:
@@ -69,20 +70,10 @@ def plan_state(plan) -> tuple:
 def make_engines(opt: VLLMOptions, kv: int, shared: frozenset[int]) -> list[tuple[VLLMEngine, RequestRecorder]]:
     """The reference (every full block registered), then the engine told the shared ids, on
     each pool kind."""
-    out = []
-    for python in pool_kinds():
-        for use in (False, True):
-            rec = RequestRecorder()
-            limits = EngineLimits(kv_capacity_tokens=kv, context_length=4096)
-            if python:
-                with python_versions():
-                    eng = VLLMEngine(0, rec, limits, opt)
-            else:
-                eng = VLLMEngine(0, rec, limits, opt)
-            if use:
-                assert eng.wants_shared_block_ids()
-                eng.use_shared_block_ids(shared)
-            out.append((eng, rec))
+    out = build_engines([(VLLMEngine, python) for python in pool_kinds() for _use in (False, True)], opt, kv)
+    for eng, _ in out[1::2]:  # each second engine defers the blocks no other request shares
+        assert eng.wants_shared_block_ids()
+        eng.use_shared_block_ids(shared)
     return out
 
 

@@ -189,5 +189,8 @@ def batch_arrays(pre_rows: np.ndarray | None, pre_ctx: np.ndarray | None, idx: l
 
 def decode_arithmetic() -> ModuleType:
     """The compiled decode arithmetic, or this module (the numpy reference)."""
-    core = compiled_module("engines._decode_core")
-    return core if core is not None else sys.modules[__name__]
+    return _core if _core is not None else sys.modules[__name__]
+
+
+#: The compiled decode arithmetic, or None (bound at import: servesim/compiled.py's rule).
+_core = compiled_module("engines._decode_core")

@@ -149,5 +149,8 @@ class RunningBatch:
 
 def new_running_batch() -> RunningBatch:
     """The compiled running batch when built (and not switched off), else the numpy one."""
-    core = compiled_module("engines._sglang_batch_core")
-    return core.RunningBatch() if core is not None else RunningBatch()
+    return _core.RunningBatch() if _core is not None else RunningBatch()
+
+
+#: The compiled running batch's module, or None (bound at import: servesim/compiled.py's rule).
+_core = compiled_module("engines._sglang_batch_core")
