@@ -320,3 +320,64 @@ def test_decode_pass_is_decode_due_then_the_replay_of_pass_0(seed: int, bs: int,
             pools[1].replay_decode([owners[1][j] for j in due], due_c, 0, 1, caching, extend)
     assert state(pools[0]) == state(pools[1])
     assert [(list(vr.blocks), vr.n_cached) for vr in owners[0]] == [(list(vr.blocks), vr.n_cached) for vr in owners[1]]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_remembered_lookups_equal_fresh_walks(seed: int) -> None:
+    """``owner_prefix`` (a request's lookup remembered and brought up to date from the pool's
+    uncache log) equals a fresh walk of its chain after any allocations, evictions,
+    registrations and frees, in both pools; ``owner_take_within`` equals ``chain_take_within``.
+    Enough evictions pass through the 40-block pool to wrap its log (1,024 entries)."""
+    from servesim.kvcache.block_owner import BlockOwner
+    from servesim.kvcache.hashing import id_chain
+
+    rng = random.Random(seed)
+    unit = 4  # one 4-token block per unit
+    pools = [BlockPool(40, 4), CompiledLRUPool(40, 4)]
+    doc = [rng.randrange(1 << 40) for _ in range(30)]
+    owners = []
+    for _ in range(4):  # requests sharing a document's leading blocks, each with its own tail
+        own = doc[: rng.randint(0, 30)] + [rng.randrange(1 << 40) for _ in range(rng.randint(1, 12))]
+        o = BlockOwner(None)
+        o.chain = id_chain(own)
+        owners.append(o)
+    held: list[list] = []  # per hold: the block list in each pool
+    walks = 0
+    step = 0
+    while step < 8000 or pools[1].core.uncache_log_position() <= 1100:  # until the log has wrapped
+        step += 1
+        assert step < 100_000
+        r = rng.random()
+        o = rng.choice(owners)
+        if r < 0.35:
+            n = rng.randint(0, len(o.chain))
+            got = [p.owner_prefix(o, unit, n) for p in pools]
+            fresh = [p.chain_prefix(o.chain, unit, n) for p in pools]
+            assert got == fresh and got[0] == got[1], (step, got, fresh)
+            walks += 1
+        elif r < 0.45:
+            n = pools[1].owner_prefix(o, unit, len(o.chain))
+            assert n == pools[0].owner_prefix(o, unit, len(o.chain))
+            need = rng.randint(0, 12)
+            out = [p.owner_take_within(o, unit, n, need) for p in pools]
+            assert (out[0] is None) == (out[1] is None), step
+            if out[0] is not None:
+                assert list(out[0]) == list(out[1])
+                held.append(out)
+        elif r < 0.65:  # a request takes fresh blocks (evicting cached free ones) and registers some
+            k = rng.randint(1, 12)
+            got = [p.allocate(k) for p in pools]
+            assert got[0] == got[1]
+            if got[0]:
+                blocks = [block_list(g) for g in got]
+                stop = min(k, len(o.chain))
+                start = rng.randint(0, stop)
+                for p, b in zip(pools, blocks):
+                    p.chain_cache(b, o.chain, unit, start, stop)
+                held.append(blocks)
+        elif held:
+            blocks = held.pop(rng.randrange(len(held)))
+            for p, b in zip(pools, blocks):
+                p.free_request(b)
+        assert state(pools[0]) == state(pools[1]), step
+    assert walks > 2000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,44 @@ def test_v2_export_reads_back_as_the_same_graph(tmp_path):
 def test_aiperf_dag_errors(tmp_path, rows, match):
     with pytest.raises(WorkloadError, match=match):
         READERS["dag_jsonl"](write(tmp_path, *rows), None)
+
+
+def _dyn(rid="a", session="s", parent=None, start=0, total=10, out=1, inp=16, ids=(1,), bs=16, **top) -> str:
+    ctx = {"session_id": session}
+    if parent is not None:
+        ctx["parent_session_id"] = parent
+    row = {"schema": "dynamo.request.trace.v1", "event_type": "request_end", "agent_context": ctx,
+           "request": {"request_id": rid, "request_received_ms": start, "total_time_ms": total, "output_tokens": out,
+                       "replay": {"trace_block_size": bs, "input_length": inp, "input_sequence_hashes": list(ids)}}}
+    row.update(top)
+    return json.dumps({k: v for k, v in row.items() if v is not None})
+
+
+def test_dynamo_lowering_chains_sessions_spawns_and_joins_children():
+    g = READERS["dynamo"](FIX / "dynamo.jsonl", None)
+    by = {n.node_id: n for n in g.nodes}
+    name = {i: n.node_id for i, n in enumerate(g.nodes)}
+    deps = {n.node_id: [(name[d.source], d.relation, round(d.delay, 9)) for d in n.deps] for n in g.nodes}
+    assert deps == {"m0": [], "c0": [("m0", "spawn", 0.2)], "m1": [("m0", "sequence", 0.69), ("c0", "join", 0.69)],
+                    "c1": [("m1", "spawn", 0.0)], "o0": []}
+    assert all(d.on == "completion" for n in g.nodes for d in n.deps)
+    assert [p.play_id for p in g.plays] == ["main", "other"]
+    assert by["c0"].agent == "subagent" and by["m1"].agent == "main" and by["c0"].session == "sub"
+    assert by["m1"].input_length == 48 and by["c0"].output_length == 3
+
+
+@pytest.mark.parametrize("rows,match", [
+    ([_dyn(schema="dynamo.request.trace.v2")], r"t\.jsonl:1: field 'schema': expected 'dynamo\.request\.trace\.v1'"),
+    ([_dyn(), _dyn(rid=None)], r"t\.jsonl:2: field 'request\.request_id': expected a string, missing"),
+    ([_dyn(inp=20)], r"t\.jsonl:1: field 'request\.replay\.input_sequence_hashes': expected 2 ids for input_length 20"),
+    ([_dyn(), _dyn(rid="b", bs=32)], r"t\.jsonl:2: field 'request\.replay\.trace_block_size': expected 16"),
+    ([_dyn(parent="zz")], r"t\.jsonl:1: field 'agent_context\.parent_session_id': session 'zz' has no request"),
+    ([_dyn(agent_context=None)], r"t\.jsonl:1: field 'agent_context': expected an object with session_id"),
+    ([_dyn(rid="a", session="x", parent="y"), _dyn(rid="b", session="y", parent="x")], r"sessions form a cycle"),
+    ([_dyn(event_type="tool_start")], r"t\.jsonl:1: field 'event_type': expected one of 'request_end'"),
+    ([_dyn(), _dyn(rid="a", start=5)], r"t\.jsonl:2: request_id 'a' repeats the node of .*t\.jsonl:1"),
+    ([_dyn(out=0)], r"t\.jsonl:1: field 'request\.output_tokens': expected an integer in \[1, "),
+])
+def test_dynamo_errors_name_file_line_and_field(tmp_path, rows, match):
+    with pytest.raises(WorkloadError, match=match):
+        READERS["dynamo"](write(tmp_path, *rows), None)

@@ -269,3 +269,32 @@ def test_aiperf_dag_spawns_join_and_forks_continue_the_context():
     inp = dict(zip(r.request_id, r.column("input_length")))
     assert inp["solo-cont/0"] > inp["solo/0"] + 1  # solo's prompt and answer, then its own message
     assert inp["helper-a/0"] < inp["root/0"]  # a spawn starts from its own messages
+
+
+# Dynamo request trace (agentic_fixtures/dynamo.jsonl, ms after the trace's first request):
+# m0 (main, 0-100 recorded, 2 tokens); c0 (child session 'sub', received 300, recorded 10 ms,
+# 3 tokens) follows m0 200 ms after m0's recorded end; m1 (main, received 1000) follows m0 and
+# joins c0 (the child ended at 310, before m1 started) 690 ms after c0's recorded end; c1
+# (child 'bg', received 1005, after m1 started) follows m1 with no delay (m1 ended at 1010)
+# and joins nothing; o0 is a second play's root at 2000.
+# Floors on: c0's floor (0.3) holds it past m0's end + 0.2 (0.22); m1 waits for c0's
+# simulated end (0.33) + 0.69 = 1.02, past its floor of 1.0.  Floors off: c0 at 0.22, m1 at
+# 0.25 + 0.69.
+DYNAMO_FLOORS = {"m0": (0.0, 0.02), "c0": (0.3, 0.33), "m1": (1.02, 1.03), "c1": (1.03, 1.05), "o0": (2.0, 2.01)}
+DYNAMO_NO_FLOORS = {"m0": (0.0, 0.02), "c0": (0.22, 0.25), "m1": (0.94, 0.95), "c1": (0.95, 0.97),
+                    "o0": (2.0, 2.01)}
+
+
+@pytest.mark.parametrize("floors,want", [(True, DYNAMO_FLOORS), (False, DYNAMO_NO_FLOORS)])
+@pytest.mark.parametrize("mode", ["fast", "step"])
+def test_dynamo_request_trace_lowering_and_release(floors, want, mode):
+    p = predict(cfg(FIX / "dynamo.jsonl", "dynamo", mode, floors=floors))
+    got = times(p)
+    assert set(got) == set(want)
+    for rid, v in want.items():
+        assert got[rid] == pytest.approx(v, abs=1e-9), rid
+    plays = p.plays
+    assert list(plays["play_id"]) == ["main", "other"]
+    assert list(plays["outcome"]) == ["completed", "completed"]
+    assert plays["recorded_makespan_s"][0] == pytest.approx(1.025)
+    assert p.summary["agentic"]["plays_completed"] == 2

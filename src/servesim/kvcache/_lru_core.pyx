@@ -50,7 +50,7 @@ operation of random sequences.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython cimport array
 from cpython.object cimport Py_SIZE
@@ -177,6 +177,21 @@ cdef class LRUCore:
     cdef readonly int num_cached
     cdef dict big  # hash -> block, for hashes outside int64
     cdef dict big_of  # block -> its hash outside int64
+    # The uncache log: the blocks whose hash left the map, in order (``owner_prefix`` checks a
+    # remembered lookup against the entries written since).  ``ulog[k]`` has the absolute
+    # position ``ubase + k``; a full log restarts at 0 with ``ubase`` advanced, and a lookup
+    # remembered before ``ubase`` is walked again.
+    cdef int32_t* ulog
+    cdef Py_ssize_t ulen
+    cdef Py_ssize_t ucap
+    cdef int64_t ubase
+    # Marks of the remembered lookup being checked (one owner at a time, usually the request
+    # at the head of the waiting queue): block ``b`` sits at position ``mpos[b]`` of the memo
+    # of the owner whose ``memo_tag`` is ``mtag[b]``.  A mark left by a memo since cut can
+    # only cut a later memo too early, which costs a walk, never a wrong answer.
+    cdef int64_t* mtag
+    cdef int32_t* mpos
+    cdef int64_t wserial
 
     def __cinit__(self, int num_blocks):
         if num_blocks < 0:
@@ -190,7 +205,14 @@ cdef class LRUCore:
         self.blk = <Blk*>malloc(m * sizeof(Blk))
         self.table = <Slot*>malloc(cap * sizeof(Slot))
         self.ring = <int32_t*>malloc(cap * sizeof(int32_t))
-        if not self.blk or not self.table or not self.ring:
+        self.ucap = 4 * m if m > 256 else 1024
+        self.ulog = <int32_t*>malloc(self.ucap * sizeof(int32_t))
+        self.ulen = 0
+        self.ubase = 0
+        self.mtag = <int64_t*>malloc(m * sizeof(int64_t))
+        self.mpos = <int32_t*>malloc(m * sizeof(int32_t))
+        self.wserial = 0
+        if not self.blk or not self.table or not self.ring or not self.ulog or not self.mtag or not self.mpos:
             raise MemoryError()
         self.tmask = cap - 1
         self.rmask = cap - 1
@@ -203,6 +225,7 @@ cdef class LRUCore:
             self.blk[b].hset = 0
             self.blk[b].hval = 0
             self.blk[b].qpos = b
+            self.mtag[b] = 0
             self.ring[b] = b
         self.rhead = 0
         self.rtail = n
@@ -215,6 +238,9 @@ cdef class LRUCore:
         free(self.blk)
         free(self.table)
         free(self.ring)
+        free(self.ulog)
+        free(self.mtag)
+        free(self.mpos)
 
     # ------------------------------------------------------------------ hashes as Python ints
     cdef inline int32_t _find_obj(self, object h) except -2:
@@ -254,6 +280,11 @@ cdef class LRUCore:
             if removed is not None:
                 removed.append(h)
         self.blk[b].hset = 0
+        if self.ulen == self.ucap:
+            self.ubase += self.ulen
+            self.ulen = 0
+        self.ulog[self.ulen] = b
+        self.ulen += 1
         return 0
 
     cdef inline object _hash_of(self, int32_t b):
@@ -457,6 +488,87 @@ cdef class LRUCore:
                 return i
             self._cursor_next(&c, chain, i + 1 < n)
         return n
+
+    # A request that waits is looked up again at every pass until it is admitted.  Its last
+    # lookup is remembered on it (``BlockOwner.memo``: the blocks of its cached prefix) with
+    # the uncache log's position, so a new lookup costs the evictions since (a remembered
+    # block evicted cuts the prefix there) plus the blocks walked past the remembered end,
+    # not the prefix's length.
+    def owner_prefix(self, BlockOwner o, int64_t us, int64_t bs, Py_ssize_t n) -> int:
+        """:meth:`chain_prefix` of ``o.chain`` for blocks ``0..n-1``, from ``o``'s remembered lookup."""
+        self._check_chain(o.chain, us, bs, n)
+        if n <= 0:
+            return 0
+        return self._owner_sync(o, us, bs, n)
+
+    cdef Py_ssize_t _owner_sync(self, BlockOwner o, int64_t us, int64_t bs, Py_ssize_t n) except -1:
+        """Bring ``o.memo`` up to date and extend it up to ``n`` blocks; the cached prefix."""
+        cdef array.array memo = o.memo
+        cdef int* ids = memo.data.as_ints
+        cdef Py_ssize_t h = Py_SIZE(memo), k
+        cdef int64_t now = self.ubase + self.ulen, delta, tag
+        cdef int32_t b
+        cdef Cursor c
+        if o.memo_of is not self or o.memo_at < self.ubase or o.memo_at > now:
+            h = 0
+            o.memo_tag = -1
+        else:
+            delta = now - o.memo_at
+            if delta > 0 and h > 0:
+                if delta >= h:  # walking the prefix again costs less than reading the log
+                    h = 0
+                else:
+                    if o.memo_tag != self.wserial or o.memo_tag <= 0:  # mark o's blocks
+                        self.wserial += 1
+                        o.memo_tag = self.wserial
+                        for k in range(h):
+                            self.mtag[ids[k]] = self.wserial
+                            self.mpos[ids[k]] = <int32_t>k
+                    tag = o.memo_tag
+                    for k in range(<Py_ssize_t>(o.memo_at - self.ubase), self.ulen):
+                        b = self.ulog[k]
+                        if self.mtag[b] == tag and self.mpos[b] < h:
+                            h = self.mpos[b]
+        if h < Py_SIZE(memo):
+            array.resize(memo, h)
+        o.memo_of = self
+        o.memo_at = now
+        if h < n:
+            tag = o.memo_tag if o.memo_tag == self.wserial else 0
+            self._cursor_at(&c, o.chain, us, bs, h)
+            while h < n:
+                b = self._cursor_find(&c, o.chain)
+                if b < 0:
+                    break
+                _append_id(memo, b)
+                if tag > 0:
+                    self.mtag[b] = tag
+                    self.mpos[b] = <int32_t>h
+                h += 1
+                self._cursor_next(&c, o.chain, h < n)
+        return h if h < n else n
+
+    def owner_take_within(self, BlockOwner o, int64_t us, int64_t bs, Py_ssize_t n, Py_ssize_t need):
+        """:meth:`chain_take_within` of ``o.chain`` (blocks ``0..n-1``, all cached), through
+        ``o``'s remembered lookup; forgotten once the blocks are taken."""
+        cdef array.array out
+        if need > self.num_free:  # hits on free blocks only add to what is needed
+            return None
+        self._check_chain(o.chain, us, bs, n)
+        if n > 0:
+            if self._owner_sync(o, us, bs, n) < n:
+                raise KeyError(n)
+            out = array.clone(_EMPTY_IDS, n, False)
+            memcpy(out.data.as_ints, o.memo.data.as_ints, n * sizeof(int))
+        else:
+            out = array.clone(_EMPTY_IDS, 0, False)
+        if need + self._free_hits(out) > self.num_free:
+            return None
+        self._reference_ids(out)
+        array.resize(o.memo, 0)  # forgotten (BlockOwner.forget_prefix), keeping the array
+        o.memo_at = -1
+        o.memo_of = None
+        return out
 
     cdef array.array _chain_blocks(self, list chain, int64_t us, int64_t bs, Py_ssize_t n):
         """The blocks cached under blocks ``0..n-1``'s hashes, as a block list; KeyError if one
@@ -924,6 +1036,10 @@ cdef class LRUCore:
     def cached_map(self) -> dict:
         """``{hash: block}`` of every cached block."""
         return {self._hash_of(b): b for b in range(self.num_blocks) if self.blk[b].hset}
+
+    def uncache_log_position(self) -> int:
+        """Hashes dropped from the map so far (the uncache log's absolute end)."""
+        return self.ubase + self.ulen
 
     def check(self) -> None:
         """Raise AssertionError unless the free list, reference counts and map agree."""

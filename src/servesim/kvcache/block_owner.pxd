@@ -10,5 +10,10 @@ cdef class BlockOwner:
     cdef public list chain
     cdef public long long n_cached
     cdef public long long private_from
+    cdef public array memo
+    cdef public long long memo_at
+    cdef public object memo_of
+    cdef public long long memo_tag
 
     cpdef _own(self, Request req)
+    cpdef forget_prefix(self)

@@ -19,7 +19,7 @@ NO_PRIVATE_BLOCKS = 1 << 62
 class BlockOwner:
     """A request's blocks, its unit chain and how many of its blocks are registered."""
 
-    __slots__ = ("req", "blocks", "chain", "n_cached", "private_from")
+    __slots__ = ("req", "blocks", "chain", "n_cached", "private_from", "memo", "memo_at", "memo_of", "memo_tag")
 
     def __init__(self, req: Request) -> None:
         self._own(req)
@@ -40,3 +40,14 @@ class BlockOwner:
         #: registered only if the request is preempted, since only the request itself could
         #: look them up.  :data:`NO_PRIVATE_BLOCKS` when every block is registered as it fills.
         self.private_from = NO_PRIVATE_BLOCKS
+        self.forget_prefix()
+
+    def forget_prefix(self) -> None:
+        """Drop the remembered prefix-cache lookup (see ``kvcache/_lru_core.pyx:LRUCore.owner_prefix``)."""
+        #: The blocks holding the request's leading cached blocks at its last lookup (a block list).
+        self.memo = block_list()
+        #: The pool's uncache-log position at that lookup (-1: none), and the pool's core.
+        self.memo_at = -1
+        self.memo_of = None
+        #: The pool's mark on the memo's blocks (see ``LRUCore``), or -1.
+        self.memo_tag = -1

@@ -439,6 +439,20 @@ class BlockPool:
             return None
         return self.chain_take(chain, unit_size, n) if n else block_list()
 
+    # A request that waits is looked up at every pass until admitted: the compiled LRU pool
+    # remembers its last lookup on it (kvcache/_lru_core.pyx:LRUCore.owner_prefix); this
+    # reference walks the chain each time, with the same results.
+    def owner_prefix(self, owner, unit_size: int, n: int) -> int:
+        """:meth:`chain_prefix` of a request's unit chain (``owner``: a ``BlockOwner``)."""
+        return self.chain_prefix(owner.chain, unit_size, n)
+
+    def owner_take_within(self, owner, unit_size: int, n: int, need: int) -> array | None:
+        """:meth:`chain_take_within` of a request's unit chain; None at once when ``need`` alone
+        exceeds the free blocks."""
+        if need > self.num_free_blocks:
+            return None
+        return self.chain_take_within(owner.chain, unit_size, n, need)
+
     def chain_cache(self, blocks: Sequence[int], chain: list[int], unit_size: int, start: int, stop: int,
                     content_ids: Sequence[int] | None = None) -> int:
         """:meth:`cache_full_blocks` of ``blocks[start:stop]`` under blocks ``start..stop-1``'s hashes."""

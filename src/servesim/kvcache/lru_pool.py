@@ -149,6 +149,15 @@ class CompiledLRUPool:
         """As :meth:`BlockPool.chain_take_within`, walking the chain once."""
         return self.core.chain_take_within(chain, unit_size, self.block_size, n, need)
 
+    def owner_prefix(self, owner, unit_size: int, n: int) -> int:
+        """As :meth:`BlockPool.owner_prefix`, from the lookup remembered on ``owner``: the cost is
+        the evictions since that lookup and the blocks found past its end."""
+        return self.core.owner_prefix(owner, unit_size, self.block_size, n)
+
+    def owner_take_within(self, owner, unit_size: int, n: int, need: int) -> array | None:
+        """As :meth:`BlockPool.owner_take_within`, the blocks read from ``owner``'s remembered lookup."""
+        return self.core.owner_take_within(owner, unit_size, self.block_size, n, need)
+
     def chain_cache(self, blocks: Sequence[int], chain: list[int], unit_size: int, start: int, stop: int,
                     content_ids: Sequence[int] | None = None) -> int:
         """As :meth:`BlockPool.chain_cache`; ``blocks`` is best a block list (read in place)."""

@@ -200,7 +200,7 @@ class TraceWorkload(_Strict):
     #: ``mooncake`` (flat rows and sessions); the agentic formats lower into a graph of
     #: dependent requests (workload/agentic/, docs/workload.md "Agentic traces").
     format: Literal["mooncake", "mooncake-delta", "agentic_mooncake", "weka", "servesim_dag",
-                    "applied_compute_agentic", "dag_jsonl"] = "mooncake"
+                    "applied_compute_agentic", "dag_jsonl", "dynamo"] = "mooncake"
     #: Agentic formats: when plays start and how dependent requests are released.
     agentic: AgenticLoad | None = None
     #: Tokens per ``hash_ids`` block (Mooncake traces use 512).

@@ -145,7 +145,8 @@ class BlockKVEngine(Engine):
         cap = (tokens - 1) // self.bs
         if cap <= 0:
             return 0
-        return self.pool.chain_prefix(self._chain(owner, cap), owner.req.block_size, cap)
+        self._chain(owner, cap)
+        return self.pool.owner_prefix(owner, owner.req.block_size, cap)
 
     def _host_blocks(self, owner: BlockOwner, hit: int, tokens: int) -> int:
         """Blocks after the GPU hit ``hit`` found on the host tier (same cap as :meth:`_cached_blocks`)."""

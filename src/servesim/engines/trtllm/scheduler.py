@@ -243,6 +243,7 @@ class TRTLLMEngine(BlockKVEngine):
                 break
             hit = self._lookup(tr)
             tr.blocks = self.pool.chain_take(tr.chain, tr.req.block_size, hit) if hit else block_list()
+            tr.forget_prefix()  # the lookup remembered on the request (kvcache/_lru_core.pyx:owner_prefix)
             ok = self.pool.allocate_to(tr.blocks, self._blocks_for(tr.ctx_len) - len(tr.blocks))
             assert ok, "TensorRT-LLM model: transferred KV admitted without free blocks"
             tr.n_cached = hit
@@ -489,6 +490,7 @@ class TRTLLMEngine(BlockKVEngine):
         loading = 0
         for tr in new_ctx:
             tr.blocks = self.pool.chain_take(tr.chain, tr.req.block_size, tr.hit) if tr.hit else block_list()
+            tr.forget_prefix()
             tr.n_cached = tr.hit
             tr.computed = (tr.hit + tr.host_hit) * self.bs
             if tr.host_hit:

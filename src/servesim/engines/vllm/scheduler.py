@@ -358,7 +358,7 @@ class VLLMEngine(BlockKVEngine):
         pool = self.pool
         start = (hit + host_hit) * self.bs
         need = -(-(start + n) // self.bs) - hit
-        taken = pool.chain_take_within(vr.chain, vr.req.block_size, hit, need)  # _lookup extended the chain
+        taken = pool.owner_take_within(vr, vr.req.block_size, hit, need)  # _lookup extended the chain
         if taken is None:
             return False
         vr.blocks = taken

@@ -22,6 +22,7 @@ from .graph import DEP_KINDS, RELATIONS, TRIGGERS, AgenticGraph, GraphBuilder, R
 from .rows import Row, json_rows
 from .weka import read_weka
 from .aiperf_dag import read_aiperf_dag
+from .dynamo import read_dynamo
 
 #: Tokens per ``hash_ids`` block when neither the config nor a header says (Mooncake's).
 DEFAULT_BLOCK_SIZE = 512
@@ -328,4 +329,5 @@ READERS: dict[str, Callable[[Path, int | None], AgenticGraph]] = {
     "weka": read_weka,
     "applied_compute_agentic": read_applied_compute_agentic,
     "dag_jsonl": read_aiperf_dag,
+    "dynamo": read_dynamo,
 }
