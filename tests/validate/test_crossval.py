@@ -6,9 +6,9 @@ import pytest
 
 from servesim.validate.crossval import cross_validate, fold_of, in_sample, model_family
 from servesim.validate.groupfit import fit_hierarchy
-from servesim.validate.sensitivity import DEFAULT_BASE
 
-from test_groupfit import _rel, _synthetic
+
+from test_groupfit import DEFAULT_BASE, _rel, _synthetic
 
 pytest.importorskip("scipy")
 
