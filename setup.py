@@ -33,7 +33,11 @@ FROM_SOURCE = PARTS["FROM_SOURCE"]
 _ENV_PATH = re.compile(rb"/[^\s\"'<>]*?/site-packages/")
 #: Built modules, by the hash of what produced them (see :class:`CachedBuildExt`).
 CACHE = ROOT / "build" / "servesim-ext-cache"
-COMPILE_ARGS = ["-ffp-contract=off"]
+#: ``-ffp-contract=off``: no fused multiply-adds, so compiled and Python versions round alike.
+#: ``-g0``: no debug information (Python's own CFLAGS ask for ``-g``); it changes nothing a run
+#: computes and cuts a module's compile time by about a quarter (vLLM's scheduler: 22 s -> 17 s
+#: of CPU on this project's 2-core machine).
+COMPILE_ARGS = ["-ffp-contract=off", "-g0"]
 
 
 def _say(message: str) -> None:
