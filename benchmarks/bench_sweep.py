@@ -24,10 +24,10 @@ worker), task dispatch and result transfer, and the sweep's own checks and journ
 executor's start-up is also reported alone (``start_s``).  Both executors run the same
 candidates, and the script checks that their rows are identical.
 
-Results (docs/planning.md, "Benchmark"), 2-core machine shared with other jobs (load ~15),
-``--requests 1000 --jobs 2``: process pool 462 s wall, 0.27 s overhead per candidate; local Ray
-379 s wall, 0.44 s per candidate (25.9 s start-up); rows identical.  Wall times carry the
-contention; compare the two executors of one run, not across runs.
+Results (docs/planning.md, "Benchmark"), 2-core machine with nothing else running, 10,000
+requests, ``--jobs 2``: process pool 392 s wall, 0.056 s overhead per candidate; local Ray 419 s
+wall, 0.137 s per candidate (7.2 s start-up); rows identical.  Wall times carry whatever else
+runs on the machine; compare the two executors of one run, not across runs.
 """
 
 from __future__ import annotations
