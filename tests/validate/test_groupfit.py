@@ -503,3 +503,4 @@ def test_shared_values_alone_equal_the_full_fits():
     shared = fit_hierarchy(sens, DEFAULT_BASE, min_group_points=5, groups=False)
     assert full.groups and not shared.groups
     assert shared.shared == full.shared
+    assert set(shared.clients) == set(full.clients) == {"inferencex"}  # the clients are still fitted

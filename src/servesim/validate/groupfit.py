@@ -364,7 +364,7 @@ def fit_groups_and_clients(sur: Surrogate, groups: dict[str, np.ndarray], client
     nh = len(HOST_INDEX)
     o_e, o_c = ng * nf, ng * nf + ne * nh
     n_par = o_c + 2 * nc
-    if n == 0 or ng == 0:  # nothing to fit (an empty fold of a cross-validation)
+    if n == 0 or n_par == 0:  # nothing to fit (an empty fold of a cross-validation)
         return {}, {}
 
     def unpack(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
