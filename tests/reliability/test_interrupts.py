@@ -30,11 +30,13 @@ PREVIOUS = '{"complete": true, "previous": true}\n'
 #: A child that runs `servesim predict` and signals itself at one point of the write:
 #: after a named file is written into the temporary folder, or inside the commit.
 CHILD = r"""
-import os, signal, sys
+import os, signal, sys, threading
 import servesim.report.files as files
 sig, point = int(sys.argv[1]), sys.argv[2]
 def hit():
-    os.kill(os.getpid(), sig)
+    # to the main thread itself: a signal sent to the process may be taken by another thread
+    # (pyarrow's pool), and under load reach the main thread only after the commit
+    signal.pthread_kill(threading.main_thread().ident, sig)
 def wrap(fn, name):
     def inner(*a, **k):
         out = fn(*a, **k)
