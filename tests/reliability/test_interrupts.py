@@ -31,6 +31,10 @@ PREVIOUS = '{"complete": true, "previous": true}\n'
 #: after a named file is written into the temporary folder, or inside the commit.
 CHILD = r"""
 import os, signal, sys, threading
+# Python's own Ctrl-C handler, whatever this process inherited: a parent that ignores SIGINT
+# (an earlier test in the same pytest run, a nohup) passes SIG_IGN on to its children, and a
+# Python started with SIGINT ignored keeps ignoring it
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import servesim.report.files as files
 sig, point = int(sys.argv[1]), sys.argv[2]
 def hit():
@@ -112,7 +116,8 @@ def test_signal_during_the_write(tmp_path, sig, point):
     assert "Traceback" not in proc.stderr
     state = _check(out)
     # before the folder is exchanged: the previous files; from the exchange on: the new set
-    assert state == ("new" if point in ("rename", "rmtree") else "previous")
+    assert state == ("new" if point in ("rename", "rmtree") else "previous"), \
+        (proc.returncode, signal.getsignal(signal.SIGINT), proc.stderr[-500:])
     if sig == signal.SIGINT:
         assert proc.returncode == 130 and "interrupted" in proc.stderr
         assert _leftovers(tmp_path) == []  # Ctrl-C cleans up on the way out
