@@ -38,7 +38,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_kernels import GEMM_DTYPES, SYSTEMS, table_files  # noqa: E402
+from bench_kernels import GEMM_DTYPES, SYSTEMS, _moe_class, table_files  # noqa: E402
 
 from servesim.hardware import load_gpu  # noqa: E402
 from servesim.perf.analytic import AnalyticParams  # noqa: E402
@@ -103,9 +103,8 @@ def _gemm_err(gpu, params, sets, keys, x):
 
 
 def _moe_time(ops, fmt, g):
-    touched = np.minimum(g.num_experts.values, g.num_tokens.values * g.topk.values) / g.moe_ep_size.values
-    return np.array([float(ops.moe(r.num_tokens, r.hidden_size, r.inter_size, r.topk, r.num_experts, r.moe_tp_size,
-                                   r.moe_ep_size, fmt, touched=t)) for r, t in zip(g.itertuples(), touched)])
+    """Seconds the op model gives each balanced-routing MoE row of ``g`` (bench_kernels' pricing)."""
+    return next(_moe_class(ops, "", g, fmt, balanced=True))[1]
 
 
 def fit_gpu(system: str, rows: int) -> tuple[dict, dict]:
