@@ -134,6 +134,15 @@ async def _stream_response(request: web.Request, ep: Endpoint, parsed: ParsedReq
                            stream: Stream) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
+    try:
+        await _write_events(resp, ep, parsed, stream)
+    except ConnectionResetError:  # the client closed its stream: an ordinary end, not a server error
+        ep.fleet.cancel(stream)
+    return resp
+
+
+async def _write_events(resp: web.StreamResponse, ep: Endpoint, parsed: ParsedRequest, stream: Stream) -> None:
+    """Writes the stream's events as server-sent events until it ends, then ``[DONE]``."""
     rid, model, chat = stream.request.request_id, parsed.model, parsed.chat
     first = True
     while True:
@@ -153,4 +162,3 @@ async def _stream_response(request: web.Request, ep: Endpoint, parsed: ParsedReq
         break
     await resp.write(_sse("[DONE]"))
     await resp.write_eof()
-    return resp
