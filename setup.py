@@ -7,7 +7,10 @@ Which modules are compiled is listed once, in ``src/servesim/compiled_parts.py``
 without importing servesim).  The build compiles them in parallel (one job per CPU), says
 which module it is on, and keeps each built module in ``build/servesim-ext-cache/`` under
 the hash of its generated C source and compiler settings: a second install (say, the test
-extras after the plain install) copies them instead of compiling again.
+extras after the plain install) copies them instead of compiling again.  Cython's own
+staleness test compares file times, and each install's fresh build environment has newer
+numpy headers than the C already generated: a stamp of what each module was translated from
+(:func:`translate`) lets that second install skip Cython too.
 """
 
 import hashlib
@@ -33,6 +36,8 @@ FROM_SOURCE = PARTS["FROM_SOURCE"]
 _ENV_PATH = re.compile(rb"/[^\s\"'<>]*?/site-packages/")
 #: Built modules, by the hash of what produced them (see :class:`CachedBuildExt`).
 CACHE = ROOT / "build" / "servesim-ext-cache"
+#: What each module's generated C was translated from (see :func:`translate`).
+STAMPS = ROOT / "build" / "servesim-cython-stamps"
 #: ``-ffp-contract=off``: no fused multiply-adds, so compiled and Python versions round alike.
 #: ``-g0``: no debug information (Python's own CFLAGS ask for ``-g``); it changes nothing a run
 #: computes and cuts a module's compile time by about a quarter (vLLM's scheduler: 22 s -> 17 s
@@ -105,6 +110,7 @@ class CachedBuildExt(build_ext):
 
 
 try:
+    import Cython
     import numpy
     from Cython.Build import cythonize
 except ImportError:  # Cython and numpy are build requirements; without them, no compiled core
@@ -118,17 +124,44 @@ else:
                          include_dirs=[numpy.get_include()], extra_compile_args=list(COMPILE_ARGS),
                          define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
 
+    def translation_stamp(ext: Extension, directives: dict) -> str:
+        """What the module's C is generated from: its source, every servesim ``.pxd`` (a change
+        to any may change it), Cython's and numpy's versions (numpy's ``.pxd`` files come with
+        its version) and the directives."""
+        digest = hashlib.sha256(repr((Cython.__version__, numpy.__version__, sorted(directives.items()))).encode())
+        for path in [Path(ext.sources[0]), *sorted((ROOT / "src" / "servesim").rglob("*.pxd"))]:
+            digest.update(path.as_posix().encode() + b"\0" + path.read_bytes())
+        return digest.hexdigest()
+
+    def translate(extensions: list[Extension], directives: dict) -> list[Extension]:
+        """Cythonize the modules whose stamp changed; the others keep their generated C."""
+        nthreads = os.cpu_count() or 1
+        stamps = {ext.name: translation_stamp(ext, directives) for ext in extensions}
+        stale = []
+        for ext in extensions:
+            c_file = Path(ext.sources[0]).with_suffix(".c")
+            stamp_file = STAMPS / ext.name
+            if c_file.exists() and stamp_file.exists() and stamp_file.read_text() == stamps[ext.name]:
+                ext.sources = [str(c_file)]
+            else:
+                stale.append(ext)
+        if stale:
+            translated = {ext.name: ext for ext in cythonize(stale, language_level=3, nthreads=nthreads, quiet=True,
+                                                             force=True, compiler_directives=directives)}
+            STAMPS.mkdir(parents=True, exist_ok=True)
+            for name in translated:
+                (STAMPS / name).write_text(stamps[name])
+            extensions = [translated.get(ext.name, ext) for ext in extensions]
+        return extensions
+
     if any(arg.startswith(("build", "develop", "editable", "bdist", "install")) for arg in sys.argv[1:]):
         _say(f"translating {len(COMPILED) + len(FROM_SOURCE)} modules with Cython (only those changed)")
-    nthreads = os.cpu_count() or 1
-    ext_modules = cythonize([extension(name, ".pyx") for name in COMPILED], language_level=3,
-                            nthreads=nthreads, quiet=True)
+    ext_modules = translate([extension(name, ".pyx") for name in COMPILED], {})
     # A .py's annotations are documentation (``int`` may hold any Python int): only its
     # .pxd's declarations type the compiled module.  ``nonecheck``: a None where a typed
     # object is read raises, as in Python, instead of crashing.
-    ext_modules += cythonize([extension(name, ".py") for name in FROM_SOURCE], language_level=3,
-                             nthreads=nthreads, quiet=True,
-                             compiler_directives={"annotation_typing": False, "nonecheck": True})
+    ext_modules += translate([extension(name, ".py") for name in FROM_SOURCE],
+                             {"annotation_typing": False, "nonecheck": True})
     for ext in ext_modules:  # a failed compile skips the module (cythonize drops this flag)
         ext.optional = True
 
