@@ -22,6 +22,7 @@ import numpy as np
 
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.metrics.stats import describe
+from servesim.workload.agentic.phases import LANE_WARMUP, PLAY, PRIMER
 
 if TYPE_CHECKING:
     from servesim.sim.agentic import AgenticDriver
@@ -221,7 +222,7 @@ def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.nda
         # Every block the request's sequence names (a partly filled last prompt block is
         # completed by the answer, which a later prompt may carry), matched over full ones;
         # a warm-up copy generates one token: its prompt alone.
-        answer = node.output_hash_ids if driver.req_phase[r] == 0 else ()
+        answer = node.output_hash_ids if driver.req_phase[r] == PLAY else ()
         ids = np.asarray(node.hash_ids + answer, dtype=np.uint64) + np.uint64(off)
         if not ids.size:
             continue
@@ -278,8 +279,8 @@ def phases_summary(driver: "AgenticDriver", rec: RequestRecorder) -> dict:
     out: dict = {
         "snapshot_lanes": len(driver.snapshot_fractions) if driver.snapshot_fractions is not None else 0,
         "history_nodes": int(sum(run.history for run in driver.runs)),
-        "primers": int((phase == 1).sum()),
-        "lane_warmups": int((phase == 2).sum()),
+        "primers": int((phase == PRIMER).sum()),
+        "lane_warmups": int((phase == LANE_WARMUP).sum()),
         "measure_start_s": driver.measure_start,
     }
     w = driver.window

@@ -33,16 +33,14 @@ from servesim.workload.request import Request
 
 from servesim.sim.agentic_phases import LaneWarmup, ProfileWindow, Warmup
 from servesim.workload.agentic.graph import AgenticGraph, PlayStart
-from servesim.workload.agentic.phases import (ProfileOptions, Snapshot, cut_play, draw_fractions, lane_context,
-                                              primer_nodes)
+from servesim.workload.agentic.phases import (LANE_WARMUP, PLAY, PRIMER, ProfileOptions, Snapshot, cut_play,
+                                              draw_fractions, lane_context, primer_nodes)
 
 if TYPE_CHECKING:
     from servesim.sim.simulation import Simulation
 
 # Node states within a run (HISTORY: before the run's snapshot cut, never sent).
 PENDING, RELEASED, SENT, DONE, SKIPPED, HISTORY = range(6)
-#: What a request is: a node of a play run, or a warm-up copy of one (its prompt, one token).
-PLAY, PRIMER, LANE_WARMUP = range(3)
 _PHASE_KIND = {"primer": PRIMER, "warmup": LANE_WARMUP}
 #: Release causes: the node's floor (or its play's start, for a root), else a dependency's position.
 CAUSE_FLOOR = -1
@@ -436,13 +434,16 @@ class AgenticDriver:
     def _check_client_idle(self, now: float) -> None:
         """Nothing in flight anywhere: the next release comes at most ``client_idle_cap_s`` later."""
         window = self.window
-        if window is None or self._open or self._pending_starts or now > window.cutoff:
+        if window is None:
             return
         runs = self.runs
 
         def live(at: float, r: int, k: int) -> bool:
             return runs[r].state[k] == RELEASED and runs[r].released_at[k] == at
 
+        if self._open or self._pending_starts or now > window.cutoff:
+            window.prune(live)
+            return
         for _old, r, k in window.earliest_to_pull(now, live):
             at = now + window.options.client_idle_cap_s
             runs[r].released_at[k] = at

@@ -119,14 +119,20 @@ class ProfileWindow:
             heapq.heappush(self._pending, (at, self._order, run, k))
             self._order += 1
 
+    def prune(self, is_live) -> None:
+        """Drop the earliest releases already handled or moved (``is_live(at, run, k)`` false),
+        so that the heap holds about the releases still pending."""
+        pending = self._pending
+        while pending and not is_live(pending[0][0], pending[0][2], pending[0][3]):
+            heapq.heappop(pending)
+
     def earliest_to_pull(self, now: float, is_live) -> list[tuple[float, int, int]]:
         """The client is idle at ``now``: when its next release is more than
-        ``client_idle_cap_s`` away, those releases (run, position, old time) move to
+        ``client_idle_cap_s`` away, those releases (old time, run, position) move to
         ``now + cap``; ``is_live(at, run, k)`` tells a release still due at ``at``."""
         cap = self.options.client_idle_cap_s
+        self.prune(is_live)
         pending = self._pending
-        while pending and not is_live(*(pending[0][0], pending[0][2], pending[0][3])):
-            heapq.heappop(pending)
         if cap is None or not pending or pending[0][0] <= now + cap:
             return []
         first = pending[0][0]

@@ -29,6 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .graph import AgenticGraph
 
+#: What a request of an agentic run is: a node of a play run, or a warm-up copy of one (its
+#: prompt, one output token) sent as a primer or as a lane's warm-up request.
+PLAY, PRIMER, LANE_WARMUP = range(3)
 #: Mixed into the run seed so that the cuts' draws are a stream of their own.
 _SNAPSHOT_STREAM = 0x5A4B
 
