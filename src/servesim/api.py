@@ -252,6 +252,13 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
 
         raise ConfigError("eviction_policy 'belady' needs every request's arrival before the run; an agentic "
                           "workload releases its requests as their dependencies fire (use lru, lfu or fifo)")
+    if source.agentic is not None and source.agentic.load.profile is not None \
+            and cfg.deployment.disaggregation is not None:
+        from servesim.errors import ConfigError
+
+        raise ConfigError("workload.agentic.profile cancels the requests in flight at its grace deadline, which "
+                          "disaggregated prefill/decode cannot undo (a request may be between workers): "
+                          "drop the profile or the disaggregation")
     oracle = next_use_oracle(source) if _uses_belady(cfg) else None
     deployment = build_deployment(cfg, oracle)
     recorder, ts, stats = run_simulation(cfg, source, deployment, progress)

@@ -22,6 +22,7 @@ import numpy as np
 
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.metrics.stats import describe
+from servesim.workload.agentic.phases import LANE_WARMUP, PLAY, PRIMER
 
 if TYPE_CHECKING:
     from servesim.sim.agentic import AgenticDriver
@@ -31,9 +32,10 @@ OUTCOMES = ("completed", "failed", "incomplete")
 PATH_PARTS = ("tool", "think", "other_delay", "floor", "queue", "prefill", "kv_transfer", "decode", "stream")
 #: plays.parquet's string columns (lists); the others are numpy arrays.
 STRING_COLUMNS = ("play_id", "outcome", "final_request_id", "cp_path")
-INT_COLUMNS = ("generation", "lane", "nodes", "completed", "rejected", "unfinished", "skipped", "unsent",
+INT_COLUMNS = ("generation", "lane", "nodes", "history", "completed", "rejected", "unfinished", "cancelled", "skipped",
+               "unsent",
                "peak_fanout", "input_tokens", "cached_tokens", "ideal_cached_tokens", "cp_requests")
-_DONE, _REJ, _UNF = int(Status.COMPLETED), int(Status.REJECTED), int(Status.UNFINISHED)
+_DONE, _REJ, _UNF, _CAN = int(Status.COMPLETED), int(Status.REJECTED), int(Status.UNFINISHED), int(Status.CANCELLED)
 
 
 class _Cols:
@@ -59,7 +61,8 @@ def play_rows(driver: "AgenticDriver", rec: RequestRecorder) -> dict[str, np.nda
     ideal = ideal_cached_tokens(driver, rec)
     out: dict[str, list] = {k: [] for k in (
         "play_id", "generation", "warmup", "lane", "outcome", "start_s", "first_dispatch_s", "end_s", "makespan_s",
-        "recorded_makespan_s", "slowdown", "nodes", "completed", "rejected", "unfinished", "skipped", "unsent",
+        "recorded_makespan_s", "slowdown", "snapshot_cut_s", "nodes", "history", "completed", "rejected",
+        "unfinished", "cancelled", "skipped", "unsent",
         "peak_fanout", "final_request_id", "final_ttft_s", "input_tokens", "cached_tokens", "ideal_cached_tokens",
         "prefix_reuse", "ideal_prefix_reuse", "cp_requests", "cp_path")}
     for part in PATH_PARTS:
@@ -68,9 +71,10 @@ def play_rows(driver: "AgenticDriver", rec: RequestRecorder) -> dict[str, np.nda
         play = g.plays[run.play]
         sent = [r for r in run.request if r >= 0]
         st = [int(cols.status[r]) for r in sent]
-        n_done, n_rej, n_unf = st.count(_DONE), st.count(_REJ), st.count(_UNF)
+        n_done, n_rej, n_unf, n_can = st.count(_DONE), st.count(_REJ), st.count(_UNF), st.count(_CAN)
         skipped = sum(1 for s in run.state if s == 4)
-        outcome = "failed" if n_rej else ("completed" if n_done == len(play.nodes) else "incomplete")
+        live = len(play.nodes) - run.history  # a snapshot's history was never to be sent
+        outcome = "failed" if n_rej else ("completed" if n_done == live else "incomplete")
         first = min((float(cols.arrival[r]) for r in sent), default=math.nan)
         end = max((float(cols.finish[r]) for r in sent), default=math.nan)
         makespan = end - first if sent else math.nan
@@ -91,12 +95,15 @@ def play_rows(driver: "AgenticDriver", rec: RequestRecorder) -> dict[str, np.nda
         out["makespan_s"].append(makespan)
         out["recorded_makespan_s"].append(rec_ms if rec_ms is not None else math.nan)
         out["slowdown"].append(makespan / rec_ms if rec_ms and outcome == "completed" else math.nan)
+        out["snapshot_cut_s"].append(run.snapshot_cut)
         out["nodes"].append(len(play.nodes))
+        out["history"].append(run.history)
         out["completed"].append(n_done)
         out["rejected"].append(n_rej)
         out["unfinished"].append(n_unf)
+        out["cancelled"].append(n_can)
         out["skipped"].append(skipped)
-        out["unsent"].append(len(play.nodes) - len(sent) - skipped)
+        out["unsent"].append(live - len(sent) - skipped)
         out["peak_fanout"].append(run.peak_fanout)
         out["final_request_id"].append(rec.request_id[final] if final >= 0 else None)
         out["final_ttft_s"].append(float(cols.first[final] - cols.arrival[final]) if final >= 0 else math.nan)
@@ -152,9 +159,12 @@ def critical_path(driver: "AgenticDriver", run, cols: _Cols) -> tuple[dict[str, 
         src_k = run.local[dep.source]
         src = run.request[src_k]
         event = {"dispatch": cols.arrival, "first_token": cols.srv_first, "completion": cols.srv_finish}[dep.on][src]
-        delay = dep.delay * driver.scale
+        # The wait from the source's event to this dispatch: the dependency's delay, or less
+        # where a profile's idle cap cut it short; more is a late release.
+        waited = a - float(event)
+        delay = min(dep.delay * driver.scale, waited)
         parts[dep.kind if dep.kind in ("tool", "think") else "other_delay"] += delay
-        parts["other_delay"] += a - (float(event) + delay)  # a late release (never negative)
+        parts["other_delay"] += waited - delay
         r, k, upto = src, src_k, dep.on
     chain.reverse()
     return parts, chain
@@ -210,8 +220,10 @@ def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.nda
         node = g.nodes[driver.req_node[r]]
         off = g.id_offset(driver.runs[driver.req_run[r]].generation)
         # Every block the request's sequence names (a partly filled last prompt block is
-        # completed by the answer, which a later prompt may carry), matched over full ones.
-        ids = np.asarray(node.hash_ids + node.output_hash_ids, dtype=np.uint64) + np.uint64(off)
+        # completed by the answer, which a later prompt may carry), matched over full ones;
+        # a warm-up copy generates one token: its prompt alone.
+        answer = node.output_hash_ids if driver.req_phase[r] == PLAY else ()
+        ids = np.asarray(node.hash_ids + answer, dtype=np.uint64) + np.uint64(off)
         if not ids.size:
             continue
         keys = _prefix_keys(ids)
@@ -245,7 +257,8 @@ def agentic_summary(driver: "AgenticDriver", rec: RequestRecorder, rows: dict) -
         "warmup_plays": int((~keep).sum()),
         **{f"plays_{o}": int(sum(1 for x in outcome if x == o)) for o in OUTCOMES},
         "plays_not_started": driver.plays_not_started,
-        "nodes": {k: int(rows[k].sum()) for k in ("nodes", "completed", "rejected", "unfinished", "skipped", "unsent")},
+        "nodes": {k: int(rows[k].sum()) for k in ("nodes", "history", "completed", "rejected", "unfinished",
+                                                   "cancelled", "skipped", "unsent")},
         "makespan_s": describe(mk[done]),
         "final_ttft_s": describe(ttft_final[done & ~np.isnan(ttft_final)]),
         "slowdown": describe(slow[done & ~np.isnan(slow)]),
@@ -255,4 +268,27 @@ def agentic_summary(driver: "AgenticDriver", rec: RequestRecorder, rows: dict) -
         "ttft_first_turn_s": describe(ttft[ok & (turn == 0)]),
         "ttft_later_turns_s": describe(ttft[ok & (turn > 0)]),
         "critical_path_share": {p: (v / total if total > 0 else None) for p, v in path.items()},
+        **({"phases": phases_summary(driver, rec)} if driver.phased else {}),
     }
+
+
+def phases_summary(driver: "AgenticDriver", rec: RequestRecorder) -> dict:
+    """The agentic block's ``phases``: the warm-up's requests, when measurement started, and
+    the profile's window (cutoff, grace, drain) with what it cut short."""
+    phase = np.asarray(driver.req_phase, dtype=np.int8)
+    out: dict = {
+        "snapshot_lanes": len(driver.snapshot_fractions) if driver.snapshot_fractions is not None else 0,
+        "history_nodes": int(sum(run.history for run in driver.runs)),
+        "primers": int((phase == PRIMER).sum()),
+        "lane_warmups": int((phase == LANE_WARMUP).sum()),
+        "measure_start_s": driver.measure_start,
+    }
+    w = driver.window
+    if w is not None:
+        cancelled = [r for r in w.cancelled if int(rec.column("status")[r]) == int(Status.CANCELLED)]
+        last = max((float(rec.column("finish")[r]) for r in w.cancelled), default=math.nan)
+        out.update({"admission_cutoff_s": w.cutoff, "grace_deadline_s": w.grace_deadline,
+                    "drain_deadline_s": None if math.isnan(w.drain_deadline) else w.drain_deadline,
+                    "cancelled_at_grace": len(cancelled), "not_issued_after_cutoff": w.not_issued,
+                    "drain_timed_out": bool(last > w.drain_deadline) if w.cancelled else False})
+    return out

@@ -222,8 +222,11 @@ def render_agentic(a: dict, console: Console) -> None:
                   f"{_fmt(a['plays_incomplete'])} incomplete"
                   + (f", {_fmt(a['plays_not_started'])} not started" if a["plays_not_started"] else "") + "); "
                   f"nodes {_fmt(nodes['nodes'])}: {_fmt(nodes['completed'])} completed, {_fmt(nodes['rejected'])} "
-                  f"rejected, {_fmt(nodes['unfinished'])} unfinished, {_fmt(nodes['skipped'])} skipped, "
-                  f"{_fmt(nodes['unsent'])} never sent")
+                  f"rejected, {_fmt(nodes['unfinished'])} unfinished, {_fmt(nodes.get('cancelled', 0))} cancelled, "
+                  f"{_fmt(nodes['skipped'])} skipped, {_fmt(nodes['unsent'])} never sent"
+                  + (f", {_fmt(nodes['history'])} history (before the snapshot cut)" if nodes.get("history") else ""))
+    if a.get("phases"):
+        _render_phases(a["phases"], console)
     t = Table(title="Plays (s): makespan = first dispatch to last terminal, completed plays", title_justify="left")
     t.add_column("metric", style="bold", no_wrap=True)
     t.add_column("count", justify="right")
@@ -239,6 +242,18 @@ def render_agentic(a: dict, console: Console) -> None:
     parts = ", ".join(f"{k.replace('_', ' ')} {_percent(v)}" for k, v in share.items() if v)
     console.print(f"Prefix reuse {_percent(a['prefix_reuse'])} (ideal {_percent(a['ideal_prefix_reuse'])}); "
                   f"peak fan-out {_fmt(a['peak_fanout'])}; critical path: {parts or 'n/a'}")
+
+
+def _render_phases(ph: dict, console: Console) -> None:
+    """AgentX's phases: the warm-up before measurement and the profile's window."""
+    line = (f"AgentX phases: {_fmt(ph['snapshot_lanes'])} lanes joined at a snapshot cut; warm-up "
+            f"{_fmt(ph['primers'])} primers + {_fmt(ph['lane_warmups'])} lane requests (excluded); measured from "
+            f"{_fmt(ph['measure_start_s'], 3)} s")
+    if "admission_cutoff_s" in ph:
+        line += (f"; admission until {_fmt(ph['admission_cutoff_s'], 3)} s, {_fmt(ph['not_issued_after_cutoff'])} "
+                 f"nodes not issued after it, {_fmt(ph['cancelled_at_grace'])} requests cancelled at the grace "
+                 "deadline" + (" (the drain timed out)" if ph["drain_timed_out"] else ""))
+    console.print(line)
 
 
 def _render_interval(pi: dict | None, console: Console) -> None:

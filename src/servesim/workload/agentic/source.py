@@ -34,7 +34,7 @@ class AgenticSource:
         """Whether plays may run more than once (copies with fresh block ids the graph does not list)."""
         ld = self.load
         n = len(self.graph().plays)
-        return (ld.arrival == "lanes" and ld.duration_s is not None) or (ld.plays is not None and ld.plays > n)
+        return (ld.arrival == "lanes" and ld.admission_window is not None) or (ld.plays is not None and ld.plays > n)
 
     def listed_block_ids(self) -> list[int] | None:
         """Every block id the nodes list (prompt and answer blocks); None when plays recycle."""
@@ -53,6 +53,11 @@ class AgenticSource:
             desc += f" ({load.lanes} lanes" + (f", recycled for {load.duration_s:g} s" if load.duration_s else "") + ")"
         elif load.arrival != "trace":
             desc += f" ({load.rate:g}/s" + (f", {load.plays} plays" if load.plays else "") + ")"
+        phases = [k for k in ("snapshot", "warmup", "profile") if getattr(load, k) is not None]
+        if load.profile is not None:
+            phases[-1] = f"profile {load.profile.duration_s:g} s"
+        if phases:
+            desc += ", AgentX phases: " + ", ".join(phases)
         if self.speedup != 1.0:
             desc += f", speedup {self.speedup:g}"
         if not load.floors:
