@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from servesim.compiled import compiled_module
 from servesim.engines.blockkv.arithmetic import decode_event_buckets, stretch_block_events
 from servesim.engines.blockkv.manager import BlockKVEngine
 from servesim.kvcache.block_owner import BlockOwner
 from servesim.kvcache.hashing import chain_block_hash
 from servesim.perf.plan import PassPlan
 from servesim.workload.request import Request
+
+#: The decode block replay in C on the compiled pool's core (``_decode_replay.pyx``), or None;
+#: its Python reference is :meth:`VLLMDecodeFastPath._replay_lru` on the Python pool.
+_core = compiled_module("engines.vllm._decode_replay")  # bound at import: servesim/compiled.py's rule
 
 
 class VReq(BlockOwner):
@@ -241,7 +246,8 @@ class VLLMDecodeFastPath(BlockKVEngine):
         if pool.compiled and self._bulk_replay():  # the check, the boundary requests and their replay in C
             # The chain callback as a bound method (getattr): compiled, ``self._chain`` of the base
             # type would be turned into a wrapper of its C function with the wrong arguments.
-            ctx = pool.decode_pass(pre.reqs, pre.computed, self.caching, getattr(self, "_chain"))
+            ctx = _core.decode_pass(pool.core, pre.reqs, pre.computed, pool.block_size, self.caching,
+                                    getattr(self, "_chain"), pool.on_evict)
             if ctx is None:
                 self._drop_lazy()
                 return None, None
@@ -363,14 +369,17 @@ class VLLMDecodeFastPath(BlockKVEngine):
             vr.num_tokens = vr.req.input_length + g
 
     def _bulk_replay(self) -> bool:
-        """Whether decode block events can be replayed in bulk (LRU, no KV event sink)."""
+        """Whether decode block events can be replayed in bulk (LRU, no KV event sink; on the
+        compiled pool, with the compiled replay built)."""
         pool = self.pool
-        return pool.on_event is None and (pool.compiled or pool._lru)
+        return pool.on_event is None and ((pool.compiled and _core is not None) or (not pool.compiled and pool._lru))
 
     def _replay(self, reqs: list[VReq], c0: list[int] | np.ndarray, first: int, k: int) -> None:
         """Decode block events of passes ``first..k-1`` in bulk: on the compiled pool, or in Python."""
-        if self.pool.compiled:
-            self.pool.replay_decode(reqs, c0, first, k, self.caching, getattr(self, "_chain"))  # see _fast_decodes
+        pool = self.pool
+        if pool.compiled:
+            _core.replay_decode(pool.core, reqs, c0, first, k, pool.block_size, self.caching,
+                                getattr(self, "_chain"), pool.on_evict)  # getattr: see _fast_decodes
         else:
             self._replay_lru(reqs, c0 if type(c0) is list else c0.tolist(), first, k)
 
