@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from servesim.compiled import compiled_module
 from servesim.kvcache.block_pool import BlockPool, block_list
 from servesim.kvcache.lru_pool import CompiledLRUPool, compiled_core_available, new_block_pool
 from simharness import python_versions
@@ -309,7 +310,8 @@ def test_decode_pass_is_decode_due_then_the_replay_of_pass_0(seed: int, bs: int,
     def extend(vr, k):
         return extend_unit_chain(vr.req, vr.chain, k, bs)
 
-    ctx = pools[0].decode_pass(owners[0], c0, caching, extend)
+    replay = compiled_module("engines.vllm._decode_replay")  # the vLLM model's replay on the pool's core
+    ctx = replay.decode_pass(pools[0].core, owners[0], c0, bs, caching, extend, None)
     want_ctx, due, due_c, opens = blocks.decode_due(c0, bs, caching)
     free = pools[1].num_free_blocks
     if len(due) > free and opens > free:
@@ -317,7 +319,7 @@ def test_decode_pass_is_decode_due_then_the_replay_of_pass_0(seed: int, bs: int,
     else:
         assert ctx is not None and ctx.tolist() == want_ctx.tolist()
         if due:
-            pools[1].replay_decode([owners[1][j] for j in due], due_c, 0, 1, caching, extend)
+            replay.replay_decode(pools[1].core, [owners[1][j] for j in due], due_c, 0, 1, bs, caching, extend, None)
     assert state(pools[0]) == state(pools[1])
     assert [(list(vr.blocks), vr.n_cached) for vr in owners[0]] == [(list(vr.blocks), vr.n_cached) for vr in owners[1]]
 

@@ -2,7 +2,7 @@
 """Compiled arithmetic of the block-pool engines' decode passes.
 
 The vLLM model keeps its leading plain decodes as a ``(3, n)`` int64 array (computed tokens,
-remaining output, recorder row; ``engines/vllm.py:_DecodePrefix``) and the block-pool engines
+remaining output, recorder row; ``engines/vllm/fast_path.py:_DecodePrefix``) and the block-pool engines
 bound a stretch by the free blocks (``engines/blocks.py:stretch_within_free_blocks``).  Each
 is a handful of numpy calls on tens of requests per pass; these are the same integer
 arithmetic in C loops (identical results: token counts are non-negative, so C's division
@@ -19,7 +19,7 @@ from servesim._arrays cimport as_int64_matrix, as_int64_vector, int64_data, new_
 
 cnp.import_array()
 
-cdef long long NO_LIMIT = 1 << 62  # vllm._DecodePrefix's left_min of an empty prefix
+cdef long long NO_LIMIT = 1 << 62  # vllm/fast_path.py:_DecodePrefix's left_min of an empty prefix
 
 
 def stretch_within_free_blocks(computed, long long block_size, long long free_blocks, long long limit):

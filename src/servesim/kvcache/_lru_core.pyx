@@ -34,8 +34,9 @@ so a prompt's ~200 hashes are never built as Python ints; a cursor walks a promp
 (one division to place it, then additions, each unit's chain value converted once).
 
 A request's blocks are a *block list* (``servesim.kvcache.block_pool.block_list``): an
-``array.array`` of C ints, which the ``*_to`` / ``chain_*`` / ``free_tail_first`` / replay
-methods read and extend in place.  A Python list of ints would cost one int object per block,
+``array.array`` of C ints, which the ``*_to`` / ``chain_*`` / ``free_tail_first`` methods (and
+the vLLM model's decode replay, ``engines/vllm/_decode_replay.pyx``, which works on this
+core's state through ``_lru_core.pxd``) read and extend in place.  A Python list of ints would cost one int object per block,
 allocated when the block is taken and freed with the list (about a sixth of a vLLM run's
 instructions) and touched, a cache miss, each time the block id is read.
 
@@ -50,43 +51,19 @@ operation of random sequences.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython cimport array
 from cpython.object cimport Py_SIZE
 from servesim.kvcache.block_owner cimport BlockOwner
-from servesim._arrays cimport int64_data, is_int64_vector, new_int64
-cimport numpy as cnp
-
-cnp.import_array()
 
 import array as _array_module
 
 #: An empty block list, the template that ``array.clone`` copies the type and item size of.
 cdef array.array _EMPTY_IDS = _array_module.array("i")
 
-
-cdef struct Blk:
-    int64_t hval  # the hash the block is cached under (hset 1)
-    int64_t qpos  # its position in the free ring while it is free (refs 0), else -1
-    int32_t refs
-    uint8_t hset
-
-
-cdef struct Slot:
-    uint32_t h  # the low 32 bits of the key's mixed hash: its home slot and a fingerprint
-    int32_t block  # -1: empty; the key itself is the block's hval
-
-
-cdef struct Cursor:
-    # Walks a unit chain block by block (see ``LRUCore._cursor_at``): block ``i`` ends at
-    # offset ``d`` (1..us) of unit ``j``, whose chain value is ``p`` when it fits in int64.
-    int64_t us
-    int64_t bs
-    Py_ssize_t j
-    int64_t d
-    int64_t p
-    bint fits
+#: The structs Blk, Slot and Cursor, the block-list helpers and the class's fields and C methods
+#: are declared in _lru_core.pxd.
 
 
 cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
@@ -107,91 +84,14 @@ cdef extern from *:
     void __builtin_prefetch(const void* addr) nogil
 
 
-cdef inline int _check_ids(array.array ids) except -1:
-    """Raise unless ``ids`` is a block list (typecode ``i``: C ints)."""
-    if ids.ob_descr.typecode != b'i':
-        raise TypeError(f"expected a block list (array.array of typecode 'i'), got typecode {ids.typecode!r}")
-    return 0
-
-
-cdef inline int _append_id(array.array ids, int32_t b) except -1:
-    """Append block ``b`` to the block list ``ids`` (amortised growth, as ``list.append``)."""
-    cdef Py_ssize_t n = Py_SIZE(ids)
-    array.resize_smart(ids, n + 1)
-    ids.data.as_ints[n] = b
-    return 0
-
-
-cdef inline array.array _ids_of(BlockOwner vr):
-    """A request's ``blocks``, checked to be a block list."""
-    cdef array.array ids = vr.blocks
-    if ids is None:
-        raise TypeError("expected a block list (array.array of typecode 'i'), got None")
-    _check_ids(ids)
-    return ids
-
-
-cdef inline int64_t _computed_at(object c0, const int64_t* c0p, Py_ssize_t j) except? -1:
-    """Request ``j``'s computed tokens: from the int64 array's data ``c0p``, else the list ``c0``."""
-    return c0p[j] if c0p != NULL else <int64_t>(<list>c0)[j]
-
-
-cdef inline int64_t _unit_size(BlockOwner vr) except -1:
-    """The tokens of one unit of the request's chain (its trace's block size)."""
-    if vr.req is None:
-        raise TypeError("a block owner without its request")
-    return vr.req.block_size
-
-
 # How far ahead an allocation loads the queue's blocks, and the map slots of their hashes.
 cdef enum:
     LEAD_BLOCK = 8
     LEAD_SLOT = 4
 
 
-cdef inline int _residue(int64_t x, int bs, int64_t mask) noexcept nogil:
-    """``x mod bs`` in ``0..bs-1``; ``mask`` is ``bs - 1`` when ``bs`` is a power of two (no
-    division: the stretch replay takes several per request), else -1."""
-    if mask >= 0:
-        return <int>(x & mask)
-    return <int>((x % bs + bs) % bs)
-
-
-cdef inline bint _occurs(int r, int first, int k, int bs, int64_t mask) noexcept nogil:
-    """Whether a pass ``s`` with ``s ≡ r (mod bs)`` lies in ``first..k-1``."""
-    return first + _residue(r - first, bs, mask) < k
-
-
 cdef class LRUCore:
     """Block pool state under LRU; see the module docstring.  Methods mirror ``BlockPool``'s."""
-
-    cdef readonly int num_blocks
-    cdef Blk* blk
-    cdef int32_t* ring  # the free queue: entries at positions rhead..rtail-1, stale ones included
-    cdef uint64_t rmask  # ring capacity - 1 (a power of two, at least twice the blocks)
-    cdef int64_t rhead
-    cdef int64_t rtail
-    cdef readonly int num_free
-    cdef Slot* table  # key and block side by side: one cache line per probe
-    cdef uint64_t tmask
-    cdef readonly int num_cached
-    cdef dict big  # hash -> block, for hashes outside int64
-    cdef dict big_of  # block -> its hash outside int64
-    # The uncache log: the blocks whose hash left the map, in order (``owner_prefix`` checks a
-    # remembered lookup against the entries written since).  ``ulog[k]`` has the absolute
-    # position ``ubase + k``; a full log restarts at 0 with ``ubase`` advanced, and a lookup
-    # remembered before ``ubase`` is walked again.
-    cdef int32_t* ulog
-    cdef Py_ssize_t ulen
-    cdef Py_ssize_t ucap
-    cdef int64_t ubase
-    # Marks of the remembered lookup being checked (one owner at a time, usually the request
-    # at the head of the waiting queue): block ``b`` sits at position ``mpos[b]`` of the memo
-    # of the owner whose ``memo_tag`` is ``mtag[b]``.  A mark left by a memo since cut can
-    # only cut a later memo too early, which costs a walk, never a wrong answer.
-    cdef int64_t* mtag
-    cdef int32_t* mpos
-    cdef int64_t wserial
 
     def __cinit__(self, int num_blocks):
         if num_blocks < 0:
@@ -817,198 +717,6 @@ cdef class LRUCore:
         for ob, h in zip(blocks, hashes):
             n += self._cache_one(ob, h, stored)
         return n
-
-    cdef int _replay_open(self, array.array blocks, list removed, on_evict) except -1:
-        """A decode opens a block: the free list's head joins the block list ``blocks``; the
-        hash it evicts goes to ``on_evict`` (``removed`` is its scratch list, None without a sink)."""
-        if self.num_free <= 0:
-            raise RuntimeError("vLLM model: decode stretch beyond the free blocks")
-        _append_id(blocks, self._take_head(removed))
-        if removed:
-            for h in removed:
-                on_evict((h,))
-            del removed[:]
-        return 0
-
-    cdef inline int32_t _block_at(self, array.array ids, int64_t i) except -1:
-        """Block ``i`` of the block list ``ids``, checked."""
-        if i < 0 or i >= Py_SIZE(ids):
-            raise IndexError(f"block {i} of a request holding {Py_SIZE(ids)}")
-        return self._id(ids.data.as_ints[i])
-
-    cdef int _replay_pass(self, list reqs, object c0, const int64_t* c0p, int s, int bs, bint caching, extend,
-                          on_evict) except -1:
-        """:meth:`replay_decode` of the single pass ``s``: its events in request order, each
-        request's open before its fill, with no bucketing (the buckets would give this order)."""
-        cdef Py_ssize_t j
-        cdef int64_t c, us, i
-        cdef BlockOwner vr
-        cdef list chain, removed = [] if on_evict is not None else None
-        for j in range(len(reqs)):
-            c = _computed_at(c0, c0p, j) + s  # the position this pass computes
-            if c % bs == 0:  # opens a block
-                self._replay_open(_ids_of(<BlockOwner?>reqs[j]), removed, on_evict)
-            if caching and (c + 1) % bs == 0:  # fills block i
-                vr = <BlockOwner?>reqs[j]
-                i = (c + 1) // bs - 1
-                if i >= vr.private_from:  # no other request can look it up: not registered
-                    vr.n_cached = i + 1
-                    continue
-                chain = vr.chain
-                us = _unit_size(vr)
-                if ((i + 1) * <int64_t>bs - 1) // us >= len(chain):  # the chain must reach its unit
-                    chain = extend(vr, <int>(i + 1))
-                    self._check_chain(chain, us, bs, i + 1)
-                self._cache_chain_one(self._block_at(_ids_of(vr), i), chain, us, bs, <Py_ssize_t>i)
-                vr.n_cached = i + 1
-        return 0
-
-    def decode_pass(self, list reqs, object computed, int bs, bint caching, extend, on_evict):
-        """A decode pass of the vLLM model's leading plain decodes, if its blocks fit.
-
-        Request ``j`` computes position ``computed[j]`` (an int64 array): it opens a block when
-        that position starts one and, with prefix caching, fills one when it ends one.  Unless
-        the free pool holds both the blocks these requests open and as many as there are
-        requests with an event (``engines/blocks.py:decode_due``'s test: then nothing is done
-        and None returned), replays the pass's events as :meth:`replay_decode` of pass 0
-        does and returns the contexts, ``computed + 1``: the engine's check, the requests at
-        a block boundary and their replay, in one call.
-        """
-        if not is_int64_vector(computed):
-            raise TypeError(f"computed tokens: expected a 1-d int64 array, got {type(computed).__name__}")
-        cdef Py_ssize_t j, n = len(reqs)
-        if len(computed) != n:
-            raise ValueError(f"computed tokens of {len(computed)} requests for {n}")
-        cdef const int64_t* c = int64_data(computed)
-        cdef int64_t r, one = 1 % bs
-        cdef Py_ssize_t due = 0, opens = 0
-        for j in range(n):
-            r = (c[j] + 1) % bs
-            if r == one:
-                opens += 1
-            if (r <= 1) if caching else (r == one):
-                due += 1
-        if due > self.num_free and opens > self.num_free:
-            return None
-        ctx = new_int64(n)
-        cdef int64_t* cx = int64_data(ctx)
-        for j in range(n):
-            cx[j] = c[j] + 1
-        if due:
-            self._replay_pass(reqs, computed, c, 0, bs, caching, extend, on_evict)
-        return ctx
-
-    def replay_decode(self, list reqs, object c0, int first, int k, int bs, bint caching,
-                      extend, on_evict) -> None:
-        """The block events of decode passes ``first..k-1`` of the vLLM model, in order.
-
-        Request ``j`` (``reqs[j]``, a :class:`~servesim.kvcache.block_owner.BlockOwner`: the
-        vLLM model's ``VReq``, whose fields are read here as struct fields) computes position
-        ``c0[j] + s`` in pass ``s`` (``c0``: a list, or an int64 array read in place): it
-        takes a block from the free queue's head when that position opens one, and registers
-        its block ``i`` when the position fills it (with prefix caching), under the hash its
-        unit chain ``vr.chain`` gives (units of ``vr.req.block_size`` tokens).  Events of one
-        pass go in request order, an open before a fill.  ``extend(vr, n)`` returns the
-        request's unit chain extended to cover ``n`` blocks; ``on_evict`` (or None) receives
-        each evicted hash as a 1-tuple.  Same effects as ``VLLMEngine._replay_lru``.
-        """
-        cdef int n = len(reqs)
-        cdef const int64_t* c0p = NULL
-        if is_int64_vector(c0):
-            c0p = int64_data(c0)
-        elif type(c0) is not list:
-            raise TypeError(f"computed tokens: expected a list or a 1-d int64 array, got {type(c0).__name__}")
-        if len(c0) != n:
-            raise ValueError(f"computed tokens of {len(c0)} requests for {n}")
-        if n == 0 or k <= first:
-            return
-        if k == first + 1:  # one pass (most calls: the requests at a block boundary as a pass is scheduled)
-            self._replay_pass(reqs, c0, c0p, first, bs, caching, extend, on_evict)
-            return
-        cdef int64_t* cs = <int64_t*>malloc(n * sizeof(int64_t))
-        cdef int32_t* last_fill = <int32_t*>malloc(n * sizeof(int32_t))
-        cdef int32_t* opens = <int32_t*>malloc(n * sizeof(int32_t))  # residue of the opening passes, or -1
-        cdef int32_t* fills = <int32_t*>malloc(n * sizeof(int32_t))  # residue of the filling passes, or -1
-        cdef int32_t* start = <int32_t*>malloc((bs + 1) * sizeof(int32_t))
-        cdef int32_t* pos = <int32_t*>malloc(bs * sizeof(int32_t))
-        cdef int32_t* ev = <int32_t*>malloc(2 * n * sizeof(int32_t))  # j * 2 + kind, by residue
-        if not cs or not last_fill or not opens or not fills or not start or not pos or not ev:
-            free(cs); free(last_fill); free(opens); free(fills); free(start); free(pos); free(ev)
-            raise MemoryError()
-        cdef int j, r, a, s, e, i
-        cdef int64_t us
-        cdef int64_t mask = bs - 1 if (bs & (bs - 1)) == 0 else -1  # residues by a mask when bs is a power of 2
-        cdef BlockOwner vr
-        cdef list chain
-        cdef list removed = [] if on_evict is not None else None
-        try:
-            # Each request's events: pass s opens a block when s ≡ a = -c (mod bs) and, with
-            # prefix caching, fills one when s ≡ a - 1; kept only if such a pass lies in
-            # first..k-1.  Bucketed by residue (counting sort, request order kept).
-            memset(start, 0, (bs + 1) * sizeof(int32_t))
-            for j in range(n):
-                cs[j] = _computed_at(c0, c0p, j)
-                last_fill[j] = -1
-                a = _residue(-cs[j], bs, mask)
-                opens[j] = a if _occurs(a, first, k, bs, mask) else -1
-                r = _residue(a - 1, bs, mask)
-                fills[j] = r if caching and _occurs(r, first, k, bs, mask) else -1
-                if fills[j] >= 0 and (cs[j] + first + _residue(r - first, bs, mask) + 1) // bs - 1 >= (
-                        <BlockOwner?>reqs[j]).private_from:
-                    # Its first fill here (hence every one) is of a private block: no map work,
-                    # only its count of blocks passed over moves on, to its last fill here.
-                    last_fill[j] = <int>((cs[j] + k) // bs - 1)
-                    fills[j] = -1
-                if opens[j] >= 0:
-                    start[opens[j] + 1] += 1
-                if fills[j] >= 0:
-                    start[fills[j] + 1] += 1
-            for r in range(bs):
-                start[r + 1] += start[r]
-                pos[r] = start[r]
-            for j in range(n):
-                if opens[j] >= 0:
-                    ev[pos[opens[j]]] = 2 * j
-                    pos[opens[j]] += 1
-                if fills[j] >= 0:
-                    ev[pos[fills[j]]] = 2 * j + 1
-                    pos[fills[j]] += 1
-                if opens[j] >= 0 or fills[j] >= 0:  # only requests with events are read: checked here
-                    vr = <BlockOwner?>reqs[j]
-                    _ids_of(vr)
-                    _unit_size(vr)
-            # The events read each request's fields from its struct (checked above; nothing
-            # but ``extend``, which only lengthens the chain, runs in between).
-            for s in range(first, k):
-                r = _residue(s, bs, mask)
-                for e in range(start[r], start[r + 1]):
-                    j = ev[e] >> 1
-                    vr = <BlockOwner>reqs[j]
-                    if (ev[e] & 1) == 0:  # opens a block
-                        self._replay_open(vr.blocks, removed, on_evict)
-                        continue
-                    i = <int>((cs[j] + s + 1) // bs - 1)  # fills block i
-                    last_fill[j] = i
-                    if i >= vr.private_from:  # no other request can look it up: not registered
-                        continue
-                    chain = vr.chain
-                    us = vr.req.block_size
-                    if ((i + 1) * <int64_t>bs - 1) // us >= len(chain):  # the chain must reach its unit
-                        chain = extend(vr, <int>((cs[j] + k) // bs))
-                        vr.chain = chain
-                        self._check_chain(chain, us, bs, i + 1)
-                    self._cache_chain_one(self._block_at(vr.blocks, i), chain, us, bs, i)
-            for j in range(n):
-                if last_fill[j] >= 0:
-                    (<BlockOwner>reqs[j]).n_cached = last_fill[j] + 1
-        finally:
-            free(cs)
-            free(last_fill)
-            free(opens)
-            free(fills)
-            free(start)
-            free(pos)
-            free(ev)
 
     # ------------------------------------------------------------------ views and checks
     def ref(self, b) -> int:

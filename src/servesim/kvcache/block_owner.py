@@ -1,8 +1,8 @@
 """What a block pool reads and writes of a request that holds blocks.
 
-A vLLM request's engine state (``engines/vllm.py:VReq``) derives from :class:`BlockOwner`.
-Compiled, this module is a C type (``block_owner.pxd``), so the compiled pool's decode replay
-(``kvcache/_lru_core.pyx:LRUCore.replay_decode``), which touches a few of these fields for
+A vLLM request's engine state (``engines/vllm/fast_path.py:VReq``) derives from :class:`BlockOwner`.
+Compiled, this module is a C type (``block_owner.pxd``), so the vLLM model's compiled decode replay
+(``engines/vllm/_decode_replay.pyx:replay_decode``), which touches a few of these fields for
 every block a decode opens or fills, reads and writes them as struct fields; through Python
 attribute lookups they had cost about as much as the replay's own work.
 """

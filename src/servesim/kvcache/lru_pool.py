@@ -76,7 +76,8 @@ class CompiledLRUPool:
     Set :attr:`now` before operating, as for :class:`BlockPool` (LRU itself ignores it).
     """
 
-    #: Engines use :meth:`replay_decode` instead of their Python replay.
+    #: The vLLM engine replays its decode block events on :attr:`core` in C
+    #: (``engines/vllm/_decode_replay.pyx``) instead of its Python replay.
     compiled = True
 
     def __init__(self, num_blocks: int, block_size: int = 16, on_event: EventSink | None = None,
@@ -221,23 +222,6 @@ class CompiledLRUPool:
         if stored:
             self.on_event(KVEvent("stored", tuple(stored), len(stored) * self.block_size))
         return n
-
-    def decode_pass(self, reqs: list, computed, caching: bool,
-                    extend: Callable[[object, int], list[int]]):
-        """The vLLM model's leading decodes' next pass, if its blocks fit (see
-        ``LRUCore.decode_pass``): their contexts, or None (nothing done).  No ``on_event`` sink."""
-        assert self.on_event is None, "the compiled replay publishes no KV events"
-        return self.core.decode_pass(reqs, computed, self.block_size, caching, extend, self.on_evict)
-
-    def replay_decode(self, reqs: list, computed: Sequence[int], first: int, k: int, caching: bool,
-                      extend: Callable[[object, int], list[int]]) -> None:
-        """The vLLM model's decode block events (see ``LRUCore.replay_decode``); no ``on_event`` sink.
-
-        ``computed``: each request's computed tokens, a list or an int64 array (read in place).
-        ``extend(vr, n)`` returns the request's unit chain, extended to cover ``n`` blocks.
-        """
-        assert self.on_event is None, "the compiled replay publishes no KV events"
-        self.core.replay_decode(reqs, computed, first, k, self.block_size, caching, extend, self.on_evict)
 
     # ------------------------------------------------------------------ views and checks
     def free_order(self) -> list[int]:

@@ -187,7 +187,7 @@ def test_request_states_compare_by_identity() -> None:
     """The engines remove finished requests through a set of their states: two requests with
     equal fields must stay distinct, so the state classes keep object's equality and hash."""
     from servesim.engines.trtllm.scheduler import TReq
-    from servesim.engines.vllm.scheduler import VReq
+    from servesim.engines.vllm.fast_path import VReq
 
     for cls in (VReq, TReq):
         assert cls.__eq__ is object.__eq__ and cls.__hash__ is object.__hash__, cls

@@ -2,11 +2,11 @@
 
 Two shortcuts must change nothing:
 
-* the leading plain decodes scheduled as arrays (``VLLMEngine._fast_decodes``, fed by
+* the leading plain decodes scheduled as arrays (``VLLMDecodeFastPath._fast_decodes``, fed by
   ``_next_prefix`` at each commit) instead of one iteration of the running loop each;
-* the LRU block-event replay (``VLLMEngine._replay_lru``: one pass's boundary requests and
+* the LRU block-event replay (``VLLMDecodeFastPath._replay_lru``: one pass's boundary requests and
   decode stretches, walked by ``decode_event_buckets``; on the compiled pool,
-  ``LRUCore.replay_decode``) instead of ``_allocate`` per event.
+  ``engines/vllm/_decode_replay.pyx:replay_decode``) instead of ``_allocate`` per event.
 
 The reference engine turns both off (no prefix is ever recorded; a KV event sink forces the
 general block-pool paths) and runs on the pure-Python pool; engines with either or both

@@ -98,7 +98,7 @@ def decode_event_buckets(computed: list[int], first: int, k: int, block_size: in
     return buckets
 
 
-# -- the vLLM model's decode prefix (engines/vllm.py:_DecodePrefix): rows of (computed
+# -- the vLLM model's decode prefix (engines/vllm/fast_path.py:_DecodePrefix): rows of (computed
 # tokens, remaining output, recorder row), one column per request -------------------------
 _STEP = np.array([[1], [-1], [0]], dtype=np.int64)
 

@@ -1,9 +1,9 @@
-"""vLLM v1's scheduler and hashed block pool, as a model.
+"""vLLM v1's scheduler and hashed block pool, as a model: the reference scheduling.
 
-(Longer than 600 lines because the scheduler and its decode fast path — the leading plain
-decodes kept as arrays, ``_DecodePrefix``, and their bulk block replay — are compiled as one
-module: the fast path's calls into the scheduler's state are C calls.  The block-KV work
-itself is the shared manager's, ``engines/blockkv/manager.py``.)
+The decode fast path — the leading plain decodes kept as arrays and their bulk block
+replay, decode stretches — is ``fast_path.py``, whose :class:`VLLMDecodeFastPath` this
+engine extends; the block-KV work itself is the shared manager's,
+``engines/blockkv/manager.py``.
 
 Follows vLLM 0.11.0 (``v1/core/sched/scheduler.py``, ``v1/core/kv_cache_manager.py``,
 ``v1/core/block_pool.py``); docs/engines.md lists what is modelled and what is left out.
@@ -47,161 +47,20 @@ from collections.abc import Set as AbstractSet
 import numpy as np
 
 from servesim.engines.base import EngineLimits, EngineSnapshot
-from servesim.engines.blockkv.arithmetic import decode_event_buckets, stretch_block_events
-from servesim.engines.blockkv.manager import BlockKVEngine
+from servesim.engines.vllm.fast_path import VLLMDecodeFastPath, VReq, _VBatch
 from servesim.engines.vllm.options import VLLMOptions, resolve_vllm_options
 from servesim.errors import ConfigError
-from servesim.kvcache.hashing import chain_block_hash
-from servesim.kvcache.block_owner import NO_PRIVATE_BLOCKS, BlockOwner
+from servesim.kvcache.block_owner import NO_PRIVATE_BLOCKS
 from servesim.metrics.recorder import RequestRecorder
 from servesim.perf.plan import PassPlan
 from servesim.workload.request import OUTPUT_ID_BASE, Request, output_block_id
 
 
-class VReq(BlockOwner):
-    """Engine-side state of one request; its blocks, unit chain and registered blocks are
-    the :class:`~servesim.kvcache.block_owner.BlockOwner` fields the compiled pool reads.
-
-    (Plain classes here, not dataclasses: engines/vllm/scheduler.pxd types them when the module is
-    compiled.)
-    """
-
-    __slots__ = ("max_new", "generated", "computed", "sched", "admitted_once", "num_tokens")
-
-    def __init__(self, req: Request, max_new: int, num_tokens: int = 0) -> None:
-        self._own(req)  # BlockOwner's fields
-        self.max_new = max_new
-        self.generated = 0
-        #: Tokens whose KV exists (vLLM's num_computed_tokens), committed at pass end.
-        self.computed = 0
-        #: Tokens being computed in the pass in flight.
-        self.sched = 0
-        self.admitted_once = False
-        #: Prompt plus sampled tokens (vLLM's num_tokens), kept equal to input + generated.
-        self.num_tokens = num_tokens
-
-    def __repr__(self) -> str:
-        return (f"VReq(index={self.req.index}, max_new={self.max_new}, generated={self.generated}, "
-                f"computed={self.computed}, sched={self.sched}, blocks={len(self.blocks)}, "
-                f"n_cached={self.n_cached})")
-
-
-class _DecodePrefix:
-    """The leading running requests that are plain decodes, as arrays (see ``VLLMEngine.schedule``).
-
-    ``reqs`` is ``running[:len(reqs)]``; each has ``computed == num_tokens - 1`` and
-    ``generated > 0``, and, as every running request between passes, holds
-    ``ceil(computed / block_size)`` blocks with ``computed // block_size`` of them
-    registered (``check_invariants`` asserts both).  So its next pass is one token, and it
-    needs a block exactly when ``computed % block_size == 0`` and registers one when
-    ``(computed + 1) % block_size == 0``: a pass can schedule all of them with a few array
-    operations instead of a Python iteration per request.
-
-    The rows are the truth for these requests: with the bulk block replay (see
-    ``VLLMEngine._lazy``) a commit advances the rows and leaves the requests' own
-    ``computed``, ``generated``, ``num_tokens`` and ``sched`` behind, until
-    :meth:`write_back` brings them up to date (when a request leaves the prefix, finishes, or
-    the prefix is dropped).  That keeps a pass's cost off the number of decoding requests.
-    """
-
-    __slots__ = ("reqs", "rows", "left_min", "_computed", "_idx")
-
-    def __init__(self, reqs: list[VReq], rows: np.ndarray, left_min: int) -> None:
-        self.reqs = reqs
-        #: Rows: each request's computed tokens, its ``max_new - generated``, its recorder row
-        #: (one array, so that advancing, filtering and extending are one operation each).
-        self.rows = rows
-        #: ``left.min()`` (a large number when empty).
-        self.left_min = left_min
-        #: The views :attr:`computed` and :attr:`idx`, made on first use (each is read a few
-        #: times per pass, and a view costs about as much as a small numpy operation).
-        self._computed = None
-        self._idx = None
-
-    # ``arith``: the engine's decode arithmetic (engines/blockkv/arithmetic.py:decode_arithmetic).
-    @classmethod
-    def of(cls, reqs: list[VReq], rows: np.ndarray, arith) -> _DecodePrefix:
-        return cls(reqs, rows, arith.left_min(rows))
-
-    @property
-    def computed(self) -> np.ndarray:
-        if self._computed is None:
-            self._computed = self.rows[0]
-        return self._computed
-
-    @property
-    def left(self) -> np.ndarray:
-        return self.rows[1]
-
-    @property
-    def idx(self) -> np.ndarray:
-        if self._idx is None:
-            self._idx = self.rows[2]
-        return self._idx
-
-    def advanced(self, k: int, arith) -> _DecodePrefix:
-        """The same requests after ``k`` more decode passes, less those that finished."""
-        rows, left_min, reqs = arith.advance_rows(self.rows, k, self.left_min, self.reqs)
-        return _DecodePrefix(reqs, rows, left_min)
-
-    def write_back(self, k: int = 0, only: list[int] | None = None) -> list[VReq]:
-        """Write the rows, ``k`` passes on, into the requests (all, or those at positions
-        ``only``); returns the requests written."""
-        reqs = self.reqs
-        rows = self.rows
-        if only is None:
-            pos = range(len(reqs))
-            computed = rows[0].tolist()
-            left = rows[1].tolist()
-        else:  # usually a few finishing requests: their own entries, not whole rows as lists
-            pos = only
-            computed = [rows.item(0, j) for j in only]
-            left = [rows.item(1, j) for j in only]
-        out = []
-        for j, c, lf in zip(pos, computed, left):
-            vr = reqs[j]
-            vr.computed = c + k
-            g = vr.max_new - lf + k
-            vr.generated = g
-            vr.num_tokens = vr.req.input_length + g
-            vr.sched = 0
-            out.append(vr)
-        return out
-
-    def extended(self, more: list[VReq], arith) -> _DecodePrefix:
-        """These requests followed by the plain decodes ``more``."""
-        left = [vr.max_new - vr.generated for vr in more]
-        rows = arith.extend_rows(self.rows, [vr.computed for vr in more], left, [vr.req.index for vr in more])
-        return _DecodePrefix(self.reqs + more, rows, min(self.left_min, min(left)))
-
-
-class _VBatch:
-    """A scheduled pass's requests and what its commit needs."""
-
-    __slots__ = ("reqs", "decode_only", "preempted", "idx", "computed", "left_min", "prefix")
-
-    def __init__(self, reqs: list[VReq], decode_only: bool, preempted: bool, idx: np.ndarray | None = None) -> None:
-        self.reqs = reqs
-        self.decode_only = decode_only
-        self.preempted = preempted
-        #: Request indices of ``reqs`` (the recorder's rows), built once per pass.
-        self.idx = idx
-        #: For a decode-only pass: each request's computed tokens, and min(max_new - generated).
-        self.computed: np.ndarray | None = None
-        self.left_min = 0
-        #: The pass's leading decodes (``reqs[:len(prefix.reqs)]``), in their state before the
-        #: pass; the commit advances it into the next pass's :class:`_DecodePrefix`.
-        self.prefix: _DecodePrefix | None = None
-
-
-class VLLMEngine(BlockKVEngine):
+class VLLMEngine(VLLMDecodeFastPath):
     """One vLLM worker (one tensor-parallel group)."""
 
     name = "vllm"
     supports_speculative = True
-    #: Fewest leading decodes worth tracking as arrays: below this the running loop is
-    #: cheaper than the array operations' fixed cost (measured crossover ~20 requests).
-    FAST_DECODES_MIN = 16
 
     def __init__(self, worker_id: int, recorder: RequestRecorder, limits: EngineLimits,
                  options: VLLMOptions, oracle=None) -> None:
@@ -224,20 +83,10 @@ class VLLMEngine(BlockKVEngine):
                 f"{self.max_model_len}; with enable_chunked_prefill false vLLM requires it to be at least that")
         self.waiting: deque[VReq] = deque()
         self.running: list[VReq] = []
-        self._last: _VBatch | None = None
-        #: Leading running requests known to be plain decodes (set at each commit).
-        self._prefix: _DecodePrefix | None = None
-        #: The prefix whose rows are the truth for its requests (``running[:len(reqs)]``):
-        #: with the bulk block replay their own fields lag behind until written back (see
-        #: :class:`_DecodePrefix`); otherwise they are written back at every commit.
-        self._lazy: _DecodePrefix | None = None
-        #: Whether a scheduled pass awaits its commit (the lazy requests' ``sched`` is then 1).
-        self._in_flight = False
         #: Disaggregated decode: requests whose prompt KV arrived, awaiting admission.
         self.ready: deque[VReq] = deque()
         self._loading = 0  # host tokens loaded for the pass being scheduled
-        #: :attr:`FAST_DECODES_MIN` for this engine (tests vary it per engine).
-        self.fast_decodes_min = self.FAST_DECODES_MIN
+        self._init_fast_path()
         #: The workload's shared block ids (:meth:`use_shared_block_ids`), or None: then every
         #: full block is registered as it fills.
         self._shared: AbstractSet[int] | None = None
@@ -488,105 +337,6 @@ class VLLMEngine(BlockKVEngine):
             plan.host_load_overlap = self.hostlink.overlap
         return plan
 
-    def _batch_arrays(self, scheduled: list[VReq], pre: _DecodePrefix | None, pre_ctx: np.ndarray | None,
-                      ctx: list[int], lefts: list[int],
-                      lead: int) -> tuple[np.ndarray, np.ndarray, _DecodePrefix | None]:
-        """The pass's recorder rows and decode contexts, and its ``lead`` leading decodes as a prefix
-        (None when there are too few to be worth it).
-
-        ``ctx`` and ``lefts`` are the running loop's decodes after those of ``pre`` (whose
-        contexts are ``pre_ctx``).
-        """
-        m = len(pre.reqs) if pre is not None else 0
-        reuse = pre is not None and lead == m  # the known decodes lead the pass: their prefix as it is
-        idx, dctx, rows = self._arith.batch_arrays(pre.rows if pre is not None else None, pre_ctx,
-                                                   [vr.req.index for vr in scheduled[m:]], ctx, lefts, lead,
-                                                   not reuse and lead >= self.fast_decodes_min)
-        if reuse:
-            return idx, dctx, pre
-        if rows is None:
-            return idx, dctx, None
-        return idx, dctx, _DecodePrefix.of(scheduled[:lead], rows, self._arith)
-
-    def _fast_decodes(self, budget: int, dt: int) -> tuple[_DecodePrefix | None, np.ndarray | None]:
-        """Schedule the leading plain decodes known from the last commit, if that is exact.
-
-        Exact when every one of them gets its token (the budget covers them all) and the
-        blocks they open fit in the free pool (so no allocation fails and nothing is
-        preempted): then the running loop would do just this — allocate for the requests
-        at a block boundary, in order, and schedule one token each.  Returns the prefix
-        scheduled and its decode contexts, or ``(None, None)`` (the loop takes every
-        running request).
-        """
-        pre, self._prefix = self._prefix, None
-        if pre is None or dt != 1:
-            return None, None
-        m = len(pre.reqs)
-        if m == 0 or m > budget or self.running[:m] != pre.reqs:
-            self._drop_lazy()
-            return None, None
-        pool = self.pool
-        if pool.compiled and self._bulk_replay():  # the check, the boundary requests and their replay in C
-            # The chain callback as a bound method (getattr): compiled, ``self._chain`` of the base
-            # type would be turned into a wrapper of its C function with the wrong arguments.
-            ctx = pool.decode_pass(pre.reqs, pre.computed, self.caching, getattr(self, "_chain"))
-            if ctx is None:
-                self._drop_lazy()
-                return None, None
-            return pre, ctx
-        ctx, due, due_computed, opens = self._arith.decode_due(pre.computed, self.bs, self.caching)
-        free = pool.num_free_blocks
-        if len(due) > free and opens > free:
-            self._drop_lazy()
-            return None, None
-        reqs = pre.reqs
-        if due:
-            hit = [reqs[j] for j in due]
-            if self._bulk_replay():  # the stretch replay, for one pass
-                self._replay(hit, due_computed, 0, 1)
-            else:
-                for vr in hit:  # their fields are written back at every commit on this path
-                    ok = self._allocate(vr, 1)
-                    assert ok, "vLLM model: decode beyond the free blocks"
-        return pre, ctx
-
-    def _drop_lazy(self) -> None:
-        """Bring the lazy prefix's requests up to date and stop tracking it (the running loop
-        reads their fields)."""
-        if self._lazy is not None:
-            self._lazy.write_back()
-            self._lazy = None
-
-    def _next_prefix(self, batch: _VBatch, k: int) -> None:
-        """After ``k`` committed passes of ``batch``: the leading plain decodes for the next pass.
-
-        The batch's prefix advanced by ``k`` tokens, less the requests that finished, then
-        extended by the running requests right after it that are now plain decodes (a
-        prompt whose last chunk just ran, usually).
-        """
-        self._prefix = self._lazy = None
-        pre = batch.prefix
-        if pre is None:
-            return
-        pre = pre.advanced(k, self._arith)
-        if self.spec is not None or len(self.running) < self.fast_decodes_min:
-            pre.write_back()
-            return
-        running = self.running
-        m = j = len(pre.reqs)
-        while j < len(running):
-            vr = running[j]
-            if vr.computed != vr.num_tokens - 1 or vr.generated <= 0:
-                break
-            j += 1
-        if j > m:
-            pre = pre.extended(running[m:j], self._arith)
-        if len(pre.reqs) < self.fast_decodes_min or not self._bulk_replay():
-            pre.write_back()  # the per-event block paths read the requests' own fields
-            if len(pre.reqs) < self.fast_decodes_min:
-                return
-        self._prefix = self._lazy = pre
-
     def _admit(self, now: float, budget: int, scheduled: list[VReq]) -> int:
         """The waiting loop: FCFS admission while seats, budget and blocks allow."""
         thr = self.threshold
@@ -671,141 +421,6 @@ class VLLMEngine(BlockKVEngine):
         self.rec.emit(np.fromiter((vr.req.index for vr in reqs), dtype=np.int64, count=n), end, acc)
         self._finish_done(reqs, end)
 
-    def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
-        """Commit ``ends.size`` identical decode passes, replaying their block events in order."""
-        self._in_flight = False
-        batch: _VBatch = plan.requests
-        reqs = batch.reqs
-        k = int(ends.size)
-        pre = batch.prefix  # the leading plain decodes: their rows advance in _next_prefix
-        m = len(pre.reqs) if pre is not None else 0
-        # A stretch follows a decode-only pass, whose schedule recorded computed and left_min.
-        c0 = batch.computed  # an int64 array: the compiled replay reads it in place
-        # Pass s (1..k-1) computes position c0 + s of each request; at its start (the end of
-        # pass s-1) it allocates a block when that position opens one, and registers a
-        # block when the position fills one.
-        pool = self.pool
-        if self._bulk_replay():
-            self._replay(reqs, c0, 1, k)
-        else:
-            c0_list = c0.tolist()
-            self._replay_stretch(reqs, c0_list, stretch_block_events(c0_list, k, self.bs, self.caching), ends)
-        end = ends.item(k - 1)
-        pool.now = end
-        if m < len(reqs):  # the requests after the leading decodes (usually none)
-            for vr, c in zip(reqs[m:], c0[m:].tolist()):
-                vr.computed = c + k
-                vr.generated += k
-                vr.num_tokens += k
-                vr.sched = 0
-        self.rec.emit_stretch(batch.idx, ends)
-        if batch.left_min <= k:  # else no request reached max_new (left_min is their minimum)
-            done = self._finished_in_prefix(pre, k) if m else []
-            self._finish_done(done + reqs[m:] if m else reqs, end)
-        self._next_prefix(batch, k)
-
-    def _finished_in_prefix(self, pre: _DecodePrefix, k: int) -> list[VReq]:
-        """The prefix's requests that sample their last token within ``k`` passes, written
-        back to their state after those passes (they leave the prefix)."""
-        return pre.write_back(k, self._arith.finishing(pre.rows, k))
-
-    def _replay_stretch(self, reqs: list[VReq], c0: list[int], keys: list[int], ends: np.ndarray) -> None:
-        """The block events of a decode stretch through :meth:`_allocate`, each at its pass's time.
-
-        Requests are moved to the state of the pass at hand for each event and put back
-        to their state before the stretch at the end.
-        """
-        n = len(reqs)
-        g0 = [vr.generated for vr in reqs]
-        pool = self.pool
-        for key in keys:
-            s, j = divmod(key, n)
-            vr = reqs[j]
-            vr.computed = c0[j] + s
-            vr.generated = g0[j] + s
-            vr.num_tokens = vr.req.input_length + vr.generated
-            pool.now = float(ends[s - 1])
-            ok = self._allocate(vr, 1)
-            assert ok, "vLLM model: decode stretch beyond the free blocks"
-        for vr, c, g in zip(reqs, c0, g0):
-            vr.computed = c
-            vr.generated = g
-            vr.num_tokens = vr.req.input_length + g
-
-    def _bulk_replay(self) -> bool:
-        """Whether decode block events can be replayed in bulk (LRU, no KV event sink)."""
-        pool = self.pool
-        return pool.on_event is None and (pool.compiled or pool._lru)
-
-    def _replay(self, reqs: list[VReq], c0: list[int] | np.ndarray, first: int, k: int) -> None:
-        """Decode block events of passes ``first..k-1`` in bulk: on the compiled pool, or in Python."""
-        if self.pool.compiled:
-            self.pool.replay_decode(reqs, c0, first, k, self.caching, getattr(self, "_chain"))  # see _fast_decodes
-        else:
-            self._replay_lru(reqs, c0 if type(c0) is list else c0.tolist(), first, k)
-
-    def _replay_lru(self, reqs: list[VReq], c0: list[int], first: int, k: int) -> None:
-        """The block events of decode passes ``first..k-1`` under LRU without KV event sinks, in order.
-
-        Pass ``s`` computes position ``c0[j] + s`` of request ``j``.  Same effects as calling
-        :meth:`_allocate` for it: a pass that opens a block takes one from the head of the
-        free queue (evicting its hash); one that fills a block registers it.  Between passes
-        a running request holds ``ceil(computed / bs)`` blocks of which
-        ``computed // bs`` are registered (``check_invariants``), so each event touches
-        exactly one block and ``_allocate``'s checks reduce to the event's kind.  Used for
-        a stretch (``first`` 1: pass 0 was allocated when scheduled) and for the requests at
-        a block boundary in one pass (``first`` 0, ``k`` 1).  A request's unit chain is extended
-        once for all passes (at its first fill beyond it) instead of once per block.
-        """
-        bs = self.bs
-        pool = self.pool
-        table = pool._hash_to_block
-        refs, block_hash = pool.refs, pool.hashes
-        free = pool._free
-        popleft, entries = free.q.popleft, free.entries
-        on_evict = pool.on_evict
-        fills = 0
-        buckets = decode_event_buckets(c0, first, k, bs, self.caching)
-        for s in range(first, k):
-            for j, kind in buckets[s % bs]:
-                vr = reqs[j]
-                if kind == 0:  # opens a block: FreeQueue.popleft, inlined
-                    b = popleft()
-                    e = entries[b] - 1
-                    entries[b] = e
-                    while e or refs[b]:  # a stale entry
-                        b = popleft()
-                        e = entries[b] - 1
-                        entries[b] = e
-                    free.live -= 1
-                    h = block_hash[b]
-                    if h is not None:  # recycling a cached block evicts it
-                        del table[h]
-                        block_hash[b] = None
-                        if on_evict is not None:
-                            on_evict((h,))
-                    refs[b] = 1
-                    vr.blocks.append(b)
-                    continue
-                i = (c0[j] + s + 1) // bs - 1  # fills block i
-                vr.n_cached = i + 1
-                if i >= vr.private_from:  # no other request can look it up: not registered
-                    continue
-                fills += 1
-                chain = vr.chain
-                us = vr.req.block_size
-                if ((i + 1) * bs - 1) // us >= len(chain):
-                    chain = self._chain(vr, (c0[j] + k) // bs)
-                b = vr.blocks[i]
-                h = chain_block_hash(chain, bs, i, unit_size=us)
-                if block_hash[b] is not None or h in table:
-                    continue
-                if refs[b] <= 0:
-                    raise RuntimeError(f"caching {pool.blocks[b]!r}, which is not in use")
-                block_hash[b] = h
-                table[h] = b
-        pool._seq += fills  # as many logical-clock ticks as cache_full_blocks calls
-
     def _finish_done(self, reqs: list[VReq], end: float) -> None:
         done = [vr for vr in reqs if vr.generated >= vr.max_new]
         if not done:
@@ -848,47 +463,7 @@ class VLLMEngine(BlockKVEngine):
                 return True
         return False
 
-    # -- fast-forward -------------------------------------------------------------------------
-    def decode_stretch_limit(self) -> int:
-        """Decode passes that will repeat unchanged: no admission, finish, preemption or failed allocation."""
-        batch = self._last
-        if batch is None or not batch.decode_only or batch.preempted:
-            return 1
-        if self.ready or self.spec is not None:  # transferred KV waiting; speculative passes vary
-            return 1
-        reqs = batch.reqs
-        n = len(reqs)
-        if n != len(self.running) or n == 0:
-            return 1
-        bs = self.bs
-        c = batch.computed
-        limit = batch.left_min
-        if self.waiting and n < self.max_seqs and n < self.budget:
-            # The waiting head failed on blocks; it keeps failing while the pool is unchanged.
-            first_alloc = (-(c + 1)) % bs + 1
-            m = first_alloc
-            if self.caching:
-                m = np.minimum(m, (-(c + 2)) % bs + 1)
-            limit = min(limit, int(m.min()))
-        return self._arith.stretch_within_free_blocks(c, bs, self.pool.num_free_blocks, limit)
-
     # -- state ---------------------------------------------------------------------------------
-    def running_progress(self) -> list[tuple[VReq, int, int, int]]:
-        """Each running request with its true ``(computed, sched, generated)``.
-
-        A lazy prefix's rows stand in for its requests' own fields (see :class:`_DecodePrefix`);
-        ``num_tokens`` is always ``input_length + generated``.
-        """
-        lazy = self._lazy
-        m = len(lazy.reqs) if lazy is not None else 0
-        out = []
-        if m:
-            sched = 1 if self._in_flight else 0
-            for vr, c, left in zip(lazy.reqs, lazy.computed.tolist(), lazy.left.tolist()):
-                out.append((vr, c, sched, vr.max_new - left))
-        out.extend((vr, vr.computed, vr.sched, vr.generated) for vr in self.running[m:])
-        return out
-
     def snapshot(self) -> EngineSnapshot:
         outstanding = sum(vr.num_tokens - vr.computed + vr.max_new - vr.generated for vr in self.waiting)
         lazy = self._lazy
