@@ -33,10 +33,10 @@ How a point is given to AISimulate (``aisimulate_config``):
   servesim uses for the point; layout from the row (attention tp × dp, MoE tp × ep);
 - scheduler limits from the point's engine flags (batched tokens, sequences), prefix caching
   as the flags leave it (off, except for the prompt-pool campaigns of
-  ``validate/points.py:reuses_prompt_pool``), chunked prefill off where the TRT-LLM flags turn
+  ``validate/recipes/prompt_pool.py:reuses_prompt_pool``), chunked prefill off where the TRT-LLM flags turn
   chunked context off;
 - speculative decoding where servesim simulates the point with it (the InferenceX MTP sweeps of
-  ``validate/points.py:inferencex_mtp_sweep``): AISimulate's ``nextn`` = the draft tokens and
+  ``validate/recipes/trtllm.py:inferencex_mtp_sweep``): AISimulate's ``nextn`` = the draft tokens and
   ``nextn_accepted`` = the mean accepted drafts servesim's acceptance rates give;
 - every other setting is AISimulate's default (its measured operator tables, its engine
   models).
@@ -65,7 +65,8 @@ from pathlib import Path
 from typing import Any
 
 from servesim.engines.speculative import SpeculativeConfig, expected_length
-from servesim.validate.points import point_config, prefix_caching, read_points, sample_rows, split_rows
+from servesim.validate.points import point_config, read_points, sample_rows, split_rows
+from servesim.validate.recipes.prompt_pool import prefix_caching
 from servesim.workload.config import ClosedLoopWorkload
 from servesim.workload.recipes import PROMPT_BLOCK, generate_closed_loop
 

@@ -78,7 +78,7 @@ def test_trace_holds_servesims_requests_for_the_point(bench, tmp_path: Path) -> 
 
 
 def test_a_prompt_pool_point_replays_its_repeated_prompts_with_the_cache_on(bench, tmp_path: Path) -> None:
-    """Points whose client reused 100 prompts (validate/points.py:reuses_prompt_pool) give AISimulate
+    """Points whose client reused 100 prompts (validate/recipes/prompt_pool.py:reuses_prompt_pool) give AISimulate
     the same repeated block ids and a prefix cache, so both simulators see the same reuse."""
     row = dict(ROW, source="aic_silicon_sample/nvidia", workload="fixed_lengths_unverified", system="h200_sxm",
                backend_version="0.12.0", num_prompts="")

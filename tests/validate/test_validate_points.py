@@ -9,9 +9,9 @@ import pytest
 from servesim.cluster.deployment import build_deployment
 from servesim.config import load_config
 from servesim.errors import ConfigError
-from servesim.validate.points import (INFERENCEX_MTP_ACCEPTANCE, PREFIX_CACHE_FLAGS, _prefix_cache_on,
-                                      inferencex_mtp_sweep, load_points, point_config, prefix_caching, read_points,
-                                      sample_rows)
+from servesim.validate.points import load_points, point_config, read_points, sample_rows
+from servesim.validate.recipes.prompt_pool import PREFIX_CACHE_FLAGS, prefix_caching, turn_prefix_cache_on
+from servesim.validate.recipes.trtllm import INFERENCEX_MTP_ACCEPTANCE, inferencex_mtp_sweep
 
 from measured_rows import BASE, row
 
@@ -421,7 +421,7 @@ def test_output_spread_breaks_the_lockstep_waves_of_a_fixed_closed_loop():
 
 def test_prompt_pool_campaigns_run_an_aiperf_client_against_a_prefix_cache():
     """reuses_prompt_pool: Dynamo-image rows and the H200 SGLang 0.5.6.post2 / vLLM 0.12.0 campaign."""
-    from servesim.validate.points import AIPERF_DATASET_ENTRIES, reuses_prompt_pool
+    from servesim.validate.recipes.prompt_pool import AIPERF_DATASET_ENTRIES, reuses_prompt_pool
 
     llama = {"model": "meta-llama/Llama-3.1-8B-Instruct", "system": "h200_sxm", "precision": "", "gpus": 1,
              "attention_tp": 1, "moe_ep": 1, "concurrency": 112, "isl": 1000, "osl": 100, "num_prompts": ""}
@@ -558,5 +558,5 @@ def test_prompt_pool_points_turn_each_engines_prefix_cache_back_on(name):
     flag, on = PREFIX_CACHE_FLAGS[name]
     engine = {"name": name, flag: not on}
     assert prefix_caching(engine) is False
-    _prefix_cache_on(engine)
+    turn_prefix_cache_on(engine)
     assert flag not in engine and prefix_caching(engine) is True
