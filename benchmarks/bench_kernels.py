@@ -6,7 +6,7 @@ For every GPU system the package ships that servesim knows (NVIDIA: H100, H200, 
 GB200, GB300, A100, L40S), every serving framework's newest table of each kind, every
 precision and shape in it (at most ``--rows`` rows per table and op class, drawn with a
 fixed seed), the same op is priced with :class:`servesim.perf.kernels.OpModel` at the
-default :class:`~servesim.perf.analytic.AnalyticParams` (the uncalibrated physics), and the
+default :class:`~servesim.perf.analytic_params.AnalyticParams` (the uncalibrated physics), and the
 relative error ``predicted / measured − 1`` is summarised per op class: count, median and
 mean |error|, signed median (bias: > 0 means servesim is too slow).
 
@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from servesim.hardware import load_gpu
-from servesim.perf.analytic import AnalyticParams
+from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.kernels import OpModel
 
 #: aiconfigurator-core system → servesim GPU.

@@ -18,7 +18,7 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
   the tables' weight-only MoE kernels are not the ones the engines serve gpt-oss / Kimi with;
 - ``moe_eff_scale`` (``--moe``): one grouped-GEMM efficiency relative to the dense GEMMs, over
   every GPU's bf16 / fp8 / block-fp8 / nvfp4 MoE tables (all frameworks), with the GPUs' files
-  as they are: the default of :class:`~servesim.perf.analytic.AnalyticParams`.
+  as they are: the default of :class:`~servesim.perf.analytic_params.AnalyticParams`.
 
 These are per-kernel measurements (physics), not end-to-end results: nothing of
 calibration.csv enters.  Excluded, with the reason: vLLM's block-scaled fp8 GEMM op on
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import GEMM_DTYPES, SYSTEMS, _moe_class, table_files  # noqa: E402
 
 from servesim.hardware import load_gpu  # noqa: E402
-from servesim.perf.analytic import AnalyticParams  # noqa: E402
+from servesim.perf.analytic_params import AnalyticParams  # noqa: E402
 from servesim.perf.kernels import OpModel  # noqa: E402
 
 #: (table dtype, servesim format) pairs that set each key; GEMM tables.

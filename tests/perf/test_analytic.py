@@ -6,7 +6,9 @@ import pytest
 
 from servesim.hardware import load_gpu
 from servesim.models import load_model, parse_config
-from servesim.perf.analytic import AnalyticParams, AnalyticStepTime, expected_busiest_touched
+from servesim.perf.analytic import AnalyticStepTime
+from servesim.perf.analytic_params import AnalyticParams
+from servesim.perf.expert_balance import expected_busiest_touched
 from servesim.perf.plan import PassPlan, StepTimeModel, stretch_by_steps
 
 TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,

@@ -14,7 +14,8 @@ import pytest
 
 from servesim.hardware.gpu import load_gpu
 from servesim.models.arch import load_model
-from servesim.perf.analytic import AnalyticParams, AnalyticStepTime
+from servesim.perf.analytic import AnalyticStepTime
+from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.plan import PassPlan
 
 DEPLOYMENTS = (  # (model, gpu, tp, ep, attention dp, weight dtype)

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from servesim.errors import ConfigError
-from servesim.perf.analytic import AnalyticParams
+from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.calibration import DEFAULT_CALIBRATION, Calibration, load_calibration, parse_calibration
 from servesim.perf.frontend import FrontendParams
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from servesim.hardware import load_gpu
-from servesim.perf.analytic import AnalyticParams
+from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.kernels import ATTN_KERNELS, GemmSet, OpModel
 
 

@@ -21,10 +21,14 @@ __all__ = [
 
 
 def __getattr__(name: str):  # lazy: keep `import servesim.perf` cheap
-    if name in ("AnalyticParams", "AnalyticStepTime"):
-        from servesim.perf import analytic
+    if name == "AnalyticParams":
+        from servesim.perf.analytic_params import AnalyticParams
 
-        return getattr(analytic, name)
+        return AnalyticParams
+    if name == "AnalyticStepTime":
+        from servesim.perf.analytic import AnalyticStepTime
+
+        return AnalyticStepTime
     if name in ("FixedStepTime", "LinearStepTime"):
         from servesim.perf import simple
 

@@ -54,12 +54,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.compiled import compiled_module
 from servesim.errors import ModelError
 from servesim.hardware.gpu import GPUSpec
 from servesim.models.arch import ModelArch
+from servesim.perf.analytic_params import AnalyticParams
+from servesim.perf.expert_balance import expected_busiest_touched
 from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_OVERHEAD_BLOCKS, ATTN_KERNELS, ELEMENTWISE_KERNELS,
                                    LINEAR_ATTN_DECODE_KERNELS, LINEAR_ATTN_KERNELS, GemmSet, OpModel)
 from servesim.perf.memory import Layout, attention_params_per_gpu
@@ -72,39 +73,6 @@ _core = compiled_module("perf._stretch_core")
 #: ``ndarray.sum`` without its Python-level wrapper (numpy/_core/_methods.py): the same
 #: reduction, about a microsecond less per call, which a pass pays once or twice.
 _SUM = np.add.reduce
-
-
-def _binomial_cdf(n: int, frac: float) -> np.ndarray:
-    """P(X <= j) for j = 0..n of X ~ Binomial(n, frac), 0 < frac < 1 (log space: no underflow)."""
-    j = np.arange(1, n + 1, dtype=np.float64)
-    log_comb = np.concatenate(([0.0], np.cumsum(np.log((n - j + 1) / j))))
-    k = np.arange(n + 1, dtype=np.float64)
-    pmf = np.exp(log_comb + k * math.log(frac) + (n - k) * math.log1p(-frac))
-    return np.minimum(np.cumsum(pmf), 1.0)
-
-
-def expected_busiest_touched(experts: int, frac: float, ranks: int, per_token: int = 1) -> float:
-    """Expected largest number of touched experts on any of ``ranks`` expert-parallel ranks.
-
-    ``experts`` are spread as evenly as they go (``experts % ranks`` ranks hold one more) and
-    each is touched with probability ``frac``, independently (uniform routing), so a rank's
-    count is Binomial(its experts, frac) and the maximum's expectation is
-    ``sum_j (1 - P(max < j))`` with ``P(max <= j)`` the product of the ranks' CDFs.  One rank:
-    ``experts * frac``.  Independence understates the busiest rank when a rank holds one or two
-    experts; a token routes to ``per_token`` distinct experts, so some rank holds at least
-    ``ceil(per_token / ranks)`` of them, the floor applied here.
-    """
-    frac = min(max(frac, 0.0), 1.0)
-    if ranks <= 1 or frac <= 0.0:
-        return experts * frac
-    small, extra = divmod(experts, ranks)
-    big = small + (1 if extra else 0)
-    if frac >= 1.0:
-        return float(big)
-    cdf_max = _binomial_cdf(big, frac) ** (extra if extra else ranks)
-    if extra and small:
-        cdf_max[:small + 1] *= _binomial_cdf(small, frac) ** (ranks - extra)
-    return max(float(np.sum(1.0 - cdf_max[:-1])), float(-(-min(per_token, experts) // ranks)))
 
 
 def _attention_gemm_shapes(m: ModelArch, tp: int) -> list[tuple[float, float]]:
@@ -131,61 +99,6 @@ def _attention_gemm_shapes(m: ModelArch, tp: int) -> list[tuple[float, float]]:
     if rest > 1.0:
         shapes.append((rest / h, h))
     return shapes
-
-
-class AnalyticParams(BaseModel):
-    """Named, calibratable constants of the analytic model (defaults: typical H100/B200 serving)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    # GEMMs
-    gemm_eff_max: float = Field(0.80, gt=0, le=1, description="peak fraction large GEMMs reach")
-    gemm_half_tokens: float = Field(
-        0.0, ge=0, description="rows at which an extra GEMM efficiency ramp m/(m + half) is half; 0: none (the "
-        "tile and wave model prices small-M GEMMs; kept so older calibration files load)")
-    moe_eff_scale: float = Field(
-        0.26, gt=0, le=1, description="grouped-GEMM efficiency relative to dense GEMMs (fitted on the measured MoE "
-        "kernel tables of every NVIDIA GPU, bf16 / fp8 / nvfp4, all frameworks: benchmarks/fit_kernel_ceilings.py)")
-    moe_half_tokens: float = Field(
-        0.0, ge=0, description="rows per expert at which an extra grouped-GEMM ramp is half; 0: none (rows are "
-        "padded to the grouped GEMM's row tile instead)")
-    mem_eff: float = Field(0.85, gt=0, le=1, description="HBM bandwidth fraction reached streaming weights/activations")
-    # attention
-    attn_prefill_eff_max: float = Field(0.65, gt=0, le=1, description="peak fraction of prefill (flash) attention")
-    attn_prefill_half_tokens: float = Field(
-        0.0, ge=0, description="chunk tokens at which an extra prefill-attention ramp is half; 0: none (query "
-        "blocks padded and run in waves over the SMs instead)")
-    attn_decode_mem_eff: float = Field(0.90, gt=0, le=1, description="HBM fraction decode attention reaches reading KV")
-    attn_decode_compute_eff: float = Field(0.40, gt=0, le=1, description="peak fraction of decode attention math")
-    attn_decode_ctx_overhead_tokens: float = Field(
-        64.0, ge=0, description="per-request decode-attention fixed cost, as extra context tokens read (half a "
-        "128-token KV tile: a request's last tile is read whole)")
-    elementwise_bytes_per_token: float = Field(
-        12.0, ge=0, description="hidden-size multiples of bf16 traffic per token per layer (norms, residual, rope)")
-    linear_attn_flops_factor: float = Field(
-        12.0, ge=0, description="FLOPs per state element per token of the chunked gated-delta kernel (64-token "
-        "chunks: intra-chunk products plus the state update)")
-    linear_attn_eff: float = Field(
-        0.07, gt=0, le=1, description="bf16 peak fraction the chunked / recurrent gated-delta kernels reach "
-        "(measured 0.06-0.08 on H100 and B200: they run near the GPU's FP32 non-tensor rate)")
-    state_dtype_bytes: float = Field(4.0, gt=0, description="bytes per recurrent-state element (fp32 state)")
-    # communication
-    comm_eff: float = Field(0.70, gt=0, le=1, description="link bandwidth fraction collectives reach")
-    allreduce_fixed_s: float = Field(4e-6, ge=0, description="fixed cost of one all-reduce")
-    alltoall_fixed_s: float = Field(12e-6, ge=0, description="fixed cost of one all-to-all (dispatch or combine)")
-    link_latency_factor: float = Field(0.5, ge=0, description="multiplies the GPU spec's link latency per log2(ranks)")
-    comm_time_scale: float = Field(
-        1.0, gt=0, description="multiplies every collective's time, fixed and per-token parts (calibrated: "
-        "NCCL and custom all-reduce kernels reach a share of the link that varies with message size and engine)")
-    # overheads
-    pass_overhead_s: float = Field(1.5e-3, ge=0, description="per-pass scheduling + launch (eager/piecewise passes)")
-    layer_overhead_s: float = Field(15e-6, ge=0, description="per-layer launch overhead of eager passes")
-    graph_pass_overhead_s: float = Field(0.5e-3, ge=0, description="per-pass overhead of CUDA-graph decode passes")
-    graph_layer_overhead_s: float = Field(
-        0.0, ge=0, description="per-layer CPU overhead inside a CUDA graph (none: a graph replays without launches; "
-        "the GPU-side kernel latencies are in the ops)")
-    cuda_graph_max_batch: int = Field(512, ge=0, description="largest decode batch replayed from a CUDA graph")
-    overhead_per_request_s: float = Field(0.0, ge=0, description="per-request CPU cost per pass (batch bookkeeping)")
 
 
 class AnalyticStepTime:

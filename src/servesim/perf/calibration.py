@@ -268,7 +268,7 @@ def parse_calibration(data: Any, label: str = "<calibration>") -> Calibration:
 
 
 def _check_fields(cal: Calibration, label: str) -> None:
-    from servesim.perf.analytic import AnalyticParams
+    from servesim.perf.analytic_params import AnalyticParams
     from servesim.perf.frontend import FrontendParams
 
     sections = ([("shared", cal.shared)] + [(f"groups.{k}", v) for k, v in cal.groups.items()]

@@ -29,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from servesim.errors import ConfigError
 from servesim.hardware.gpu import GPUSpec
 from servesim.models.arch import ModelArch
-from servesim.perf.analytic import AnalyticParams, AnalyticStepTime
+from servesim.perf.analytic import AnalyticStepTime
+from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.frontend import FrontendParams
 from servesim.perf.plan import StepTimeModel
 from servesim.perf.simple import FixedStepTime, LinearStepTime

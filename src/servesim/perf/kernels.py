@@ -16,7 +16,7 @@ measured kernels (``benchmarks/bench_kernels.py``, docs/physics.md).  Shapes are
 - memory: bytes moved over HBM at ``mem_eff`` of the bandwidth (capped the same way).
 
 Nothing here is fitted per deployment: the constants are the GPU's facts and the
-:class:`~servesim.perf.analytic.AnalyticParams` defaults, which docs/physics.md checks
+:class:`~servesim.perf.analytic_params.AnalyticParams` defaults, which docs/physics.md checks
 against the measured kernel tables.
 """
 

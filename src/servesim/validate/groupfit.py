@@ -105,10 +105,10 @@ COMM_INDEX = 8
 
 def physical_prior(base: "BaseParams") -> "GroupParams":
     """The values a group is pulled toward: the op-level model's own parameters
-    (:class:`~servesim.perf.analytic.AnalyticParams` defaults, set from microbenchmarks and
+    (:class:`~servesim.perf.analytic_params.AnalyticParams` defaults, set from microbenchmarks and
     the kernels' structure), no extra scheduler time beyond a typical pass and request cost,
     collectives as the link model prices them."""
-    from servesim.perf.analytic import AnalyticParams
+    from servesim.perf.analytic_params import AnalyticParams
 
     d = AnalyticParams()
     return GroupParams(-math.log(d.mem_eff), -math.log(d.gemm_eff_max), 1e-3, 0.0, d.graph_layer_overhead_s,

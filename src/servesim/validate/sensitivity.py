@@ -55,7 +55,7 @@ from typing import Callable, Sequence
 
 from servesim.errors import ServesimError
 from servesim.models.arch import load_model
-from servesim.perf.analytic import AnalyticParams
+from servesim.perf.analytic_params import AnalyticParams
 from servesim.validate.points import Point
 from servesim.validate.run import check_point
 from servesim.validate.simulate import simulate_point
