@@ -4,6 +4,7 @@
 # here (an undeclared one raises AttributeError in the compiled module only).
 cimport cython
 from servesim.kvcache.token_pool cimport TokenPool
+from servesim.workload.request cimport Request
 
 
 cdef class RadixNode:
@@ -62,6 +63,10 @@ cdef class RadixCache:
                    child=RadixNode, n=cython.Py_ssize_t, m=cython.longlong)
     cpdef tuple _descend(self, RadixNode node, list segs, Py_ssize_t i, long long s, long long total)
 
+    @cython.locals(seq=cython.longlong, now=cython.double, page=cython.longlong, bs=cython.longlong,
+                   node=RadixNode, child=RadixNode, pos=cython.longlong, m=cython.longlong)
+    cpdef MatchResult match_request(self, Request req, long long stop)
+
     @cython.locals(parent=RadixNode, new=RadixNode)
     cpdef RadixNode _split(self, RadixNode child, long long m)
 
@@ -100,3 +105,11 @@ cdef class RadixCache:
     cpdef bint alloc(self, long long n, bint evict=*) except? -1
 
     cpdef free(self, long long n)
+
+
+@cython.locals(n_ids=cython.Py_ssize_t)
+cdef object _request_block(Request req, long long k)
+
+@cython.locals(bs=cython.longlong, m=cython.longlong, k=cython.longlong, base=cython.longlong, s=cython.longlong,
+               e=cython.longlong, end=cython.longlong, ks=cython.longlong, ke=cython.longlong)
+cdef long long _request_common_prefix(list key, Request req, long long pos, long long stop) except? -1

@@ -46,6 +46,7 @@ from servesim.kvcache.segments import (
     units_to_segments,
 )
 from servesim.kvcache.token_pool import TokenPool
+from servesim.workload.request import Request, output_block_id
 
 Units = Sequence[tuple[int, int]]
 
@@ -301,6 +302,43 @@ class RadixCache:
             return MatchResult(0, self.root)
         tokens, node, _, _ = self._walk(segs)
         return MatchResult(tokens, node)
+
+    def match_request(self, req: Request, stop: int) -> MatchResult:
+        """:meth:`match_segments` of ``sequence_segments(req, 0, stop)``, reading the request's
+        block ids as the walk reaches them.
+
+        An engine matches a waiting request each time it tries to admit it; building the
+        segment list first made every try cost a tuple per page of the prompt (the larger
+        part of an SGLang admission on agent contexts, whose prompts run to thousands of
+        pages).  This walk costs what it compares: the segments of the nodes it goes
+        through.  Same stamps, splits and result as the walk of the built list; a position
+        is a token index, (segment ``i``, token ``s``) of that list being ``i * block_size + s``.
+        """
+        if self.disable:
+            return MatchResult(0, self.root)
+        self._seq += 1
+        seq, now, page = self._seq, self.now, self.page_size
+        bs = req.block_size
+        node = self.root
+        pos = 0
+        while pos < stop:
+            child = node.children.get(_request_block(req, pos // bs))
+            if child is None:
+                break
+            m = _request_common_prefix(child.key, req, pos, stop)
+            if page > 1 and m % page:
+                m -= m % page
+            if m == 0:
+                break
+            child.last_access = now
+            child.last_seq = seq
+            child.access_count += 1
+            pos += m
+            if m < child.ntok:
+                node = self._split(child, m)
+                break
+            node = child
+        return MatchResult(pos, node)
 
     def path_segments(self, node: RadixNode) -> list[Segment]:
         """The tokens root → ``node`` (inclusive) as canonical segments."""
@@ -592,3 +630,40 @@ class RadixCache:
         assert protected == self.protected_size, (protected, self.protected_size)
         assert tree == self.pool.cached_tokens, (tree, self.pool.cached_tokens)
         assert leaves == self._evictable_leaves, "evictable-leaf index out of date"
+
+
+def _request_block(req: Request, k: int) -> int:
+    """Block ``k``'s id in the request's sequence: ``workload.request``'s rule (prompt ids, then
+    answer ids, then ids of this request alone), here so that the compiled walk reads it in C."""
+    ids = req.hash_ids
+    n_ids = len(ids)
+    if k < n_ids:
+        return ids[k]
+    out = req.output_hash_ids
+    if k - n_ids < len(out):
+        return out[k - n_ids]
+    return output_block_id(req.index, k - n_ids)
+
+
+def _request_common_prefix(key: list[Segment], req: Request, pos: int, stop: int) -> int:
+    """Tokens shared by ``key`` and the request's tokens ``[pos, stop)``: ``segments.common_prefix``
+    of ``key`` and ``sequence_segments(req, 0, stop)`` read from position ``pos``, without the list."""
+    bs = req.block_size
+    m = 0
+    for kb, ks, ke in key:
+        if pos >= stop:
+            break
+        k = pos // bs
+        base = k * bs
+        s = pos - base
+        e = stop - base  # the end of the input's segment of block k
+        if e > bs:
+            e = bs
+        if ks != s or kb != _request_block(req, k):
+            break
+        end = ke if ke < e else e
+        m += end - s
+        pos = base + end
+        if end == e and end < ke:  # the input ends inside this key segment
+            break
+    return m

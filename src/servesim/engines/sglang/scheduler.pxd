@@ -18,8 +18,6 @@ cdef class SGReq:
     cdef public long long extend
     cdef public long long host_hit
     cdef public bint admitted_once
-    cdef public list segs
-    cdef public long long segs_stop
 
 
 cdef class _PrefillBatch:

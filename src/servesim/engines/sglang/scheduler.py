@@ -63,7 +63,7 @@ class SGReq:
     """
 
     __slots__ = ("req", "max_new", "generated", "computed", "prefix", "node", "alloc", "fill", "extend",
-                 "host_hit", "admitted_once", "segs", "segs_stop")
+                 "host_hit", "admitted_once")
 
     def __init__(self, req: Request, max_new: int, fill: int = 0) -> None:
         self.req = req
@@ -83,11 +83,6 @@ class SGReq:
         #: Tokens loaded from the host tier when this round was admitted (recorded, then reset).
         self.host_hit = 0
         self.admitted_once = False
-        #: The segments of the sequence's first ``segs_stop`` tokens, kept while the request
-        #: waits: a waiting request is matched at every pass, and building them again each
-        #: time (one per block of its prompt) cost more than the match.
-        self.segs: list | None = None
-        self.segs_stop = -1
 
     def __repr__(self) -> str:
         return (f"SGReq(index={self.req.index}, max_new={self.max_new}, generated={self.generated}, "
@@ -460,11 +455,9 @@ class SGLangEngine(Engine):
 
     def _match(self, sr: SGReq) -> tuple[int, object]:
         """Cached tokens for the request's next round (at least one token is recomputed)."""
-        stop = self._floor_page(sr.fill - 1)
-        if sr.segs is None or sr.segs_stop != stop:
-            sr.segs = sequence_segments(sr.req, 0, stop)
-            sr.segs_stop = stop
-        res = self.tree.match_segments(sr.segs)
+        # The walk reads the request's block ids as it goes: a try costs the nodes it compares,
+        # not a segment per page of the prompt (RadixCache.match_request).
+        res = self.tree.match_request(sr.req, self._floor_page(sr.fill - 1))
         return res.tokens, res.node
 
     def _new_prefill_batch(self) -> _PrefillBatch | None:
@@ -542,7 +535,6 @@ class SGLangEngine(Engine):
                     rem_chunk -= trunc
                     new_chunked = sr
                 self._take_prefix(sr, matched, node, hh)
-                sr.segs = None  # admitted: the segments are not needed until it waits again
                 can_run.append(sr)
                 consumed += 1
                 if self._budget(total_offset) <= 0 or self._budget(cur_offset) <= 0:
