@@ -19,6 +19,11 @@ Request life cycle (how an engine drives it, as SGLang's scheduler does)::
 
 With ``page_size > 1`` matches and inserted keys are truncated to page multiples and the
 unaligned tail of a finished request is freed, as in SGLang's paged radix cache.
+
+The module is longer than 600 lines because the tree is one compiled extension
+(``radix_cache.pxd``): its walks, inserts, locks and eviction call each other as C
+methods, and a walk that reads a request's block ids (:meth:`RadixCache.match_request`)
+reads them through C functions of this module.
 """
 
 from __future__ import annotations
