@@ -295,12 +295,13 @@ def test_insert_after_a_locked_node_equals_inserting_from_the_root(seed, page):
                 walks_below += prefix > 0
                 assert a.alloc(n - prefix) and c.alloc(n - prefix)
                 tail = _segments_after(units, prefix, n)
+                end = n if rng.random() < 0.5 else -1  # the end given, or counted
                 if rng.random() < 0.5:
-                    pa, pc = a.insert(units, n), c.insert_after(tail, nc, prefix)
+                    pa, pc = a.insert(units, n), c.insert_after(tail, nc, prefix, end)
                     ma = mc = None
                 else:
                     pa, ma = a.insert_and_match(units, n)
-                    pc, mc = c.insert_after_and_match(tail, nc, prefix)
+                    pc, mc = c.insert_after_and_match(tail, nc, prefix, end)
                     assert (ma.tokens, ma.node.uid) == (mc.tokens, mc.node.uid)
                 assert pa == pc
                 a.free(max(pa - prefix, 0))
@@ -328,7 +329,17 @@ def test_insert_after_a_locked_node_equals_inserting_from_the_root(seed, page):
             assert a.evict(k) == c.evict(k)
         assert _nodes(a) == _nodes(c)
         assert (a.evictable_size, a.pool.free_tokens, a._seq) == (c.evictable_size, c.pool.free_tokens, c._seq)
+        assert all(node.ntok == sum(e - b for _, b, e in node.key) for node in _all_nodes(c))
     assert walks_below > 20
+
+
+def _all_nodes(cache: RadixCache) -> list:
+    out, stack = [], [cache.root]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(node.children.values())
+    return out
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu", "fifo"])

@@ -76,16 +76,17 @@ cdef class RadixCache:
     @cython.locals(node=RadixNode, prefix=cython.longlong, i=cython.Py_ssize_t, s=cython.longlong)
     cpdef tuple _insert_segments(self, list segs)
 
-    cpdef long long insert_after(self, list segs, RadixNode below, long long prefix) except? -1
+    cpdef long long insert_after(self, list segs, RadixNode below, long long prefix, long long end=*) except? -1
 
-    @cython.locals(end=RadixNode, present=cython.longlong)
-    cpdef tuple insert_after_and_match(self, list segs, RadixNode below, long long prefix)
+    @cython.locals(last=RadixNode, present=cython.longlong)
+    cpdef tuple insert_after_and_match(self, list segs, RadixNode below, long long prefix, long long end=*)
 
     @cython.locals(node=RadixNode, total=cython.longlong, i=cython.Py_ssize_t, s=cython.longlong)
-    cpdef tuple _insert_after(self, list segs, RadixNode below, long long prefix)
+    cpdef tuple _insert_after(self, list segs, RadixNode below, long long prefix, long long end=*)
 
     @cython.locals(leaf=RadixNode)
-    cpdef tuple _add_rest(self, list segs, long long prefix, RadixNode node, Py_ssize_t i, long long s)
+    cpdef tuple _add_rest(self, list segs, long long prefix, RadixNode node, Py_ssize_t i, long long s,
+                          long long end=*)
 
     @cython.locals(delta=cython.longlong, root=RadixNode)
     cpdef long long inc_lock_ref(self, RadixNode node) except? -1

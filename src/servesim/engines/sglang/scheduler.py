@@ -802,9 +802,9 @@ class SGLangEngine(Engine):
         segs = sequence_segments(sr.req, sr.prefix, aligned)
         res = None
         if match:
-            present, res = self.tree.insert_after_and_match(segs, sr.node, sr.prefix)
+            present, res = self.tree.insert_after_and_match(segs, sr.node, sr.prefix, aligned)
         else:
-            present = self.tree.insert_after(segs, sr.node, sr.prefix)
+            present = self.tree.insert_after(segs, sr.node, sr.prefix, aligned)
         # Tokens [prefix, present) were computed privately but already cached by another
         # request meanwhile: free our copies.  Tokens [present, aligned) now belong to the tree.
         dup = max(present - sr.prefix, 0)
