@@ -38,12 +38,13 @@ def test_id_array_equal_python(ids, as_tuple):
     assert got.dtype == want.dtype == np.uint64 and got.tolist() == want.tolist()
 
 
+@pytest.mark.parametrize("as_tuple", [False, True])
 @pytest.mark.parametrize("bad", [-1, 2**64, 1.5, True, "x"])
-def test_id_array_leaves_other_lists_to_numpy(bad):
-    """A list that is not all valid ids gets numpy's own answer: its array, or its error."""
+def test_id_array_leaves_other_lists_to_numpy(bad, as_tuple):
+    """A list or tuple that is not all valid ids gets numpy's own answer: its array, or its error."""
     def outcome(f):
         try:
-            return f([1, bad]).tolist()
+            return f((1, bad) if as_tuple else [1, bad]).tolist()
         except Exception as exc:  # noqa: BLE001 - the error's type is the answer
             return type(exc)
 

@@ -23,6 +23,7 @@ import numpy as np
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.metrics.stats import describe
 from servesim.workload.agentic.phases import LANE_WARMUP, PLAY, PRIMER
+from servesim.workload.agentic.trace_ids import id_array
 
 if TYPE_CHECKING:
     from servesim.sim.agentic import AgenticDriver
@@ -234,7 +235,9 @@ def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.nda
         # completed by the answer, which a later prompt may carry), matched over full ones;
         # a warm-up copy generates one token: its prompt alone.
         answer = node.output_hash_ids if driver.req_phase[r] == PLAY else ()
-        ids = np.asarray(node.hash_ids + answer, dtype=np.uint64) + np.uint64(off)
+        ids = id_array(node.hash_ids + answer)  # one C loop when compiled (workload/agentic/trace_ids.py)
+        if off:
+            ids += np.uint64(off)
         if not ids.size:
             continue
         keys = prefix_keys(ids)

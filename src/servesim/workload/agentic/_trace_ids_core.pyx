@@ -9,7 +9,7 @@ import numpy as np
 cimport numpy as cnp
 from cpython.long cimport PyLong_AsUnsignedLongLong
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF
 
 cnp.import_array()
@@ -31,17 +31,18 @@ def ids_valid(list v) -> bool:
 
 
 def id_array(ids) -> cnp.ndarray:
-    """The ids (each in [0, 2**64)) as a uint64 array.  Anything but a list of such ints goes
-    to numpy as it is (its result, or its error)."""
-    if type(ids) is not list:
+    """The ids (each in [0, 2**64)) as a uint64 array.  Anything but a list or tuple of such
+    ints goes to numpy as it is (its result, or its error)."""
+    cdef Py_ssize_t i, n
+    cdef bint is_list = type(ids) is list
+    if not is_list and type(ids) is not tuple:
         return np.asarray(ids, dtype=np.uint64)
-    cdef list v = <list>ids
-    cdef Py_ssize_t i, n = PyList_GET_SIZE(v)
+    n = len(ids)
     out = np.empty(n, dtype=np.uint64)
     cdef cnp.uint64_t[::1] view = out
     cdef object x
     for i in range(n):
-        x = <object>PyList_GET_ITEM(v, i)
+        x = <object>(PyList_GET_ITEM(ids, i) if is_list else PyTuple_GET_ITEM(ids, i))
         if type(x) is not int:
             return np.asarray(ids, dtype=np.uint64)
         try:

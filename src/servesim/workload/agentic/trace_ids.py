@@ -30,7 +30,7 @@ def ids_valid(v: list) -> bool:
 
 
 def id_array(ids: Sequence[int]) -> np.ndarray:
-    """The ids (each in [0, 2**64)) as a uint64 array."""
+    """The ids (each in [0, 2**64)) as a uint64 array (a trace row's list, or a prompt's tuple)."""
     return np.asarray(ids, dtype=np.uint64)
 
 
