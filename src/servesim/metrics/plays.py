@@ -199,8 +199,10 @@ class _PrefixKeys:
     (mod 2**64), computed for all k at once as ``P**k * cumsum(id[j] * Q**j)``.
 
     The powers of ``P`` and ``Q`` are the same for every request: they are computed once, for
-    the longest sequence, and sliced (two ``cumprod`` per request took about a third of the
-    plays table's time on an AgentX trace)."""
+    the longest sequence, and sliced.  :meth:`many` computes the keys of many sequences in a
+    few array operations over their concatenation (a few small numpy calls per request were
+    most of the plays table's time on an AgentX trace); the sums are modulo 2**64, so a
+    sequence's cumulative sum is the concatenation's minus its value before the sequence."""
 
     def __init__(self, longest: int) -> None:
         n = max(longest, 1)
@@ -212,6 +214,22 @@ class _PrefixKeys:
         n = ids.size
         with np.errstate(over="ignore"):
             return np.cumsum((ids + np.uint64(1)) * self.qpow[:n], dtype=np.uint64) * self.ppow[:n]
+
+    def many(self, seqs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The keys of each sequence (none empty), concatenated, and where each one's start."""
+        sizes = np.fromiter((a.size for a in seqs), dtype=np.int64, count=len(seqs))
+        starts = np.zeros(len(seqs), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        local = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(starts, sizes)  # position in its sequence
+        with np.errstate(over="ignore"):
+            total = np.cumsum((np.concatenate(seqs) + np.uint64(1)) * self.qpow[local], dtype=np.uint64)
+            before = np.zeros(len(seqs), dtype=np.uint64)
+            before[1:] = total[starts[1:] - 1]
+            return (total - np.repeat(before, sizes)) * self.ppow[local], starts
+
+
+#: Block ids whose prefix keys :func:`ideal_cached_tokens` computes together (memory bound).
+_KEYS_CHUNK = 1 << 20
 
 
 def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.ndarray:
@@ -228,6 +246,25 @@ def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.nda
     seen: set[int] = set()
     out = np.zeros(rec.size, dtype=np.int64)
     prefix_keys = _PrefixKeys(max((len(n.hash_ids) + len(n.output_hash_ids) for n in g.nodes), default=1))
+    chunk: list[tuple[int, int]] = []  # (request, matched-block limit) of the requests in ``seqs``
+    seqs: list[np.ndarray] = []
+    held = 0
+
+    def match(chunk: list[tuple[int, int]], seqs: list[np.ndarray]) -> None:
+        """The requests of a chunk, in order: each one's keys against those seen before it."""
+        keys, starts = prefix_keys.many(seqs)
+        for (r, limit), start, seq in zip(chunk, starts.tolist(), seqs):
+            mine = keys[start:start + seq.size]
+            lo, hi = 0, limit  # matched blocks: the largest k with mine[k-1] seen
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if int(mine[mid - 1]) in seen:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            out[r] = min(lo * bs, g.nodes[driver.req_node[r]].input_length - 1)
+            seen.update(mine[lo:].tolist())  # the matched prefixes are there already
+
     for r in range(rec.size):
         node = g.nodes[driver.req_node[r]]
         off = g.id_offset(driver.runs[driver.req_run[r]].generation)
@@ -240,16 +277,14 @@ def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.nda
             ids += np.uint64(off)
         if not ids.size:
             continue
-        keys = prefix_keys(ids)
-        lo, hi = 0, min(node.input_length // bs, keys.size)  # matched blocks: the largest k with keys[k-1] seen
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if int(keys[mid - 1]) in seen:
-                lo = mid
-            else:
-                hi = mid - 1
-        out[r] = min(lo * bs, node.input_length - 1)
-        seen.update(keys[lo:].tolist())  # the matched prefixes are there already
+        chunk.append((r, min(node.input_length // bs, ids.size)))
+        seqs.append(ids)
+        held += ids.size
+        if held >= _KEYS_CHUNK:
+            match(chunk, seqs)
+            chunk, seqs, held = [], [], 0
+    if chunk:
+        match(chunk, seqs)
     return out
 
 
