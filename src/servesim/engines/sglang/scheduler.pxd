@@ -149,3 +149,6 @@ cdef class SGLangEngine(Engine):
     cpdef long long decode_stretch_limit(self)
 
     cpdef long long input_lag_passes(self)
+
+    @cython.locals(sr=SGReq, total=cython.longlong)
+    cpdef long long _queued_outstanding(self) except? -1
