@@ -5,7 +5,6 @@ This is the library entry point that the CLI, notebooks and other tools share.
 
 from __future__ import annotations
 
-import gc
 import platform
 import time
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from servesim.metrics.summary import fleet_summary, summarize, worker_breakdown
 from servesim.metrics.timeseries import TimeSeries
 from servesim.metrics.warnings import input_warnings
 from servesim.errors import WorkloadError
+from servesim.gc_threshold import fewer_collections
 from servesim.plan.summary import planning_summary
 from servesim.metrics.utilisation import annotate_workers
 from servesim.report.kv_events import KVEventLog
@@ -177,18 +177,8 @@ def run_simulation(cfg: Config, source: WorkloadSource, deployment: Deployment,
 
         driver = driver_for(source.agentic, cfg.seed)
         driver.attach(sim)
-    # The run allocates many short-lived containers (an SGLang lookup builds a segment per page
-    # of the prompt: thousands for an agent's context), each burst of 700 setting off a
-    # collection of the young generation; collections took about a fifth of an SGLang run on
-    # agent plays.  A larger first threshold runs them a hundred times less often; what the
-    # run computes does not depend on it, and the caller's setting comes back after.
-    thresholds = gc.get_threshold()
-    if thresholds[0] < RUN_GC_THRESHOLD:
-        gc.set_threshold(RUN_GC_THRESHOLD, *thresholds[1:])
-    try:
+    with fewer_collections():  # the run allocates many short-lived containers (gc_threshold.py)
         stats = sim.run()
-    finally:
-        gc.set_threshold(*thresholds)
     if driver is not None:
         driver.finish(stats.sim_end)
         stats.agentic = driver
@@ -197,10 +187,6 @@ def run_simulation(cfg: Config, source: WorkloadSource, deployment: Deployment,
     stats.workers = workers
     stats.kv_events = kv_log
     return recorder, ts, stats
-
-
-#: The cyclic collector's first-generation threshold during a run (Python's default is 700).
-RUN_GC_THRESHOLD = 100_000
 
 
 def _uses_belady(cfg: Config) -> bool:

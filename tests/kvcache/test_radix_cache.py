@@ -295,12 +295,13 @@ def test_insert_after_a_locked_node_equals_inserting_from_the_root(seed, page):
                 walks_below += prefix > 0
                 assert a.alloc(n - prefix) and c.alloc(n - prefix)
                 tail = _segments_after(units, prefix, n)
+                end = n if rng.random() < 0.5 else -1  # the end given, or counted
                 if rng.random() < 0.5:
-                    pa, pc = a.insert(units, n), c.insert_after(tail, nc, prefix)
+                    pa, pc = a.insert(units, n), c.insert_after(tail, nc, prefix, end)
                     ma = mc = None
                 else:
                     pa, ma = a.insert_and_match(units, n)
-                    pc, mc = c.insert_after_and_match(tail, nc, prefix)
+                    pc, mc = c.insert_after_and_match(tail, nc, prefix, end)
                     assert (ma.tokens, ma.node.uid) == (mc.tokens, mc.node.uid)
                 assert pa == pc
                 a.free(max(pa - prefix, 0))
@@ -328,7 +329,17 @@ def test_insert_after_a_locked_node_equals_inserting_from_the_root(seed, page):
             assert a.evict(k) == c.evict(k)
         assert _nodes(a) == _nodes(c)
         assert (a.evictable_size, a.pool.free_tokens, a._seq) == (c.evictable_size, c.pool.free_tokens, c._seq)
+        assert all(node.ntok == sum(e - b for _, b, e in node.key) for node in _all_nodes(c))
     assert walks_below > 20
+
+
+def _all_nodes(cache: RadixCache) -> list:
+    out, stack = [], [cache.root]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(node.children.values())
+    return out
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu", "fifo"])
@@ -359,3 +370,46 @@ def test_lazy_heap_keys_are_the_policys_keys(policy):
         assert heap.pop() is node and (heap.k1, heap.k2) == pair
         assert c._lazy_current(node, *pair)
         assert not c._lazy_current(node, pair[0] - 1, pair[1])
+
+
+@pytest.mark.parametrize("page", [1, 4])
+@pytest.mark.parametrize("seed", range(6))
+def test_match_request_is_match_of_its_segments(page, seed):
+    """``match_request`` (the walk reading a request's block ids as it goes) gives the result,
+    splits, stamps and eviction order of ``match_segments`` of the request's built segments,
+    with prompt ids, answer ids and ids of the request alone, stops inside a block or not."""
+    from servesim.workload.request import Request, sequence_segments
+
+    rng = random.Random(seed)
+    a, c = RadixCache(900, page_size=page), RadixCache(900, page_size=page)
+    bs = page * [1, 2, 4][seed % 3]  # one block grid per tree, in whole pages
+    live = []
+    for step in range(300):
+        a.now = c.now = float(step)
+        ids = tuple(rng.randrange(3) if k < 2 else rng.randrange(12) for k in range(rng.randint(0, 6)))
+        out = tuple(rng.randrange(12) for _ in range(rng.randint(0, 2)))
+        req = Request(rng.randrange(4), "r", 0.0, max(1, len(ids) * bs), 5, ids, bs, output_hash_ids=out)
+        stop = rng.randint(-2, (len(ids) + len(out) + 2) * bs)
+        stop -= stop % page
+        ma, mc = a.match_segments(sequence_segments(req, 0, stop)), c.match_request(req, stop)
+        assert (ma.tokens, ma.node.uid) == (mc.tokens, mc.node.uid)
+        if rng.random() < 0.5 and stop > ma.tokens:  # the rest of the request goes into the tree
+            assert a.alloc(stop - ma.tokens) and c.alloc(stop - mc.tokens)
+            pa = a.insert_segments(sequence_segments(req, 0, stop))
+            pc = c.insert_segments(sequence_segments(req, 0, stop))
+            assert pa == pc
+            a.free(max(pa - ma.tokens, 0))
+            c.free(max(pc - mc.tokens, 0))
+        if rng.random() < 0.3:
+            a.inc_lock_ref(ma.node)
+            c.inc_lock_ref(mc.node)
+            live.append((ma.node, mc.node))
+        if live and rng.random() < 0.3:
+            na, nc = live.pop(rng.randrange(len(live)))
+            a.dec_lock_ref(na)
+            c.dec_lock_ref(nc)
+        if rng.random() < 0.2:
+            k = rng.randint(1, 60)
+            assert a.evict(k) == c.evict(k)
+        assert _nodes(a) == _nodes(c)
+        assert (a.evictable_size, a.pool.free_tokens, a._seq) == (c.evictable_size, c.pool.free_tokens, c._seq)

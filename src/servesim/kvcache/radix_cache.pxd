@@ -4,6 +4,7 @@
 # here (an undeclared one raises AttributeError in the compiled module only).
 cimport cython
 from servesim.kvcache.token_pool cimport TokenPool
+from servesim.workload.request cimport Request
 
 
 cdef class RadixNode:
@@ -62,6 +63,10 @@ cdef class RadixCache:
                    child=RadixNode, n=cython.Py_ssize_t, m=cython.longlong)
     cpdef tuple _descend(self, RadixNode node, list segs, Py_ssize_t i, long long s, long long total)
 
+    @cython.locals(seq=cython.longlong, now=cython.double, page=cython.longlong, bs=cython.longlong,
+                   node=RadixNode, child=RadixNode, pos=cython.longlong, m=cython.longlong)
+    cpdef MatchResult match_request(self, Request req, long long stop)
+
     @cython.locals(parent=RadixNode, new=RadixNode)
     cpdef RadixNode _split(self, RadixNode child, long long m)
 
@@ -71,16 +76,17 @@ cdef class RadixCache:
     @cython.locals(node=RadixNode, prefix=cython.longlong, i=cython.Py_ssize_t, s=cython.longlong)
     cpdef tuple _insert_segments(self, list segs)
 
-    cpdef long long insert_after(self, list segs, RadixNode below, long long prefix) except? -1
+    cpdef long long insert_after(self, list segs, RadixNode below, long long prefix, long long end=*) except? -1
 
-    @cython.locals(end=RadixNode, present=cython.longlong)
-    cpdef tuple insert_after_and_match(self, list segs, RadixNode below, long long prefix)
+    @cython.locals(last=RadixNode, present=cython.longlong)
+    cpdef tuple insert_after_and_match(self, list segs, RadixNode below, long long prefix, long long end=*)
 
     @cython.locals(node=RadixNode, total=cython.longlong, i=cython.Py_ssize_t, s=cython.longlong)
-    cpdef tuple _insert_after(self, list segs, RadixNode below, long long prefix)
+    cpdef tuple _insert_after(self, list segs, RadixNode below, long long prefix, long long end=*)
 
     @cython.locals(leaf=RadixNode)
-    cpdef tuple _add_rest(self, list segs, long long prefix, RadixNode node, Py_ssize_t i, long long s)
+    cpdef tuple _add_rest(self, list segs, long long prefix, RadixNode node, Py_ssize_t i, long long s,
+                          long long end=*)
 
     @cython.locals(delta=cython.longlong, root=RadixNode)
     cpdef long long inc_lock_ref(self, RadixNode node) except? -1
@@ -100,3 +106,11 @@ cdef class RadixCache:
     cpdef bint alloc(self, long long n, bint evict=*) except? -1
 
     cpdef free(self, long long n)
+
+
+@cython.locals(n_ids=cython.Py_ssize_t)
+cdef object _request_block(Request req, long long k)
+
+@cython.locals(bs=cython.longlong, m=cython.longlong, k=cython.longlong, base=cython.longlong, s=cython.longlong,
+               e=cython.longlong, end=cython.longlong, ks=cython.longlong, ke=cython.longlong)
+cdef long long _request_common_prefix(list key, Request req, long long pos, long long stop) except? -1

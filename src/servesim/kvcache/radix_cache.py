@@ -19,6 +19,11 @@ Request life cycle (how an engine drives it, as SGLang's scheduler does)::
 
 With ``page_size > 1`` matches and inserted keys are truncated to page multiples and the
 unaligned tail of a finished request is freed, as in SGLang's paged radix cache.
+
+The module is longer than 600 lines because the tree is one compiled extension
+(``radix_cache.pxd``): its walks, inserts, locks and eviction call each other as C
+methods, and a walk that reads a request's block ids (:meth:`RadixCache.match_request`)
+reads them through C functions of this module.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from servesim.kvcache.segments import (
     units_to_segments,
 )
 from servesim.kvcache.token_pool import TokenPool
+from servesim.workload.request import Request, output_block_id
 
 Units = Sequence[tuple[int, int]]
 
@@ -68,10 +74,12 @@ class RadixNode:
         "block_id",
     )
 
-    def __init__(self, uid: int, key: list[Segment], parent: RadixNode | None, now: float, seq: int) -> None:
+    def __init__(self, uid: int, key: list[Segment], parent: RadixNode | None, now: float, seq: int,
+                 ntok: int = -1) -> None:
         self.uid = uid
         self.key = key
-        self.ntok = segments_tokens(key)
+        #: Tokens of ``key``; a caller that knows them passes them (counting walks every segment).
+        self.ntok = ntok if ntok >= 0 else segments_tokens(key)
         self.children: dict[int, RadixNode] = {}
         self.parent = parent
         self.lock_ref = 0
@@ -270,7 +278,7 @@ class RadixCache:
         head, tail = split_segments(child.key, m)
         parent = child.parent
         assert parent is not None
-        new = RadixNode(next(self._uids), head, parent, child.insert_time, child.insert_seq)
+        new = RadixNode(next(self._uids), head, parent, child.insert_time, child.insert_seq, m)
         new.lock_ref = child.lock_ref
         new.last_access = child.last_access
         new.last_seq = child.last_seq
@@ -301,6 +309,43 @@ class RadixCache:
             return MatchResult(0, self.root)
         tokens, node, _, _ = self._walk(segs)
         return MatchResult(tokens, node)
+
+    def match_request(self, req: Request, stop: int) -> MatchResult:
+        """:meth:`match_segments` of ``sequence_segments(req, 0, stop)``, reading the request's
+        block ids as the walk reaches them.
+
+        An engine matches a waiting request each time it tries to admit it; building the
+        segment list first made every try cost a tuple per page of the prompt (the larger
+        part of an SGLang admission on agent contexts, whose prompts run to thousands of
+        pages).  This walk costs what it compares: the segments of the nodes it goes
+        through.  Same stamps, splits and result as the walk of the built list; a position
+        is a token index, (segment ``i``, token ``s``) of that list being ``i * block_size + s``.
+        """
+        if self.disable:
+            return MatchResult(0, self.root)
+        self._seq += 1
+        seq, now, page = self._seq, self.now, self.page_size
+        bs = req.block_size
+        node = self.root
+        pos = 0
+        while pos < stop:
+            child = node.children.get(_request_block(req, pos // bs))
+            if child is None:
+                break
+            m = _request_common_prefix(child.key, req, pos, stop)
+            if page > 1 and m % page:
+                m -= m % page
+            if m == 0:
+                break
+            child.last_access = now
+            child.last_seq = seq
+            child.access_count += 1
+            pos += m
+            if m < child.ntok:
+                node = self._split(child, m)
+                break
+            node = child
+        return MatchResult(pos, node)
 
     def path_segments(self, node: RadixNode) -> list[Segment]:
         """The tokens root → ``node`` (inclusive) as canonical segments."""
@@ -342,27 +387,31 @@ class RadixCache:
         self._touch_path(end)
         return present, MatchResult(aligned, end)
 
-    def insert_after(self, segs: list[Segment], below: RadixNode, prefix: int) -> int:
+    def insert_after(self, segs: list[Segment], below: RadixNode, prefix: int, end: int = -1) -> int:
         """:meth:`insert` of the tokens after a locked node, given only those tokens.
 
         ``below`` is the node the caller has locked, ending ``prefix`` tokens into its
         sequence; ``segs`` are the sequence's tokens from there to a page-aligned end
         (``workload.request.sequence_segments(req, prefix, end)``).  Same result as
         :meth:`insert` of the whole sequence, without building or walking its first
-        ``prefix`` tokens again.
+        ``prefix`` tokens again.  ``end``: where ``segs`` end in the sequence (``prefix`` plus
+        their tokens), when the caller knows it; -1: counted from ``segs``.
         """
         if self.disable:
             return 0
-        return self._insert_after(segs, below, prefix)[0]
+        return self._insert_after(segs, below, prefix, end)[0]
 
-    def insert_after_and_match(self, segs: list[Segment], below: RadixNode, prefix: int) -> tuple[int, MatchResult]:
+    def insert_after_and_match(self, segs: list[Segment], below: RadixNode, prefix: int,
+                               end: int = -1) -> tuple[int, MatchResult]:
         """:meth:`insert_and_match` of the tokens after a locked node (arguments as for
         :meth:`insert_after`)."""
         if self.disable:
             return 0, MatchResult(0, self.root)
-        present, end = self._insert_after(segs, below, prefix)
-        self._touch_path(end)
-        return present, MatchResult(prefix + segments_tokens(segs), end)
+        if end < 0:
+            end = prefix + segments_tokens(segs)
+        present, last = self._insert_after(segs, below, prefix, end)
+        self._touch_path(last)
+        return present, MatchResult(end, last)
 
     def _insert_segments(self, segs: list[Segment]) -> tuple[int, RadixNode]:
         """Insert ``segs`` walking from the root; returns the tokens already present and the
@@ -370,26 +419,30 @@ class RadixCache:
         prefix, node, i, s = self._walk(segs)
         return self._add_rest(segs, prefix, node, i, s)
 
-    def _insert_after(self, segs: list[Segment], below: RadixNode, prefix: int) -> tuple[int, RadixNode]:
+    def _insert_after(self, segs: list[Segment], below: RadixNode, prefix: int, end: int = -1) -> tuple[int, RadixNode]:
         """:meth:`_insert_segments` of a sequence whose first ``prefix`` tokens are the path
         root → ``below`` (a locked node, so in the tree) and whose later tokens are ``segs``.
 
         That path is stamped as a walk from the root would stamp it (whole nodes, never
         split: a key ends where ``below`` does), and the walk goes on from ``below``.  It
         reads positions as (segment, token within its block), starting at the first
-        segment's first token: inside its block when ``prefix`` is.
+        segment's first token: inside its block when ``prefix`` is.  ``end``: as for
+        :meth:`insert_after`.
         """
         self._touch_path(below)
         total, node, i, s = self._descend(below, segs, 0, segs[0][1] if segs else 0, prefix)
-        return self._add_rest(segs, total, node, i, s)
+        return self._add_rest(segs, total, node, i, s, end)
 
-    def _add_rest(self, segs: list[Segment], prefix: int, node: RadixNode, i: int, s: int) -> tuple[int, RadixNode]:
+    def _add_rest(self, segs: list[Segment], prefix: int, node: RadixNode, i: int, s: int,
+                  end: int = -1) -> tuple[int, RadixNode]:
         """After a walk of ``segs`` that matched ``prefix`` tokens, ending at ``node`` and input
         position (segment ``i``, token ``s``): a new leaf under ``node`` for the rest, if any.
-        Returns ``prefix`` and the node ending at ``segs``' end."""
+        Returns ``prefix`` and the node ending at ``segs``' end (``end`` tokens into the
+        sequence when the caller knows it: the leaf then holds ``end - prefix`` tokens without
+        counting them)."""
         if i < len(segs):
             rest = [(segs[i][0], s, segs[i][2]), *segs[i + 1 :]]
-            leaf = RadixNode(next(self._uids), rest, node, self.now, self._seq)
+            leaf = RadixNode(next(self._uids), rest, node, self.now, self._seq, end - prefix if end >= 0 else -1)
             if not node.children and node.lock_ref == 0:
                 self._evictable_leaves.discard(node)
             node.children[leaf.block_id] = leaf
@@ -592,3 +645,40 @@ class RadixCache:
         assert protected == self.protected_size, (protected, self.protected_size)
         assert tree == self.pool.cached_tokens, (tree, self.pool.cached_tokens)
         assert leaves == self._evictable_leaves, "evictable-leaf index out of date"
+
+
+def _request_block(req: Request, k: int) -> int:
+    """Block ``k``'s id in the request's sequence: ``workload.request``'s rule (prompt ids, then
+    answer ids, then ids of this request alone), here so that the compiled walk reads it in C."""
+    ids = req.hash_ids
+    n_ids = len(ids)
+    if k < n_ids:
+        return ids[k]
+    out = req.output_hash_ids
+    if k - n_ids < len(out):
+        return out[k - n_ids]
+    return output_block_id(req.index, k - n_ids)
+
+
+def _request_common_prefix(key: list[Segment], req: Request, pos: int, stop: int) -> int:
+    """Tokens shared by ``key`` and the request's tokens ``[pos, stop)``: ``segments.common_prefix``
+    of ``key`` and ``sequence_segments(req, 0, stop)`` read from position ``pos``, without the list."""
+    bs = req.block_size
+    m = 0
+    for kb, ks, ke in key:
+        if pos >= stop:
+            break
+        k = pos // bs
+        base = k * bs
+        s = pos - base
+        e = stop - base  # the end of the input's segment of block k
+        if e > bs:
+            e = bs
+        if ks != s or kb != _request_block(req, k):
+            break
+        end = ke if ke < e else e
+        m += end - s
+        pos = base + end
+        if end == e and end < ke:  # the input ends inside this key segment
+            break
+    return m

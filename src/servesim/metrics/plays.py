@@ -23,6 +23,7 @@ import numpy as np
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.metrics.stats import describe
 from servesim.workload.agentic.phases import LANE_WARMUP, PLAY, PRIMER
+from servesim.workload.agentic.trace_ids import id_array
 
 if TYPE_CHECKING:
     from servesim.sim.agentic import AgenticDriver
@@ -193,14 +194,44 @@ _P = np.uint64(0x9E3779B97F4A7C15)
 _Q = np.uint64(pow(0x9E3779B97F4A7C15, -1, 1 << 64))
 
 
-def _prefix_keys(ids: np.ndarray) -> np.ndarray:
+class _PrefixKeys:
     """A 64-bit key per block for the prefix ending at it: ``h[k] = sum_j id[j] * P**(k-j)``
-    (mod 2**64), computed for all k at once as ``P**k * cumsum(id[j] * Q**j)``."""
-    n = ids.size
-    with np.errstate(over="ignore"):
-        qpow = np.cumprod(np.full(n, _Q, dtype=np.uint64)) * _P  # Q**j
-        ppow = np.cumprod(np.full(n, _P, dtype=np.uint64)) * _Q  # P**k
-        return np.cumsum((ids + np.uint64(1)) * qpow, dtype=np.uint64) * ppow
+    (mod 2**64), computed for all k at once as ``P**k * cumsum(id[j] * Q**j)``.
+
+    The powers of ``P`` and ``Q`` are the same for every request: they are computed once, for
+    the longest sequence, and sliced.  :meth:`many` computes the keys of many sequences in a
+    few array operations over their concatenation (a few small numpy calls per request were
+    most of the plays table's time on an AgentX trace); the sums are modulo 2**64, so a
+    sequence's cumulative sum is the concatenation's minus its value before the sequence."""
+
+    def __init__(self, longest: int) -> None:
+        n = max(longest, 1)
+        with np.errstate(over="ignore"):
+            self.qpow = np.cumprod(np.full(n, _Q, dtype=np.uint64)) * _P  # Q**j
+            self.ppow = np.cumprod(np.full(n, _P, dtype=np.uint64)) * _Q  # P**k
+
+    def __call__(self, ids: np.ndarray) -> np.ndarray:
+        n = ids.size
+        with np.errstate(over="ignore"):
+            return np.cumsum((ids + np.uint64(1)) * self.qpow[:n], dtype=np.uint64) * self.ppow[:n]
+
+    def many(self, seqs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The keys of each sequence (none empty), concatenated, and where each one's start."""
+        sizes = np.fromiter((a.size for a in seqs), dtype=np.int64, count=len(seqs))
+        starts = np.zeros(len(seqs), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        local = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(starts, sizes)  # position in its sequence
+        with np.errstate(over="ignore"):
+            total = np.cumsum((np.concatenate(seqs) + np.uint64(1)) * self.qpow[local], dtype=np.uint64)
+            before = np.zeros(len(seqs), dtype=np.uint64)
+            before[1:] = total[starts[1:] - 1]
+            return (total - np.repeat(before, sizes)) * self.ppow[local], starts
+
+
+#: Block ids whose prefix keys :func:`ideal_cached_tokens` computes together: enough to make the
+#: per-chunk numpy calls negligible, few enough that the chunk's temporaries (about ten arrays of
+#: 8 bytes an id) stay well below the seen set (a million ids raised 256 plays' peak RSS by 5%).
+_KEYS_CHUNK = 1 << 17
 
 
 def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.ndarray:
@@ -216,6 +247,26 @@ def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.nda
     bs = g.block_size
     seen: set[int] = set()
     out = np.zeros(rec.size, dtype=np.int64)
+    prefix_keys = _PrefixKeys(max((len(n.hash_ids) + len(n.output_hash_ids) for n in g.nodes), default=1))
+    chunk: list[tuple[int, int]] = []  # (request, matched-block limit) of the requests in ``seqs``
+    seqs: list[np.ndarray] = []
+    held = 0
+
+    def match(chunk: list[tuple[int, int]], seqs: list[np.ndarray]) -> None:
+        """The requests of a chunk, in order: each one's keys against those seen before it."""
+        keys, starts = prefix_keys.many(seqs)
+        for (r, limit), start, seq in zip(chunk, starts.tolist(), seqs):
+            mine = keys[start:start + seq.size]
+            lo, hi = 0, limit  # matched blocks: the largest k with mine[k-1] seen
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if int(mine[mid - 1]) in seen:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            out[r] = min(lo * bs, g.nodes[driver.req_node[r]].input_length - 1)
+            seen.update(mine[lo:].tolist())  # the matched prefixes are there already
+
     for r in range(rec.size):
         node = g.nodes[driver.req_node[r]]
         off = g.id_offset(driver.runs[driver.req_run[r]].generation)
@@ -223,19 +274,19 @@ def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.nda
         # completed by the answer, which a later prompt may carry), matched over full ones;
         # a warm-up copy generates one token: its prompt alone.
         answer = node.output_hash_ids if driver.req_phase[r] == PLAY else ()
-        ids = np.asarray(node.hash_ids + answer, dtype=np.uint64) + np.uint64(off)
+        ids = id_array(node.hash_ids + answer)  # one C loop when compiled (workload/agentic/trace_ids.py)
+        if off:
+            ids += np.uint64(off)
         if not ids.size:
             continue
-        keys = _prefix_keys(ids)
-        lo, hi = 0, min(node.input_length // bs, keys.size)  # matched blocks: the largest k with keys[k-1] seen
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if int(keys[mid - 1]) in seen:
-                lo = mid
-            else:
-                hi = mid - 1
-        out[r] = min(lo * bs, node.input_length - 1)
-        seen.update(keys[lo:].tolist())  # the matched prefixes are there already
+        chunk.append((r, min(node.input_length // bs, ids.size)))
+        seqs.append(ids)
+        held += ids.size
+        if held >= _KEYS_CHUNK:
+            match(chunk, seqs)
+            chunk, seqs, held = [], [], 0
+    if chunk:
+        match(chunk, seqs)
     return out
 
 

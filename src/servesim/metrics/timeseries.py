@@ -68,6 +68,14 @@ class TimeSeries:
         last = self._last_t.get(wid)
         if last is None or wid in self._idle:
             return 1
+        # The ends increase, so their differences from ``last`` do (rounding is monotone): the
+        # first and last decide most stretches without the array operations below.
+        if not ends.size:
+            return 0
+        if ends[-1] - last < self.interval:
+            return int(ends.size)  # none due
+        if ends[0] - last >= self.interval:
+            return 1
         due = int((ends - last).searchsorted(self.interval, side="left"))  # sample's test, element-wise
         return min(due + 1, ends.size)
 

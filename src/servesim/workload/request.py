@@ -142,12 +142,12 @@ def sequence_segments(req: Request, start: int, stop: int) -> list[tuple[int, in
     ``start`` are never built.
     """
     bs = req.block_size
-    segs = []
-    for k, (bid, n) in enumerate(sequence_units(req, stop)):
-        first = max(start - k * bs, 0)
-        if first < n:
-            segs.append((bid, first, n))
-    return segs
+    start = max(start, 0)
+    if stop <= start:
+        return []
+    # Only the blocks the range touches: the cost follows the range, not the prefix before it.
+    return [(_block_id(req, k), max(start - k * bs, 0), min(stop - k * bs, bs))
+            for k in range(start // bs, (stop - 1) // bs + 1)]
 
 
 #: The Python versions of :func:`sequence_units`, :func:`sequence_block_ids` and

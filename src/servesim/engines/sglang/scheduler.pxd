@@ -18,8 +18,6 @@ cdef class SGReq:
     cdef public long long extend
     cdef public long long host_hit
     cdef public bint admitted_once
-    cdef public list segs
-    cdef public long long segs_stop
 
 
 cdef class _PrefillBatch:
@@ -151,3 +149,6 @@ cdef class SGLangEngine(Engine):
     cpdef long long decode_stretch_limit(self)
 
     cpdef long long input_lag_passes(self)
+
+    @cython.locals(sr=SGReq, total=cython.longlong)
+    cpdef long long _queued_outstanding(self) except? -1

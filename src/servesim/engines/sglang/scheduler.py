@@ -63,7 +63,7 @@ class SGReq:
     """
 
     __slots__ = ("req", "max_new", "generated", "computed", "prefix", "node", "alloc", "fill", "extend",
-                 "host_hit", "admitted_once", "segs", "segs_stop")
+                 "host_hit", "admitted_once")
 
     def __init__(self, req: Request, max_new: int, fill: int = 0) -> None:
         self.req = req
@@ -83,11 +83,6 @@ class SGReq:
         #: Tokens loaded from the host tier when this round was admitted (recorded, then reset).
         self.host_hit = 0
         self.admitted_once = False
-        #: The segments of the sequence's first ``segs_stop`` tokens, kept while the request
-        #: waits: a waiting request is matched at every pass, and building them again each
-        #: time (one per block of its prompt) cost more than the match.
-        self.segs: list | None = None
-        self.segs_stop = -1
 
     def __repr__(self) -> str:
         return (f"SGReq(index={self.req.index}, max_new={self.max_new}, generated={self.generated}, "
@@ -460,11 +455,9 @@ class SGLangEngine(Engine):
 
     def _match(self, sr: SGReq) -> tuple[int, object]:
         """Cached tokens for the request's next round (at least one token is recomputed)."""
-        stop = self._floor_page(sr.fill - 1)
-        if sr.segs is None or sr.segs_stop != stop:
-            sr.segs = sequence_segments(sr.req, 0, stop)
-            sr.segs_stop = stop
-        res = self.tree.match_segments(sr.segs)
+        # The walk reads the request's block ids as it goes: a try costs the nodes it compares,
+        # not a segment per page of the prompt (RadixCache.match_request).
+        res = self.tree.match_request(sr.req, self._floor_page(sr.fill - 1))
         return res.tokens, res.node
 
     def _new_prefill_batch(self) -> _PrefillBatch | None:
@@ -542,7 +535,6 @@ class SGLangEngine(Engine):
                     rem_chunk -= trunc
                     new_chunked = sr
                 self._take_prefix(sr, matched, node, hh)
-                sr.segs = None  # admitted: the segments are not needed until it waits again
                 can_run.append(sr)
                 consumed += 1
                 if self._budget(total_offset) <= 0 or self._budget(cur_offset) <= 0:
@@ -810,9 +802,9 @@ class SGLangEngine(Engine):
         segs = sequence_segments(sr.req, sr.prefix, aligned)
         res = None
         if match:
-            present, res = self.tree.insert_after_and_match(segs, sr.node, sr.prefix)
+            present, res = self.tree.insert_after_and_match(segs, sr.node, sr.prefix, aligned)
         else:
-            present = self.tree.insert_after(segs, sr.node, sr.prefix)
+            present = self.tree.insert_after(segs, sr.node, sr.prefix, aligned)
         # Tokens [prefix, present) were computed privately but already cached by another
         # request meanwhile: free our copies.  Tokens [present, aligned) now belong to the tree.
         dup = max(present - sr.prefix, 0)
@@ -919,8 +911,7 @@ class SGLangEngine(Engine):
     # -- state ---------------------------------------------------------------------------------
     def snapshot(self) -> EngineSnapshot:
         waiting = len(self.waiting) + len(self.inbox) + (1 if self.chunked is not None else 0)
-        outstanding = sum(sr.fill - sr.computed + sr.remaining_new for sr in self.waiting + self.inbox)
-        outstanding += self.batch.outstanding()
+        outstanding = self._queued_outstanding() + self.batch.outstanding()
         return EngineSnapshot(
             running=len(self.running),
             waiting=waiting,
@@ -930,6 +921,19 @@ class SGLangEngine(Engine):
             cached_prompt_tokens=self.cached_prompt_tokens,
             outstanding_tokens=outstanding,
         )
+
+    def _queued_outstanding(self) -> int:
+        """Tokens the waiting and not yet polled requests have left to compute and to generate.
+
+        A loop over typed requests: the time series takes a snapshot every second of every
+        worker, and on agent loads hundreds of requests wait (a generator over a joined list,
+        each reading a property, was a tenth of an SGLang run's sampling)."""
+        total = 0
+        for sr in self.waiting:
+            total += sr.fill - sr.computed + max(sr.max_new - sr.generated, 0)
+        for sr in self.inbox:
+            total += sr.fill - sr.computed + max(sr.max_new - sr.generated, 0)
+        return total
 
     def check_invariants(self) -> None:
         """KV conservation: the private tokens the pool counts are exactly what requests hold."""

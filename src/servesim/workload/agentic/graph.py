@@ -23,12 +23,13 @@ completes (``on``) plus the dependency's ``delay``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Sequence
 
 import numpy as np
 
 from servesim.errors import WorkloadError
+
+from .trace_ids import id_array, shared_ids
 
 TRIGGERS = ("dispatch", "first_token", "completion")
 DEP_KINDS = ("tool", "think", "other")
@@ -317,7 +318,7 @@ class _Interner:
         self.arrays: dict[int, np.ndarray] = {}
         for r in raw:
             if r.hash_ids:
-                arr = self.arrays[id(r.hash_ids)] = np.asarray(r.hash_ids, dtype=np.uint64)
+                arr = self.arrays[id(r.hash_ids)] = id_array(r.hash_ids)
                 groups.setdefault(r.play_id if play_order is not None else None, []).append(arr)
         self._scopes: dict[object, np.ndarray] = {}
         self._base: dict[object, int] = {}
@@ -332,15 +333,13 @@ class _Interner:
         #: re-listed by many requests would otherwise hold its own copies: 28 bytes an id).
         self._ints = list(range(self.size))
 
-    def lookup(self, scope, raw_ids: "Sequence[int] | np.ndarray") -> list[int]:
-        """The dense ids of raw ids of ``scope`` (all were interned up front)."""
+    def lookup(self, scope, raw_ids: "Sequence[int] | np.ndarray") -> tuple[int, ...]:
+        """The dense ids of raw ids of ``scope`` (all were interned up front), as shared ints."""
         if not len(raw_ids):
-            return []
+            return ()
         uniq = self._scopes[scope]
-        pos = (uniq.searchsorted(np.asarray(raw_ids, dtype=np.uint64)) + self._base[scope]).tolist()
-        if len(pos) == 1:
-            return [self._ints[pos[0]]]
-        return list(itemgetter(*pos)(self._ints))
+        pos = uniq.searchsorted(np.asarray(raw_ids, dtype=np.uint64)) + self._base[scope]
+        return shared_ids(self._ints, pos)
 
     def get(self, key) -> int:
         v = self._map.get(key)
@@ -357,10 +356,14 @@ class _Interner:
 def _full_prompt(r: _RawNode, bs: int, scope, ids: _Interner) -> tuple[int, ...]:
     need = -(-r.input_length // bs)
     arr = ids.arrays.get(id(r.hash_ids)) if r.hash_ids else None
-    out = ids.lookup(scope, arr[:need]) if arr is not None else []
+    named = ids.lookup(scope, arr[:need]) if arr is not None else ()
+    private = r.private_tail and r.input_length % bs and need > 0
+    if len(named) == need and not private:
+        return named
+    out = list(named)
     while len(out) < need:  # blocks the trace did not name: content of this request alone
         out.append(ids.fresh())
-    if r.private_tail and r.input_length % bs and out:
+    if private:
         out[-1] = ids.fresh()
     return tuple(out)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from servesim.gc_threshold import fewer_collections
+
 from .graph import AgenticGraph, PlayStart
 from .load import AgenticLoad, play_starts
 
@@ -23,7 +25,8 @@ class AgenticSource:
     def graph(self) -> AgenticGraph:
         """The lowered graph (built on first use; a bad trace raises WorkloadError)."""
         if self._graph is None:
-            self._graph = self.make_graph()
+            with fewer_collections():  # a reader allocates a few containers per block id (gc_threshold.py)
+                self._graph = self.make_graph()
         return self._graph
 
     def starts(self, seed: int) -> list[PlayStart]:

@@ -1,0 +1,60 @@
+"""The compiled block-id helpers of agentic trace reading return what the Python versions return.
+
+``workload/agentic/_trace_ids_core.pyx`` replaces the three functions of
+:mod:`servesim.workload.agentic.trace_ids`; on lists mixing valid ids with bools, floats,
+strings, negative and too large integers, each must give the Python version's answer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servesim.compiled import compiled_module
+from servesim.workload.agentic.trace_ids import PYTHON_VERSIONS
+
+core = compiled_module("workload.agentic._trace_ids_core")
+pytestmark = pytest.mark.skipif(core is None, reason="compiled core not built")
+
+valid = st.integers(0, 2**64 - 1)
+anything = st.one_of(valid, st.booleans(), st.floats(allow_nan=False), st.integers(-(2**70), -1),
+                     st.integers(2**64, 2**70), st.text(max_size=2), st.none())
+
+
+@settings(max_examples=400, deadline=None)
+@given(ids=st.lists(valid, max_size=8), bad=st.lists(anything, max_size=2), at=st.integers(0, 8))
+def test_ids_valid_equal_python(ids, bad, at):
+    for v in (ids, ids[:at] + bad + ids[at:]):
+        assert core.ids_valid(v) == PYTHON_VERSIONS["ids_valid"](v)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=st.lists(valid, max_size=8), as_tuple=st.booleans())
+def test_id_array_equal_python(ids, as_tuple):
+    v = tuple(ids) if as_tuple else ids
+    got, want = core.id_array(v), PYTHON_VERSIONS["id_array"](v)
+    assert got.dtype == want.dtype == np.uint64 and got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("as_tuple", [False, True])
+@pytest.mark.parametrize("bad", [-1, 2**64, 1.5, True, "x"])
+def test_id_array_leaves_other_lists_to_numpy(bad, as_tuple):
+    """A list or tuple that is not all valid ids gets numpy's own answer: its array, or its error."""
+    def outcome(f):
+        try:
+            return f((1, bad) if as_tuple else [1, bad]).tolist()
+        except Exception as exc:  # noqa: BLE001 - the error's type is the answer
+            return type(exc)
+
+    assert outcome(core.id_array) == outcome(PYTHON_VERSIONS["id_array"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 40), pos=st.lists(st.integers(0, 39), max_size=10))
+def test_shared_ids_equal_python(n, pos):
+    ints = [10**20 + k for k in range(n)]  # large: distinct objects, identity checked
+    p = np.array([x % n for x in pos], dtype=np.int64)
+    got, want = core.shared_ids(ints, p), PYTHON_VERSIONS["shared_ids"](ints, p)
+    assert got == want and all(a is b for a, b in zip(got, want)) and type(got) is tuple
