@@ -11,7 +11,7 @@ from servesim.api import predict
 from servesim.cluster.deployment import build_deployment
 from servesim.config.load import load_config
 from servesim.engines.attention_dp import RANK_COLUMN, AttentionDPEngine
-from servesim.engines.sglang.scheduler import default_chunked_prefill_size
+from servesim.engines.sglang.planner import default_chunked_prefill_size
 from servesim.metrics.recorder import RequestRecorder, Status
 
 DP = 8

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from servesim.engines.base import EngineLimits
-from servesim.engines.sglang.scheduler import SGLangEngine, default_chunked_prefill_size, default_mem_fraction_static
+from servesim.engines.sglang.planner import default_chunked_prefill_size, default_mem_fraction_static
+from servesim.engines.sglang.scheduler import SGLangEngine
 from servesim.engines.sglang.options import SGLangOptions
 from servesim.metrics.recorder import Status
 from simharness import make_request, run

@@ -17,9 +17,32 @@ from servesim.perf.memory import memory_budget
 SGLANG_SPECULATIVE_MAX_RUNNING = 48
 
 
+def default_chunked_prefill_size(gpu_memory_gib: float) -> int:
+    """SGLang's choice of ``chunked_prefill_size`` from the GPU's memory (server_args.py)."""
+    mib = gpu_memory_gib * 1024
+    if mib < 35 * 1024:
+        return 2048
+    if mib < 60 * 1024:
+        return 4096
+    if mib < 160 * 1024:
+        return 8192
+    return 16384
+
+
+def default_mem_fraction_static(gpu_memory_gib: float, chunked_prefill_size: int, tp: int,
+                                cuda_graph_max_bs: int | None = None) -> float:
+    """SGLang's default ``mem_fraction_static``: leave a reserve for activations and graphs."""
+    mib = gpu_memory_gib * 1024
+    if cuda_graph_max_bs is None:
+        cuda_graph_max_bs = 512 if mib >= 160 * 1024 else (256 if tp < 4 else 512)
+    reserved = 512 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2 + tp / 8 * 1024
+    if mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mib - reserved) / mib, 3)
+
+
 def plan_sglang(options: SGLangOptions, facts: PlanInputs) -> EnginePlan:
-    from servesim.engines.sglang.scheduler import (SGLangEngine, default_chunked_prefill_size,
-                                                   default_mem_fraction_static)
+    from servesim.engines.sglang.scheduler import SGLangEngine
 
     arch, gpu, layout, oracle = facts.arch, facts.gpu, facts.layout, facts.oracle
     opt = options

@@ -25,6 +25,10 @@ is modelled and what is left out.  In short:
 * The overlap scheduler (SGLang's default) decides each pass while the previous one runs:
   arrivals are pulled one pass later, and a running batch whose requests all finished
   decodes once more (engines/sglang/overlap.py).
+
+This module is the reference scheduling; the running batch's decode passes, the multi-pass
+decode stretches and the KV bookkeeping of a request leaving the batch are
+``fast_path.py``'s (:class:`SGLangDecodeFastPath`, which :class:`SGLangEngine` extends).
 """
 
 from __future__ import annotations
@@ -34,18 +38,20 @@ from bisect import bisect_right
 
 import numpy as np
 
-from servesim.engines.base import Engine, EngineLimits, EngineSnapshot
+from servesim.engines.base import EngineLimits, EngineSnapshot
 from servesim.engines.host import host_link
 from servesim.engines.sglang.batch import NO_LIMIT, new_running_batch
+from servesim.engines.sglang.fast_path import (SGLangDecodeFastPath, SGReq, _DecodeBatch, _GhostBatch,
+                                               _PrefillBatch)
 from servesim.engines.sglang.options import SGLangOptions
 from servesim.engines.sglang.overlap import OverlapLag
 from servesim.engines.sglang.recv_interval import RecvSkipper
 from servesim.errors import ConfigError
 from servesim.kvcache.host_tier import HostRadix
-from servesim.kvcache.radix_cache import MatchResult, RadixCache
-from servesim.metrics.recorder import RequestRecorder, Status
+from servesim.kvcache.radix_cache import RadixCache
+from servesim.metrics.recorder import RequestRecorder
 from servesim.perf.plan import PassPlan
-from servesim.workload.request import Request, sequence_segments, sequence_units
+from servesim.workload.request import Request, sequence_units
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
@@ -55,101 +61,13 @@ RETRACT_DECODE_STEPS = 20
 LPM_FALLBACK_QUEUE_LEN = 128
 
 
-class SGReq:
-    """Engine-side state of one request.
+class SGLangEngine(SGLangDecodeFastPath):
+    """One SGLang worker (one tensor-parallel group): the reference scheduling.
 
-    A plain class, not a dataclass: engines/sglang.pxd types its fields when the module is
-    compiled.
+    The running batch's decode passes, their stretches and the KV bookkeeping of a request
+    leaving the batch are :class:`~servesim.engines.sglang.fast_path.SGLangDecodeFastPath`'s;
+    this class holds the state they read (set here) and provides :meth:`_retract`.
     """
-
-    __slots__ = ("req", "max_new", "generated", "computed", "prefix", "node", "alloc", "fill", "extend",
-                 "host_hit", "admitted_once")
-
-    def __init__(self, req: Request, max_new: int, fill: int = 0) -> None:
-        self.req = req
-        self.max_new = max_new
-        self.generated = 0
-        #: Tokens whose KV exists (prompt, then all generated tokens but the last sampled one).
-        self.computed = 0
-        #: Page-aligned tokens held in the radix tree and locked by this request.
-        self.prefix = 0
-        self.node: object = None
-        #: KV tokens allocated privately (outside the tree), page rounded.
-        self.alloc = 0
-        #: Tokens to compute before the next token can be sampled (prompt + generated).
-        self.fill = fill
-        #: Tokens being computed in the pass in flight.
-        self.extend = 0
-        #: Tokens loaded from the host tier when this round was admitted (recorded, then reset).
-        self.host_hit = 0
-        self.admitted_once = False
-
-    def __repr__(self) -> str:
-        return (f"SGReq(index={self.req.index}, max_new={self.max_new}, generated={self.generated}, "
-                f"computed={self.computed}, prefix={self.prefix}, alloc={self.alloc}, fill={self.fill})")
-
-    @property
-    def remaining_new(self) -> int:
-        return max(self.max_new - self.generated, 0)
-
-
-class _PrefillBatch:
-    """A prefill pass: its requests, and the one whose prompt it only partly computes (if any).
-
-    (Plain classes here and below, not dataclasses: engines/sglang.pxd types them.)
-    """
-
-    __slots__ = ("reqs", "chunked")
-
-    def __init__(self, reqs: list[SGReq], chunked: SGReq | None) -> None:
-        self.reqs = reqs
-        self.chunked = chunked
-
-
-class _DecodeBatch:
-    """A decode pass: the first ``n`` running requests (the whole running batch)."""
-
-    __slots__ = ("n",)
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-
-class _GhostBatch:
-    """The overlap scheduler's decode of ``n`` requests that had already finished (emits nothing)."""
-
-    __slots__ = ("n",)
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-
-def default_chunked_prefill_size(gpu_memory_gib: float) -> int:
-    """SGLang's choice of ``chunked_prefill_size`` from the GPU's memory (server_args.py)."""
-    mib = gpu_memory_gib * 1024
-    if mib < 35 * 1024:
-        return 2048
-    if mib < 60 * 1024:
-        return 4096
-    if mib < 160 * 1024:
-        return 8192
-    return 16384
-
-
-def default_mem_fraction_static(gpu_memory_gib: float, chunked_prefill_size: int, tp: int,
-                                cuda_graph_max_bs: int | None = None) -> float:
-    """SGLang's default ``mem_fraction_static``: leave a reserve for activations and graphs."""
-    mib = gpu_memory_gib * 1024
-    if cuda_graph_max_bs is None:
-        cuda_graph_max_bs = 512 if mib >= 160 * 1024 else (256 if tp < 4 else 512)
-    reserved = 512 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2 + tp / 8 * 1024
-    if mib > 60 * 1024:
-        reserved = max(reserved, 10 * 1024)
-    return round((mib - reserved) / mib, 3)
-
-
-class SGLangEngine(Engine):
-    """One SGLang worker (one tensor-parallel group)."""
 
     name = "sglang"
     supports_speculative = True
@@ -237,53 +155,6 @@ class SGLangEngine(Engine):
         """Tokens beyond the GPU match ``matched`` that the host holds (page aligned)."""
         on_host = self.host.match(sequence_units(sr.req, sr.fill - 1), None, self.tree.now)
         return max(on_host - matched, 0)
-
-    # -- pool ---------------------------------------------------------------------------
-    def _ceil_page(self, n: int) -> int:
-        p = self.page
-        return -(-n // p) * p
-
-    def _floor_page(self, n: int) -> int:
-        return (n // self.page) * self.page
-
-    @property
-    def free(self) -> int:
-        return self.pool.free_tokens
-
-    def _evict_to(self, n: int) -> None:
-        """Evict unlocked cache until ``n`` tokens are free (or nothing is left to evict)."""
-        if self.pool.free_tokens < n:
-            self.tree.evict(n - self.pool.free_tokens)
-
-    def _grow(self, sr: SGReq, new_computed: int) -> bool:
-        """Allocate private KV so that ``new_computed`` tokens fit."""
-        need = self._ceil_page(new_computed) - sr.prefix - sr.alloc
-        if need > 0:
-            if not self.tree.alloc(need):
-                return False
-            sr.alloc += need
-        return True
-
-    @property
-    def evictable(self) -> int:
-        return self.tree.evictable_size
-
-    # -- the running batch as columns ------------------------------------------------------
-    def _run_append(self, sr: SGReq) -> None:
-        self.batch.append(sr)
-        left = sr.max_new - sr.generated
-        if left < self._left_min:
-            self._left_min = left
-
-    def _run_rebuild(self, reqs: list[SGReq]) -> None:
-        """Replace the running batch by ``reqs`` (objects up to date)."""
-        self.batch.clear()
-        self._left_min = NO_LIMIT
-        for sr in reqs:
-            self._run_append(sr)
-
-    def _run_left_min(self) -> None:
-        self._left_min = self.batch.left_min()
 
     # -- arrivals -------------------------------------------------------------------------
     def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
@@ -591,37 +462,6 @@ class SGLangEngine(Engine):
             plan.host_load_overlap = self.hostlink.overlap
         return plan
 
-    def _decode_plan(self) -> PassPlan:
-        need = self._decode_need_run()
-        if self.pool.free_tokens < need:
-            self.tree.evict(need)
-        if self.pool.free_tokens < need:
-            self._retract(need)
-            need = self._decode_need_run()
-        else:
-            self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay, self.min_ratio)
-        n = self.batch.n
-        ctx = self.batch.contexts()
-        # Each request's private KV grows to ceil_page(computed + 1): ``need`` tokens in all.
-        grown = self.tree.alloc(need)
-        assert grown, "SGLang model: decode without KV room after retraction"
-        if self.spec is not None:  # verify k drafts + 1: KV for k + 1 tokens per request
-            self._decode_in_flight = self.spec.tokens
-            return PassPlan(decode_ctx=ctx, decode_tokens=self.spec.tokens, requests=_DecodeBatch(n))
-        self._decode_in_flight = True
-        return PassPlan(decode_ctx=ctx, requests=_DecodeBatch(n))
-
-    def _decode_need_run(self) -> int:
-        """Tokens the running batch's next decode pass allocates (a page per request at a page boundary)."""
-        if self.spec is not None:
-            return self._spec_need(self.batch.columns()[0])
-        return self.batch.decode_need(self.page)
-
-    def _spec_need(self, comp: np.ndarray) -> int:
-        """KV tokens a speculative pass allocates: each request grows to ceil_page(computed + k + 1)."""
-        p, t = self.page, self.spec.tokens
-        return p * int(((comp + t + p - 1) // p - (comp + p - 1) // p).sum())
-
     def _decode_need(self, reqs: list[SGReq]) -> int:
         if self.spec is not None:
             return self._spec_need(np.fromiter((sr.computed for sr in reqs), dtype=np.int64, count=len(reqs)))
@@ -668,56 +508,6 @@ class SGLangEngine(Engine):
             self._complete_decode(batch.n, end)
         # else a ghost pass (_GhostBatch): its tokens are discarded
 
-    def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
-        batch = self.batch
-        assert plan.requests.n == batch.n, "SGLang model: running batch changed under a decode stretch"
-        k = int(ends.size)
-        end = float(ends[-1])
-        self.tree.now = end
-        # Passes 2..k of the stretch: same requests, one more token each; the first pass's
-        # allocation was made at schedule time, the others' here.
-        self.rec.emit_stretch(batch.indices(), ends)
-        extra = batch.advance(k, self.page)
-        if extra > self.pool.free_tokens:  # passes that evict first (see decode_stretch_limit)
-            self._alloc_evicting(batch.n, k - 1)
-        else:
-            grown = self.tree.alloc(extra)
-            assert grown, "SGLang model: decode stretch beyond the free KV"
-        self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay * (k - 1), self.min_ratio)
-        if self.lag is not None:  # the last pass of the stretch was decided when the one before began
-            self.lag.ended(end, float(ends[k - 2]) if k > 1 else None)
-        if self.recv is not None:  # the scheduler iterations of passes 2..k
-            self.recv.skip_decode_iterations(k - 1)
-        self._decode_in_flight = False
-        self._left_min -= k
-        if self._left_min <= 0:
-            self._finish_done(end)
-
-    def _alloc_evicting(self, n: int, passes: int) -> None:
-        """The KV of ``passes`` decode passes of ``n`` requests (a token each, page 1), with the
-        evictions pass-by-pass scheduling makes: a pass that finds fewer than ``n`` tokens free
-        first evicts ``n`` tokens of cache (``_decode_plan``).  Exact only where eviction
-        ignores the time and reports to no one (:meth:`_evictions_fold`)."""
-        tree = self.tree
-        while passes:
-            fit = min(self.pool.free_tokens // n, passes)  # passes that find their tokens free
-            if fit:
-                grown = tree.alloc(n * fit)
-                assert grown
-                passes -= fit
-            if passes:
-                tree.evict(n)
-                grown = tree.alloc(n)
-                assert grown, "SGLang model: decode stretch beyond the free KV and the cache"
-                passes -= 1
-
-    def _evictions_fold(self) -> bool:
-        """Whether a decode stretch may run through passes that evict cache: eviction must not
-        depend on the time (LRU, LFU, FIFO) nor be seen outside (KV events, a host tier), and
-        pages must be single tokens (a pass then needs one token per request)."""
-        tree = self.tree
-        return self.page == 1 and tree.eviction_ignores_time and tree.on_event is None and tree.on_evict is None
-
     def _complete_prefill(self, batch: _PrefillBatch, end: float) -> None:
         self.prefilling = []
         emitted: list[SGReq] = []
@@ -738,102 +528,6 @@ class SGLangEngine(Engine):
             else:
                 self._cache_unfinished(sr)
                 self._run_append(sr)
-
-    def _complete_decode(self, n: int, end: float) -> None:
-        assert n == self.batch.n, "SGLang model: running batch changed under a decode pass"
-        if self.spec is not None:
-            self._complete_spec_decode(n, end)
-            return
-        self.rec.emit(self.batch.indices(), end)
-        self.batch.advance(1, self.page)
-        self._decode_in_flight = False
-        self._left_min -= 1
-        if self._left_min <= 0:
-            self._finish_done(end)
-
-    def _complete_spec_decode(self, n: int, end: float) -> None:
-        """Speculative pass: each request keeps its accepted drafts plus one token (never past max_new).
-
-        KV was allocated for k + 1 tokens; the rejected drafts' slots are freed.
-        """
-        comp, gen, max_new, _prefix = self.batch.columns()
-        acc = np.minimum(self.spec.draw(n), max_new - gen)
-        p, t = self.page, self.spec.tokens
-        surplus = p * int(((comp + t + p - 1) // p - (comp + acc + p - 1) // p).sum())
-        if surplus:
-            self.tree.free(surplus)
-        self.rec.emit(self.batch.indices(), end, acc)
-        comp += acc
-        gen += acc
-        self._decode_in_flight = False
-        self._run_left_min()
-        if self._left_min <= 0:
-            self._finish_done(end)
-
-    def _finish_done(self, end: float) -> None:
-        """Requests of the running batch that reached ``max_new`` leave it and end."""
-        done = self.batch.remove_done(self.page)
-        self._run_left_min()
-        if not done:
-            return
-        self.batch_is_full = False
-        if self.lag is not None and self.batch.n == 0:
-            # the pass chosen meanwhile still holds them (engines/sglang/overlap.py)
-            self.lag.ghost_ctx = np.array([sr.computed + 1 for sr in done], dtype=np.int64)
-        for sr in done:
-            self._release(sr, insert=True)
-            self._end(sr, end)
-
-    def _end(self, sr: SGReq, end: float) -> None:
-        if sr.max_new < sr.req.output_length:
-            self.rec.finished(sr.req.index, end, Status.COMPLETED, "output cut at the context length")
-            self.terminated.append(sr.req)
-        else:
-            self._finish(sr.req, end)
-
-    # -- radix-tree bookkeeping ---------------------------------------------------------------
-    def _insert_computed(self, sr: SGReq, match: bool = False) -> tuple[int, MatchResult | None]:
-        """Move the request's page-aligned computed tokens into the tree; returns the aligned
-        length and, with ``match``, the match of those tokens (None if nothing was inserted)."""
-        aligned = self._floor_page(sr.computed)
-        if aligned <= sr.prefix:
-            return sr.prefix, None
-        # The walk starts at the request's locked node, which ends its first ``prefix`` tokens.
-        segs = sequence_segments(sr.req, sr.prefix, aligned)
-        res = None
-        if match:
-            present, res = self.tree.insert_after_and_match(segs, sr.node, sr.prefix, aligned)
-        else:
-            present = self.tree.insert_after(segs, sr.node, sr.prefix, aligned)
-        # Tokens [prefix, present) were computed privately but already cached by another
-        # request meanwhile: free our copies.  Tokens [present, aligned) now belong to the tree.
-        dup = max(present - sr.prefix, 0)
-        if dup:
-            self.tree.free(dup)
-        sr.alloc -= aligned - sr.prefix
-        return aligned, res
-
-    def _cache_unfinished(self, sr: SGReq) -> None:
-        """Insert what the request computed so far and move its lock to the new end."""
-        if self.opt.disable_radix_cache:
-            return
-        aligned, res = self._insert_computed(sr, match=True)
-        if res is None:
-            return
-        self.tree.inc_lock_ref(res.node)
-        self.tree.dec_lock_ref(sr.node)
-        sr.node = res.node
-        sr.prefix = aligned
-
-    def _release(self, sr: SGReq, insert: bool) -> None:
-        """A request leaves: keep its tokens as cache (finish) or drop them (retraction)."""
-        if insert and not self.opt.disable_radix_cache:
-            self._insert_computed(sr)
-        if sr.alloc:
-            self.tree.free(sr.alloc)
-        sr.alloc = 0
-        self.tree.dec_lock_ref(sr.node)
-        sr.node = None
 
     # -- abort ---------------------------------------------------------------------------------
     def abort(self, index: int, now: float, reason: str = "cancelled by the client") -> bool:
@@ -875,38 +569,6 @@ class SGLangEngine(Engine):
                 self._cancel(sr.req, now, reason)
                 return True
         return False
-
-    # -- fast-forward -------------------------------------------------------------------------
-    def decode_stretch_limit(self) -> int:
-        """Decode passes that will repeat unchanged: nothing can be admitted, finish or be retracted.
-
-        Passes may evict cache where :meth:`_evictions_fold` allows (the commit replays the
-        evictions in order); the unlocked cache never changes otherwise during the stretch, so
-        every pass finds its tokens while the stretch's need fits the free and evictable KV.
-        """
-        if self.chunked is not None or not self.running:
-            return 1
-        if self.ready or self.spec is not None:  # transferred KV waiting; speculative passes vary
-            return 1
-        if self.waiting and not self.batch_is_full:
-            return 1
-        # The pass just scheduled already holds its token; further passes need one each.
-        k = self._left_min
-        if self.inbox:  # the iteration that pulls them may admit them: stop before it
-            k = min(k, self.recv.decode_passes_before_pull() if self.recv is not None else 1)
-        n = self.batch.n
-        if self.page == 1:
-            free = self.pool.free_tokens
-            kv = free + self.tree.evictable_size if self._evictions_fold() else free
-            room = kv // n + 1 if n else k
-        else:
-            room = self.pool.free_tokens // (n * self.page) + 1
-        return max(1, min(k, room))
-
-    def input_lag_passes(self) -> int:
-        """Passes after the one in flight that an arrival cannot change: the overlap loop chose
-        the next one already (engines/sglang/overlap.py), so a decode stretch may run through it."""
-        return 0 if self.lag is None else 1
 
     # -- state ---------------------------------------------------------------------------------
     def snapshot(self) -> EngineSnapshot:
