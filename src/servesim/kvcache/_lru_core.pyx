@@ -1,6 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """Compiled state of an LRU block pool: reference counts, cached hashes, free list, hash map.
 
+(Longer than 600 lines because it is one ``cdef class``, the C twin of ``block_pool.py``'s
+pool, method by method: its hash map, free-queue ring and chain cursors work on the same
+per-block structs, and a split would turn their per-block calls into calls across modules.)
+
 The pure-Python :class:`servesim.kvcache.block_pool.BlockPool` spends most of its time in
 the per-block work of a Python ``dict`` (one delete and one insert per recycled block) and
 one interpreted iteration per block.  This core keeps the same state in C arrays:
