@@ -88,6 +88,9 @@ class PrefillOnlyEngine:
     def decode_stretch_limit(self) -> int:
         return self.inner.decode_stretch_limit()
 
+    def input_lag_passes(self) -> int:
+        return self.inner.input_lag_passes()
+
     def snapshot(self) -> EngineSnapshot:
         return self.inner.snapshot()
 

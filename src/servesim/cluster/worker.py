@@ -68,8 +68,7 @@ class Worker:
         self.last_pass_tokens = 0
         #: Passes after the one in flight that input cannot change: an engine that chose its
         #: next pass before the current one started (SGLang's overlap loop) still runs it.
-        lag = getattr(engine, "input_lag_passes", None)
-        self.input_lag = int(lag()) if lag is not None else 0
+        self.input_lag = int(engine.input_lag_passes())
 
     def start_pass(self, now: float) -> float | None:
         """Schedule the next pass at ``now``; returns its end time, or None if idle.

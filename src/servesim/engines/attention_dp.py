@@ -428,7 +428,7 @@ class AttentionDPEngine(Engine):
 
     def input_lag_passes(self) -> int:
         """Passes after the one in flight that input cannot change: the fewest of any rank."""
-        return min(int(getattr(e, "input_lag_passes", lambda: 0)()) for e in self.ranks)
+        return min(int(e.input_lag_passes()) for e in self.ranks)
 
     def decode_stretch_limit(self) -> int:
         """The smallest of the busy ranks' limits; 1 if an idle rank holds queued work."""

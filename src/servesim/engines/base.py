@@ -160,6 +160,11 @@ class Engine:
         it in its sequence, can be looked up by no other request."""
 
     # -- fast-forward of decode-only stretches ---------------------------------------
+    def input_lag_passes(self) -> int:
+        """Passes after the one in flight that new input cannot change: 0, unless the engine
+        chooses its next pass before the current one runs (SGLang's overlap loop)."""
+        return 0
+
     def decode_stretch_limit(self) -> int:
         """How many decode-only passes from now are guaranteed identical in composition.
 
