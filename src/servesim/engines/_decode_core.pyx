@@ -42,6 +42,32 @@ def stretch_within_free_blocks(computed, long long block_size, long long free_bl
     return lo
 
 
+def passes_to_block_event(computed, long long block_size, bint caching):
+    """See ``engines/blockkv/arithmetic.py:passes_to_block_event``: one C loop where numpy took
+    about eight calls on a few tens of requests, at each pass of a decode stretch that a
+    blocked waiting request bounds (agentic workloads: most passes)."""
+    computed = as_int64_vector(computed)
+    cdef const int64_t* c = int64_data(computed)
+    cdef Py_ssize_t j, n = len(computed)
+    cdef long long best, s, bs = block_size
+    if n == 0:
+        raise ValueError("passes_to_block_event: no requests")
+    best = bs + 1
+    for j in range(n):
+        if bs <= 0 or c[j] < 0:  # C's % differs from numpy's there: the reference decides
+            from servesim.engines.blockkv.arithmetic import passes_to_block_event as reference
+            return reference(computed, block_size, caching)
+        # For c >= 0, (-(c + 1)) % bs + 1 == bs - c % bs, and (-(c + 2)) % bs + 1 == bs - (c + 1) % bs.
+        s = bs - c[j] % bs
+        if s < best:
+            best = s
+        if caching:
+            s = bs - (c[j] + 1) % bs
+            if s < best:
+                best = s
+    return best
+
+
 cdef long long _blocks_opened(const int64_t* computed, Py_ssize_t n, long long bs, long long k) noexcept:
     cdef long long total = 0, c
     cdef Py_ssize_t j

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from servesim.compiled import compiled_module
+
 #: Seed of every chain (vLLM's NONE_HASH plays this role).
 ROOT_HASH = 0x5E12E51A
 
@@ -38,6 +40,14 @@ def id_chain(block_ids: Sequence[int], parent: int = ROOT_HASH) -> list[int]:
         p = hash((p, bid))
         out.append(p)
     return out
+
+
+#: The Python :func:`id_chain`, the reference of ``kvcache/_hash_core.pyx``.
+python_id_chain = id_chain
+
+_core = compiled_module("kvcache._hash_core")  # bound at import: servesim/compiled.py's rule
+if _core is not None:
+    id_chain = _core.id_chain  # noqa: F811
 
 
 def block_hashes(

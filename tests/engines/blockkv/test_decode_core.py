@@ -121,3 +121,18 @@ def test_int64_array_and_index_with(seed):
                           (core.index_with(None, values), blocks.index_with(None, values))):
             np.testing.assert_array_equal(got, want)
             assert got.dtype == want.dtype == np.int64 and got.flags.c_contiguous
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_passes_to_block_event(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        bs = int(rng.choice([1, 2, 16, 64, 512]))
+        computed = rng.integers(0, 130000, n).astype(np.int64)
+        if rng.random() < 0.5:  # near block boundaries
+            computed = (computed - computed % bs + rng.integers(-2, 1, n)).clip(0)
+        for caching in (False, True):
+            want = blocks.passes_to_block_event(computed, bs, caching)
+            assert core.passes_to_block_event(computed, bs, caching) == want
+            assert core.passes_to_block_event(np.repeat(computed, 2)[::2], bs, caching) == want

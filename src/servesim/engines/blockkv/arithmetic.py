@@ -45,6 +45,21 @@ def stretch_within_free_blocks(computed: np.ndarray, block_size: int, free_block
     return lo
 
 
+def passes_to_block_event(computed: np.ndarray, block_size: int, caching: bool) -> int:
+    """Passes of a decode stretch until the first block event of any of its requests (>= 1).
+
+    ``computed[j]`` is request ``j``'s KV length at the stretch's first pass: pass ``s``
+    opens a block for it at ``s = (-(c+1)) % bs + 1`` and, with prefix caching, fills one
+    at ``s = (-(c+2)) % bs + 1`` (:func:`stretch_block_events`' events, shifted by one).
+    vLLM's decode fast path bounds a stretch by this while a waiting request is blocked
+    (``engines/vllm/fast_path.py:decode_stretch_limit``); ``computed`` must not be empty.
+    """
+    m = (-(computed + 1)) % block_size + 1
+    if caching:
+        m = np.minimum(m, (-(computed + 2)) % block_size + 1)
+    return int(m.min())
+
+
 def stretch_block_events(computed: list[int], k: int, block_size: int, caching: bool) -> list[int]:
     """The block events of a decode stretch of ``k`` passes, in the order they happen.
 

@@ -463,11 +463,7 @@ class VLLMDecodeFastPath(BlockKVEngine):
         limit = batch.left_min
         if self.waiting and n < self.max_seqs and n < self.budget:
             # The waiting head failed on blocks; it keeps failing while the pool is unchanged.
-            first_alloc = (-(c + 1)) % bs + 1
-            m = first_alloc
-            if self.caching:
-                m = np.minimum(m, (-(c + 2)) % bs + 1)
-            limit = min(limit, int(m.min()))
+            limit = min(limit, self._arith.passes_to_block_event(c, bs, self.caching))
         return self._arith.stretch_within_free_blocks(c, bs, self.pool.num_free_blocks, limit)
 
 
