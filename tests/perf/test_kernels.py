@@ -12,6 +12,8 @@ from servesim.hardware import load_gpu
 from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.kernels import ATTN_KERNELS, GemmSet, OpModel
 
+from benchscripts import load_benchmark
+
 
 @pytest.fixture(scope="module")
 def h100():
@@ -151,13 +153,7 @@ KERNEL_BOUNDS = {
 def test_op_classes_stay_within_bounds_of_the_measured_kernels():
     pytest.importorskip("aiconfigurator_core")
     pytest.importorskip("pyarrow")
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_kernels.py"
-    spec = importlib.util.spec_from_file_location("bench_kernels", path)
-    bk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bk)
+    bk = load_benchmark("bench_kernels")
     tables = ("gemm_perf", "generation_attention_perf", "context_attention_perf", "generation_mla_perf",
               "custom_allreduce_perf")
     summary = bk.summarise(bk.collect(25, tables=tables, systems=("h100_sxm",)))
@@ -178,13 +174,7 @@ QUANT_GEMM_BOUNDS = {"gemm/fp8": (0.30, 0.20), "gemm/nvfp4": (0.22, 0.12)}
 def test_quantized_gemms_match_the_measured_kernels_on_blackwell():
     pytest.importorskip("aiconfigurator_core")
     pytest.importorskip("pyarrow")
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_kernels.py"
-    spec = importlib.util.spec_from_file_location("bench_kernels", path)
-    bk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bk)
+    bk = load_benchmark("bench_kernels")
     summary = bk.summarise(bk.collect(60, tables=("gemm_perf",), systems=("b200_sxm",)))
     for cls, (med, bias) in QUANT_GEMM_BOUNDS.items():
         got = summary[cls]

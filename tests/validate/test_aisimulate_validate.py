@@ -9,7 +9,6 @@ TPOT as the benchmark client defines it, failures kept as statuses).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -20,9 +19,9 @@ from servesim.validate.points import point_config
 from servesim.workload.config import parse_workload
 from servesim.workload.source import build_source
 
+from benchscripts import load_benchmark
 from measured_rows import row
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "aisimulate_validate.py"
 
 ROW = row(model="meta-llama/Llama-3.1-70B", system="b200_sxm", backend="vllm", gpus=4, attention_tp=4,
           moe_tp=4, moe_ep=1, concurrency=8, osl=64, num_prompts=80, measured_mean_ttft_ms=100.0,
@@ -49,10 +48,7 @@ with open(out / "requests.jsonl", "w") as f:
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("aisimulate_validate", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("aisimulate_validate")
 
 
 def fake_exe(tmp_path: Path, body: str, name: str = "aisimulate") -> str:

@@ -6,27 +6,18 @@ issue's arrival rate, length ranges and prefix sharing, and servesim must read i
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 
+from benchscripts import load_benchmark
 from servesim.workload.config import parse_workload
 from servesim.workload.source import build_source
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_simulator.py"
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_simulator", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def test_workload1_trace_has_the_issue_distributions(tmp_path: Path) -> None:
-    bench = load_bench()
+    bench = load_benchmark("bench_simulator")
     path = tmp_path / "w1.jsonl"
     n = 4000
     bench.write_workload1_trace(n, path)
@@ -56,7 +47,7 @@ def test_workload1_trace_has_the_issue_distributions(tmp_path: Path) -> None:
 
 def test_workload1_in_process_run_completes_every_request(capsys) -> None:
     """``--workload1 N`` (the in-process run timed in paired comparisons) simulates all N."""
-    bench = load_bench()
+    bench = load_benchmark("bench_simulator")
     assert bench.run_workload1(200, "vllm") == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["requests"] == out["completed"] == 200 and out["cpu_s"] > 0
