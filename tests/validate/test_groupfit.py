@@ -504,3 +504,34 @@ def test_shared_values_alone_equal_the_full_fits():
     assert full.groups and not shared.groups
     assert shared.shared == full.shared
     assert set(shared.clients) == set(full.clients) == {"inferencex"}  # the clients are still fitted
+
+
+def test_gemm_bounds_follow_the_gpus_measured_ceiling():
+    """A calibration may never price GEMMs above what the GPU was measured to reach, and its
+    floor is the same share of that ceiling on every GPU: AMD's max-achievable FLOPs (MI300X
+    bf16 0.542 of the spec peak) move both ends down; H100's ceiling (0.87) keeps 0.55-0.85."""
+    from servesim.validate.groupfit import GEMM_EFF_BOUNDS, GEMM_FLOOR_OF_CEILING, gpu_bounds
+
+    def gemm_range(gpu: str) -> tuple[float, float]:
+        lo, hi = gpu_bounds(gpu)
+        return math.exp(-hi[1]), math.exp(-lo[1])
+
+    assert gemm_range("h100_sxm") == pytest.approx(GEMM_EFF_BOUNDS)
+    floor, ceiling = gemm_range("mi300x")
+    assert ceiling == pytest.approx(0.542)
+    assert floor == pytest.approx(0.542 * GEMM_FLOOR_OF_CEILING)
+    assert floor < GEMM_EFF_BOUNDS[0]
+
+
+def test_amd_parts_carry_measured_or_marked_ceilings():
+    """Every AMD file prices compute and HBM below the spec sheet, and each ceiling names its
+    source; the unmeasured MI355X says its values are stand-ins."""
+    from servesim.hardware.gpu import load_gpu
+
+    for name in ("mi300x", "mi325x", "mi355x"):
+        gpu = load_gpu(name)
+        for key in ("bf16", "fp8", "hbm"):
+            assert 0.3 < gpu.ceiling(key) < 0.9, (name, key)
+            assert gpu.sources[f"achievable.{key}"], (name, key)
+    assert all("stand-in" in s for k, v in load_gpu("mi355x").sources.items() if k.startswith("achievable.")
+               for s in v)

@@ -60,6 +60,9 @@ from servesim.validate.sensitivity import KNOBS, BaseParams, PointSensitivity
 #:   large GEMMs measure 0.55-0.8 in the kernel tables, so 0.55 is the floor.  (With a floor of
 #:   0.3, SGLang's B200 group sat on it: the fit was slowing every prefill 2.6× to absorb a TTFT
 #:   effect the model lacks, and an unmeasured model on H200 got a slower prefill than on H100.)
+#:   On a GPU whose measured ceiling is lower (AMD's max-achievable FLOPs: 49-65% of the spec
+#:   sheet's peak, since clocks drop under dense load) the floor is the same share of that
+#:   ceiling as 0.55 is of 0.85: :data:`GEMM_FLOOR_OF_CEILING`.
 #: - ``graph_layer_overhead_s``: the fixed time of a layer inside a CUDA graph: the gaps between
 #:   a layer's ~10 kernels replayed back to back, a few microseconds (near zero; the op-level
 #:   model's own value is 2 µs).
@@ -75,6 +78,8 @@ REQ_BOUNDS_S = (0.0, 50e-6)
 RUNNING_BOUNDS_S = (0.0, 1e-3)
 KV_EFF_BOUNDS = (0.6, 0.92)
 COMM_SCALE_BOUNDS = (0.8, 2.0)
+#: The GEMM floor as a share of the GPU's measured GEMM ceiling, where that is below ``GEMM_EFF_BOUNDS``.
+GEMM_FLOOR_OF_CEILING = GEMM_EFF_BOUNDS[0] / GEMM_EFF_BOUNDS[1]
 #: Prior widths: log time scale (mem, prefill), seconds per pass, seconds of stream latency
 #: (client), seconds per layer, seconds per request and pass, seconds per running request
 #: (client), log time scale of the KV reads, log time scale of the collectives.
@@ -206,6 +211,7 @@ def gpu_bounds(gpu: str, fit_comm: bool = False) -> tuple[np.ndarray, np.ndarray
     lo[0] = max(lo[0], -math.log(hbm))
     lo[7] = max(lo[7], -math.log(min(KV_EFF_BOUNDS[1], hbm)))
     lo[1] = max(lo[1], -math.log(gemm))
+    hi[1] = max(hi[1], -math.log(gemm * GEMM_FLOOR_OF_CEILING))
     return lo, np.maximum(hi, lo)
 
 
