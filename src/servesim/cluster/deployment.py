@@ -204,7 +204,8 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
                         precision=weight_dtype, client=getattr(cfg, "client", None))
     try:
         step_time = build_step_time(cfg.perf, arch, gpu, dep.tp, dep.ep, weight_dtype, kv_dtype,
-                                    attention_dp=dp, engine=dep.engine.name, resolved=perf)
+                                    attention_dp=dp, engine=dep.engine.name, resolved=perf,
+                                    eager_launch=plan.eager_launch)
     except ModelError as exc:
         raise ConfigError(f"perf: {exc}") from None
     from servesim.engines.speculative import attach_speculative, wrap_step_time as wrap_speculative

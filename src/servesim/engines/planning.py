@@ -47,3 +47,8 @@ class EnginePlan:
     settings: dict
     context: int
     make: Callable[[int, RequestRecorder, EngineLimits], Engine]
+    #: Passes outside a CUDA graph run the model in PyTorch eager mode, dispatching every
+    #: operation from Python (SGLang without piecewise graphs); False where the engine compiles
+    #: its model (vLLM's torch.compile) or runs fused custom ops (TensorRT-LLM).  The step-time
+    #: model prices the host time of those dispatches (perf/launches.py).
+    eager_launch: bool = False

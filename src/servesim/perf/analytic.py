@@ -63,6 +63,7 @@ from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.expert_balance import expected_busiest_touched
 from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_OVERHEAD_BLOCKS, ATTN_KERNELS, ELEMENTWISE_KERNELS,
                                    LINEAR_ATTN_DECODE_KERNELS, LINEAR_ATTN_KERNELS, GemmSet, OpModel)
+from servesim.perf.launches import eager_ops_per_layer
 from servesim.perf.memory import Layout, attention_params_per_gpu
 from servesim.perf.plan import PassPlan, ends_from_durations
 from servesim.perf.precision import kv_bytes, layer_dtypes, weight_bytes
@@ -117,8 +118,12 @@ class AnalyticStepTime:
         kv_dtype: str = "bf16",
         params: AnalyticParams | None = None,
         attention_dp: int = 1,
+        eager_launch: bool = False,
     ) -> None:
+        """``eager_launch``: passes outside a CUDA graph dispatch every operation from Python
+        (the engine plan's ``eager_launch``), paying ``eager_op_s`` per operation (perf/launches.py)."""
         self.model, self.gpu = model, gpu
+        self.eager_launch = eager_launch
         self.layout = Layout(tp=tp, ep=ep, attention_dp=attention_dp)
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         self.p = p = params or AnalyticParams()
@@ -272,6 +277,8 @@ class AnalyticStepTime:
         # The fixed per-pass costs (_pass_overhead) and the per-request one, as plain numbers.
         self._graph_oh = p.graph_pass_overhead_s + L * p.graph_layer_overhead_s
         self._eager_oh = p.pass_overhead_s + L * p.layer_overhead_s
+        if self.eager_launch:
+            self._eager_oh += L * eager_ops_per_layer(m, tp) * p.eager_op_s
         self._graph_max_batch = p.cuda_graph_max_batch
         self._request_oh = p.overhead_per_request_s
 

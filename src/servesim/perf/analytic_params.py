@@ -58,6 +58,11 @@ class AnalyticParams(BaseModel):
     # overheads
     pass_overhead_s: float = Field(1.5e-3, ge=0, description="per-pass scheduling + launch (eager/piecewise passes)")
     layer_overhead_s: float = Field(15e-6, ge=0, description="per-layer launch overhead of eager passes")
+    eager_op_s: float = Field(
+        40e-6, ge=0, description="host time per operation of a PyTorch-eager pass (engines whose plan says "
+        "eager_launch: SGLang's prefill passes); perf/launches.py counts the operations. "
+        "From sglang PR #12160: DeepSeek-V3, one new token, 82.6 ms eager vs 23.1 ms from a piecewise CUDA graph, "
+        "over 61 layers x 24.6 operations")
     graph_pass_overhead_s: float = Field(0.5e-3, ge=0, description="per-pass overhead of CUDA-graph decode passes")
     graph_layer_overhead_s: float = Field(
         0.0, ge=0, description="per-layer CPU overhead inside a CUDA graph (none: a graph replays without launches; "

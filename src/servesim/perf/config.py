@@ -216,12 +216,14 @@ def build_step_time(
     attention_dp: int = 1,
     engine: str = "",
     resolved: ResolvedPerf | None = None,
+    eager_launch: bool = False,
 ) -> StepTimeModel:
     """The step-time model a perf config describes, for one worker's layout (GPU work only).
 
     ``resolved`` (from :func:`resolve_perf`) carries the calibrated analytic overrides; when
-    absent they are resolved here for ``gpu.name``/``engine``.  The frontend's scheduler CPU
-    time is added by :meth:`servesim.perf.frontend.Frontend.wrap_step_time`, not here.
+    absent they are resolved here for ``gpu.name``/``engine``.  ``eager_launch``: the engine
+    runs passes outside CUDA graphs in PyTorch eager mode (its plan says so).  The frontend's
+    scheduler CPU time is added by :meth:`servesim.perf.frontend.Frontend.wrap_step_time`, not here.
     """
     if perf_cfg is None or isinstance(perf_cfg, dict):
         perf_cfg = parse_perf_config(perf_cfg)
@@ -237,4 +239,5 @@ def build_step_time(
     if resolved is None:
         resolved = resolve_perf(perf_cfg, gpu.name, engine)
     return AnalyticStepTime(arch, gpu, tp=tp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                            params=_analytic_params(resolved.analytic), attention_dp=attention_dp)
+                            params=_analytic_params(resolved.analytic), attention_dp=attention_dp,
+                            eager_launch=eager_launch)

@@ -90,6 +90,8 @@ def sglang_command(pool: dict, role: str) -> list[str]:
             cmd += [flag, str(v)]
     if e.get("disable_radix_cache"):
         cmd += ["--disable-radix-cache"]
+    if e.get("enable_piecewise_cuda_graph"):
+        cmd += ["--enable-piecewise-cuda-graph"]
     if e.get("host_kv_gb"):
         cmd += ["--enable-hierarchical-cache", "--hicache-size", str(int(e["host_kv_gb"]))]
     if pool.get("kv_dtype") == "fp8":

@@ -32,6 +32,10 @@ class SGLangOptions(BaseModel):
     disable_overlap_schedule: bool = Field(
         False, description="run SGLang's normal event loop instead of the overlap one (which decides a pass while "
                            "the previous one runs; engines/sglang/overlap.py); speculative decoding turns it off")
+    enable_piecewise_cuda_graph: bool = Field(
+        False, description="prefill and mixed passes replay piecewise CUDA graphs (SGLang's "
+        "--enable-piecewise-cuda-graph) instead of running eagerly; off: every operation of such a pass is "
+        "dispatched from Python (perf/launches.py)")
     load_balance_method: Literal["round_robin", "shortest_queue"] = Field(
         "round_robin", description="attention DP (deployment.attention_dp > 1): how arrivals are placed on ranks")
     # host-memory KV tier (docs/engines.md, "Host KV tier"); off by default

@@ -93,4 +93,4 @@ def plan_sglang(options: SGLangOptions, facts: PlanInputs) -> EnginePlan:
         settings["max_running_requests"] = eng.max_running
         return eng
 
-    return EnginePlan(memory, settings, context, make)
+    return EnginePlan(memory, settings, context, make, eager_launch=not opt.enable_piecewise_cuda_graph)

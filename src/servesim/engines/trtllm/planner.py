@@ -26,4 +26,8 @@ def plan_trtllm(options: TRTLLMOptions, facts: PlanInputs) -> EnginePlan:
     def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
         return TRTLLMEngine(worker_id, recorder, limits, opt, oracle)
 
+    # eager_launch stays False: TensorRT-LLM's PyTorch backend runs a layer through fused custom
+    # ops (attention with RoPE and the KV write, the fused MoE, all-reduce fused with the norm), so
+    # the per-operation dispatch perf/launches.py counts from SGLang's model code does not carry
+    # over (applied to TensorRT-LLM it made Llama and Qwen predictions worse; docs/validation.md).
     return EnginePlan(memory, settings, context, make)
