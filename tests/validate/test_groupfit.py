@@ -535,3 +535,22 @@ def test_amd_parts_carry_measured_or_marked_ceilings():
             assert gpu.sources[f"achievable.{key}"], (name, key)
     assert all("stand-in" in s for k, v in load_gpu("mi355x").sources.items() if k.startswith("achievable.")
                for s in v)
+
+
+def test_groups_on_identical_compute_share_their_gemm_efficiency():
+    """H100 and H200 are one die with different memory: per engine, their groups share the
+    fitted GEMM efficiency (the H200 group takes the H100 group's), as do MI300X and MI325X;
+    B200 and B300 (different FP4 peaks) stay apart.  The shipped calibration says so too."""
+    from servesim.perf.calibration import load_calibration
+    from servesim.validate.groupfit import shared_compute_leaders
+
+    keys = ["b200_sxm/sglang", "b300_sxm/sglang", "h100_sxm/trtllm", "h100_sxm/vllm", "h200_sxm/trtllm",
+            "h200_sxm/vllm", "mi300x/sglang", "mi325x/sglang"]
+    named = {keys[f]: keys[lead] for f, lead in shared_compute_leaders(keys).items()}
+    assert named == {"h200_sxm/trtllm": "h100_sxm/trtllm", "h200_sxm/vllm": "h100_sxm/vllm",
+                     "mi325x/sglang": "mi300x/sglang"}
+    cal = load_calibration("default")
+    for engine in ("sglang", "trtllm", "vllm"):
+        h100, _ = cal.resolve("h100_sxm", engine, "", "bf16")
+        h200, _ = cal.resolve("h200_sxm", engine, "", "bf16")
+        assert h100["gemm_eff_max"] == pytest.approx(h200["gemm_eff_max"], rel=1e-6), engine

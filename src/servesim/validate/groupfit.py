@@ -332,6 +332,45 @@ def _engine_of(group_key: str) -> str:
     return group_key.split("/", 2)[1] if "/" in group_key else group_key
 
 
+#: Index of the prefill (GEMM efficiency) knob in a group's vector.
+PREFILL_INDEX = 1
+
+
+def _compute_identity(gpu: str) -> tuple | None:
+    """What a GPU's compute is made of (vendor, dense peaks, SM count): H100 and H200 are the
+    same die with different memory, so a GEMM runs alike on both (their kernel tables' ceilings
+    differ by a percent, which is the tables' noise)."""
+    try:
+        from servesim.hardware.gpu import load_gpu
+
+        spec = load_gpu(gpu)
+    except Exception:
+        return None
+    return (spec.vendor, tuple(sorted(spec.tflops.items())), spec.sm_count)
+
+
+def shared_compute_leaders(keys: Sequence[str]) -> dict[int, int]:
+    """For groups of one engine on GPUs of identical compute (:func:`_compute_identity`), the
+    index of the group whose GEMM efficiency the others share (the first in ``keys``).
+
+    The GEMM efficiency is a property of the kernels on the silicon; fitted apart, two such
+    groups let each campaign's quirks in (H200's TensorRT-LLM group once fitted 0.68 against
+    H100's 0.80), and switching GPU then compares campaigns, not hardware."""
+    leaders: dict[tuple, int] = {}
+    out: dict[int, int] = {}
+    for gi, key in enumerate(keys):
+        gpu = key.split("/", 1)[0]
+        ident = _compute_identity(gpu)
+        if ident is None:
+            continue
+        slot = (_engine_of(key), ident)
+        if slot in leaders:
+            out[gi] = leaders[slot]
+        else:
+            leaders[slot] = gi
+    return out
+
+
 def fit_groups_and_clients(sur: Surrogate, groups: dict[str, np.ndarray], client_of: Sequence[str],
                            prior: GroupParams, prior_weight: float, objective: str = "relative",
                            fit_comm: bool = False, prior_scale: float = DEFAULT_PRIOR_SCALE) -> tuple[dict[str, GroupParams], dict[str, tuple[float, float]]]:
@@ -372,10 +411,16 @@ def fit_groups_and_clients(sur: Surrogate, groups: dict[str, np.ndarray], client
     n_par = o_c + 2 * nc
     if n == 0 or n_par == 0:  # nothing to fit (an empty fold of a cross-validation)
         return {}, {}
+    leader = shared_compute_leaders(keys)
+    prefill_col = int(np.flatnonzero(dev).tolist().index(PREFILL_INDEX))
+    followers = np.array(sorted(leader), dtype=int)
+    leaders_of = np.array([leader[f] for f in followers], dtype=int)
 
     def unpack(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         per_group = np.tile(centre, (ng + 1, 1))  # the last row: points in no group (the prior)
         per_group[:ng, dev] = x[:o_e].reshape(ng, nf)
+        if followers.size:  # identical compute: the leader's GEMM efficiency
+            per_group[followers, PREFILL_INDEX] = per_group[leaders_of, PREFILL_INDEX]
         per_group[:ng, list(HOST_INDEX)] = x[o_e:o_c].reshape(ne, nh)[e_of_group]
         return per_group, x[o_c:].reshape(nc, 2)
 
@@ -394,6 +439,8 @@ def fit_groups_and_clients(sur: Surrogate, groups: dict[str, np.ndarray], client
         if g_of[i] >= 0:
             e = e_of_group[g_of[i]]
             cols += list(range(g_of[i] * nf, (g_of[i] + 1) * nf)) + list(range(o_e + e * nh, o_e + (e + 1) * nh))
+            if g_of[i] in leader:
+                cols.append(leader[g_of[i]] * nf + prefill_col)
         for r in (i, n + i):
             sparsity[r, cols] = 1
     for j in range(n_par):
@@ -476,7 +523,29 @@ def _fit_tree(sur: Surrogate, base: BaseParams, prior: GroupParams, min_group_po
                 continue
             tree.models[mkey] = fit_group(sur.subset(np.array(by_model[mkey])), base, gp, prior_weight=prior_scale,
                                           objective=objective, fit_comm=fit_comm)
+    if fallback_prior_weight != GPU_ENGINE_PRIOR_WEIGHT and prior_scale > 0:
+        _share_fallback_gemm(tree, fitted, sur, base, prior, fallback_prior_weight * prior_scale, objective, fit_comm)
     return tree, clients
+
+
+def _share_fallback_gemm(tree: _Tree, fitted: dict[str, np.ndarray], sur: Surrogate, base: BaseParams,
+                         prior: GroupParams, weight: float, objective: str, fit_comm: bool) -> None:
+    """The fallbacks of groups on identical compute (:func:`shared_compute_leaders`) take one GEMM
+    efficiency: that of a fallback fit on all their points together."""
+    keys = sorted(fitted)
+    members: dict[int, list[int]] = defaultdict(list)
+    for follower, lead in shared_compute_leaders(keys).items():
+        members[lead].append(follower)
+    for lead, followers in members.items():
+        names = [keys[lead]] + [keys[f] for f in followers]
+        union = np.concatenate([fitted[k] for k in names])
+        shared, _ = fit_group(sur.subset(union), base, _with_host(prior, tree.parent[keys[lead]]),
+                              prior_weight=weight, objective=objective, fit_comm=fit_comm)
+        for key in names:
+            x = tree.fallback[key][0].vector()
+            x[PREFILL_INDEX] = shared.vector()[PREFILL_INDEX]
+            rms = float(np.sqrt(np.mean(sur.subset(fitted[key]).residuals(x, objective) ** 2)))
+            tree.fallback[key] = (GroupParams.of(x), rms)
 
 
 def fit_hierarchy(sens: Sequence[PointSensitivity], base: BaseParams, min_group_points: int = MIN_GROUP_POINTS,
