@@ -204,6 +204,7 @@ class GraphBuilder:
         nodes: list[Node | None] = [None] * len(raw)
         for i in order:
             nodes[i] = self._node(i, deps[i], nodes, ids)
+        ids.positions = []  # read by _full_prompt alone: let the arrays go
         plays = self._plays(nodes, order)  # type: ignore[arg-type]
         for p, play in enumerate(plays):
             assert play_index[play.play_id] == p
@@ -276,7 +277,7 @@ class GraphBuilder:
         bs = self.block_size
         scope = r.play_id if self.local_ids else None
         if r.delta_of is None:
-            hash_ids = _full_prompt(r, bs, scope, ids)
+            hash_ids = _full_prompt(r, ids.positions[i], bs, ids)
         else:
             base = nodes[self._by_id[r.delta_of]]
             hash_ids = _delta_prompt(r, base, self._by_id[r.delta_of], bs, scope, ids)
@@ -307,25 +308,35 @@ class _Interner:
     """Raw ids (per scope: a play, or the whole trace) to dense ints; :meth:`fresh` gives ids
     that match nothing.
 
-    Every raw id the trace lists is interned up front, scope by scope, with numpy (sorted
-    unique ids, so the numbering is deterministic); a node's ids are then one vectorised
-    lookup.  Ids keyed otherwise (a shifted delta's) go through a dict.
+    Every raw id the trace lists is interned up front, scope by scope (sorted distinct ids, so
+    the numbering is deterministic), and each node's ids are turned into their dense positions
+    there, one vectorised pass per scope (:func:`_ranks`).  Ids keyed otherwise (a shifted
+    delta's) go through a dict.
     """
 
     def __init__(self, raw: list, play_order: dict[str, int] | None) -> None:
-        groups: dict[object, list] = {}
-        #: Each node's raw ids as an array (converted once), by the id of its list.
-        self.arrays: dict[int, np.ndarray] = {}
-        for r in raw:
-            if r.hash_ids:
-                arr = self.arrays[id(r.hash_ids)] = id_array(r.hash_ids)
-                groups.setdefault(r.play_id if play_order is not None else None, []).append(arr)
+        groups: dict[object, list[int]] = {}
+        arrays: list[np.ndarray | None] = [None] * len(raw)
+        for i, r in enumerate(raw):
+            if r.hash_ids is not None and len(r.hash_ids):
+                arrays[i] = id_array(r.hash_ids)
+                groups.setdefault(r.play_id if play_order is not None else None, []).append(i)
+        #: Each node's raw ids as dense positions (an int64 array, by the node's place in
+        #: ``raw``; None: it names no ids).
+        self.positions: list[np.ndarray | None] = [None] * len(raw)
         self._scopes: dict[object, np.ndarray] = {}
         self._base: dict[object, int] = {}
         self.size = 0
         keys = sorted(groups, key=lambda k: play_order[k]) if play_order is not None else list(groups)
         for key in keys:
-            uniq = np.unique(np.concatenate(groups[key]))
+            members = groups[key]
+            uniq, pos = _ranks(np.concatenate([arrays[i] for i in members]))
+            pos += self.size
+            at = 0
+            for i in members:
+                n = len(arrays[i])  # type: ignore[arg-type]
+                self.positions[i] = pos[at:at + n]
+                at += n
             self._scopes[key], self._base[key] = uniq, self.size
             self.size += int(uniq.size)
         self._map: dict = {}
@@ -353,10 +364,31 @@ class _Interner:
         return self.size - 1
 
 
-def _full_prompt(r: _RawNode, bs: int, scope, ids: _Interner) -> tuple[int, ...]:
+#: Ids up to this many times the number listed are ranked through a table (:func:`_ranks`).
+_DENSE_RANGE = 4
+
+
+def _ranks(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct ids of ``flat`` (uint64) and each element's position among them
+    (int64).  Ids within a few times the list's length of zero (a trace's own numbering) go
+    through a table indexed by id; others through a sort and a binary search."""
+    top = int(flat.max())
+    if top < _DENSE_RANGE * flat.size + 1024:
+        seen = np.zeros(top + 1, dtype=bool)
+        seen[flat] = True
+        uniq = np.flatnonzero(seen).astype(np.uint64)
+        rank = np.cumsum(seen, dtype=np.int64)
+        rank -= 1
+        return uniq, rank[flat]
+    uniq = np.unique(flat)
+    return uniq, uniq.searchsorted(flat).astype(np.int64)
+
+
+def _full_prompt(r: _RawNode, pos: np.ndarray | None, bs: int, ids: _Interner) -> tuple[int, ...]:
+    """The node's dense ids: its listed ids (``pos``, their positions), then fresh ids for
+    blocks the trace did not name or that are the request's own."""
     need = -(-r.input_length // bs)
-    arr = ids.arrays.get(id(r.hash_ids)) if r.hash_ids else None
-    named = ids.lookup(scope, arr[:need]) if arr is not None else ()
+    named = shared_ids(ids._ints, pos[:need]) if pos is not None else ()
     private = r.private_tail and r.input_length % bs and need > 0
     if len(named) == need and not private:
         return named
@@ -386,7 +418,8 @@ def _delta_prompt(r: _RawNode, base: Node, base_index: int, bs: int, scope, ids:
     seq = list(base.hash_ids[:n_full]) + list(base.output_hash_ids[:need_out])
     total = prior + r.input_length
     need = -(-total // bs)
-    raw_ids = list(r.hash_ids or ())
+    raw_ids = [] if r.hash_ids is None else r.hash_ids.tolist() if isinstance(r.hash_ids, np.ndarray) \
+        else list(r.hash_ids)
     aligned = prior % bs == 0
     k = 0
     while len(seq) < need:
