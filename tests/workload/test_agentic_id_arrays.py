@@ -101,9 +101,16 @@ def test_lines_the_array_path_must_leave_to_json(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_ranks_are_sorted_unique_positions(sparse):
+    """Both ways (a table indexed by id, left dirty by an earlier scope, or a sort) rank as
+    ``np.unique`` and a binary search do; the table is offered only to small ids."""
     rng = np.random.default_rng(3)
     flat = rng.integers(0, 2**63 if sparse else 500, size=2000, dtype=np.uint64)
-    uniq, pos = graph._ranks(flat)
+    table = graph._rank_table([flat, flat[:10]])
+    assert (table is None) == sparse
     want = np.unique(flat)
-    assert uniq.dtype == np.uint64 and pos.dtype == np.int64
-    assert np.array_equal(uniq, want) and np.array_equal(pos, want.searchsorted(flat))
+    for t in ([None] if sparse else [None, table, table]):
+        uniq, pos = graph._ranks(flat, t)
+        assert uniq.dtype == np.uint64 and pos.dtype == np.int64
+        assert np.array_equal(uniq, want) and np.array_equal(pos, want.searchsorted(flat))
+        if t is not None:
+            graph._ranks(flat[::-3].copy(), t)  # another scope writes over it

@@ -310,8 +310,8 @@ class _Interner:
 
     Every raw id the trace lists is interned up front, scope by scope (sorted distinct ids, so
     the numbering is deterministic), and each node's ids are turned into their dense positions
-    there, one vectorised pass per scope (:func:`_ranks`).  Ids keyed otherwise (a shifted
-    delta's) go through a dict.
+    there, a few vectorised passes per scope (:func:`_ranks`), through a table indexed by id
+    where the ids are small enough.  Ids keyed otherwise (a shifted delta's) go through a dict.
     """
 
     def __init__(self, raw: list, play_order: dict[str, int] | None) -> None:
@@ -328,9 +328,10 @@ class _Interner:
         self._base: dict[object, int] = {}
         self.size = 0
         keys = sorted(groups, key=lambda k: play_order[k]) if play_order is not None else list(groups)
+        table = _rank_table([a for a in arrays if a is not None])
         for key in keys:
             members = groups[key]
-            uniq, pos = _ranks(np.concatenate([arrays[i] for i in members]))
+            uniq, pos = _ranks(np.concatenate([arrays[i] for i in members]), table)
             pos += self.size
             at = 0
             for i in members:
@@ -364,24 +365,39 @@ class _Interner:
         return self.size - 1
 
 
-#: Ids up to this many times the number listed are ranked through a table (:func:`_ranks`).
+#: Ids below this many times the number listed are ranked through a table (:func:`_rank_table`).
 _DENSE_RANGE = 4
 
 
-def _ranks(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _rank_table(arrays: list[np.ndarray]) -> np.ndarray | None:
+    """A scratch table indexed by id for :func:`_ranks`, where every id is below a few times the
+    number listed (a trace's own numbering); None otherwise (ids spread over 64 bits)."""
+    if not arrays:
+        return None
+    total = sum(a.size for a in arrays)
+    top = max(int(a.max()) for a in arrays)
+    if top >= _DENSE_RANGE * total + 1024:
+        return None
+    return np.empty(top + 1, dtype=np.int64)
+
+
+def _ranks(flat: np.ndarray, table: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The sorted distinct ids of ``flat`` (uint64) and each element's position among them
-    (int64).  Ids within a few times the list's length of zero (a trace's own numbering) go
-    through a table indexed by id; others through a sort and a binary search."""
-    top = int(flat.max())
-    if top < _DENSE_RANGE * flat.size + 1024:
-        seen = np.zeros(top + 1, dtype=bool)
-        seen[flat] = True
-        uniq = np.flatnonzero(seen).astype(np.uint64)
-        rank = np.cumsum(seen, dtype=np.int64)
-        rank -= 1
-        return uniq, rank[flat]
-    uniq = np.unique(flat)
-    return uniq, uniq.searchsorted(flat).astype(np.int64)
+    (int64).
+
+    With a ``table`` (int64, indexed by id; its contents on entry do not matter): each id's
+    entry is set to a position of the id in ``flat``, and the elements found at their own
+    position are one per distinct id; those few are sorted, their ranks written to the table
+    and read back for every element.  Linear passes, where a sort of ``flat`` (``np.unique``)
+    and a binary search per element are not."""
+    if table is None:
+        uniq = np.unique(flat)
+        return uniq, uniq.searchsorted(flat).astype(np.int64)
+    at = np.arange(flat.size, dtype=np.int64)
+    table[flat] = at  # repeated ids: one of their positions stays
+    uniq = np.sort(flat[table[flat] == at])
+    table[uniq] = np.arange(uniq.size, dtype=np.int64)
+    return uniq, table[flat]
 
 
 def _full_prompt(r: _RawNode, pos: np.ndarray | None, bs: int, ids: _Interner) -> tuple[int, ...]:

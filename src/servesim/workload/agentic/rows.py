@@ -102,7 +102,7 @@ def _decode_with_id_array(line: str) -> dict | None:
     ids = parse_id_list(text)
     if ids is None:
         return None
-    at = line.find(text.decode("ascii"))
+    at = _value_at(line, text.decode("ascii"))
     if at < 0:
         return None
     obj = _decode(line[:at] + "0" + line[at + len(text):])
@@ -110,6 +110,19 @@ def _decode_with_id_array(line: str) -> dict | None:
         return None
     obj["hash_ids"] = ids
     return obj
+
+
+def _value_at(line: str, value: str) -> int:
+    """Where ``value`` is written in the line: right after its ``"hash_ids":`` key where it is
+    there (a short search and one comparison), else its first occurrence (-1: none)."""
+    key = line.find('"hash_ids"')
+    if key >= 0:
+        at = key + 10
+        while at < len(line) and line[at] in ' \t\r\n:':
+            at += 1
+        if line.startswith(value, at):
+            return at
+    return line.find(value)
 
 
 def _show(value: Any) -> str:
