@@ -14,7 +14,7 @@ CORES = ("engines._decode_core", "engines._sglang_batch_core", "engines.vllm._de
          "perf._stretch_core", "sim._event_core", "workload._units_core", "workload.agentic._trace_ids_core")
 
 FROM_SOURCE = ("cluster.worker", "engines.base", "engines.blockkv.manager", "engines.sglang.fast_path",
-               "engines.sglang.scheduler",
+               "engines.sglang.overlap", "engines.sglang.scheduler",
                "engines.trtllm.scheduler", "engines.vllm.fast_path", "engines.vllm.scheduler",
                "kvcache.block_owner", "kvcache.hashing", "kvcache.lru_pool", "kvcache.radix_cache",
                "kvcache.token_pool", "metrics.recorder", "perf.analytic", "perf.frontend", "perf.plan",
