@@ -76,3 +76,13 @@ def test_parse_id_list_equal_python(ids, spaces, noise, at):
     bent = text[:at] + "".join(noise).encode() + text[at:]
     got, want = core.parse_id_list(bent), PYTHON_VERSIONS["parse_id_list"](bent)
     assert (got is None) == (want is None) and (got is None or got.tolist() == want.tolist())
+
+
+def test_shared_ids_of_ints_are_not_left_to_the_collector():
+    """A prompt's tuple of ints cannot be in a cycle: the collector never needs to walk it.
+    Anything else stays tracked, as the Python version's tuple is."""
+    import gc
+
+    pos = np.array([0, 1], dtype=np.int64)
+    assert not gc.is_tracked(core.shared_ids([10**20, 10**20 + 1], pos))
+    assert gc.is_tracked(core.shared_ids([[1], [2]], pos))

@@ -15,6 +15,10 @@ from cpython.ref cimport Py_INCREF
 cnp.import_array()
 
 
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void* op)
+
+
 def ids_valid(list v) -> bool:
     """Whether every element is an ``int`` (not a bool, not a float) in [0, 2**64)."""
     cdef Py_ssize_t i, n = PyList_GET_SIZE(v)
@@ -53,18 +57,26 @@ def id_array(ids) -> cnp.ndarray:
 
 
 def shared_ids(list ints, cnp.ndarray pos) -> tuple:
-    """``tuple(ints[p] for p in pos)`` for an int64 array of valid indices."""
+    """``tuple(ints[p] for p in pos)`` for an int64 array of valid indices.
+
+    A tuple of ints alone leaves the cyclic collector's care at once: it can be in no cycle
+    (the collector untracks such tuples itself, but only after traversing them once: on an
+    AgentX trace, millions of ids in one young-generation collection)."""
     cdef cnp.int64_t[::1] p = np.ascontiguousarray(pos, dtype=np.int64)
     cdef Py_ssize_t i, n = p.shape[0]
     cdef Py_ssize_t size = PyList_GET_SIZE(ints)
     cdef tuple out = PyTuple_New(n)
     cdef object x
+    cdef bint ints_only = True
     for i in range(n):
         if p[i] < 0 or p[i] >= size:
             raise IndexError(f"position {p[i]} outside the {size} interned ids")
         x = <object>PyList_GET_ITEM(ints, p[i])
+        ints_only = ints_only and type(x) is int
         Py_INCREF(x)
         PyTuple_SET_ITEM(out, i, x)
+    if ints_only:
+        PyObject_GC_UnTrack(<void*>out)
     return out
 
 
