@@ -18,5 +18,5 @@ FROM_SOURCE = ("cluster.worker", "engines.base", "engines.blockkv.manager", "eng
                "engines.sglang.overlap", "engines.sglang.scheduler",
                "engines.trtllm.scheduler", "engines.vllm.fast_path", "engines.vllm.scheduler",
                "kvcache.block_owner", "kvcache.hashing", "kvcache.lru_pool", "kvcache.radix_cache",
-               "kvcache.token_pool", "metrics.recorder", "perf.analytic", "perf.frontend", "perf.plan",
+               "kvcache.token_pool", "metrics.recorder", "metrics.timeseries", "perf.analytic", "perf.frontend", "perf.plan",
                "sim.simulation", "workload.request", "workload.synthetic")

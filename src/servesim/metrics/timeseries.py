@@ -3,6 +3,8 @@
 Without the idle rows a worker's last busy sample would stand for every idle stretch after
 it (the throttle usually skips the pass end that empties it), and a plot carrying samples
 forward would draw an idle worker as busy.
+
+Compiled from this source (``timeseries.pxd``): the simulation offers it every pass end.
 """
 
 from __future__ import annotations

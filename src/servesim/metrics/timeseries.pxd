@@ -1,0 +1,19 @@
+# Types for compiling timeseries.py with Cython (setup.py FROM_SOURCE; see kvcache/radix_cache.pxd).
+# The simulation offers every pass end to sample() and every decode stretch to
+# passes_to_sample(): compiled, those calls and their throttle tests are C code.
+cimport cython
+
+
+cdef class TimeSeries:
+    cdef public double interval
+    cdef public dict rows
+    cdef public dict _last_t
+    cdef public dict _last_passes
+    cdef public dict _last_tokens
+    cdef public set _idle
+
+    @cython.locals(last=object, r=dict)
+    cpdef sample(self, object worker, double now, bint idle=*)
+
+    @cython.locals(last=object, due=cython.longlong)
+    cpdef long long passes_to_sample(self, object wid, object ends) except? -1
