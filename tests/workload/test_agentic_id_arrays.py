@@ -105,8 +105,11 @@ def test_ranks_are_sorted_unique_positions(sparse):
     ``np.unique`` and a binary search do; the table is offered only to small ids."""
     rng = np.random.default_rng(3)
     flat = rng.integers(0, 2**63 if sparse else 500, size=2000, dtype=np.uint64)
-    table = graph._rank_table([flat, flat[:10]])
+    table = graph._rank_table(None, int(flat.max()), 4 * flat.size + 1024)
     assert (table is None) == sparse
+    if not sparse:
+        assert graph._rank_table(table, int(flat.max()), 4 * flat.size) is table
+        assert graph._rank_table(table, table.size, 10**6).size > table.size
     want = np.unique(flat)
     for t in ([None] if sparse else [None, table, table]):
         uniq, pos = graph._ranks(flat, t)

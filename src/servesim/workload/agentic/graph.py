@@ -328,10 +328,13 @@ class _Interner:
         self._base: dict[object, int] = {}
         self.size = 0
         keys = sorted(groups, key=lambda k: play_order[k]) if play_order is not None else list(groups)
-        table = _rank_table([a for a in arrays if a is not None])
+        dense = _DENSE_RANGE * sum(a.size for a in arrays if a is not None) + 1024
+        table = None
         for key in keys:
             members = groups[key]
-            uniq, pos = _ranks(np.concatenate([arrays[i] for i in members]), table)
+            flat = np.concatenate([arrays[i] for i in members])
+            table = _rank_table(table, int(flat.max()), dense)
+            uniq, pos = _ranks(flat, table)
             pos += self.size
             at = 0
             for i in members:
@@ -369,16 +372,15 @@ class _Interner:
 _DENSE_RANGE = 4
 
 
-def _rank_table(arrays: list[np.ndarray]) -> np.ndarray | None:
-    """A scratch table indexed by id for :func:`_ranks`, where every id is below a few times the
-    number listed (a trace's own numbering); None otherwise (ids spread over 64 bits)."""
-    if not arrays:
+def _rank_table(table: np.ndarray | None, top: int, dense: int) -> np.ndarray | None:
+    """The scratch table indexed by id that :func:`_ranks` uses for ids up to ``top``: ``table``
+    itself or a larger one, where ``top`` is below ``dense`` (a few times the number of ids
+    the trace lists: its own numbering); None otherwise (ids spread over 64 bits)."""
+    if top >= dense:
         return None
-    total = sum(a.size for a in arrays)
-    top = max(int(a.max()) for a in arrays)
-    if top >= _DENSE_RANGE * total + 1024:
-        return None
-    return np.empty(top + 1, dtype=np.int64)
+    if table is None or table.size <= top:
+        return np.empty(max(top + 1, 2 * table.size if table is not None else 0), dtype=np.int64)
+    return table
 
 
 def _ranks(flat: np.ndarray, table: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
