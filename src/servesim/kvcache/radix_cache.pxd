@@ -140,3 +140,6 @@ cdef tuple _key_common_prefix(RadixNode node, list segs, Py_ssize_t i, long long
 @cython.locals(bs=cython.longlong, end=cython.longlong, k=cython.longlong, last=cython.longlong)
 cdef long long _run_common_prefix(Request owner, long long key_end, Request req, long long pos,
                                   long long stop) except? -1
+
+@cython.locals(x=object, y=object)
+cdef Py_ssize_t _same_ids(tuple a, tuple b, Py_ssize_t k, Py_ssize_t stop) except -1

@@ -804,6 +804,9 @@ def _run_common_prefix(owner: Request, key_end: int, req: Request, pos: int, sto
     k = pos // bs
     last = (end - 1) // bs
     if owner is not req:
+        a, b = owner.hash_ids, req.hash_ids
+        if type(a) is tuple and type(b) is tuple:  # the prompts' blocks: one loop over the tuples
+            k = _same_ids(a, b, k, min(last + 1, len(a), len(b)))
         while k <= last:
             a = _request_block(owner, k)
             b = _request_block(req, k)
@@ -813,3 +816,16 @@ def _run_common_prefix(owner: Request, key_end: int, req: Request, pos: int, sto
     if k > last:
         return end - pos
     return k * bs - pos if k * bs > pos else 0
+
+
+def _same_ids(a: tuple, b: tuple, k: int, stop: int) -> int:
+    """The first position in ``[k, stop)`` where the two tuples of block ids differ (``stop``
+    where none does): equal ids are mostly the same int objects (a trace's ids are shared),
+    so most comparisons are of two pointers."""
+    while k < stop:
+        x = a[k]
+        y = b[k]
+        if x is not y and x != y:
+            return k
+        k += 1
+    return stop
