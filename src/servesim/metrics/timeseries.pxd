@@ -17,3 +17,7 @@ cdef class TimeSeries:
 
     @cython.locals(last=object, due=cython.longlong)
     cpdef long long passes_to_sample(self, object wid, object ends) except? -1
+
+
+@cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t, mid=cython.Py_ssize_t)
+cdef Py_ssize_t _first_due(const double[:] ends, double last, double interval) except -1
