@@ -2,11 +2,12 @@
 
 Models SGLang's ``RadixCache`` (python/sglang/srt/mem_cache/radix_cache.py): a radix tree
 whose edges hold runs of tokens; four verbs — match, insert, evict, lock/unlock.  Here a
-node's key is a list of :data:`Segment` ``(block_id, start, end)`` instead of token ids,
-so every operation costs per segment/node, never per token.  Children are indexed by the
-block id of their first segment: all children of a node start at the same position of
-the block grid, so two children with the same first id would share a token and must be
-one node.
+node's key reads as a list of :data:`Segment` ``(block_id, start, end)`` instead of token
+ids, so every operation costs per segment/node, never per token; a node an engine inserts
+from a request holds the request's run itself (:class:`RadixNode`), no segment per block.
+Children are indexed by the block id of their first segment: all children of a node start
+at the same position of the block grid, so two children with the same first id would share
+a token and must be one node.
 
 Request life cycle (how an engine drives it, as SGLang's scheduler does)::
 
