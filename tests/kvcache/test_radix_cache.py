@@ -413,3 +413,77 @@ def test_match_request_is_match_of_its_segments(page, seed):
             assert a.evict(k) == c.evict(k)
         assert _nodes(a) == _nodes(c)
         assert (a.evictable_size, a.pool.free_tokens, a._seq) == (c.evictable_size, c.pool.free_tokens, c._seq)
+
+
+@pytest.mark.parametrize("page", [1, 4])
+@pytest.mark.parametrize("seed", range(6))
+def test_request_runs_as_keys_equal_segment_keys(page, seed):
+    """Nodes that keep a request's run (``insert_request_after``) behave as nodes that keep its
+    segments (``insert_after`` of ``sequence_segments``): the same keys read back, splits,
+    stamps, events, eviction order, under every kind of match (a request's, a segment list's,
+    units') and with host-tier paths read back at eviction."""
+    from servesim.workload.request import Request, sequence_segments, sequence_units
+
+    rng = random.Random(100 + seed)
+    ev_a, ev_c, out_a, out_c = [], [], [], []
+    a = RadixCache(700, page_size=page, on_event=ev_a.append)
+    c = RadixCache(700, page_size=page, on_event=ev_c.append)
+    a.on_evict, c.on_evict = out_a.append, out_c.append
+    bs = page * [1, 2, 4][seed % 3]
+    live = []  # (request, locked tokens, node in a, node in c)
+    for step in range(300):
+        a.now = c.now = float(step)
+        if live and rng.random() < 0.5:  # a request moves its computed tokens into the tree
+            req, prefix, na, nc = live.pop(rng.randrange(len(live)))
+            total = req.input_length + req.output_length
+            n = rng.randint(prefix, total)
+            n -= n % page
+            if n > prefix:
+                assert a.alloc(n - prefix) and c.alloc(n - prefix)
+                segs = sequence_segments(req, prefix, n)
+                if rng.random() < 0.5:
+                    pa, pc = a.insert_after(segs, na, prefix, n), c.insert_request_after(req, nc, prefix, n)
+                    ma = mc = None
+                else:
+                    pa, ma = a.insert_after_and_match(segs, na, prefix, n)
+                    pc, mc = c.insert_request_after_and_match(req, nc, prefix, n)
+                    assert (ma.tokens, ma.node.uid) == (mc.tokens, mc.node.uid)
+                assert pa == pc
+                a.free(max(pa - prefix, 0))
+                c.free(max(pc - prefix, 0))
+                if ma is not None and rng.random() < 0.5:
+                    a.inc_lock_ref(ma.node)
+                    c.inc_lock_ref(mc.node)
+                    a.dec_lock_ref(na)
+                    c.dec_lock_ref(nc)
+                    live.append((req, ma.tokens, ma.node, mc.node))
+                    continue
+            a.dec_lock_ref(na)
+            c.dec_lock_ref(nc)
+        else:  # a new request: matched one of three ways, then locked
+            ids = tuple(rng.randrange(3) if k < 2 else rng.randrange(12) for k in range(rng.randint(1, 6)))
+            out = tuple(rng.randrange(12) for _ in range(rng.randint(0, 2)))
+            req = Request(rng.randrange(4), "r", 0.0, rng.randint((len(ids) - 1) * bs + 1, len(ids) * bs),
+                          rng.randint(1, 3 * bs), ids, bs, output_hash_ids=out)
+            stop = rng.randint(0, req.input_length)
+            stop -= stop % page
+            how = rng.randrange(3)
+            ma = a.match_segments(sequence_segments(req, 0, stop))
+            if how == 0:
+                mc = c.match_request(req, stop)
+            elif how == 1:
+                mc = c.match_segments(sequence_segments(req, 0, stop))
+            else:
+                mc = c.match_prefix(sequence_units(req, stop))
+            assert (ma.tokens, ma.node.uid) == (mc.tokens, mc.node.uid)
+            a.inc_lock_ref(ma.node)
+            c.inc_lock_ref(mc.node)
+            live.append((req, ma.tokens, ma.node, mc.node))
+        if rng.random() < 0.2:
+            k = rng.randint(1, 60)
+            assert a.evict(k) == c.evict(k)
+        assert _nodes(a) == _nodes(c)
+        assert (a.evictable_size, a.pool.free_tokens, a._seq) == (c.evictable_size, c.pool.free_tokens, c._seq)
+        assert ev_a == ev_c and out_a == out_c
+        c.check_invariants()
+    assert any(node.req is not None for node in _all_nodes(c))

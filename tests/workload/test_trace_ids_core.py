@@ -58,3 +58,31 @@ def test_shared_ids_equal_python(n, pos):
     p = np.array([x % n for x in pos], dtype=np.int64)
     got, want = core.shared_ids(ints, p), PYTHON_VERSIONS["shared_ids"](ints, p)
     assert got == want and all(a is b for a, b in zip(got, want)) and type(got) is tuple
+
+
+_PIECES = st.sampled_from(["[", "]", ",", " ", "\t", "\n", "0", "1", "9", "-", ".", "e", "x", "18446744073709551616"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(ids=st.lists(valid, max_size=8), spaces=st.lists(st.sampled_from(["", " ", "\t", "\r\n"]), min_size=2,
+                                                       max_size=2), noise=st.lists(_PIECES, max_size=6),
+       at=st.integers(0, 60))
+def test_parse_id_list_equal_python(ids, spaces, noise, at):
+    """Plain lists parse to their ids; any text with something else gives None, both ways."""
+    text = ("[" + spaces[0] + (spaces[1] + "," + spaces[0]).join(map(str, ids)) + spaces[1] + "]").encode()
+    got, want = core.parse_id_list(text), PYTHON_VERSIONS["parse_id_list"](text)
+    assert got is not None and want is not None and got.tolist() == want.tolist() == ids
+    assert got.dtype == want.dtype == np.uint64
+    bent = text[:at] + "".join(noise).encode() + text[at:]
+    got, want = core.parse_id_list(bent), PYTHON_VERSIONS["parse_id_list"](bent)
+    assert (got is None) == (want is None) and (got is None or got.tolist() == want.tolist())
+
+
+def test_shared_ids_of_ints_are_not_left_to_the_collector():
+    """A prompt's tuple of ints cannot be in a cycle: the collector never needs to walk it.
+    Anything else stays tracked, as the Python version's tuple is."""
+    import gc
+
+    pos = np.array([0, 1], dtype=np.int64)
+    assert not gc.is_tracked(core.shared_ids([10**20, 10**20 + 1], pos))
+    assert gc.is_tracked(core.shared_ids([[1], [2]], pos))

@@ -9,7 +9,9 @@ from servesim.workload.request cimport Request
 
 cdef class RadixNode:
     cdef public long long uid
-    cdef public list key
+    cdef public list segs
+    cdef public Request req
+    cdef public long long start
     cdef public long long ntok
     cdef public dict children
     cdef public RadixNode parent
@@ -67,11 +69,24 @@ cdef class RadixCache:
                    node=RadixNode, child=RadixNode, pos=cython.longlong, m=cython.longlong)
     cpdef MatchResult match_request(self, Request req, long long stop)
 
+    @cython.locals(seq=cython.longlong, now=cython.double, page=cython.longlong, bs=cython.longlong,
+                   child=RadixNode, m=cython.longlong)
+    cpdef tuple _descend_request(self, RadixNode node, Request req, long long pos, long long stop)
+
     @cython.locals(parent=RadixNode, new=RadixNode)
     cpdef RadixNode _split(self, RadixNode child, long long m)
 
     @cython.locals(end=RadixNode)
     cpdef tuple insert_and_match(self, object units, object n_tokens=*)
+
+    cpdef long long insert_request_after(self, Request req, RadixNode below, long long prefix,
+                                         long long end) except? -1
+
+    @cython.locals(last=RadixNode)
+    cpdef tuple insert_request_after_and_match(self, Request req, RadixNode below, long long prefix, long long end)
+
+    @cython.locals(pos=cython.longlong, node=RadixNode, leaf=RadixNode)
+    cpdef tuple _insert_request_after(self, Request req, RadixNode below, long long prefix, long long end)
 
     @cython.locals(node=RadixNode, prefix=cython.longlong, i=cython.Py_ssize_t, s=cython.longlong)
     cpdef tuple _insert_segments(self, list segs)
@@ -87,6 +102,8 @@ cdef class RadixCache:
     @cython.locals(leaf=RadixNode)
     cpdef tuple _add_rest(self, list segs, long long prefix, RadixNode node, Py_ssize_t i, long long s,
                           long long end=*)
+
+    cpdef _attach_leaf(self, RadixNode node, RadixNode leaf)
 
     @cython.locals(delta=cython.longlong, root=RadixNode)
     cpdef long long inc_lock_ref(self, RadixNode node) except? -1
@@ -114,3 +131,15 @@ cdef object _request_block(Request req, long long k)
 @cython.locals(bs=cython.longlong, m=cython.longlong, k=cython.longlong, base=cython.longlong, s=cython.longlong,
                e=cython.longlong, end=cython.longlong, ks=cython.longlong, ke=cython.longlong)
 cdef long long _request_common_prefix(list key, Request req, long long pos, long long stop) except? -1
+
+@cython.locals(req=Request, bs=cython.longlong, pos=cython.longlong, stop=cython.longlong, m=cython.longlong,
+               n=cython.Py_ssize_t, k=cython.longlong, ks=cython.longlong, ke=cython.longlong, e=cython.longlong,
+               end=cython.longlong)
+cdef tuple _key_common_prefix(RadixNode node, list segs, Py_ssize_t i, long long s)
+
+@cython.locals(bs=cython.longlong, end=cython.longlong, k=cython.longlong, last=cython.longlong)
+cdef long long _run_common_prefix(Request owner, long long key_end, Request req, long long pos,
+                                  long long stop) except? -1
+
+@cython.locals(x=object, y=object)
+cdef Py_ssize_t _same_ids(tuple a, tuple b, Py_ssize_t k, Py_ssize_t stop) except -1

@@ -2,11 +2,12 @@
 
 Models SGLang's ``RadixCache`` (python/sglang/srt/mem_cache/radix_cache.py): a radix tree
 whose edges hold runs of tokens; four verbs — match, insert, evict, lock/unlock.  Here a
-node's key is a list of :data:`Segment` ``(block_id, start, end)`` instead of token ids,
-so every operation costs per segment/node, never per token.  Children are indexed by the
-block id of their first segment: all children of a node start at the same position of
-the block grid, so two children with the same first id would share a token and must be
-one node.
+node's key reads as a list of :data:`Segment` ``(block_id, start, end)`` instead of token
+ids, so every operation costs per segment/node, never per token; a node an engine inserts
+from a request holds the request's run itself (:class:`RadixNode`), no segment per block.
+Children are indexed by the block id of their first segment: all children of a node start
+at the same position of the block grid, so two children with the same first id would share
+a token and must be one node.
 
 Request life cycle (how an engine drives it, as SGLang's scheduler does)::
 
@@ -51,17 +52,27 @@ from servesim.kvcache.segments import (
     units_to_segments,
 )
 from servesim.kvcache.token_pool import TokenPool
-from servesim.workload.request import Request, output_block_id
+from servesim.workload.request import Request, output_block_id, sequence_segments
 
 Units = Sequence[tuple[int, int]]
 
 
 class RadixNode:
-    """One edge of the tree: a run of tokens (``key``) and the subtree below it."""
+    """One edge of the tree: a run of tokens (its key) and the subtree below it.
+
+    The key is held one of two ways.  A node made from a request's tokens (the engines'
+    inserts, :meth:`RadixCache.insert_request_after`) keeps the request and where its run
+    starts in the request's sequence (``req``, ``start``; the run is ``ntok`` tokens): an
+    insert then builds no segment per block and an eviction frees none, where agent
+    contexts run to thousands of blocks.  A node made from segments (the units and
+    segments API) keeps them (``segs``).  :attr:`key` reads either as segments.
+    """
 
     __slots__ = (
         "uid",
-        "key",
+        "segs",
+        "req",
+        "start",
         "ntok",
         "children",
         "parent",
@@ -74,12 +85,16 @@ class RadixNode:
         "block_id",
     )
 
-    def __init__(self, uid: int, key: list[Segment], parent: RadixNode | None, now: float, seq: int,
-                 ntok: int = -1) -> None:
+    def __init__(self, uid: int, segs: list[Segment] | None, parent: RadixNode | None, now: float, seq: int,
+                 ntok: int = -1, req: Request | None = None, start: int = 0) -> None:
         self.uid = uid
-        self.key = key
-        #: Tokens of ``key``; a caller that knows them passes them (counting walks every segment).
-        self.ntok = ntok if ntok >= 0 else segments_tokens(key)
+        #: The key's segments; None when the key is a run of ``req``'s sequence.
+        self.segs = segs
+        #: The request whose tokens ``[start, start + ntok)`` are the key (None: ``segs`` are).
+        self.req = req
+        self.start = start
+        #: Tokens of the key; a caller that knows them passes them (counting walks every segment).
+        self.ntok = ntok if ntok >= 0 else segments_tokens(segs)  # type: ignore[arg-type]
         self.children: dict[int, RadixNode] = {}
         self.parent = parent
         self.lock_ref = 0
@@ -88,7 +103,17 @@ class RadixNode:
         self.access_count = 1
         self.insert_time = now
         self.insert_seq = seq
-        self.block_id = key[0][0] if key else 0
+        if req is not None:
+            self.block_id = _request_block(req, start // req.block_size)
+        else:
+            self.block_id = segs[0][0] if segs else 0
+
+    @property
+    def key(self) -> list[Segment]:
+        """The key as segments ``(block_id, start, end)`` (built here for a request's run)."""
+        if self.req is None:
+            return self.segs  # type: ignore[return-value]
+        return sequence_segments(self.req, self.start, self.start + self.ntok)
 
     def __repr__(self) -> str:
         return f"RadixNode(uid={self.uid}, key={self.key}, lock_ref={self.lock_ref}, children={len(self.children)})"
@@ -256,7 +281,7 @@ class RadixCache:
             child = node.children.get(segs[i][0])
             if child is None:
                 break
-            m, i2, s2 = common_prefix(child.key, segs, i, s)
+            m, i2, s2 = _key_common_prefix(child, segs, i, s)
             if page > 1 and m % page:
                 m -= m % page
                 i2, s2 = advance(segs, i, s, m)
@@ -275,18 +300,24 @@ class RadixCache:
 
     def _split(self, child: RadixNode, m: int) -> RadixNode:
         """Cut ``child``'s key after ``m`` tokens; the new upper node is returned."""
-        head, tail = split_segments(child.key, m)
         parent = child.parent
         assert parent is not None
-        new = RadixNode(next(self._uids), head, parent, child.insert_time, child.insert_seq, m)
+        if child.req is None:
+            head, tail = split_segments(child.segs, m)
+            new = RadixNode(next(self._uids), head, parent, child.insert_time, child.insert_seq, m)
+            child.segs = tail
+            child.block_id = tail[0][0]
+        else:  # a run of a request's sequence: two shorter runs of it
+            new = RadixNode(next(self._uids), None, parent, child.insert_time, child.insert_seq, m,
+                            child.req, child.start)
+            child.start += m
+            child.block_id = _request_block(child.req, child.start // child.req.block_size)
         new.lock_ref = child.lock_ref
         new.last_access = child.last_access
         new.last_seq = child.last_seq
         new.access_count = child.access_count
         parent.children[new.block_id] = new
-        child.key = tail
         child.ntok -= m
-        child.block_id = tail[0][0]
         child.parent = new
         new.children[child.block_id] = child
         return new
@@ -324,15 +355,23 @@ class RadixCache:
         if self.disable:
             return MatchResult(0, self.root)
         self._seq += 1
+        pos, node = self._descend_request(self.root, req, 0, stop)
+        return MatchResult(pos, node)
+
+    def _descend_request(self, node: RadixNode, req: Request, pos: int, stop: int) -> tuple[int, RadixNode]:
+        """:meth:`_descend` reading the input from the request's tokens ``[pos, stop)``: the walk
+        from ``node`` (``pos`` tokens down), stamping with the current sequence number.
+        Returns where it stopped: the position and the node ending there."""
         seq, now, page = self._seq, self.now, self.page_size
         bs = req.block_size
-        node = self.root
-        pos = 0
         while pos < stop:
             child = node.children.get(_request_block(req, pos // bs))
             if child is None:
                 break
-            m = _request_common_prefix(child.key, req, pos, stop)
+            if child.req is None:
+                m = _request_common_prefix(child.segs, req, pos, stop)
+            else:
+                m = _run_common_prefix(child.req, child.start + child.ntok, req, pos, stop)
             if page > 1 and m % page:
                 m -= m % page
             if m == 0:
@@ -345,7 +384,7 @@ class RadixCache:
                 node = self._split(child, m)
                 break
             node = child
-        return MatchResult(pos, node)
+        return pos, node
 
     def path_segments(self, node: RadixNode) -> list[Segment]:
         """The tokens root → ``node`` (inclusive) as canonical segments."""
@@ -413,6 +452,36 @@ class RadixCache:
         self._touch_path(last)
         return present, MatchResult(end, last)
 
+    def insert_request_after(self, req: Request, below: RadixNode, prefix: int, end: int) -> int:
+        """:meth:`insert_after` of the request's tokens ``[prefix, end)`` (``end`` page aligned),
+        read from the request as the walk reaches them: the same tree, stamps and result as
+        inserting ``sequence_segments(req, prefix, end)``, and a new leaf keeps the request's
+        run instead of a segment per block (:class:`RadixNode`)."""
+        if self.disable:
+            return 0
+        return self._insert_request_after(req, below, prefix, end)[0]
+
+    def insert_request_after_and_match(self, req: Request, below: RadixNode, prefix: int,
+                                       end: int) -> tuple[int, MatchResult]:
+        """:meth:`insert_after_and_match` of the request's tokens ``[prefix, end)`` (as for
+        :meth:`insert_request_after`)."""
+        if self.disable:
+            return 0, MatchResult(0, self.root)
+        present, last = self._insert_request_after(req, below, prefix, end)
+        self._touch_path(last)
+        return present, MatchResult(end, last)
+
+    def _insert_request_after(self, req: Request, below: RadixNode, prefix: int, end: int) -> tuple[int, RadixNode]:
+        """:meth:`_insert_after` with the input read from the request: the path to ``below``
+        stamped, the walk on from it, a leaf holding the request's run for the rest."""
+        self._touch_path(below)
+        pos, node = self._descend_request(below, req, prefix, end)
+        if pos < end:
+            leaf = RadixNode(next(self._uids), None, node, self.now, self._seq, end - pos, req, pos)
+            self._attach_leaf(node, leaf)
+            return pos, leaf
+        return pos, node
+
     def _insert_segments(self, segs: list[Segment]) -> tuple[int, RadixNode]:
         """Insert ``segs`` walking from the root; returns the tokens already present and the
         node ending at ``segs``' end."""
@@ -443,16 +512,20 @@ class RadixCache:
         if i < len(segs):
             rest = [(segs[i][0], s, segs[i][2]), *segs[i + 1 :]]
             leaf = RadixNode(next(self._uids), rest, node, self.now, self._seq, end - prefix if end >= 0 else -1)
-            if not node.children and node.lock_ref == 0:
-                self._evictable_leaves.discard(node)
-            node.children[leaf.block_id] = leaf
-            self._add_leaf(leaf)
-            self.evictable_size += leaf.ntok
-            self.pool.adopt(leaf.ntok)
-            if self.on_event is not None:
-                self.on_event(self._event("stored", leaf))
+            self._attach_leaf(node, leaf)
             return prefix, leaf
         return prefix, node
+
+    def _attach_leaf(self, node: RadixNode, leaf: RadixNode) -> None:
+        """Hang a new leaf under ``node``; its tokens move from the request to the tree."""
+        if not node.children and node.lock_ref == 0:
+            self._evictable_leaves.discard(node)
+        node.children[leaf.block_id] = leaf
+        self._add_leaf(leaf)
+        self.evictable_size += leaf.ntok
+        self.pool.adopt(leaf.ntok)
+        if self.on_event is not None:
+            self.on_event(self._event("stored", leaf))
 
     def _event(self, kind: str, node: RadixNode) -> KVEvent:
         ids = tuple(dict.fromkeys(seg[0] for seg in node.key))
@@ -682,3 +755,78 @@ def _request_common_prefix(key: list[Segment], req: Request, pos: int, stop: int
         if end == e and end < ke:  # the input ends inside this key segment
             break
     return m
+
+
+def _key_common_prefix(node: RadixNode, segs: list[Segment], i: int, s: int) -> tuple[int, int, int]:
+    """``segments.common_prefix`` of the node's key and the input ``segs`` from (segment ``i``,
+    token ``s``), reading a request's run in place (no segment list built)."""
+    if node.req is None:
+        return common_prefix(node.segs, segs, i, s)
+    req = node.req
+    bs = req.block_size
+    pos, stop = node.start, node.start + node.ntok
+    m = 0
+    n = len(segs)
+    while pos < stop:  # the key's segment of block k is [ks, ke) of it, as sequence_segments cuts it
+        if i >= n:
+            break
+        k = pos // bs
+        ks = pos - k * bs
+        ke = stop - k * bs
+        if ke > bs:
+            ke = bs
+        bid, _, e = segs[i]
+        if _request_block(req, k) != bid or ks != s:
+            break
+        end = ke if ke < e else e
+        m += end - s
+        if end == e:
+            i += 1
+            s = 0
+            if end < ke:  # the input ends inside this key segment
+                break
+        else:
+            s = end
+        pos = k * bs + ke
+    return m, i, s
+
+
+def _run_common_prefix(owner: Request, key_end: int, req: Request, pos: int, stop: int) -> int:
+    """Tokens shared by a node holding ``owner``'s run ``[pos, key_end)`` and the request's
+    tokens ``[pos, stop)``: both are runs of sequences on one block grid at the same depth,
+    so they agree block by block up to the first block whose ids differ (what
+    ``_request_common_prefix`` finds segment by segment)."""
+    bs = req.block_size
+    if owner.block_size != bs:  # two grids: compare segment by segment
+        return _request_common_prefix(sequence_segments(owner, pos, key_end), req, pos, stop)
+    end = key_end if key_end < stop else stop
+    if end <= pos:
+        return 0
+    k = pos // bs
+    last = (end - 1) // bs
+    if owner is not req:
+        a, b = owner.hash_ids, req.hash_ids
+        if type(a) is tuple and type(b) is tuple:  # the prompts' blocks: one loop over the tuples
+            k = _same_ids(a, b, k, min(last + 1, len(a), len(b)))
+        while k <= last:
+            a = _request_block(owner, k)
+            b = _request_block(req, k)
+            if a is not b and a != b:
+                break
+            k += 1
+    if k > last:
+        return end - pos
+    return k * bs - pos if k * bs > pos else 0
+
+
+def _same_ids(a: tuple, b: tuple, k: int, stop: int) -> int:
+    """The first position in ``[k, stop)`` where the two tuples of block ids differ (``stop``
+    where none does): equal ids are mostly the same int objects (a trace's ids are shared),
+    so most comparisons are of two pointers."""
+    while k < stop:
+        x = a[k]
+        y = b[k]
+        if x is not y and x != y:
+            return k
+        k += 1
+    return stop

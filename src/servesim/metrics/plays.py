@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from servesim.metrics.prefix_seen import new_seen_prefixes
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.metrics.stats import describe
 from servesim.workload.agentic.phases import LANE_WARMUP, PLAY, PRIMER
@@ -242,10 +243,11 @@ def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.nda
     differs further on, so its actual reuse may pass this by up to a block per request.
 
     Prefixes are compared by a 64-bit rolling hash of their block ids; a seen prefix's own
-    prefixes were seen with it, so the matched blocks are found by bisection."""
+    prefixes were seen with it, so the matched blocks are found by bisection
+    (``metrics/prefix_seen.py``)."""
     g = driver.graph
     bs = g.block_size
-    seen: set[int] = set()
+    seen = new_seen_prefixes()
     out = np.zeros(rec.size, dtype=np.int64)
     prefix_keys = _PrefixKeys(max((len(n.hash_ids) + len(n.output_hash_ids) for n in g.nodes), default=1))
     chunk: list[tuple[int, int]] = []  # (request, matched-block limit) of the requests in ``seqs``
@@ -255,17 +257,11 @@ def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.nda
     def match(chunk: list[tuple[int, int]], seqs: list[np.ndarray]) -> None:
         """The requests of a chunk, in order: each one's keys against those seen before it."""
         keys, starts = prefix_keys.many(seqs)
-        for (r, limit), start, seq in zip(chunk, starts.tolist(), seqs):
-            mine = keys[start:start + seq.size]
-            lo, hi = 0, limit  # matched blocks: the largest k with mine[k-1] seen
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if int(mine[mid - 1]) in seen:
-                    lo = mid
-                else:
-                    hi = mid - 1
+        sizes = np.fromiter((a.size for a in seqs), dtype=np.int64, count=len(seqs))
+        limits = np.fromiter((limit for _, limit in chunk), dtype=np.int64, count=len(chunk))
+        matched = seen.match_chunk(keys, starts, sizes, limits)
+        for (r, _), lo in zip(chunk, matched.tolist()):
             out[r] = min(lo * bs, g.nodes[driver.req_node[r]].input_length - 1)
-            seen.update(mine[lo:].tolist())  # the matched prefixes are there already
 
     for r in range(rec.size):
         node = g.nodes[driver.req_node[r]]

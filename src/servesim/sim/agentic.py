@@ -86,6 +86,9 @@ class Run:
     snapshot_cut: float = math.nan
     #: Node position of the play -> position in ``state`` etc. (shared by the play's runs).
     local: dict = field(default_factory=dict)
+    #: The nodes before this position are done or history, both final states: the end-of-play
+    #: check (:meth:`AgenticDriver._maybe_end`) resumes its scan here instead of at the start.
+    closed: int = 0
 
 
 class AgenticDriver:
@@ -288,13 +291,13 @@ class AgenticDriver:
         rec = self.sim.rec
         # The server-side token times (a frontend's stream latency shifts the recorded ones
         # after the run); the critical path is walked on these, as the release was.
-        self.server_times[index] = (float(rec.column("first_token")[index]), float(rec.column("finish")[index]))
+        ft, fin = float(rec.column("first_token")[index]), float(rec.column("finish")[index])
+        self.server_times[index] = (ft, fin)
         if rec.column("status")[index] == _COMPLETED:
             if self._watch_first.pop(index, 0) is None:
-                ft = rec.column("first_token")[index]
                 self._fire(run, i, "first_token", ft if ft == ft else t, t)
-            fin = rec.column("finish")[index]  # the pass end it finished at (a stretch may commit later)
-            self._fire(run, i, "completion", min(float(fin), t) if fin == fin else t, t)
+            # ``fin``: the pass end it finished at (a stretch may commit later)
+            self._fire(run, i, "completion", min(fin, t) if fin == fin else t, t)
         else:
             self._watch_first.pop(index, None)
             if not run.failed:
@@ -322,7 +325,7 @@ class AgenticDriver:
             for k, s in enumerate(run.state):
                 if s == PENDING:
                     run.state[k] = SKIPPED
-        elif any(s != DONE and s != HISTORY for s in run.state):
+        elif not _all_closed(run):
             return
         run.ended = True
         run.end = t
@@ -497,3 +500,14 @@ def driver_for(source, seed: int) -> AgenticDriver:
                          lanes=load.lanes if load.arrival == "lanes" else None, recycle_until=load.duration_s,
                          warmup_plays=load.warmup_plays, snapshot_fractions=fractions, warmup=warmup,
                          profile=load.profile)
+
+
+def _all_closed(run: Run) -> bool:
+    """Whether every node of the run is done or history.  Both states are final, so the scan
+    resumes where the last one stopped (``run.closed``): a play's checks cost its length once,
+    not once per request that ends with nothing else in flight."""
+    state, k, n = run.state, run.closed, len(run.state)
+    while k < n and (state[k] == DONE or state[k] == HISTORY):
+        k += 1
+    run.closed = k
+    return k == n

@@ -7,6 +7,7 @@ from servesim.workload.request cimport Request
 from servesim.engines.base cimport Engine
 from servesim.kvcache.radix_cache cimport RadixCache
 from servesim.kvcache.token_pool cimport TokenPool
+from servesim.engines.sglang.overlap cimport OverlapLag
 
 
 cdef class SGReq:
@@ -51,7 +52,7 @@ cdef class SGLangDecodeFastPath(Engine):
     cdef public list ready
     cdef public object recv
     cdef public list inbox
-    cdef public object lag
+    cdef public OverlapLag lag
 
     cpdef long long _ceil_page(self, long long n)
     cpdef long long _floor_page(self, long long n)

@@ -25,7 +25,7 @@ from servesim.engines.sglang.batch import NO_LIMIT
 from servesim.kvcache.radix_cache import MatchResult
 from servesim.metrics.recorder import Status
 from servesim.perf.plan import PassPlan
-from servesim.workload.request import Request, sequence_segments
+from servesim.workload.request import Request
 
 
 class SGReq:
@@ -331,13 +331,13 @@ class SGLangDecodeFastPath(Engine):
         aligned = self._floor_page(sr.computed)
         if aligned <= sr.prefix:
             return sr.prefix, None
-        # The walk starts at the request's locked node, which ends its first ``prefix`` tokens.
-        segs = sequence_segments(sr.req, sr.prefix, aligned)
+        # The walk starts at the request's locked node, which ends its first ``prefix`` tokens,
+        # and reads the request's block ids as it goes (a new leaf keeps the request's run).
         res = None
         if match:
-            present, res = self.tree.insert_after_and_match(segs, sr.node, sr.prefix, aligned)
+            present, res = self.tree.insert_request_after_and_match(sr.req, sr.node, sr.prefix, aligned)
         else:
-            present = self.tree.insert_after(segs, sr.node, sr.prefix, aligned)
+            present = self.tree.insert_request_after(sr.req, sr.node, sr.prefix, aligned)
         # Tokens [prefix, present) were computed privately but already cached by another
         # request meanwhile: free our copies.  Tokens [present, aligned) now belong to the tree.
         dup = max(present - sr.prefix, 0)

@@ -42,7 +42,10 @@ import numpy as np
 
 
 class OverlapLag:
-    """What the overlap loop of one SGLang scheduler has seen: the cut-off of its next pull."""
+    """What the overlap loop of one SGLang scheduler has seen: the cut-off of its next pull.
+
+    Compiled from this source (``overlap.pxd``): the scheduler asks it about every pass.
+    """
 
     __slots__ = ("decided_at", "last_end", "ghost_ctx")
 

@@ -3,6 +3,7 @@
 cimport cython
 from servesim.workload.request cimport Request
 from servesim.engines.sglang.fast_path cimport SGReq, _PrefillBatch, _DecodeBatch, SGLangDecodeFastPath
+from servesim.engines.sglang.overlap cimport OverlapLag
 
 
 cdef class SGLangEngine(SGLangDecodeFastPath):
@@ -34,7 +35,7 @@ cdef class SGLangEngine(SGLangDecodeFastPath):
     cpdef bint _has_pulled_work(self)
     cpdef bint has_work(self)
 
-    @cython.locals(plan=object)
+    @cython.locals(plan=object, lag=OverlapLag)
     cpdef object schedule(self, double now)
 
     @cython.locals(batch=object)

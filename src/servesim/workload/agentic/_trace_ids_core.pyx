@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Compiled :mod:`servesim.workload.agentic.trace_ids`: the check, the array conversion and the
-shared-int lookup of a trace's block ids, one C loop each (the Python versions make three
+"""Compiled :mod:`servesim.workload.agentic.trace_ids`: the check, the array conversion, the
+shared-int lookup and the parse from text of a trace's block ids, one C loop each (the Python versions make three
 passes, or build intermediate lists).  ``tests/workload/test_trace_ids_core.py`` compares each
 with its Python version.
 """
@@ -13,6 +13,10 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF
 
 cnp.import_array()
+
+
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void* op)
 
 
 def ids_valid(list v) -> bool:
@@ -53,16 +57,77 @@ def id_array(ids) -> cnp.ndarray:
 
 
 def shared_ids(list ints, cnp.ndarray pos) -> tuple:
-    """``tuple(ints[p] for p in pos)`` for an int64 array of valid indices."""
+    """``tuple(ints[p] for p in pos)`` for an int64 array of valid indices.
+
+    A tuple of ints alone leaves the cyclic collector's care at once: it can be in no cycle
+    (the collector untracks such tuples itself, but only after traversing them once: on an
+    AgentX trace, millions of ids in one young-generation collection)."""
     cdef cnp.int64_t[::1] p = np.ascontiguousarray(pos, dtype=np.int64)
     cdef Py_ssize_t i, n = p.shape[0]
     cdef Py_ssize_t size = PyList_GET_SIZE(ints)
     cdef tuple out = PyTuple_New(n)
     cdef object x
+    cdef bint ints_only = True
     for i in range(n):
         if p[i] < 0 or p[i] >= size:
             raise IndexError(f"position {p[i]} outside the {size} interned ids")
         x = <object>PyList_GET_ITEM(ints, p[i])
+        ints_only = ints_only and type(x) is int
         Py_INCREF(x)
         PyTuple_SET_ITEM(out, i, x)
+    if ints_only:
+        PyObject_GC_UnTrack(<void*>out)
+    return out
+
+
+cdef inline bint _is_space(unsigned char c) nogil:
+    return c == 32 or c == 9 or c == 10 or c == 13  # JSON's whitespace: space, tab, LF, CR
+
+
+def parse_id_list(const unsigned char[::1] text):
+    """The ids of ``text``, a JSON array of plainly written integers in [0, 2**64), as a uint64
+    array; None for any other text.  Two passes: count the commas, then read the digits."""
+    cdef Py_ssize_t n = text.shape[0], i = 0, k = 0, count = 1
+    cdef cnp.uint64_t v, d
+    cdef cnp.uint64_t top = 0xFFFFFFFFFFFFFFFF
+    cdef Py_ssize_t digits
+    if n < 2 or text[0] != 91 or text[n - 1] != 93:  # '[' ... ']'
+        return None
+    for i in range(1, n - 1):
+        if text[i] == 44:  # ','
+            count += 1
+    i = 1
+    while i < n - 1 and _is_space(text[i]):
+        i += 1
+    if i == n - 1:  # no element
+        return np.empty(0, dtype=np.uint64)
+    out = np.empty(count, dtype=np.uint64)
+    cdef cnp.uint64_t[::1] view = out
+    while True:
+        v = 0
+        digits = 0
+        while i < n - 1 and 48 <= text[i] <= 57:
+            d = text[i] - 48
+            if digits == 1 and v == 0:  # a leading zero
+                return None
+            if v > (top - d) // 10:  # 2**64 or more
+                return None
+            v = v * 10 + d
+            digits += 1
+            i += 1
+        if digits == 0:
+            return None
+        view[k] = v
+        k += 1
+        while i < n - 1 and _is_space(text[i]):
+            i += 1
+        if i == n - 1:
+            break
+        if text[i] != 44 or k == count:
+            return None
+        i += 1
+        while i < n - 1 and _is_space(text[i]):
+            i += 1
+    if k != count:
+        return None
     return out

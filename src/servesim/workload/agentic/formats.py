@@ -41,7 +41,7 @@ def read_servesim_dag(path: Path, block_size: int | None) -> AgenticGraph:
     An optional first line ``{"format": "servesim.dag", "version": 1, "block_size": B,
     "hash_id_scope": "global" | "play"}`` states the block size (then the config's must
     agree) and whether equal ids in two plays are the same content."""
-    rows = json_rows(path)
+    rows = json_rows(path, ids_as_array=True)
     first = next(rows, None)
     if first is None:
         raise WorkloadError(f"{path}: no requests in the trace")
@@ -98,7 +98,7 @@ _V2_ROW_KEYS = ("play_id", "not_before_ms", "dependencies")
 
 def read_agentic_mooncake(path: Path, block_size: int | None) -> AgenticGraph:
     """v2 when the first row is its header, else v1 rows."""
-    rows = json_rows(path)
+    rows = json_rows(path, ids_as_array=True)
     first = next(rows, None)
     if first is None:
         raise WorkloadError(f"{path}: no requests in the trace")
@@ -184,7 +184,7 @@ def read_mooncake_delta(path: Path, block_size: int | None) -> AgenticGraph:
     block_size = block_size or DEFAULT_BLOCK_SIZE
     b = GraphBuilder(f"mooncake-delta {path.name}", block_size)
     last: dict[str, str] = {}
-    for row in json_rows(path):
+    for row in json_rows(path, ids_as_array=True):
         row.forbid(("wait_for", "dependencies", "schema"), "mooncake-delta", "agentic_mooncake")
         session = row.string("session_id", None)
         rid = row.string("request_id", None) or f"line{row.line}"

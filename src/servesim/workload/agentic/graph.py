@@ -204,6 +204,7 @@ class GraphBuilder:
         nodes: list[Node | None] = [None] * len(raw)
         for i in order:
             nodes[i] = self._node(i, deps[i], nodes, ids)
+        ids.positions = []  # read by _full_prompt alone: let the arrays go
         plays = self._plays(nodes, order)  # type: ignore[arg-type]
         for p, play in enumerate(plays):
             assert play_index[play.play_id] == p
@@ -276,7 +277,7 @@ class GraphBuilder:
         bs = self.block_size
         scope = r.play_id if self.local_ids else None
         if r.delta_of is None:
-            hash_ids = _full_prompt(r, bs, scope, ids)
+            hash_ids = _full_prompt(r, ids.positions[i], bs, ids)
         else:
             base = nodes[self._by_id[r.delta_of]]
             hash_ids = _delta_prompt(r, base, self._by_id[r.delta_of], bs, scope, ids)
@@ -307,25 +308,39 @@ class _Interner:
     """Raw ids (per scope: a play, or the whole trace) to dense ints; :meth:`fresh` gives ids
     that match nothing.
 
-    Every raw id the trace lists is interned up front, scope by scope, with numpy (sorted
-    unique ids, so the numbering is deterministic); a node's ids are then one vectorised
-    lookup.  Ids keyed otherwise (a shifted delta's) go through a dict.
+    Every raw id the trace lists is interned up front, scope by scope (sorted distinct ids, so
+    the numbering is deterministic), and each node's ids are turned into their dense positions
+    there, a few vectorised passes per scope (:func:`_ranks`), through a table indexed by id
+    where the ids are small enough.  Ids keyed otherwise (a shifted delta's) go through a dict.
     """
 
     def __init__(self, raw: list, play_order: dict[str, int] | None) -> None:
-        groups: dict[object, list] = {}
-        #: Each node's raw ids as an array (converted once), by the id of its list.
-        self.arrays: dict[int, np.ndarray] = {}
-        for r in raw:
-            if r.hash_ids:
-                arr = self.arrays[id(r.hash_ids)] = id_array(r.hash_ids)
-                groups.setdefault(r.play_id if play_order is not None else None, []).append(arr)
+        groups: dict[object, list[int]] = {}
+        arrays: list[np.ndarray | None] = [None] * len(raw)
+        for i, r in enumerate(raw):
+            if r.hash_ids is not None and len(r.hash_ids):
+                arrays[i] = id_array(r.hash_ids)
+                groups.setdefault(r.play_id if play_order is not None else None, []).append(i)
+        #: Each node's raw ids as dense positions (an int64 array, by the node's place in
+        #: ``raw``; None: it names no ids).
+        self.positions: list[np.ndarray | None] = [None] * len(raw)
         self._scopes: dict[object, np.ndarray] = {}
         self._base: dict[object, int] = {}
         self.size = 0
         keys = sorted(groups, key=lambda k: play_order[k]) if play_order is not None else list(groups)
+        dense = _DENSE_RANGE * sum(a.size for a in arrays if a is not None) + 1024
+        table = None
         for key in keys:
-            uniq = np.unique(np.concatenate(groups[key]))
+            members = groups[key]
+            flat = np.concatenate([arrays[i] for i in members])
+            table = _rank_table(table, int(flat.max()), dense)
+            uniq, pos = _ranks(flat, table)
+            pos += self.size
+            at = 0
+            for i in members:
+                n = len(arrays[i])  # type: ignore[arg-type]
+                self.positions[i] = pos[at:at + n]
+                at += n
             self._scopes[key], self._base[key] = uniq, self.size
             self.size += int(uniq.size)
         self._map: dict = {}
@@ -353,10 +368,45 @@ class _Interner:
         return self.size - 1
 
 
-def _full_prompt(r: _RawNode, bs: int, scope, ids: _Interner) -> tuple[int, ...]:
+#: Ids below this many times the number listed are ranked through a table (:func:`_rank_table`).
+_DENSE_RANGE = 4
+
+
+def _rank_table(table: np.ndarray | None, top: int, dense: int) -> np.ndarray | None:
+    """The scratch table indexed by id that :func:`_ranks` uses for ids up to ``top``: ``table``
+    itself or a larger one, where ``top`` is below ``dense`` (a few times the number of ids
+    the trace lists: its own numbering); None otherwise (ids spread over 64 bits)."""
+    if top >= dense:
+        return None
+    if table is None or table.size <= top:
+        return np.empty(max(top + 1, 2 * table.size if table is not None else 0), dtype=np.int64)
+    return table
+
+
+def _ranks(flat: np.ndarray, table: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct ids of ``flat`` (uint64) and each element's position among them
+    (int64).
+
+    With a ``table`` (int64, indexed by id; its contents on entry do not matter): each id's
+    entry is set to a position of the id in ``flat``, and the elements found at their own
+    position are one per distinct id; those few are sorted, their ranks written to the table
+    and read back for every element.  Linear passes, where a sort of ``flat`` (``np.unique``)
+    and a binary search per element are not."""
+    if table is None:
+        uniq = np.unique(flat)
+        return uniq, uniq.searchsorted(flat).astype(np.int64)
+    at = np.arange(flat.size, dtype=np.int64)
+    table[flat] = at  # repeated ids: one of their positions stays
+    uniq = np.sort(flat[table[flat] == at])
+    table[uniq] = np.arange(uniq.size, dtype=np.int64)
+    return uniq, table[flat]
+
+
+def _full_prompt(r: _RawNode, pos: np.ndarray | None, bs: int, ids: _Interner) -> tuple[int, ...]:
+    """The node's dense ids: its listed ids (``pos``, their positions), then fresh ids for
+    blocks the trace did not name or that are the request's own."""
     need = -(-r.input_length // bs)
-    arr = ids.arrays.get(id(r.hash_ids)) if r.hash_ids else None
-    named = ids.lookup(scope, arr[:need]) if arr is not None else ()
+    named = shared_ids(ids._ints, pos[:need]) if pos is not None else ()
     private = r.private_tail and r.input_length % bs and need > 0
     if len(named) == need and not private:
         return named
@@ -386,7 +436,8 @@ def _delta_prompt(r: _RawNode, base: Node, base_index: int, bs: int, scope, ids:
     seq = list(base.hash_ids[:n_full]) + list(base.output_hash_ids[:need_out])
     total = prior + r.input_length
     need = -(-total // bs)
-    raw_ids = list(r.hash_ids or ())
+    raw_ids = [] if r.hash_ids is None else r.hash_ids.tolist() if isinstance(r.hash_ids, np.ndarray) \
+        else list(r.hash_ids)
     aligned = prior % bs == 0
     k = 0
     while len(seq) < need:

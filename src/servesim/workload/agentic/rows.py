@@ -1,7 +1,10 @@
 """Reading JSON-lines traces (plain or gzip) row by row, with errors that name file, line and field.
 
 Shared by every agentic reader: :func:`json_rows` yields ``(Row, obj)`` for each non-blank
-line; :class:`Row` reads typed fields and words the error when one is wrong.
+line; :class:`Row` reads typed fields and words the error when one is wrong.  A reader that
+takes ``hash_ids`` as an array (``ids_as_array``) gets long ones parsed from the line's text
+straight into an array (:func:`_decode_with_id_array`): an AgentX trace lists millions of ids,
+and an int object made and freed for each was most of decoding it.
 """
 
 from __future__ import annotations
@@ -15,14 +18,27 @@ from typing import Any, Iterator
 
 import msgspec
 
+import numpy as np
+
 from servesim.errors import WorkloadError
 from servesim.workload.request import MAX_TOKENS
 
-from .trace_ids import ids_valid
+from .trace_ids import ids_valid, parse_id_list
 
 _MISSING = object()
 #: Decodes a line about twice as fast as ``json.loads`` (long ``hash_ids`` lists).
 _decode = msgspec.json.Decoder().decode
+#: Lists shorter than this (characters) are decoded as JSON: the array path would not pay.
+_ARRAY_MIN_CHARS = 256
+
+
+class _IdsText(msgspec.Struct):
+    """A row's ``hash_ids`` as the line's text (msgspec checks and skips every other field)."""
+
+    hash_ids: msgspec.Raw = msgspec.Raw()
+
+
+_decode_ids_text = msgspec.json.Decoder(_IdsText).decode
 
 
 def open_text(path: Path):
@@ -34,17 +50,28 @@ def open_text(path: Path):
     return open(path, "r", encoding="utf-8-sig")
 
 
-def json_rows(path: Path) -> Iterator["Row"]:
-    """One :class:`Row` per non-blank line; invalid JSON or a non-object line is an error."""
+def json_rows(path: Path, ids_as_array: bool = False) -> Iterator["Row"]:
+    """One :class:`Row` per non-blank line; invalid JSON or a non-object line is an error.
+
+    ``ids_as_array``: a row's ``hash_ids`` may come as a uint64 array (already checked) instead
+    of a list; :meth:`Row.ids` returns either."""
     line_no = 0
+    fast = _decode_with_id_array if ids_as_array else None
     try:
         with open_text(path) as fh:
             for line in fh:
                 line_no += 1
                 if not line.strip():
                     continue
+                obj = None
+                if fast is not None:
+                    try:
+                        obj = fast(line)
+                    except msgspec.DecodeError:  # the plain decode below words the error
+                        obj = None
                 try:
-                    obj = _decode(line)
+                    if obj is None:
+                        obj = _decode(line)
                 except msgspec.DecodeError:
                     try:  # the standard decoder words the error with its column
                         json.loads(line)
@@ -58,6 +85,44 @@ def json_rows(path: Path) -> Iterator["Row"]:
         raise WorkloadError(f"{path}: not a complete gzip file ({exc})") from None
     except UnicodeDecodeError as exc:
         raise WorkloadError(f"{path}:{line_no + 1}: not UTF-8 text ({exc.reason})") from None
+
+
+def _decode_with_id_array(line: str) -> dict | None:
+    """The line's object with a long ``hash_ids`` as a uint64 array; None where that does not
+    apply (no such list, a short one, anything but plain non-negative integers, or the list's
+    text found elsewhere first): the caller then decodes the line as JSON.
+
+    The list's text is cut out of the line and the rest decoded; the placeholder put in its
+    place must come back as ``hash_ids``, which proves the cut was that field's value (the
+    text holds no quote, so a cut inside a string leaves the list whole)."""
+    raw = _decode_ids_text(line).hash_ids
+    if len(raw) < _ARRAY_MIN_CHARS:
+        return None
+    text = bytes(raw)
+    ids = parse_id_list(text)
+    if ids is None:
+        return None
+    at = _value_at(line, text.decode("ascii"))
+    if at < 0:
+        return None
+    obj = _decode(line[:at] + "0" + line[at + len(text):])
+    if type(obj) is not dict or type(obj.get("hash_ids")) is not int:
+        return None
+    obj["hash_ids"] = ids
+    return obj
+
+
+def _value_at(line: str, value: str) -> int:
+    """Where ``value`` is written in the line: right after its ``"hash_ids":`` key where it is
+    there (a short search and one comparison), else its first occurrence (-1: none)."""
+    key = line.find('"hash_ids"')
+    if key >= 0:
+        at = key + 10
+        while at < len(line) and line[at] in ' \t\r\n:':
+            at += 1
+        if line.startswith(value, at):
+            return at
+    return line.find(value)
 
 
 def _show(value: Any) -> str:
@@ -132,13 +197,15 @@ class Row:
             raise self.fail(field, "a finite number >= 0", v)
         return float(v)
 
-    def ids(self, field: str, required: bool = True) -> list[int] | None:
-        """A list of block ids (integers >= 0)."""
+    def ids(self, field: str, required: bool = True) -> list[int] | np.ndarray | None:
+        """A list of block ids (integers >= 0), or their uint64 array where ``json_rows`` made one."""
         v = self.obj.get(field)
         if v is None:
             if required:
                 raise self.fail(field, "a list of integers >= 0")
             return None
+        if type(v) is np.ndarray:  # parsed and checked by _decode_with_id_array
+            return v
         if not isinstance(v, list):
             raise self.fail(field, "a list of integers >= 0", v)
         if ids_valid(v):  # one C loop when compiled (trace_ids.py)
