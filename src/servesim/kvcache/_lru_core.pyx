@@ -459,15 +459,16 @@ cdef class LRUCore:
         if need > self.num_free:  # hits on free blocks only add to what is needed
             return None
         self._check_chain(o.chain, us, bs, n)
-        if n > 0:
-            if self._owner_sync(o, us, bs, n) < n:
-                raise KeyError(n)
-            out = array.clone(_EMPTY_IDS, n, False)
-            memcpy(out.data.as_ints, o.memo.data.as_ints, n * sizeof(int))
-        else:
-            out = array.clone(_EMPTY_IDS, 0, False)
-        if need + self._free_hits(out) > self.num_free:
+        if n > 0 and self._owner_sync(o, us, bs, n) < n:
+            raise KeyError(n)
+        # Even with every hit on a free block the fresh blocks fit: nothing to count.  Else
+        # the count stops at the first free hit too many (a failed admission is retried at
+        # every pass, and its head's hit can be thousands of blocks).
+        if need + n > self.num_free and self._free_hits_over(o.memo.data.as_ints, n, self.num_free - need):
             return None
+        out = array.clone(_EMPTY_IDS, n if n > 0 else 0, False)
+        if n > 0:
+            memcpy(out.data.as_ints, o.memo.data.as_ints, n * sizeof(int))
         self._reference_ids(out)
         array.resize(o.memo, 0)  # forgotten (BlockOwner.forget_prefix), keeping the array
         o.memo_at = -1
@@ -520,6 +521,17 @@ cdef class LRUCore:
             if self.blk[ids.data.as_ints[i]].refs == 0:
                 hits += 1
         return hits
+
+    cdef bint _free_hits_over(self, const int* ids, Py_ssize_t n, Py_ssize_t room) noexcept:
+        """Whether more than ``room`` of the blocks ``ids[0..n-1]`` (ids from the map) are free;
+        stops counting there."""
+        cdef Py_ssize_t i, hits = 0
+        for i in range(n):
+            if self.blk[ids[i]].refs == 0:
+                hits += 1
+                if hits > room:
+                    return True
+        return False
 
     cdef void _reference_ids(self, array.array ids) noexcept:
         """:meth:`_reference` of a block list (ids from the map)."""
