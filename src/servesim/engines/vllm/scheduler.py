@@ -54,6 +54,7 @@ from servesim.kvcache.block_owner import NO_PRIVATE_BLOCKS
 from servesim.metrics.recorder import RequestRecorder
 from servesim.perf.plan import PassPlan
 from servesim.workload.request import OUTPUT_ID_BASE, Request, output_block_id
+from servesim.workload.sharing import first_unlisted
 
 
 class VLLMEngine(VLLMDecodeFastPath):
@@ -126,10 +127,10 @@ class VLLMEngine(VLLMDecodeFastPath):
         shared = self._shared
         k = 0
         for ids in (req.hash_ids, req.output_hash_ids):
-            for bid in ids:
-                if bid not in shared:
-                    return k * req.block_size // self.bs
-                k += 1
+            j = first_unlisted(ids, shared)  # one C loop (a byte per id on dense ids)
+            k += j
+            if j < len(ids):
+                return k * req.block_size // self.bs
         # Generated units: ids unique to the request, unless the workload lists such ids.
         if OUTPUT_ID_BASE in shared:  # a marker: some listed id lies in the generated range
             n_ids = len(req.hash_ids)
