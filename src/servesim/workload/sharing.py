@@ -86,16 +86,13 @@ def _listed_array(source: WorkloadSource) -> np.ndarray:
     ids = array("q")  # C long longs: 8 bytes an id
     parts = []
     for chunk in source.listed_block_ids():
-        if type(chunk) is list and len(chunk) > _BULK:  # an agentic graph's ids, in one list
-            parts.append(np.fromiter(chunk, np.int64, len(chunk)))  # half array.extend's time
+        if isinstance(chunk, np.ndarray):  # an agentic graph's ids, already int64
+            parts.append(chunk.astype(np.int64, copy=False))
         else:
             ids.extend(chunk)
-    parts.append(np.frombuffer(ids, dtype=np.int64))
+    if ids or not parts:
+        parts.append(np.frombuffer(ids, dtype=np.int64))
     return np.concatenate(parts) if len(parts) > 1 else parts[0]
-
-
-#: Lists longer than this are converted by numpy (its per-call cost is then negligible).
-_BULK = 4096
 
 
 def first_unlisted(ids: Sequence[int], shared: AbstractSet[int]) -> int:
