@@ -412,7 +412,6 @@ cdef class LRUCore:
         cdef Py_ssize_t h = Py_SIZE(memo), k
         cdef int64_t now = self.ubase + self.ulen, delta, tag
         cdef int32_t b
-        cdef Cursor c
         if o.memo_of is not self or o.memo_at < self.ubase or o.memo_at > now:
             h = 0
             o.memo_tag = -1
@@ -439,18 +438,41 @@ cdef class LRUCore:
         o.memo_at = now
         if h < n:
             tag = o.memo_tag if o.memo_tag == self.wserial else 0
-            self._cursor_at(&c, o.chain, us, bs, h)
-            while h < n:
-                b = self._cursor_find(&c, o.chain)
-                if b < 0:
-                    break
-                _append_id(memo, b)
-                if tag > 0:
-                    self.mtag[b] = tag
-                    self.mpos[b] = <int32_t>h
-                h += 1
-                self._cursor_next(&c, o.chain, h < n)
+            h = self._walk_memo(o, memo, us, bs, h, n, tag)
         return h if h < n else n
+
+    cdef Py_ssize_t _walk_memo(self, BlockOwner o, array.array memo, int64_t us, int64_t bs, Py_ssize_t h,
+                               Py_ssize_t n, int64_t tag) except -1:
+        """Extend ``memo`` (``h`` blocks) with the cached blocks of ``o.chain``'s blocks ``h..n-1``
+        up to the first miss; the new length.
+
+        Each lookup is a cache miss or two (the map slot, then the block's state): the slots of
+        the hashes LEAD_SLOT blocks ahead are loaded early, as in :meth:`chain_cache`, so that a
+        long hit's misses overlap (a new request's first lookup walks its whole hit).
+        """
+        cdef Cursor c, ahead
+        cdef int64_t ka = 0
+        cdef int32_t b
+        cdef bint lead = h + LEAD_SLOT < n
+        self._cursor_at(&c, o.chain, us, bs, h)
+        if lead:
+            self._cursor_at(&ahead, o.chain, us, bs, h + LEAD_SLOT)
+        while h < n:
+            if lead:
+                if self._cursor_fits(&ahead, &ka):
+                    self._prefetch_slot(ka)
+                lead = h + LEAD_SLOT + 1 < n
+                self._cursor_next(&ahead, o.chain, lead)
+            b = self._cursor_find(&c, o.chain)
+            if b < 0:
+                break
+            _append_id(memo, b)
+            if tag > 0:
+                self.mtag[b] = tag
+                self.mpos[b] = <int32_t>h
+            h += 1
+            self._cursor_next(&c, o.chain, h < n)
+        return h
 
     def owner_take_within(self, BlockOwner o, int64_t us, int64_t bs, Py_ssize_t n, Py_ssize_t need):
         """:meth:`chain_take_within` of ``o.chain`` (blocks ``0..n-1``, all cached), through
@@ -527,6 +549,8 @@ cdef class LRUCore:
         stops counting there."""
         cdef Py_ssize_t i, hits = 0
         for i in range(n):
+            if i + LEAD_BLOCK < n:  # each block's state is a cache miss: load a few ahead
+                __builtin_prefetch(&self.blk[ids[i + LEAD_BLOCK]])
             if self.blk[ids[i]].refs == 0:
                 hits += 1
                 if hits > room:
@@ -535,8 +559,10 @@ cdef class LRUCore:
 
     cdef void _reference_ids(self, array.array ids) noexcept:
         """:meth:`_reference` of a block list (ids from the map)."""
-        cdef Py_ssize_t i
-        for i in range(Py_SIZE(ids)):
+        cdef Py_ssize_t i, n = Py_SIZE(ids)
+        for i in range(n):
+            if i + LEAD_BLOCK < n:  # as in _free_hits_over
+                __builtin_prefetch(&self.blk[ids.data.as_ints[i + LEAD_BLOCK]])
             self._reference_one(ids.data.as_ints[i])
 
     cdef int _cache_chain_one(self, int32_t b, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
