@@ -330,7 +330,7 @@ class VLLMEngine(VLLMDecodeFastPath):
                 # Decode-only: from the prefix when it covers the batch (it is None for
                 # small batches and under speculative decoding).
                 whole = prefix is not None and lead == len(scheduled)
-                batch.computed = prefix.computed if whole else dctx - 1
+                batch.computed = prefix.computed if whole else self._arith.minus_one(dctx)
                 batch.left_min = prefix.left_min if whole else min([vr.max_new - vr.generated for vr in scheduled])
         if self._loading:
             self.host_loaded_tokens += self._loading
@@ -466,13 +466,26 @@ class VLLMEngine(VLLMDecodeFastPath):
 
     # -- state ---------------------------------------------------------------------------------
     def snapshot(self) -> EngineSnapshot:
-        outstanding = sum(vr.num_tokens - vr.computed + vr.max_new - vr.generated for vr in self.waiting)
         lazy = self._lazy
         m = len(lazy.reqs) if lazy is not None else 0
+        outstanding = self._outstanding(m)
         if m:
             outstanding += int(lazy.left.sum())
-        outstanding += sum(vr.max_new - vr.generated for vr in self.running[m:])
         return self._kv_snapshot(len(self.running), len(self.waiting), outstanding)
+
+    def _outstanding(self, m: int) -> int:
+        """Tokens the waiting requests, and the running ones after the first ``m`` (a lazy
+        prefix, whose rows say), have left to compute or sample.  Plain loops, typed when
+        compiled: the time series takes a snapshot every second of every worker, and the
+        waiting queue of an agentic run is long."""
+        total = 0
+        for vr in self.waiting:
+            total += vr.num_tokens - vr.computed + vr.max_new - vr.generated
+        running = self.running
+        for j in range(m, len(running)):
+            vr = running[j]
+            total += vr.max_new - vr.generated
+        return total
 
     def check_invariants(self) -> None:
         """Block conservation: every reference the pool counts is held by a running request."""
