@@ -546,11 +546,12 @@ cdef class LRUCore:
 
     cdef bint _free_hits_over(self, const int* ids, Py_ssize_t n, Py_ssize_t room) noexcept:
         """Whether more than ``room`` of the blocks ``ids[0..n-1]`` (ids from the map) are free;
-        stops counting there."""
+        stops counting there.  From the last: a prefix's leading blocks (a system prompt) are
+        the ones other running requests hold, its free blocks lie towards its end."""
         cdef Py_ssize_t i, hits = 0
-        for i in range(n):
-            if i + LEAD_BLOCK < n:  # each block's state is a cache miss: load a few ahead
-                __builtin_prefetch(&self.blk[ids[i + LEAD_BLOCK]])
+        for i in range(n - 1, -1, -1):
+            if i >= LEAD_BLOCK:  # each block's state is a cache miss: load a few ahead
+                __builtin_prefetch(&self.blk[ids[i - LEAD_BLOCK]])
             if self.blk[ids[i]].refs == 0:
                 hits += 1
                 if hits > room:
