@@ -11,8 +11,8 @@ Plain data with no imports, so that ``setup.py`` can read it without importing s
 
 CORES = ("engines._decode_core", "engines._sglang_batch_core", "engines.vllm._decode_replay",
          "kvcache._hash_core", "kvcache._lazy_heap", "kvcache._lru_core", "kvcache._segments_core", "metrics._emit_core",
-         "metrics._prefix_seen_core",
-         "perf._stretch_core", "sim._event_core", "workload._units_core", "workload.agentic._trace_ids_core")
+         "metrics._prefix_seen_core", "perf._stretch_core", "sim._event_core", "workload._sharing_core",
+         "workload._units_core", "workload.agentic._trace_ids_core")
 
 FROM_SOURCE = ("cluster.worker", "engines.base", "engines.blockkv.manager", "engines.sglang.fast_path",
                "engines.sglang.overlap", "engines.sglang.scheduler",

@@ -193,6 +193,18 @@ def int64_array(list values):
     return out
 
 
+def minus_one(values):
+    """See ``engines/blockkv/arithmetic.py:minus_one``."""
+    values = as_int64_vector(values)
+    cdef Py_ssize_t j, n = len(values)
+    cdef const int64_t* a = int64_data(values)
+    out = new_int64(n)
+    cdef int64_t* o = int64_data(out)
+    for j in range(n):
+        o[j] = a[j] - 1
+    return out
+
+
 def index_with(first, list more):
     """See ``engines/blocks.py:index_with``."""
     cdef Py_ssize_t j, m = 0, n = len(more)

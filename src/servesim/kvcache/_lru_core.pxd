@@ -115,8 +115,11 @@ cdef class LRUCore:
     cdef inline object _cursor_big(self, Cursor* c, list chain)
     cdef inline int32_t _cursor_find(self, Cursor* c, list chain) except -2
     cdef Py_ssize_t _owner_sync(self, BlockOwner o, int64_t us, int64_t bs, Py_ssize_t n) except -1
+    cdef Py_ssize_t _walk_memo(self, BlockOwner o, array.array memo, int64_t us, int64_t bs, Py_ssize_t h,
+                               Py_ssize_t n, int64_t tag) except -1
     cdef array.array _chain_blocks(self, list chain, int64_t us, int64_t bs, Py_ssize_t n)
     cdef Py_ssize_t _free_hits(self, array.array ids) noexcept
+    cdef bint _free_hits_over(self, const int* ids, Py_ssize_t n, Py_ssize_t room) noexcept
     cdef void _reference_ids(self, array.array ids) noexcept
     cdef int _cache_chain_one(self, int32_t b, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1
     cdef inline int _cache_int(self, int32_t b, int64_t k) except -1

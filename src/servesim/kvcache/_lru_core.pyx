@@ -412,7 +412,6 @@ cdef class LRUCore:
         cdef Py_ssize_t h = Py_SIZE(memo), k
         cdef int64_t now = self.ubase + self.ulen, delta, tag
         cdef int32_t b
-        cdef Cursor c
         if o.memo_of is not self or o.memo_at < self.ubase or o.memo_at > now:
             h = 0
             o.memo_tag = -1
@@ -439,18 +438,41 @@ cdef class LRUCore:
         o.memo_at = now
         if h < n:
             tag = o.memo_tag if o.memo_tag == self.wserial else 0
-            self._cursor_at(&c, o.chain, us, bs, h)
-            while h < n:
-                b = self._cursor_find(&c, o.chain)
-                if b < 0:
-                    break
-                _append_id(memo, b)
-                if tag > 0:
-                    self.mtag[b] = tag
-                    self.mpos[b] = <int32_t>h
-                h += 1
-                self._cursor_next(&c, o.chain, h < n)
+            h = self._walk_memo(o, memo, us, bs, h, n, tag)
         return h if h < n else n
+
+    cdef Py_ssize_t _walk_memo(self, BlockOwner o, array.array memo, int64_t us, int64_t bs, Py_ssize_t h,
+                               Py_ssize_t n, int64_t tag) except -1:
+        """Extend ``memo`` (``h`` blocks) with the cached blocks of ``o.chain``'s blocks ``h..n-1``
+        up to the first miss; the new length.
+
+        Each lookup is a cache miss or two (the map slot, then the block's state): the slots of
+        the hashes LEAD_SLOT blocks ahead are loaded early, as in :meth:`chain_cache`, so that a
+        long hit's misses overlap (a new request's first lookup walks its whole hit).
+        """
+        cdef Cursor c, ahead
+        cdef int64_t ka = 0
+        cdef int32_t b
+        cdef bint lead = h + LEAD_SLOT < n
+        self._cursor_at(&c, o.chain, us, bs, h)
+        if lead:
+            self._cursor_at(&ahead, o.chain, us, bs, h + LEAD_SLOT)
+        while h < n:
+            if lead:
+                if self._cursor_fits(&ahead, &ka):
+                    self._prefetch_slot(ka)
+                lead = h + LEAD_SLOT + 1 < n
+                self._cursor_next(&ahead, o.chain, lead)
+            b = self._cursor_find(&c, o.chain)
+            if b < 0:
+                break
+            _append_id(memo, b)
+            if tag > 0:
+                self.mtag[b] = tag
+                self.mpos[b] = <int32_t>h
+            h += 1
+            self._cursor_next(&c, o.chain, h < n)
+        return h
 
     def owner_take_within(self, BlockOwner o, int64_t us, int64_t bs, Py_ssize_t n, Py_ssize_t need):
         """:meth:`chain_take_within` of ``o.chain`` (blocks ``0..n-1``, all cached), through
@@ -459,15 +481,16 @@ cdef class LRUCore:
         if need > self.num_free:  # hits on free blocks only add to what is needed
             return None
         self._check_chain(o.chain, us, bs, n)
-        if n > 0:
-            if self._owner_sync(o, us, bs, n) < n:
-                raise KeyError(n)
-            out = array.clone(_EMPTY_IDS, n, False)
-            memcpy(out.data.as_ints, o.memo.data.as_ints, n * sizeof(int))
-        else:
-            out = array.clone(_EMPTY_IDS, 0, False)
-        if need + self._free_hits(out) > self.num_free:
+        if n > 0 and self._owner_sync(o, us, bs, n) < n:
+            raise KeyError(n)
+        # Even with every hit on a free block the fresh blocks fit: nothing to count.  Else
+        # the count stops at the first free hit too many (a failed admission is retried at
+        # every pass, and its head's hit can be thousands of blocks).
+        if need + n > self.num_free and self._free_hits_over(o.memo.data.as_ints, n, self.num_free - need):
             return None
+        out = array.clone(_EMPTY_IDS, n if n > 0 else 0, False)
+        if n > 0:
+            memcpy(out.data.as_ints, o.memo.data.as_ints, n * sizeof(int))
         self._reference_ids(out)
         array.resize(o.memo, 0)  # forgotten (BlockOwner.forget_prefix), keeping the array
         o.memo_at = -1
@@ -521,10 +544,26 @@ cdef class LRUCore:
                 hits += 1
         return hits
 
+    cdef bint _free_hits_over(self, const int* ids, Py_ssize_t n, Py_ssize_t room) noexcept:
+        """Whether more than ``room`` of the blocks ``ids[0..n-1]`` (ids from the map) are free;
+        stops counting there.  From the last: a prefix's leading blocks (a system prompt) are
+        the ones other running requests hold, its free blocks lie towards its end."""
+        cdef Py_ssize_t i, hits = 0
+        for i in range(n - 1, -1, -1):
+            if i >= LEAD_BLOCK:  # each block's state is a cache miss: load a few ahead
+                __builtin_prefetch(&self.blk[ids[i - LEAD_BLOCK]])
+            if self.blk[ids[i]].refs == 0:
+                hits += 1
+                if hits > room:
+                    return True
+        return False
+
     cdef void _reference_ids(self, array.array ids) noexcept:
         """:meth:`_reference` of a block list (ids from the map)."""
-        cdef Py_ssize_t i
-        for i in range(Py_SIZE(ids)):
+        cdef Py_ssize_t i, n = Py_SIZE(ids)
+        for i in range(n):
+            if i + LEAD_BLOCK < n:  # as in _free_hits_over
+                __builtin_prefetch(&self.blk[ids.data.as_ints[i + LEAD_BLOCK]])
             self._reference_one(ids.data.as_ints[i])
 
     cdef int _cache_chain_one(self, int32_t b, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:

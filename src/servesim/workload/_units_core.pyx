@@ -50,10 +50,16 @@ def sequence_block_ids(Request req, long long first, long long stop) -> list:
     ids = req.hash_ids
     out_ids = req.output_hash_ids
     cdef Py_ssize_t n_ids = len(ids), n_out = len(out_ids)
-    cdef list out = []
-    cdef long long k
+    cdef list out
+    cdef long long k, head
     if first < 0:
         first = 0
+    if first < stop and first < n_ids:  # the prompt's ids: one slice (a new prompt's chain reads them all)
+        head = stop if stop < n_ids else n_ids
+        out = list(ids[first:head])
+        first = head
+    else:
+        out = []
     for k in range(first, stop):
         out.append(_block_id(req, ids, out_ids, n_ids, n_out, k))
     return out

@@ -123,6 +123,17 @@ def test_int64_array_and_index_with(seed):
             assert got.dtype == want.dtype == np.int64 and got.flags.c_contiguous
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_minus_one(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        values = rng.integers(0, 2**40, int(rng.integers(0, 12))).astype(np.int64)
+        for arr in (values, values[::2]):  # a strided view too
+            got, want = core.minus_one(arr), blocks.minus_one(arr)
+            np.testing.assert_array_equal(got, want)
+            assert got.dtype == want.dtype == np.int64 and got.flags.c_contiguous and got is not arr
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_passes_to_block_event(seed):
     rng = np.random.default_rng(seed)

@@ -30,6 +30,7 @@ cdef class _DecodePrefix:
                    g=cython.longlong, c=cython.longlong, lf=cython.longlong)
     cpdef list write_back(self, long long k=*, list only=*)
 
+    @cython.locals(vr=VReq, left=list)
     cpdef _DecodePrefix extended(self, list more, object arith)
 
 
@@ -61,7 +62,7 @@ cdef class VLLMDecodeFastPath(BlockKVEngine):
     cpdef bint _allocate(self, VReq vr, long long n)
     cpdef _finish_done(self, list reqs, double end)
 
-    @cython.locals(m=cython.Py_ssize_t, reuse=cython.bint)
+    @cython.locals(m=cython.Py_ssize_t, reuse=cython.bint, vr=VReq)
     cpdef tuple _batch_arrays(self, list scheduled, _DecodePrefix pre, object pre_ctx, list ctx, list lefts,
                               Py_ssize_t lead)
 

@@ -47,3 +47,6 @@ cdef class VLLMEngine(VLLMDecodeFastPath):
 
     @cython.locals(done=list, vr=VReq)
     cpdef _finish_done(self, list reqs, double end)
+
+    @cython.locals(total=cython.longlong, vr=VReq, running=list, j=cython.Py_ssize_t)
+    cpdef long long _outstanding(self, Py_ssize_t m)

@@ -54,6 +54,7 @@ from servesim.kvcache.block_owner import NO_PRIVATE_BLOCKS
 from servesim.metrics.recorder import RequestRecorder
 from servesim.perf.plan import PassPlan
 from servesim.workload.request import OUTPUT_ID_BASE, Request, output_block_id
+from servesim.workload.sharing import first_unlisted
 
 
 class VLLMEngine(VLLMDecodeFastPath):
@@ -126,10 +127,10 @@ class VLLMEngine(VLLMDecodeFastPath):
         shared = self._shared
         k = 0
         for ids in (req.hash_ids, req.output_hash_ids):
-            for bid in ids:
-                if bid not in shared:
-                    return k * req.block_size // self.bs
-                k += 1
+            j = first_unlisted(ids, shared)  # one C loop (a byte per id on dense ids)
+            k += j
+            if j < len(ids):
+                return k * req.block_size // self.bs
         # Generated units: ids unique to the request, unless the workload lists such ids.
         if OUTPUT_ID_BASE in shared:  # a marker: some listed id lies in the generated range
             n_ids = len(req.hash_ids)
@@ -329,7 +330,7 @@ class VLLMEngine(VLLMDecodeFastPath):
                 # Decode-only: from the prefix when it covers the batch (it is None for
                 # small batches and under speculative decoding).
                 whole = prefix is not None and lead == len(scheduled)
-                batch.computed = prefix.computed if whole else dctx - 1
+                batch.computed = prefix.computed if whole else self._arith.minus_one(dctx)
                 batch.left_min = prefix.left_min if whole else min([vr.max_new - vr.generated for vr in scheduled])
         if self._loading:
             self.host_loaded_tokens += self._loading
@@ -465,13 +466,26 @@ class VLLMEngine(VLLMDecodeFastPath):
 
     # -- state ---------------------------------------------------------------------------------
     def snapshot(self) -> EngineSnapshot:
-        outstanding = sum(vr.num_tokens - vr.computed + vr.max_new - vr.generated for vr in self.waiting)
         lazy = self._lazy
         m = len(lazy.reqs) if lazy is not None else 0
+        outstanding = self._outstanding(m)
         if m:
             outstanding += int(lazy.left.sum())
-        outstanding += sum(vr.max_new - vr.generated for vr in self.running[m:])
         return self._kv_snapshot(len(self.running), len(self.waiting), outstanding)
+
+    def _outstanding(self, m: int) -> int:
+        """Tokens the waiting requests, and the running ones after the first ``m`` (a lazy
+        prefix, whose rows say), have left to compute or sample.  Plain loops, typed when
+        compiled: the time series takes a snapshot every second of every worker, and the
+        waiting queue of an agentic run is long."""
+        total = 0
+        for vr in self.waiting:
+            total += vr.num_tokens - vr.computed + vr.max_new - vr.generated
+        running = self.running
+        for j in range(m, len(running)):
+            vr = running[j]
+            total += vr.max_new - vr.generated
+        return total
 
     def check_invariants(self) -> None:
         """Block conservation: every reference the pool counts is held by a running request."""

@@ -4,7 +4,10 @@ starts."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Callable
+
+import numpy as np
 
 from servesim.gc_threshold import fewer_collections
 
@@ -39,15 +42,16 @@ class AgenticSource:
         n = len(self.graph().plays)
         return (ld.arrival == "lanes" and ld.admission_window is not None) or (ld.plays is not None and ld.plays > n)
 
-    def listed_block_ids(self) -> list[int] | None:
-        """Every block id the nodes list (prompt and answer blocks); None when plays recycle."""
+    def listed_block_ids(self) -> np.ndarray | None:
+        """Every block id the nodes list (prompt and answer blocks), as int64 (the graph's ids
+        are dense, ``0 .. n_ids - 1``); None when plays recycle.  (One numpy pass over the
+        nodes' tuples: an AgentX-scale graph lists millions of ids.)"""
         if self.recycles:
             return None
-        out: list[int] = []
-        for node in self.graph().nodes:
-            out.extend(node.hash_ids)
-            out.extend(node.output_hash_ids)
-        return out
+        nodes = self.graph().nodes
+        count = sum([len(node.hash_ids) + len(node.output_hash_ids) for node in nodes])
+        ids = chain.from_iterable(chain.from_iterable((node.hash_ids, node.output_hash_ids) for node in nodes))
+        return np.fromiter(ids, np.int64, count)
 
     def describe(self) -> str:
         load = self.load
