@@ -78,7 +78,7 @@ REQ_BOUNDS_S = (0.0, 50e-6)
 RUNNING_BOUNDS_S = (0.0, 1e-3)
 KV_EFF_BOUNDS = (0.6, 0.92)
 COMM_SCALE_BOUNDS = (0.8, 2.0)
-#: The GEMM floor as a share of the GPU's measured GEMM ceiling, where that is below ``GEMM_EFF_BOUNDS``.
+#: The GEMM floor as a share of the GPU's measured GEMM ceiling (below 0.55 where that ceiling is below 0.85).
 GEMM_FLOOR_OF_CEILING = GEMM_EFF_BOUNDS[0] / GEMM_EFF_BOUNDS[1]
 #: Prior widths: log time scale (mem, prefill), seconds per pass, seconds of stream latency
 #: (client), seconds per layer, seconds per request and pass, seconds per running request
