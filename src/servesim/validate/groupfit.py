@@ -192,17 +192,24 @@ def _bounds(fit_comm: bool = False) -> tuple[np.ndarray, np.ndarray]:
     return np.array(lo), np.array(hi)
 
 
+def _gpu_spec(gpu: str):
+    """The bundled spec of a group's GPU, or None for a name servesim does not know."""
+    try:
+        from servesim.hardware.gpu import load_gpu
+
+        return load_gpu(gpu)
+    except Exception:
+        return None
+
+
 def gpu_bounds(gpu: str, fit_comm: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_bounds` with the efficiencies capped by the GPU's measured ceilings
     (``GPUSpec.achievable``: the op-level model caps them there too, so a fit above them would
     move nothing in a simulation): HBM for ``mem_eff`` and ``attn_decode_mem_eff``, the best
     precision's GEMM ceiling for ``gemm_eff_max``."""
     lo, hi = _bounds(fit_comm)
-    try:
-        from servesim.hardware.gpu import load_gpu
-
-        spec = load_gpu(gpu)
-    except Exception:  # an unknown GPU name: the generic bounds
+    spec = _gpu_spec(gpu)
+    if spec is None:  # an unknown GPU name: the generic bounds
         return lo, hi
     ach = getattr(spec, "achievable", {}) or {}
     hbm = min(MEM_EFF_BOUNDS[1], float(ach.get("hbm", 1.0)))
@@ -340,11 +347,8 @@ def _compute_identity(gpu: str) -> tuple | None:
     """What a GPU's compute is made of (vendor, dense peaks, SM count): H100 and H200 are the
     same die with different memory, so a GEMM runs alike on both (their kernel tables' ceilings
     differ by a percent, which is the tables' noise)."""
-    try:
-        from servesim.hardware.gpu import load_gpu
-
-        spec = load_gpu(gpu)
-    except Exception:
+    spec = _gpu_spec(gpu)
+    if spec is None:
         return None
     return (spec.vendor, tuple(sorted(spec.tflops.items())), spec.sm_count)
 
