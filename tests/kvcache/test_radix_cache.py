@@ -431,6 +431,7 @@ def test_request_runs_as_keys_equal_segment_keys(page, seed):
     a.on_evict, c.on_evict = out_a.append, out_c.append
     bs = page * [1, 2, 4][seed % 3]
     live = []  # (request, locked tokens, node in a, node in c)
+    seen = []  # requests made so far
     for step in range(300):
         a.now = c.now = float(step)
         if live and rng.random() < 0.5:  # a request moves its computed tokens into the tree
@@ -460,11 +461,15 @@ def test_request_runs_as_keys_equal_segment_keys(page, seed):
                     continue
             a.dec_lock_ref(na)
             c.dec_lock_ref(nc)
-        else:  # a new request: matched one of three ways, then locked
-            ids = tuple(rng.randrange(3) if k < 2 else rng.randrange(12) for k in range(rng.randint(1, 6)))
-            out = tuple(rng.randrange(12) for _ in range(rng.randint(0, 2)))
-            req = Request(rng.randrange(4), "r", 0.0, rng.randint((len(ids) - 1) * bs + 1, len(ids) * bs),
-                          rng.randint(1, 3 * bs), ids, bs, output_hash_ids=out)
+        else:  # a request matched one of three ways, then locked: a new one, or one seen before
+            if seen and rng.random() < 0.3:  # (re-admitted after a retraction: meets its own runs)
+                req = rng.choice(seen)
+            else:
+                ids = tuple(rng.randrange(3) if k < 2 else rng.randrange(12) for k in range(rng.randint(1, 6)))
+                out = tuple(rng.randrange(12) for _ in range(rng.randint(0, 2)))
+                req = Request(rng.randrange(4), "r", 0.0, rng.randint((len(ids) - 1) * bs + 1, len(ids) * bs),
+                              rng.randint(1, 3 * bs), ids, bs, output_hash_ids=out)
+                seen.append(req)
             stop = rng.randint(0, req.input_length)
             stop -= stop % page
             how = rng.randrange(3)

@@ -802,18 +802,19 @@ def _run_common_prefix(owner: Request, key_end: int, req: Request, pos: int, sto
     end = key_end if key_end < stop else stop
     if end <= pos:
         return 0
+    if owner is req:  # a request meeting its own run (re-admitted after a retraction): all of it
+        return end - pos
     k = pos // bs
     last = (end - 1) // bs
-    if owner is not req:
-        a, b = owner.hash_ids, req.hash_ids
-        if type(a) is tuple and type(b) is tuple:  # the prompts' blocks: one loop over the tuples
-            k = _same_ids(a, b, k, min(last + 1, len(a), len(b)))
-        while k <= last:
-            a = _request_block(owner, k)
-            b = _request_block(req, k)
-            if a is not b and a != b:
-                break
-            k += 1
+    a, b = owner.hash_ids, req.hash_ids
+    if type(a) is tuple and type(b) is tuple:  # the prompts' blocks: one loop over the tuples
+        k = _same_ids(a, b, k, min(last + 1, len(a), len(b)))
+    while k <= last:
+        a = _request_block(owner, k)
+        b = _request_block(req, k)
+        if a is not b and a != b:
+            break
+        k += 1
     if k > last:
         return end - pos
     return k * bs - pos if k * bs > pos else 0
