@@ -26,6 +26,7 @@ from servesim.errors import WorkloadError
 from servesim.gc_threshold import fewer_collections
 from servesim.plan.summary import planning_summary
 from servesim.metrics.utilisation import annotate_workers
+from servesim.report.advice import run_alerts
 from servesim.report.kv_events import KVEventLog
 from servesim.sim.simulation import RunStats, Simulation
 from servesim.workload.sharing import shared_block_ids
@@ -267,6 +268,7 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
     summary["workload"] = dict(source.counts)
     summary["warnings"] = input_warnings(summary, source.counts, _deployment_notes(cfg, deployment))
     summary.update(planning_summary(cfg, recorder, deployment, stats.workers, stats.sim_end, summary))
+    summary["alerts"] = run_alerts(summary)
     plays = None
     if stats.agentic is not None:
         from servesim.metrics.plays import agentic_summary, play_rows

@@ -63,3 +63,43 @@ def test_pending_counts_and_rule_on_a_made_queue():
     assert overload_check(slow, closed_loop=True) == {"overloaded": False, "applicable": False,
                                                       "note": "closed loop: the client keeps at most "
                                                               "`concurrency` requests out"}
+
+
+def test_sessions_short_of_capacity_are_saturated_not_overloaded():
+    """Multi-turn sessions on too few workers: the queue is bounded (a turn waits for the answer
+    before it) but is most of the TTFT.  The default example on 1 worker: saturated, said first;
+    on its own 2 workers: neither."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from servesim.config import load_config
+    from servesim.report.console import render_summary
+
+    def run(workers: int):
+        cfg = load_config(None, overrides=[f"deployment.workers={workers}", "output.dir=null"])
+        return predict(cfg)
+
+    short = run(1)
+    o = short.summary["overload"]
+    assert o["saturated"] and not o["overloaded"]
+    assert o["median_queue_wait_s"] > 1.0 and o["queue_share_of_ttft"] > 0.5
+    assert short.summary["alerts"][0].startswith("SATURATED") and "deployment.workers" in short.summary["alerts"][0]
+    buf = StringIO()
+    render_summary(short.summary, short.header(), Console(file=buf, width=200), short.host)
+    text = buf.getvalue()
+    assert "SATURATED" in text and text.index("SATURATED") < text.index("Requests (input)")
+    from servesim.report.html import warning_blocks
+
+    assert "<b>Saturated:</b> the median request waited" in warning_blocks(short.summary)
+    healthy = run(2).summary
+    assert not healthy["overload"]["saturated"] and healthy["alerts"] == []
+    assert healthy["overload"]["median_queue_wait_s"] < 0.1
+
+
+def test_alerts_carry_the_rejections_and_their_fix(base):
+    """A rejection's warning, with the key that fixes it, is in the summary (so in --format json)."""
+    base["deployment"]["engine"] = {"name": "trtllm", "enable_chunked_context": False, "max_num_tokens": 1024}
+    summary = predict(base).summary
+    assert summary["requests"]["rejected"] > 0
+    assert any("rejected" in a and "enable_chunked_context" in a for a in summary["alerts"])

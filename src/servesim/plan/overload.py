@@ -17,6 +17,14 @@ what an unbounded queue looks like.
 
 Closed-loop workloads cannot overload in this sense (the client never has more than
 ``concurrency`` requests out), so the test reports ``applicable: false`` for them.
+
+A queue can also be bounded and still be most of the latency: multi-turn sessions send a turn
+only after the previous answer, so a deployment short of capacity slows the sessions down
+instead of letting the queue grow, and a closed loop's client keeps its requests queued.
+:func:`saturation_check` says so: a run is *saturated* when the median measured request
+waited at least ``SATURATION_WAIT_S`` between its arrival and its first scheduling and that
+wait is at least ``SATURATION_SHARE`` of its time to first token: its latencies are then
+queueing, set by the load, more than service.
 """
 
 from __future__ import annotations
@@ -33,6 +41,10 @@ GROWTH_SHARE = 0.10
 MIN_GROWTH = 10.0
 #: Instants at which the pending count is sampled over the second half.
 SAMPLES = 64
+#: Saturated: the median wait for a first scheduling is at least this long (seconds) ...
+SATURATION_WAIT_S = 1.0
+#: ... and at least this share of the median time to first token.
+SATURATION_SHARE = 0.5
 
 
 def pending_counts(arrival: np.ndarray, served: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -85,6 +97,22 @@ def overload_check(rec: RequestRecorder, closed_loop: bool = False) -> dict[str,
     return out
 
 
+def saturation_check(rec: RequestRecorder) -> dict[str, Any]:
+    """The saturation fields of the ``overload`` block (see the module docstring)."""
+    measured = ~rec.is_warmup
+    arrival = rec.column("arrival")[measured]
+    scheduled = rec.column("first_scheduled")[measured]
+    first = rec.column("first_token")[measured]
+    ok = ~np.isnan(arrival) & ~np.isnan(scheduled) & ~np.isnan(first)
+    if int(ok.sum()) < 2 * MIN_GROWTH:
+        return {"saturated": False}
+    wait = float(np.median(scheduled[ok] - arrival[ok]))
+    ttft = float(np.median(first[ok] - arrival[ok]))
+    share = wait / ttft if ttft > 0 else 0.0
+    return {"saturated": bool(wait >= SATURATION_WAIT_S and share >= SATURATION_SHARE),
+            "median_queue_wait_s": wait, "median_ttft_s": ttft, "queue_share_of_ttft": share}
+
+
 def overload_message(block: dict[str, Any]) -> str | None:
     """One plain sentence for the console when the run is overloaded, else None."""
     if not block.get("overloaded"):
@@ -94,3 +122,13 @@ def overload_message(block: dict[str, Any]) -> str | None:
             f"{block['pending_at_mid']} -> {block['pending_at_last_arrival']} pending). Arrivals outpace "
             "what the deployment serves: latencies here depend on the run's length, not a steady state. "
             "Add workers (deployment.workers) or lower the load (arrival rate / workload.speedup).")
+
+
+def saturation_message(block: dict[str, Any]) -> str | None:
+    """One plain sentence for a saturated run that is not overloaded (that message says more)."""
+    if block.get("overloaded") or not block.get("saturated"):
+        return None
+    return (f"SATURATED: the median request waited {block['median_queue_wait_s']:,.1f} s for its first "
+            f"scheduling, {block['queue_share_of_ttft'] * 100:.0f}% of its time to first token: latencies here "
+            "are queueing, set by the load, more than service. Add workers (deployment.workers) or lower the "
+            "load (arrival rate, concurrency or workload.speedup).")

@@ -11,7 +11,7 @@ from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.plan.cost import cost_summary
 from servesim.plan.energy import energy_summary
 from servesim.plan.fleet import fleet_pools, pool_gpus
-from servesim.plan.overload import overload_check
+from servesim.plan.overload import overload_check, saturation_check
 from servesim.plan.slo import slo_summary
 
 
@@ -23,6 +23,7 @@ def planning_summary(cfg, rec: RequestRecorder, deployment, workers: list, sim_e
     if cfg.slo is not None:
         out["slo"] = slo_summary(rec, cfg.slo, total_gpus)
     out["overload"] = overload_check(rec, closed_loop=cfg.workload.kind == "closed_loop")
+    out["overload"].update(saturation_check(rec))
     done = rec.column("status") == Status.COMPLETED
     measured_done = done & ~rec.is_warmup
     span = summary["throughput"]["duration_s"]

@@ -49,3 +49,13 @@ def request_warnings(summary: dict) -> list[str]:
     if lines and req.get("completed"):
         lines.append("Latency and throughput figures cover completed requests only.")
     return lines
+
+
+def run_alerts(summary: dict) -> list[str]:
+    """What a reader must see before any figure, most serious first: the overload or saturation
+    sentence (plan/overload.py), then :func:`request_warnings`.  The summary keeps them as
+    ``alerts``; the console and the HTML report lead with them."""
+    from servesim.plan.overload import overload_message, saturation_message
+
+    block = summary.get("overload") or {}
+    return [m for m in (overload_message(block), saturation_message(block)) if m] + request_warnings(summary)

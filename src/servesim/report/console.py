@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from servesim.report.advice import request_warnings
+from servesim.report.advice import run_alerts
 
 LATENCY_ROWS = (
     ("ttft_ms", "TTFT"),
@@ -36,8 +36,11 @@ def render_summary(summary: dict, header: dict, console: Console, host: dict | N
     title = " | ".join(f"{k}: {v}" for k, v in header.items())
     console.rule("[bold]servesim prediction")
     console.print(title)
-    for line in request_warnings(summary):
-        console.print(f"[bold yellow]Warning:[/] {line}", highlight=False)
+    for line in run_alerts(summary):
+        if line.startswith(("OVERLOADED", "SATURATED")):
+            console.print(f"[bold red]{line}[/]", highlight=False)
+        else:
+            console.print(f"[bold yellow]Warning:[/] {line}", highlight=False)
     req = summary["requests"]
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
@@ -97,7 +100,7 @@ def render_summary(summary: dict, header: dict, console: Console, host: dict | N
 
 
 def _render_planning(summary: dict, console: Console) -> None:
-    """SLO attainment and goodput, cost, energy, and the overload warning (docs/planning.md)."""
+    """SLO attainment and goodput, cost and energy (docs/planning.md)."""
     slo = summary.get("slo")
     if slo:
         st = Table(title="SLO attainment (share of measured requests within the threshold)", title_justify="left")
@@ -124,11 +127,6 @@ def _render_planning(summary: dict, console: Console) -> None:
         console.print(f"Energy (power model): {_fmt(energy['j_per_token'], 3)} J per token, "
                       f"{_fmt(energy['j_per_output_token'], 3)} J per output token, "
                       f"mean {_fmt(energy['mean_power_w'], 0)} W for the fleet")
-    from servesim.plan.overload import overload_message
-
-    msg = overload_message(summary.get("overload") or {})
-    if msg:
-        console.print(f"[bold red]{msg}[/]")
 
 
 #: The workers table's columns after the identity ones: (header, summary key, format).

@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from servesim.plan.overload import saturation_message
 from servesim.report.advice import request_warnings
 from servesim.report.html_compare import (candidates_table, compare_bars_figure, compare_cdf_figure,
                                           comparison_table, pareto_figure)
@@ -160,7 +161,7 @@ def slo_table(slo) -> str:
 
 
 def warning_blocks(summary: dict) -> str:
-    """Rejections/unfinished requests (with the key that fixes them) and overload, most serious first."""
+    """Overload or saturation, then rejections/unfinished requests (with the key that fixes them)."""
     blocks = []
     overload = summary.get("overload") or {}
     if isinstance(overload, dict) and overload.get("overloaded"):
@@ -173,6 +174,9 @@ def warning_blocks(summary: dict) -> str:
                       f"queues grow without bound. {html.escape(detail)}Latencies here depend on the run's length, "
                       "not a steady state: add workers (deployment.workers) or lower the load "
                       "(arrival rate, workload.speedup).</div>")
+    saturated = saturation_message(overload) if isinstance(overload, dict) else None
+    if saturated:
+        blocks.append(f"<div class='alert'><b>Saturated:</b> {html.escape(saturated.removeprefix('SATURATED: '))}</div>")
     for line in request_warnings(summary):
         blocks.append(f"<div class='warn'><b>Warning:</b> {html.escape(line)}</div>")
     return "".join(blocks)
