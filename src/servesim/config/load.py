@@ -106,6 +106,13 @@ def _user_path(loc: tuple, data: Any, names_key: bool = True) -> tuple:
     return tuple(out)
 
 
+#: pydantic's type errors, said as what the key takes.
+_EXPECTED_TYPE = {"int_parsing": "an integer", "int_type": "an integer", "int_from_float": "a whole number",
+                  "float_parsing": "a number", "float_type": "a number", "bool_parsing": "true or false",
+                  "bool_type": "true or false", "string_type": "a string", "dict_type": "a section (a mapping)",
+                  "list_type": "a list", "model_type": "a section (a mapping)"}
+
+
 def _describe(e: dict, loc: tuple, data: Any) -> tuple[tuple, str]:
     """(path as written, message) for one pydantic error, in the user's words."""
     kind = e["type"]
@@ -134,10 +141,17 @@ def _describe(e: dict, loc: tuple, data: Any) -> tuple[tuple, str]:
         return tag_path, f"unknown {what} {tag!r}{did_you_mean(tag, tags)}; {expected}"
     if kind in ("literal_error", "enum"):
         choices = _quoted((e.get("ctx") or {}).get("expected", ""))
-        return path, f"{e['msg']}{did_you_mean(e.get('input'), choices)}{got}"
+        if not choices:
+            return path, f"{e['msg']}{got}"
+        return path, f"unknown value{did_you_mean(e.get('input'), choices)}; expected one of " \
+                     f"{', '.join(repr(c) for c in choices)}{got}"
+    if kind in _EXPECTED_TYPE:
+        return path, f"expected {_EXPECTED_TYPE[kind]}{got}"
     msg = e["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
+    if msg.startswith("Input should be "):  # pydantic's wording for a bound or a shape
+        msg = "must be " + msg[len("Input should be "):]
     return path, f"{msg}{got}"
 
 
@@ -162,16 +176,18 @@ def _union_tags(loc: tuple) -> list[str]:
 
 
 def format_validation_error(err: ValidationError, source: str, data: Any = None,
-                            lines: dict[tuple, int] | None = None) -> str:
+                            lines: dict[tuple, int] | None = None, overrides: list[str] | None = None) -> str:
     """One line per problem: ``key.path: what is wrong (got VALUE)``, with the path as written
-    in the YAML (and its line, when known)."""
-    out = [f"invalid config {source}:"]
+    in the YAML and where it was set: its line, when known, or the ``--set`` that set it."""
+    sets = [(tuple(parse_override(o)[0]), o) for o in overrides or []]
+    out = [f"invalid config {source}" + (" with --set overrides:" if sets else ":")]
     seen = set()
     for e in err.errors():
         path, msg = _describe(e, tuple(e["loc"]), data if data is not None else {})
         key = ".".join(str(p) for p in path) or "<root>"
         line = _line_of(path, lines, e["type"] in ("missing", "union_tag_not_found"))
-        text = f"  {key}: {msg}" + (f" [line {line}]" if line else "")
+        by = next((o for sp, o in reversed(sets) if tuple(str(p) for p in path[:len(sp)]) == sp), None)
+        text = f"  {key}: {msg}" + (f" [--set {by}]" if by else f" [line {line}]" if line else "")
         if text not in seen:
             seen.add(text)
             out.append(text)
@@ -281,7 +297,7 @@ def load_config(source: str | Path | dict | Config | None = None, overrides: lis
         if lines:  # a key set by --set is not on the file's line
             set_paths = [tuple(parse_override(o)[0]) for o in overrides or []]
             lines = {k: v for k, v in lines.items() if not any(k[:len(sp)] == sp for sp in set_paths)}
-        raise ConfigError(format_validation_error(err, label, data, lines)) from None
+        raise ConfigError(format_validation_error(err, label, data, lines, list(overrides or []))) from None
     check_limits(cfg, label)
     if base_dir is not None:
         cfg._base_dir = base_dir

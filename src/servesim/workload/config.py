@@ -2,7 +2,7 @@
 
 Every model forbids unknown keys and constrains its numbers, so that a typo or an
 impossible value is rejected with the key path pydantic reports (for example
-``workload.synthetic.arrival.rate: Input should be greater than 0``).  The config
+``workload.synthetic.arrival.rate: must be greater than 0``).  The config
 package turns :class:`pydantic.ValidationError` into the user-facing message; this module
 only states what is valid.
 
