@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import copy
-import difflib
 import re
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, Iterable, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -15,23 +14,12 @@ from pydantic import BaseModel, ValidationError
 from servesim import yaml_io
 from servesim.config.limits import check_limits
 from servesim.config.schema import Config
-from servesim.errors import ConfigError
+from servesim.errors import ConfigError, did_you_mean
 
 
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def did_you_mean(word: Any, choices: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``word``, or ``""``."""
-    if not isinstance(word, str):
-        return ""
-    choices = [str(c) for c in choices]
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    if not close and word.lower() != word:
-        close = [c for c in choices if c.lower() == word.lower()][:1]
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _quoted(text: str) -> list[str]:

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from servesim import yaml_io
-from servesim.errors import ModelError
+from servesim.errors import ModelError, did_you_mean
 
 GPU_DIR = Path(__file__).parent / "gpus"
 
@@ -187,7 +187,7 @@ def load_gpu(name_or_yaml_path: str | Path) -> GPUSpec:
         hit = _alias_table().get(s.strip().lower())
     if hit is None:
         raise ModelError(
-            f"unknown GPU {s!r}; known GPUs: {', '.join(known_gpus())} "
+            f"unknown GPU {s!r}{did_you_mean(s, [*known_gpus(), *_alias_table()])}; known GPUs: {', '.join(known_gpus())} "
             "(or give the path of a GPU spec YAML file with the same schema)"
         )
     return _load_bundled(hit)

@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from servesim.errors import ModelError
+from servesim.errors import ModelError, did_you_mean
 from servesim.models.quantization import weight_dtype_of
 
 #: model_type values understood by the parser, by how they are read.
@@ -527,7 +527,8 @@ def load_model(name_or_path: str | Path) -> ModelArch:
     if looks_like_path:
         raise ModelError(f"model config {s!r}: no such file")
     raise ModelError(
-        f"unknown model {s!r}: not a local config.json and not bundled. Bundled models: "
+        f"unknown model {s!r}{did_you_mean(s, [*bundled_models(), *ALIASES])}: not a local config.json and not "
+        "bundled. Bundled models: "
         f"{', '.join(bundled_models())}; aliases: {', '.join(sorted(ALIASES))}. "
         "Pass the path of the model's config.json to use another model."
     )
