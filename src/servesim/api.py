@@ -246,6 +246,8 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
         raise ConfigError("workload.agentic.profile cancels the requests in flight at its grace deadline, which "
                           "disaggregated prefill/decode cannot undo (a request may be between workers): "
                           "drop the profile or the disaggregation")
+    if hasattr(progress, "expect"):  # report/progress.py: the count an agent graph gives once built
+        progress.expect(source.num_requests)
     oracle = next_use_oracle(source) if _uses_belady(cfg) else None
     deployment = build_deployment(cfg, oracle)
     recorder, ts, stats = run_simulation(cfg, source, deployment, progress)

@@ -40,6 +40,21 @@ def test_total_is_known_for_synthetic_and_trace_workloads():
     assert expected_requests(load_config(EXAMPLES / "quickstart.yaml", ["workload.end_ms=1000"])) is None
 
 
+@pytest.mark.parametrize("fmt,fixture", [("agentic_mooncake", "v2.jsonl"), ("weka", "weka.jsonl"),
+                                         ("servesim_dag", "fanout.dag.jsonl")])
+def test_total_of_an_agent_trace_is_its_node_count_not_its_lines(fmt, fixture):
+    """An agent trace's lines are not its requests (a header, a play per line, a node per line):
+    the config alone says nothing, and predict tells the progress the graph's node count."""
+    path = Path(__file__).resolve().parents[1] / "workload" / "agentic_fixtures" / fixture
+    cfg = load_config({"workload": {"kind": "trace", "format": fmt, "path": str(path)}, "output": {"dir": None}})
+    assert expected_requests(cfg) is None
+    from servesim.api import predict
+
+    told = Progress(None, enabled=False)
+    pred = predict(cfg, progress=told)
+    assert told.total == pred.summary["requests"]["total"] > 0
+
+
 def test_progress_lines_off_a_terminal_carry_the_total_and_an_eta(capsys, monkeypatch):
     monkeypatch.setattr(progress_mod, "QUIET_FOR_S", 0.0)
     with Progress(1000, enabled=True, terminal=False) as p:

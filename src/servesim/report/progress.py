@@ -19,13 +19,19 @@ UPDATE_EVERY = 200
 QUIET_FOR_S = 2.0
 
 
+#: Trace formats with one request per non-blank line (the others are agent graphs).
+FLAT_FORMATS = ("mooncake",)
+
+
 def expected_requests(cfg) -> int | None:
     """How many requests the run's workload produces, when that is known without simulating."""
     from servesim.config.load import config_base_dir
-    from servesim.workload.config import TraceWorkload
+    from servesim.workload.config import AgentWorkload, TraceWorkload
     from servesim.workload.source import build_source
 
     w = cfg.workload
+    if isinstance(w, AgentWorkload) or isinstance(w, TraceWorkload) and w.format not in FLAT_FORMATS:
+        return None  # an agent graph: predict says it (Progress.expect) once the graph is built
     if isinstance(w, TraceWorkload):
         if w.start_ms is not None or w.end_ms is not None:
             return None
@@ -80,6 +86,14 @@ class Progress:
             self._bar.__enter__()
             self._task = self._bar.add_task("sim", total=self.total, sim=0.0)
         return self
+
+    def expect(self, total: int | None) -> None:
+        """The request count, told by :func:`servesim.predict` once the workload is read (an
+        agent graph's nodes), when the config alone could not say it."""
+        if self.total is None and total:
+            self.total = total
+            if self._bar is not None:
+                self._bar.update(self._task, total=total)
 
     def __call__(self, done: int, sim_time: float) -> None:
         if not self.enabled or done - self._last < UPDATE_EVERY:

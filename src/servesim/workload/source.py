@@ -171,4 +171,4 @@ def agentic_source(cfg: "TraceWorkload | AgentWorkload", seed: int, path: Path |
         src = AgenticSource(lambda: READERS[cfg.format](path, bs), cfg.agentic or AgenticLoad(), cfg.speedup)
     src.graph()
     return WorkloadSource(mode="driven", concurrency=None, description=src.describe(), _factory=lambda: iter(()),
-                          _listed_ids=src.listed_block_ids, agentic=src)
+                          num_requests=src.request_count(), _listed_ids=src.listed_block_ids, agentic=src)

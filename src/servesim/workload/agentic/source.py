@@ -42,6 +42,16 @@ class AgenticSource:
         n = len(self.graph().plays)
         return (ld.arrival == "lanes" and ld.admission_window is not None) or (ld.plays is not None and ld.plays > n)
 
+    def request_count(self) -> int | None:
+        """Requests the run sends, when known before it: every node once (None with recycled
+        plays, a play count, a duration, a snapshot, warm-up or a profile window).  A play
+        that fails skips its pending nodes, so the run may send fewer."""
+        ld = self.load
+        if self.recycles or ld.plays is not None or ld.duration_s is not None or ld.snapshot is not None \
+                or ld.warmup is not None or ld.profile is not None:
+            return None
+        return len(self.graph().nodes)
+
     def listed_block_ids(self) -> np.ndarray | None:
         """Every block id the nodes list (prompt and answer blocks), as int64 (the graph's ids
         are dense, ``0 .. n_ids - 1``); None when plays recycle.  (One numpy pass over the
