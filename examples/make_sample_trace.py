@@ -2,6 +2,7 @@
 
 The quickstart needs a trace that a fresh clone has; this one is generated, not measured:
     python examples/make_sample_trace.py            # rewrites the committed file, byte for byte
+    python examples/make_sample_trace.py --out T    # writes it elsewhere
 
 Traffic: conversations start as a Poisson process (``RATE`` per second); each has 1 to 5 turns
 separated by a think time (exponential, mean ``THINK_S``).  Every conversation opens with one of
@@ -15,6 +16,7 @@ block), and ``session_id`` / ``delay`` (ms after the previous turn finished) for
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -65,11 +67,14 @@ def conversations(rng: np.random.Generator) -> list[dict]:
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Write the quickstart's sample chat trace (Mooncake format).")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"where to write it (default: {OUT})")
+    args = parser.parse_args(argv)
     rows = conversations(np.random.default_rng(SEED))
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("".join(json.dumps(r, separators=(", ", ": ")) + "\n" for r in rows))
-    print(f"wrote {OUT} ({len(rows)} requests)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("".join(json.dumps(r, separators=(", ", ": ")) + "\n" for r in rows))
+    print(f"wrote {args.out} ({len(rows)} requests)")
 
 
 if __name__ == "__main__":

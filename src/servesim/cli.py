@@ -242,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`servesim predict | head`): not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit would fail on the closed pipe again
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -118,3 +118,21 @@ def test_predict_report_with_nothing_to_draw_prints_the_summary_then_fails(tmp_p
     assert "requests unfinished" in captured.out and "Wrote" in captured.out  # the run's files and summary
     assert "--report: nothing to draw" in captured.err
     assert (tmp_path / "run" / "prediction.json").is_file() and not (tmp_path / "run" / "report.html").exists()
+
+
+def test_a_reader_that_closes_the_pipe_early_is_not_an_error(capsys):
+    """`servesim predict --format json | head -1`: the closed pipe ends the command quietly."""
+    import os
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)  # the reader has gone
+    saved = sys.stdout
+    with os.fdopen(w, "w") as pipe:
+        sys.stdout = pipe
+        try:
+            rc = main(["predict", "--format", "json", "--quiet", "--no-files", *SMALL])
+        finally:
+            sys.stdout = saved
+    assert rc == 0
+    assert "Traceback" not in capsys.readouterr().err

@@ -22,8 +22,7 @@ def _module(name: str):
 
 def test_sample_trace_is_what_the_script_writes(tmp_path, monkeypatch):
     mod = _module("make_sample_trace")
-    monkeypatch.setattr(mod, "OUT", tmp_path / "sample.jsonl")
-    mod.main()
+    mod.main(["--out", str(tmp_path / "sample.jsonl")])
     assert (tmp_path / "sample.jsonl").read_bytes() == (EXAMPLES / "traces" / "sample_chat.jsonl").read_bytes()
 
 
