@@ -49,3 +49,29 @@ def test_azure_csv_converts_to_a_trace_servesim_reads(tmp_path):
     pred = servesim.predict({"workload": {"kind": "trace", "path": str(tmp_path / "azure.jsonl")},
                              "output": {"dir": None}})
     assert pred.summary["requests"]["completed"] == 2
+
+
+def test_files_a_config_reads_are_found_beside_it(tmp_path, monkeypatch, capsys):
+    """A model config.json, a GPU spec and a trace named by relative paths in a config are read
+    from the config's folder, whatever the working directory; outputs land in the working one."""
+    import shutil
+
+    import servesim
+
+    pkg = Path(servesim.__file__).parent
+    here = tmp_path / "project"
+    (here / "specs").mkdir(parents=True)
+    shutil.copy(pkg / "models" / "bundled" / "meta-llama__Llama-3.1-8B-Instruct.json", here / "specs" / "config.json")
+    shutil.copy(pkg / "hardware" / "gpus" / "h100_sxm.yaml", here / "specs" / "my_gpu.yaml")
+    shutil.copy(EXAMPLES / "traces" / "sample_chat.jsonl", here / "trace.jsonl")
+    (here / "run.yaml").write_text(
+        "workload: {kind: trace, path: trace.jsonl, limit: 50}\n"
+        "deployment: {model: specs/config.json, gpu: specs/my_gpu.yaml}\n"
+        "output: {dir: out}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["predict", str(here / "run.yaml"), "--format", "json", "--quiet"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["requests"]["completed"] == 50
+    assert (elsewhere / "out" / "prediction.json").is_file()

@@ -8,6 +8,7 @@ config key to change.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from servesim.cluster.kv_index import KVIndex
@@ -15,6 +16,7 @@ from servesim.cluster.kv_publish import kv_index_for, wire_kv_events
 from servesim.cluster.routers import Router, build_router
 from servesim.cluster.worker import Worker
 from servesim.config.limits import check_against_hardware
+from servesim.config.load import config_base_dir, input_path
 from servesim.config.schema import Config, DeploymentConfig
 from servesim.engines.attention_dp import AttentionDPEngine
 from servesim.engines.base import Engine, EngineLimits
@@ -128,16 +130,16 @@ class Deployment:
         }
 
 
-def _resolve_model(cfg: DeploymentConfig) -> ModelArch:
+def _resolve_model(cfg: DeploymentConfig, base_dir: Path | None = None) -> ModelArch:
     try:
-        return load_model(cfg.model)
+        return load_model(input_path(cfg.model, base_dir))
     except ModelError as exc:
         raise ConfigError(f"deployment.model: {exc}") from None
 
 
-def _resolve_gpu(cfg: DeploymentConfig) -> GPUSpec:
+def _resolve_gpu(cfg: DeploymentConfig, base_dir: Path | None = None) -> GPUSpec:
     try:
-        return load_gpu(cfg.gpu)
+        return load_gpu(input_path(cfg.gpu, base_dir))
     except ModelError as exc:
         raise ConfigError(f"deployment.gpu: {exc}") from None
 
@@ -178,8 +180,8 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
         from servesim.cluster.disagg import build_disaggregated
 
         return build_disaggregated(cfg, build_deployment, oracle)
-    arch = _resolve_model(dep)
-    gpu = _resolve_gpu(dep)
+    arch = _resolve_model(dep, config_base_dir(cfg))
+    gpu = _resolve_gpu(dep, config_base_dir(cfg))
     _check_layout(dep, arch)
     weight_dtype = dep.weight_dtype or infer_weight_dtype(dep.model, arch)
     check_against_hardware(dep, arch, gpu, weight_dtype)  # precision support, context length
@@ -198,8 +200,6 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
     limits = EngineLimits(kv_capacity_tokens=plan.memory.kv_tokens, context_length=plan.context,
                           kv_bytes_per_token=plan.memory.kv_bytes_per_token, kv_shards=dep.tp,
                           gpu_name=gpu.name)
-    from servesim.config.load import config_base_dir
-
     perf = resolve_perf(cfg.perf, gpu.name, dep.engine.name, config_base_dir(cfg), model=dep.model,
                         precision=weight_dtype, client=getattr(cfg, "client", None))
     try:

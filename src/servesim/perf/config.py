@@ -140,12 +140,12 @@ def _load_calibration(name: str | None, base_dir: Path | None):
         return None, None
     if name == "default":
         return load_calibration(None), str(DEFAULT_CALIBRATION.name)
-    path = Path(name)
+    from servesim.config.load import input_path
+
+    path = Path(input_path(name, base_dir))  # beside the config file first (docs/config.md "Paths")
     bundled = None if path.exists() else bundled_calibration(name)
     if bundled is not None:
         return load_calibration(bundled), bundled.name
-    if not path.is_absolute() and base_dir is not None and not path.exists():
-        path = Path(base_dir) / path
     try:
         return load_calibration(path), str(path)
     except ConfigError as e:
