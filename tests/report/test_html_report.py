@@ -156,6 +156,16 @@ def test_disaggregated_run_shows_its_pools(tmp_path):
     page = write_report([tmp_path / "dis"]).read_text()
     assert "Prefill and decode pools" in page and "<th>decode</th><td>1</td><td>1</td><td>60</td>" in page
     assert "wait for decode admission" in page
+    assert "worker 0 (prefill)" in page and "worker 2 (decode)" in page  # the charts' legends
+
+
+def test_sweep_hover_and_cost_card_read_as_figures():
+    from servesim.report.html import _cost_cards
+    from servesim.report.html_compare import _number
+
+    assert [_number(v) for v in (2490.4, 12.345, 0.01234)] == ["2,490", "12.35", "0.0123"]
+    assert "no token served" in _cost_cards({"usd_per_hour": 9.5, "usd_per_mtok": None})[0]
+    assert "$0.42 per million tokens" in _cost_cards({"usd_per_hour": 9.5, "usd_per_mtok": 0.42})[0]
 
 
 def test_run_without_time_series_draws_no_empty_panel(tmp_path):

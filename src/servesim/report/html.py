@@ -141,8 +141,9 @@ def _slo_cards(slo) -> list[str]:
 def _cost_cards(cost) -> list[str]:
     if not isinstance(cost, dict) or cost.get("usd_per_hour") is None:
         return []
+    per_mtok = cost.get("usd_per_mtok")
     return [_card("cost ($/hour, fleet)", _n(cost["usd_per_hour"], 2),
-                  f"${_n(cost.get('usd_per_mtok'), 2)} per million tokens")]
+                  f"${_n(per_mtok, 2)} per million tokens" if per_mtok is not None else "no token served")]
 
 
 def slo_table(slo) -> str:

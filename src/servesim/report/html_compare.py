@@ -132,6 +132,15 @@ def _run_colour(j: int) -> str:
 
 
 # ------------------------------------------------------------------------------- sweeps
+def _number(v: float) -> str:
+    """A figure as people read it: 2,490 / 12.35 / 0.0123 (never 2.49e+03)."""
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 1:
+        return f"{v:,.2f}"
+    return f"{v:.3g}"
+
+
 def _hover(sweep: SweepData, i: int) -> str:
     c = sweep.candidates
     parts = [f"candidate {c['candidate'][i]} ({c['status'][i]})"]
@@ -144,7 +153,7 @@ def _hover(sweep: SweepData, i: int) -> str:
                        ("slo_met", "SLO met"), ("overloaded", "overloaded")):
         if key in c and c[key][i] is not None and not (isinstance(c[key][i], float) and np.isnan(c[key][i])):
             v = c[key][i]
-            parts.append(f"{label}: {v:,.3g}" if isinstance(v, (float, np.floating)) else f"{label}: {v}")
+            parts.append(f"{label}: {_number(v)}" if isinstance(v, (float, np.floating)) else f"{label}: {v}")
     if c["reason"][i]:
         parts.append(f"reason: {c['reason'][i]}")
     return "<br>".join(html.escape(str(p)) for p in parts)

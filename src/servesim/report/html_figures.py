@@ -138,10 +138,17 @@ def binned_percentiles(t: np.ndarray, v: np.ndarray, grid: np.ndarray, qs=(50, 9
     return out
 
 
-def _lines(by_worker: dict[int, np.ndarray]) -> list[tuple[str, np.ndarray]]:
-    """One line per worker, or the mean and the maximum over workers when there are many."""
+def _worker_roles(run: RunData) -> dict[int, str]:
+    """Each worker's role in a disaggregated run (prefill / decode); empty otherwise."""
+    return {int(w["worker"]): w["role"] for w in run.summary.get("workers") or [] if w.get("role")}
+
+
+def _lines(by_worker: dict[int, np.ndarray], roles: dict[int, str] | None = None) -> list[tuple[str, np.ndarray]]:
+    """One line per worker (named with its role in a disaggregated run), or the mean and the
+    maximum over workers when there are many."""
     if len(by_worker) <= MAX_WORKER_LINES:
-        return [(f"worker {w}", v) for w, v in by_worker.items()]
+        roles = roles or {}
+        return [(f"worker {w}" + (f" ({roles[w]})" if w in roles else ""), v) for w, v in by_worker.items()]
     stack = np.vstack(list(by_worker.values()))
     return [("mean over workers", stack.mean(axis=0)), ("busiest worker", stack.max(axis=0))]
 
@@ -241,7 +248,7 @@ def throughput_figure(run: RunData, grid: np.ndarray):
         titles.insert(0, "Tokens computed per second, per worker (prefill + decode)")
     fig = make_subplots(rows=len(titles), cols=1, shared_xaxes=True, subplot_titles=titles)
     if per_worker_panel:
-        for name, line in _lines(worker_rates(run, grid)):
+        for name, line in _lines(worker_rates(run, grid), _worker_roles(run)):
             fig.add_trace(go.Scatter(x=grid, y=line, mode="lines", name=name), row=1, col=1)
     done = run.completed
     edges = np.concatenate([[0.0], grid])
@@ -260,7 +267,7 @@ def worker_series_figure(run: RunData, grid: np.ndarray, fields: list[tuple[str,
     go, make_subplots = plotly_modules()
     fig = make_subplots(rows=len(fields), cols=1, shared_xaxes=True, subplot_titles=[f[1] for f in fields])
     for row, (field, label, scale) in enumerate(fields, start=1):
-        for i, (name, line) in enumerate(_lines(per_worker(run, field, grid))):
+        for i, (name, line) in enumerate(_lines(per_worker(run, field, grid), _worker_roles(run))):
             fig.add_trace(go.Scatter(x=grid, y=line * scale, mode="lines", name=name, legendgroup=name,
                                      showlegend=row == 1, line=dict(color=_colour(i))), row=row, col=1)
     fig.update_xaxes(title_text="virtual time (s)", row=len(fields), col=1)
