@@ -20,7 +20,10 @@ from servesim.report.html import write_report  # noqa: E402
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--enable-logging=stderr", "--v=0")
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--enable-logging=stderr", "--v=0",
+         # offline for real: no name resolves and every connection goes to a closed local port, so a
+         # page that fetched anything (a CDN script, a font) would log a failed load to the console
+         "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>")
 
 
 def open_in_chromium(page, tmp_path, screenshot):
