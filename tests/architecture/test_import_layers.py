@@ -19,7 +19,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "servesim"
 #: listed may import it.
 LAYERS: dict[str, int] = {
     "compiled_parts": -1,  # plain data, read by setup.py too
-    "errors": 0, "compiled": 0, "yaml_io": 0, "_version": 0, "gc_threshold": 0,
+    "errors": 0, "compiled": 0, "yaml_io": 0, "_version": 0, "gc_threshold": 0, "input_paths": 0,
     "workload": 1, "models": 1, "hardware": 1,
     "kvcache": 2, "metrics": 2, "perf": 2,
     "engines": 3,

@@ -16,7 +16,7 @@ from servesim.cluster.kv_publish import kv_index_for, wire_kv_events
 from servesim.cluster.routers import Router, build_router
 from servesim.cluster.worker import Worker
 from servesim.config.limits import check_against_hardware
-from servesim.config.load import config_base_dir, input_path
+from servesim.config.load import config_base_dir
 from servesim.config.schema import Config, DeploymentConfig
 from servesim.engines.attention_dp import AttentionDPEngine
 from servesim.engines.base import Engine, EngineLimits
@@ -24,6 +24,7 @@ from servesim.engines.planning import PlanInputs
 from servesim.engines.registry import plan_engine
 from servesim.errors import ConfigError, ModelError
 from servesim.hardware.gpu import GPUSpec, load_gpu
+from servesim.input_paths import input_path
 from servesim.kvcache.events import KVEvent
 from servesim.kvcache.policies import NextUseOracle
 from servesim.metrics.recorder import RequestRecorder

@@ -297,15 +297,5 @@ def config_base_dir(cfg: Config) -> Path | None:
     return cfg._base_dir
 
 
-def input_path(value: str, base_dir: Path | None) -> str:
-    """A file the config names by a relative path (a model's config.json, a GPU spec, a
-    calibration): beside the config file when it is there, else as given (the working
-    directory, or a bundled name).  docs/config.md "Paths"."""
-    path = Path(value).expanduser()
-    if base_dir is not None and not path.is_absolute() and (Path(base_dir) / path).exists():
-        return str(Path(base_dir) / path)
-    return value
-
-
 def default_example_path() -> Path:
     return Path(__file__).resolve().parent.parent / "examples" / "default.yaml"

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servesim.errors import ConfigError
 from servesim.hardware.gpu import GPUSpec
+from servesim.input_paths import input_path
 from servesim.models.arch import ModelArch
 from servesim.perf.analytic import AnalyticStepTime
 from servesim.perf.analytic_params import AnalyticParams
@@ -140,8 +141,6 @@ def _load_calibration(name: str | None, base_dir: Path | None):
         return None, None
     if name == "default":
         return load_calibration(None), str(DEFAULT_CALIBRATION.name)
-    from servesim.config.load import input_path
-
     path = Path(input_path(name, base_dir))  # beside the config file first (docs/config.md "Paths")
     bundled = None if path.exists() else bundled_calibration(name)
     if bundled is not None:
