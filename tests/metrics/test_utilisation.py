@@ -60,6 +60,33 @@ def test_disaggregated_workers_have_roles_and_decode_requests():
     assert roles["stages"]["transfer_ms"]["count"] == 120 and roles["stages"]["transfer_ms"]["mean"] > 0
 
 
+def test_a_prefill_workers_running_and_kv_figures_are_its_prefills():
+    """A prefill worker's requests leave at their pass's end, so pass-end samples see none: its
+    figures come from the prefill intervals.  At a load of about one prompt per pass, the
+    time-averaged batch is about the busy share, and the KV peak at least one prompt."""
+    cfg = {"workload": {"kind": "synthetic", "num_requests": 200, "arrival": {"process": "constant", "rate": 4.0},
+                        "input": {"dist": "fixed", "value": 1000}, "output": {"dist": "fixed", "value": 20}},
+           "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm",
+                          "disaggregation": {"prefill": {"workers": 1}, "decode": {"workers": 1}}},
+           "output": {"dir": None}}
+    pred = servesim.predict(cfg)
+    prefill = pred.summary["workers"][0]
+    assert prefill["role"] == "prefill" and prefill["utilization"] > 0.01
+    assert 0.9 <= prefill["mean_running"] / prefill["utilization"] <= 1.5
+    capacity = pred.deployment.describe()["prefill"]["kv_capacity_tokens_per_worker"]
+    assert prefill["kv_usage_max"] >= 1000 / capacity
+    assert 0 < prefill["kv_usage_mean"] <= prefill["kv_usage_max"]
+    assert pred.summary["roles"]["prefill"]["mean_kv_usage"] == prefill["kv_usage_mean"]
+
+
+def test_peak_held_closes_an_interval_before_one_that_starts_at_its_end():
+    from servesim.metrics.utilisation import _peak_held
+
+    start, end = np.array([0.0, 1.0, 0.5]), np.array([1.0, 2.0, 1.5])
+    assert _peak_held(start, end, np.array([10.0, 20.0, 5.0])) == 25.0  # [1, 1.5): 20 + 5, not 35
+    assert _peak_held(np.array([]), np.array([]), np.array([])) == 0.0
+
+
 def test_rejections_lead_the_summary_with_the_key_that_fixes_them():
     summary = {"requests": {"total": 1000, "completed": 550, "rejected": 450, "unfinished": 0,
                             "rejected_by_reason": {"prompt exceeds max_num_tokens 8192 with chunked context off": 450},

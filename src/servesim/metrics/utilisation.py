@@ -17,7 +17,8 @@ first.  Without a time series (``output.timeseries: false``) they are ``None``.
 
 Disaggregated runs also get a role per worker (prefill or decode), each decode worker's
 requests counted from ``decode_worker``, and :func:`role_summary` with each pool's figures and
-the handoff's stages (prefill, KV transfer, wait for decode admission).
+the handoff's stages (prefill, KV transfer, wait for decode admission).  A prefill worker's
+running and KV figures come from its requests' prefill intervals (:func:`prefill_load`).
 """
 
 from __future__ import annotations
@@ -171,7 +172,51 @@ def annotate_workers(summary: dict, rec: RequestRecorder, columns: dict[str, np.
     and ``summary["roles"]``."""
     breakdown = summary["workers"]
     add_load(breakdown, worker_load(columns, workers, sim_end))
+    if n_prefill is not None and columns is not None:
+        add_load(breakdown, prefill_load(rec, [w for w in workers if w.worker_id < n_prefill], sim_end))
     summary["fleet"].update(fleet_load(breakdown))
     if n_prefill is not None:
         assign_roles(breakdown, rec, n_prefill)
         summary["roles"] = role_summary(breakdown, rec)
+
+
+def prefill_load(rec: RequestRecorder, workers, sim_end: float) -> dict[int, dict]:
+    """A disaggregated prefill worker's running and KV figures, from its requests' prefill
+    intervals instead of the time series.
+
+    The series samples a worker at its pass ends, after the pass's finished requests have
+    left; a prefill worker's requests all leave at the end of their prefill (their KV goes to
+    the decode pool then), so its samples would read an empty batch however busy it is.  A
+    request runs, and holds KV for its prompt, from ``prefill_start_s`` to ``prefill_end_s``
+    (the run's end if it never finished): the time averages and the peak are those intervals'.
+    """
+    if "prefill_start_s" not in rec.extra_columns or sim_end <= 0:
+        return {}
+    worker = rec.column("worker")
+    start = rec.column("prefill_start_s")
+    end = np.where(np.isnan(rec.column("prefill_end_s")), sim_end, rec.column("prefill_end_s"))
+    held = rec.column("input_length").astype(float)
+    out: dict[int, dict] = {}
+    for w in workers:
+        mine = (worker == w.worker_id) & ~np.isnan(start)
+        a, b, tokens = start[mine], np.minimum(end[mine], sim_end), held[mine]
+        running = float((b - a).sum() / sim_end)
+        seats = engine_seats(w.engine)
+        capacity = w.engine.snapshot().kv_capacity_tokens
+        figures = {"mean_running": running, "batch_occupancy": running / seats if seats else None}
+        if capacity:
+            figures["kv_usage_mean"] = float((tokens * (b - a)).sum() / (capacity * sim_end))
+            figures["kv_usage_max"] = _peak_held(a, b, tokens) / capacity
+        out[w.worker_id] = figures
+    return out
+
+
+def _peak_held(start: np.ndarray, end: np.ndarray, tokens: np.ndarray) -> float:
+    """Largest sum of ``tokens`` over intervals ``[start, end)`` open at one instant (an interval
+    ending at an instant is closed before one starting there opens)."""
+    if start.size == 0:
+        return 0.0
+    times = np.concatenate([end, start])
+    deltas = np.concatenate([-tokens, tokens])
+    order = np.lexsort((deltas, times))  # at equal times the releases (negative) first
+    return float(max(np.cumsum(deltas[order]).max(), 0.0))
