@@ -1,4 +1,4 @@
-"""``next_taken_hit`` (which of the next allocations would take a blocked request's prefix
+"""``next_taken_hit`` and ``prefix_cuts`` (which of the next allocations would take a blocked request's prefix
 blocks) gives the same answer on the compiled LRU pool as on the Python pool, and that answer
 is what the allocations then do."""
 
@@ -45,6 +45,16 @@ def test_compiled_next_taken_hit_equals_python_and_the_allocations(seed):
         mine = {pools[0]._hash_to_block[h] for h in chain_block_hashes(o[0].chain, BS, hit, unit_size=US)}
         order = pools[0].free_order()[:k]
         assert answers[0] == next((pos for pos, b in enumerate(order) if b in mine), -1)
+        cuts = [pool.prefix_cuts(own, US, hit, k) for pool, own in zip(pools, o)]
+        assert cuts[0] == cuts[1]
+        prefix = [pools[0]._hash_to_block[h] for h in chain_block_hashes(o[0].chain, BS, hit, unit_size=US)]
+        free_below = [sum(1 for b in prefix[:q] if pools[0].refs[b] == 0) for q in range(hit + 1)]
+        want, cur = [], hit
+        for pos, b in enumerate(order):
+            if b in prefix and prefix.index(b) < cur:
+                cur = prefix.index(b)
+                want.append((pos, cur, free_below[cur]))
+        assert cuts[0] == (free_below[hit], want)
         drop, which = rng.random() < 0.4, rng.randrange(4)  # the same choices for both pools
         for j, (pool, own) in enumerate(zip(pools, o)):
             blocks = pool.owner_take_within(own, US, hit, n - hit)

@@ -528,13 +528,14 @@ class VLLMDecodeFastPath(BlockKVEngine):
 
         What it needs follows from its cached prefix alone (with the budget and seats, which
         the stretch keeps), and the free blocks only fall: a stretch changes the pool by its
-        block events.  An *open* takes the free queue's head block; one that lay in the
-        head's prefix cuts the prefix there, which can lower what the head needs (its
-        prefill chunk capped by the budget, fewer of its hits on free blocks), any other
-        only takes a free block.  A *fill* registers a block; one under the hash of the
-        head's first uncached block extends its prefix, any other leaves it as it is.  So the
-        head stays blocked up to the first fill under that hash, unless an open takes a
-        prefix block: then up to the first block event of any kind.
+        block events.  An *open* takes the free queue's head block; one that lies in the
+        head's prefix cuts the prefix there (:meth:`prefix_cuts`), which changes what the head
+        needs: fresh blocks for a longer (or budget-capped) chunk, fewer of its hits on free
+        blocks; :meth:`_head_fits` tells whether it then fits the blocks left, after each pass
+        that opens blocks.  Any other open only takes a free block.  A *fill* registers a
+        block; one under the hash of the head's first uncached block (``hit``, or a cut)
+        extends its prefix, any other leaves it as it is.  So the head stays blocked up to the
+        first pass after which it fits or a fill under one of those hashes.
         """
         first = self._arith.passes_to_block_event(c, self.bs, self.caching)
         if first >= limit or not self._bulk_replay() or self.host is not None:
@@ -548,17 +549,73 @@ class VLLMDecodeFastPath(BlockKVEngine):
         opens = 0  # over passes 1..limit-1 (pass 0's were taken when it was scheduled)
         for x in computed:
             opens += (x + limit - 1) // bs - x // bs
-        if self.pool.next_taken_hit(head, head.req.block_size, hit, opens) >= 0:
+        got = self.pool.prefix_cuts(head, head.req.block_size, hit, opens)
+        if got is None:
             return first
-        if hit >= (head.num_tokens - 1) // bs:  # its whole prefix is cached already
-            return limit
-        return self._first_fill_under(computed, limit,
-                                      chain_block_hash(head.chain, bs, hit, unit_size=head.req.block_size))
+        free0, cuts = got
+        cap = (head.num_tokens - 1) // bs
+        us = head.req.block_size
+        if not cuts:
+            if hit >= cap:  # its whole prefix is cached already
+                return limit
+            return self._first_fill_under(computed, limit, {chain_block_hash(head.chain, bs, hit, unit_size=us)})
+        free = self.pool.num_free_blocks
+        room = self.budget - len(computed)  # the budget the decodes leave
+        if self._head_fits(head, hit, free0, free, room):  # not blocked on blocks: do not guess
+            return first
+        per = [0] * bs  # opens per pass, by pass number modulo bs
+        for x in computed:
+            per[(-x) % bs] += 1
+        best = limit
+        taken = 0
+        k = 0
+        h = hit
+        hfree = free0
+        positions = set()
+        if hit < cap:
+            positions.add(hit)
+        for s in range(1, limit):
+            o = per[s % bs]
+            if not o:
+                continue
+            taken += o
+            free -= o
+            while k < len(cuts) and cuts[k][0] < taken:
+                h = cuts[k][1]
+                hfree = cuts[k][2]
+                positions.add(h)
+                k += 1
+            if self._head_fits(head, h, hfree, free, room):
+                best = s
+                break
+            if k == len(cuts):  # no more cuts: the free blocks only fall, the head keeps failing
+                break
+        return self._first_fill_under(computed, best,
+                                      {chain_block_hash(head.chain, bs, q, unit_size=us) for q in positions})
 
-    def _first_fill_under(self, computed: list[int], limit: int, h: int) -> int:
+    def _head_fits(self, head: VReq, hit: int, hit_free: int, free: int, room: int) -> bool:
+        """Whether the waiting loop admits ``head`` with a cached prefix of ``hit`` blocks,
+        ``hit_free`` of them free, ``free`` free blocks and ``room`` tokens of budget left
+        (``VLLMEngine._admit`` and ``_allocate_new``, without a host tier)."""
+        bs = self.bs
+        n = head.num_tokens - hit * bs
+        thr = self.threshold
+        if 0 < thr < n:
+            n = thr
+        if not self.chunked_prefill and n > room:
+            return False
+        if n > room:
+            n = room
+        need = -(-(hit * bs + n) // bs) - hit
+        return need + hit_free <= free
+
+    def _first_fill_under(self, computed: list[int], limit: int, hashes: set) -> int:
         """The first pass ``s`` in ``1..limit-1`` of the last pass's decode stretch whose fill
-        (of request ``j`` at position ``computed[j] + s``) registers a block under hash ``h``;
-        ``limit`` if none does.  Blocks from a request's ``private_from`` on are not registered."""
+        (of request ``j`` at position ``computed[j] + s``) registers a block under one of
+        ``hashes``; ``limit`` if none does.  Blocks from a request's ``private_from`` on are not
+        registered."""
+        if not hashes:
+            return limit
         bs = self.bs
         reqs = self._last.reqs
         best = limit
@@ -571,12 +628,11 @@ class VLLMDecodeFastPath(BlockKVEngine):
                 i = (x + s + 1) // bs - 1
                 if i >= vr.private_from:
                     break
-                if chain_block_hash(self._chain(vr, i + 1), bs, i, unit_size=us) == h:
+                if chain_block_hash(self._chain(vr, i + 1), bs, i, unit_size=us) in hashes:
                     best = s
                     break
                 s += bs
         return best
-
 
     # -- state ---------------------------------------------------------------------------------
     def running_progress(self) -> list[tuple[VReq, int, int, int]]:
