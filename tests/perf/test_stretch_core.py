@@ -116,3 +116,41 @@ def test_decode_ctx_sums_equal_numpy() -> None:
                 want = (float(np.add.reduce(ctx)),
                         float(np.add.reduce(np.minimum(ctx, cap))) if cap else 0.0)
                 assert decode_ctx_sums(ctx, cap) == want, (n, dtype, cap)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(sorted(CASES)), st.integers(0, 2**32 - 1), st.integers(1, 30), st.integers(1, 60),
+       st.booleans())
+def test_consecutive_stretches_equal_each_priced_from_its_start(case: str, seed: int, n: int, steps: int,
+                                                               overhead: bool) -> None:
+    """``StretchPricer.stretches`` gives, pass for pass, the end the worker computes for each
+    stretch on its own: the pricer from the stretch's start, or ``start + pass_time`` for a
+    stretch of one pass (whose scheduler overhead is added in another order)."""
+    from servesim.perf.frontend import SchedulerOverheadStepTime
+    from servesim.perf.plan import stretch_pricer
+
+    _, fast = models(case)
+    model = SchedulerOverheadStepTime(fast, 3.3e-4, 1.7e-6) if overhead else fast
+    pricer = stretch_pricer(model)
+    rng = random.Random(seed)
+    cap = fast._cap or 4096
+    ctx = np.array([rng.randint(1, 2 * cap) for _ in range(n)], dtype=np.int64)
+    starts = bytearray(steps)
+    for s in range(1, steps):
+        starts[s] = rng.random() < 0.4
+    now = rng.uniform(0.0, 5000.0)
+    got = pricer.stretches(ctx, steps, now, starts)
+    want = []
+    t = now
+    s = 0
+    while s < steps:
+        e = s + 1
+        while e < steps and not starts[e]:
+            e += 1
+        if e - s == 1:
+            want.append(t + model.pass_time(PassPlan(decode_ctx=ctx + s)))
+        else:
+            want.extend(pricer(ctx + s, e - s, t).tolist())
+        t = want[-1]
+        s = e
+    assert got.tobytes() == np.array(want, dtype=np.float64).tobytes()

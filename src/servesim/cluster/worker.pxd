@@ -10,6 +10,9 @@ cdef class Worker:
     cdef public object gpus
     cdef public bint fast_forward
     cdef public object stretch_ends
+    cdef public object stretch_plan
+    cdef public object stretches
+    cdef public object starts
     cdef public bint busy
     cdef public PassPlan plan
     cdef public long long n_passes
@@ -34,5 +37,5 @@ cdef class Worker:
     @cython.locals(plan=PassPlan)
     cpdef bint settle(self, double t) except? -1
     cpdef close_at(self, double t)
-    @cython.locals(plan=PassPlan)
+    @cython.locals(plan=PassPlan, s=cython.Py_ssize_t, t=cython.double, start=cython.double)
     cpdef double finish_pass(self) except? -1.0

@@ -44,6 +44,12 @@ class Worker:
         self.fast_forward = fast_forward
         #: The step-time model's prepared stretch pricing, if it has one (plans without ranks).
         self.stretch_ends = stretch_pricer(step_time) if fast_forward else None
+        #: Consecutive stretches priced and held as one (engines with ``decode_stretch_plan``,
+        #: a pricer with ``stretches``): the engine's plan, the pricer's method, or None.
+        self.stretch_plan = getattr(engine, "decode_stretch_plan", None)
+        self.stretches = getattr(self.stretch_ends, "stretches", None)
+        #: For consecutive stretches in flight: a flag per pass, 1 where one starts (else None).
+        self.starts = None
         self.busy = False
         #: The pass (or stretch of identical decode passes) in flight: its number of passes,
         #: the end of the last one and, for a stretch, every pass's end (None for one pass,
@@ -81,10 +87,19 @@ class Worker:
             self.busy = False
             return None
         steps = 1
+        starts = None
         if self.fast_forward and plan.decode_only():
-            steps = self.engine.decode_stretch_limit()
+            # Consecutive stretches as one where nothing reads the state mid-stretch (a settle
+            # expects one stretch) and the engine's input applies at once.
+            if (self.stretch_plan is not None and self.stretches is not None and plan.ranks is None
+                    and not self.settle_on_input and self.input_lag == 0):
+                steps, starts = self.stretch_plan()
+            else:
+                steps = self.engine.decode_stretch_limit()
         if steps > 1:
-            if self.stretch_ends is not None and plan.ranks is None:
+            if starts is not None:
+                ends = self.stretches(plan.decode_ctx, steps, now, starts)
+            elif self.stretch_ends is not None and plan.ranks is None:
                 ends = self.stretch_ends(plan.decode_ctx, steps, now)
             else:  # attention-DP plans keep their ranks
                 ends = plan_stretch_ends(self.step_time, plan, steps, now)
@@ -96,6 +111,7 @@ class Worker:
             self.n_passes = 1
             self.end = now + pass_seconds(self.step_time, plan)
         self.plan, self.start, self.busy = plan, now, True
+        self.starts = starts
         self.cut_at = None
         return self.end
 
@@ -196,7 +212,19 @@ class Worker:
         assert plan is not None
         end = self.end
         n = self.n_passes
-        self.busy_time += end - self.start
+        starts = self.starts
+        if starts is not None and n > 1:  # consecutive stretches: busy time added stretch by stretch
+            start = self.start
+            ends = self.ends
+            for s in range(1, n):
+                if starts[s]:
+                    t = ends.item(s - 1)
+                    self.busy_time += t - start
+                    start = t
+            self.busy_time += end - start
+        else:
+            self.busy_time += end - self.start
+        self.starts = None
         self.passes += n
         self.last_pass_tokens = tokens = plan.token_count()
         self.tokens += tokens * n

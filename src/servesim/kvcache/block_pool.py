@@ -446,6 +446,49 @@ class BlockPool:
         """:meth:`chain_prefix` of a request's unit chain (``owner``: a ``BlockOwner``)."""
         return self.chain_prefix(owner.chain, unit_size, n)
 
+    def next_taken_hit(self, owner, unit_size: int, hit: int, k: int) -> int:
+        """Under LRU, of the next ``k`` blocks that allocations take (the free queue's first
+        ``k``), the position of the first that holds one of the request's cached prefix blocks
+        ``0..hit-1`` (``owner``: a ``BlockOwner`` whose chain reaches them); -1 if none.  (A
+        decode stretch's allocations take exactly these: the vLLM model asks whether they cut
+        a blocked request's prefix.)"""
+        if not self._lru:
+            raise ValueError("next_taken_hit: the free queue is the allocation order under LRU only")
+        table = self._hash_to_block
+        mine = {table[h] for h in chain_block_hashes(owner.chain, self.block_size, hit, unit_size=unit_size)}
+        for pos, b in enumerate(self._free):
+            if pos >= k:
+                break
+            if b in mine:
+                return pos
+        return -1
+
+    def prefix_cuts(self, owner, unit_size: int, hit: int, k: int):
+        """Under LRU, how the next ``k`` allocations (the free queue's first ``k`` blocks) cut the
+        request's cached prefix ``0..hit-1`` (``owner``: a ``BlockOwner`` whose chain reaches it):
+        ``(free, cuts)``, ``free`` the prefix's blocks that are free and ``cuts`` a list of
+        ``(i, q, free_q)``: the ``i``-th allocation takes prefix block ``q``, below every earlier
+        cut, leaving a prefix of ``q`` blocks of which ``free_q`` are free."""
+        if not self._lru:
+            raise ValueError("prefix_cuts: the free queue is the allocation order under LRU only")
+        table = self._hash_to_block
+        blocks = [table[h] for h in chain_block_hashes(owner.chain, self.block_size, hit, unit_size=unit_size)]
+        pos = {b: q for q, b in enumerate(blocks)}
+        refs = self.refs
+        pf = [0]
+        for b in blocks:
+            pf.append(pf[-1] + (1 if refs[b] == 0 else 0))
+        cur = hit
+        cuts = []
+        for seen, b in enumerate(self._free):
+            if seen >= k or cur <= 0:
+                break
+            q = pos.get(b)
+            if q is not None and q < cur:
+                cur = q
+                cuts.append((seen, q, pf[q]))
+        return pf[hit], cuts
+
     def owner_take_within(self, owner, unit_size: int, n: int, need: int) -> array | None:
         """:meth:`chain_take_within` of a request's unit chain; None at once when ``need`` alone
         exceeds the free blocks."""

@@ -155,6 +155,16 @@ class CompiledLRUPool:
         the evictions since that lookup and the blocks found past its end."""
         return self.core.owner_prefix(owner, unit_size, self.block_size, n)
 
+    def next_taken_hit(self, owner, unit_size: int, hit: int, k: int) -> int:
+        """As :meth:`BlockPool.next_taken_hit`, from ``owner``'s remembered lookup (0 when that is
+        not the one just made)."""
+        return self.core.next_taken_hit(owner, hit, k)
+
+    def prefix_cuts(self, owner, unit_size: int, hit: int, k: int):
+        """As :meth:`BlockPool.prefix_cuts`, from ``owner``'s remembered lookup (None when that is
+        not the one just made)."""
+        return self.core.prefix_cuts(owner, hit, k)
+
     def owner_take_within(self, owner, unit_size: int, n: int, need: int) -> array | None:
         """As :meth:`BlockPool.owner_take_within`, the blocks read from ``owner``'s remembered lookup."""
         return self.core.owner_take_within(owner, unit_size, self.block_size, n, need)

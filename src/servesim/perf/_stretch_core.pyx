@@ -85,6 +85,33 @@ cdef inline void _sum_ends(double* o, Py_ssize_t steps, bint add_extra, double e
         o[s] = acc + now
 
 
+cdef inline void _sum_ends_from(double* o, Py_ssize_t steps, bint add_extra, double extra, double pass_s,
+                                double per_req, double now, const unsigned char* starts) noexcept:
+    """:func:`_sum_ends` of consecutive stretches, one after another: pass ``s`` with
+    ``starts[s]`` set (``s`` > 0) starts a stretch, summed afresh from the end of the pass
+    before it, as the worker prices each stretch from its own start.  A stretch of one pass is
+    priced as the worker prices a lone pass: ``now + pass_time``, whose scheduler overhead is
+    added as ``(t + pass_s) + per_request_s * n`` (``per_req``), not ``t + extra``."""
+    cdef Py_ssize_t s
+    cdef double acc = 0.0, base = now
+    cdef bint first, alone
+    for s in range(steps):
+        first = s == 0 or starts[s] != 0
+        alone = first and (s + 1 == steps or starts[s + 1] != 0)
+        if add_extra:
+            if alone:
+                o[s] = (o[s] + pass_s) + per_req
+            else:
+                o[s] = o[s] + extra
+        if first:
+            if s:
+                base = o[s - 1]
+            acc = o[s]
+        else:
+            acc = acc + o[s]
+        o[s] = acc + base
+
+
 def decode_stretch_times(const int64_t[::1] ctx, Py_ssize_t steps, double base, int64_t window,
                          double overhead, double c_full, double m_full, double c_cap, double m_cap,
                          double dp):
@@ -169,7 +196,9 @@ cdef class StretchPricer:
         if terms is None:  # the same Python expressions as the model's and the wrapper's
             m = self.model
             extra = self.pass_s + self.per_request_s * n if self.add_extra else 0.0
-            terms = (float(m._token_part(n, 0, n, 1, True)), float(m._dec_oh * n), float(extra))
+            terms = (float(m._token_part(n, 0, n, 1, True)), float(m._dec_oh * n), float(extra),
+                     float(self.pass_s) if self.add_extra else 0.0,
+                     float(self.per_request_s * n) if self.add_extra else 0.0)
             self._terms[n] = terms
         return <tuple>terms
 
@@ -184,4 +213,24 @@ cdef class StretchPricer:
             _stretch_times(int64_data(decode_ctx), n, steps, <double>terms[0], self.window, <double>terms[1],
                            self.c_full, self.m_full, self.c_cap, self.m_cap, self.dp, o)
             _sum_ends(o, steps, self.add_extra, <double>terms[2], now)
+        return out
+
+    def stretches(self, decode_ctx, Py_ssize_t steps, double now, const unsigned char[::1] starts):
+        """End times of ``steps`` decode passes over ``decode_ctx`` from ``now`` as consecutive
+        stretches, a new one at each pass ``s`` > 0 with ``starts[s]`` set: each pass end equals,
+        bit for bit, the one of ``self(decode_ctx + s0, steps_i, end of pass s0 - 1)`` for its
+        stretch (``s0`` its first pass: the contexts' integer sums are the same, so are the
+        durations)."""
+        decode_ctx = as_int64_vector(decode_ctx)
+        cdef Py_ssize_t n = len(decode_ctx)
+        cdef tuple terms = self._terms_for(n)
+        if starts.shape[0] < steps:
+            raise ValueError(f"{starts.shape[0]} stretch flags for {steps} passes")
+        out = new_float64(steps)
+        cdef double* o = float64_data(out)
+        if steps > 0:
+            _stretch_times(int64_data(decode_ctx), n, steps, <double>terms[0], self.window, <double>terms[1],
+                           self.c_full, self.m_full, self.c_cap, self.m_cap, self.dp, o)
+            _sum_ends_from(o, steps, self.add_extra, <double>terms[2], <double>terms[3], <double>terms[4], now,
+                           &starts[0])
         return out

@@ -84,3 +84,22 @@ cdef class VLLMDecodeFastPath(BlockKVEngine):
 
     @cython.locals(batch=_VBatch, n=cython.Py_ssize_t, bs=cython.longlong, limit=cython.longlong)
     cpdef long long decode_stretch_limit(self)
+
+    @cython.locals(batch=_VBatch, n=cython.Py_ssize_t, lm=cython.longlong, bs=cython.longlong, limit=cython.longlong,
+                   top=cython.longlong, p=cython.longlong, e=cython.longlong, x=cython.longlong, event=bytearray,
+                   starts=bytearray)
+    cpdef tuple decode_stretch_plan(self)
+
+    @cython.locals(first=cython.longlong, bs=cython.longlong, head=VReq, hit=cython.longlong, computed=list,
+                   opens=cython.longlong, x=cython.longlong, cuts=list, cap=cython.longlong, us=cython.longlong,
+                   free=cython.longlong, room=cython.longlong, per=list, best=cython.longlong, taken=cython.longlong,
+                   k=cython.Py_ssize_t, h=cython.longlong, hfree=cython.longlong, s=cython.longlong,
+                   o=cython.longlong, positions=set)
+    cpdef long long _blocked_head_passes(self, object c, long long limit)
+
+    @cython.locals(bs=cython.longlong, n=cython.longlong, need=cython.longlong)
+    cpdef bint _head_fits(self, VReq head, long long hit, long long hit_free, long long free, long long room)
+
+    @cython.locals(bs=cython.longlong, reqs=list, best=cython.longlong, j=cython.Py_ssize_t, vr=VReq,
+                   x=cython.longlong, s=cython.longlong, us=cython.longlong, i=cython.longlong)
+    cpdef long long _first_fill_under(self, list computed, long long limit, set hashes)

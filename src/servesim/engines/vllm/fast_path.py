@@ -466,6 +466,173 @@ class VLLMDecodeFastPath(BlockKVEngine):
             limit = min(limit, self._arith.passes_to_block_event(c, bs, self.caching))
         return self._arith.stretch_within_free_blocks(c, bs, self.pool.num_free_blocks, limit)
 
+    def decode_stretch_plan(self) -> tuple:
+        """:meth:`decode_stretch_limit`, or more passes made of the same stretches: ``(steps,
+        starts)``, ``starts`` None for one stretch, else a bytearray of ``steps`` flags, 1 where
+        a stretch of the pass-by-pass schedule starts (pass 0 aside).
+
+        While a waiting head is blocked, :meth:`decode_stretch_limit` ends a stretch at every
+        block event, where the head is looked at again: most of an agentic run's stretches are
+        a pass or two.  Most of those looks change nothing: the head stays blocked until a fill
+        under the hash of its first uncached block, or an open that takes one of its cached
+        blocks (:meth:`_blocked_head_passes`).  Up to there this returns the stretches that
+        :meth:`decode_stretch_limit` would give one after another (each ends at the next block
+        event, or at the first finish), as one: the worker prices each from its own start
+        (``starts``), so that every pass end is the one of the pass-by-pass stretches bit for
+        bit, and the commit replays their block events in the same order.
+        """
+        limit = self.decode_stretch_limit()
+        batch = self._last
+        if (batch is None or not batch.decode_only or batch.preempted or self.ready or self.spec is not None
+                or not self.waiting or self.host is not None or not self._bulk_replay()):
+            return limit, None
+        n = len(batch.reqs)
+        lm = batch.left_min
+        if n != len(self.running) or n == 0 or n >= self.max_seqs or n >= self.budget or limit >= lm:
+            return limit, None
+        c = batch.computed
+        bs = self.bs
+        top = self._blocked_head_passes(c, lm)
+        if top <= limit:
+            return limit, None
+        top = self._arith.stretch_within_free_blocks(c, bs, self.pool.num_free_blocks, min(top, lm))
+        if top <= limit:
+            return limit, None
+        # Pass s has a block event iff s % bs is one of the requests' open / fill residues.
+        event = bytearray(bs)
+        for x in c.tolist():
+            event[(-x) % bs] = 1
+            if self.caching:
+                event[(-x - 1) % bs] = 1
+        starts = bytearray(top)
+        p = 0  # the end of the last whole stretch within top
+        while True:
+            e = p + 1
+            while e < lm and not event[e % bs]:
+                e += 1
+            if e > top:
+                break
+            if p == 0 and e != limit:  # not the stretch decode_stretch_limit gives: keep that
+                return limit, None
+            p = e
+            if p >= top:
+                break
+            starts[p] = 1
+        if p <= limit:
+            return limit, None
+        return p, starts[:p]
+
+    def _blocked_head_passes(self, c: np.ndarray, limit: int) -> int:
+        """Passes of a decode stretch (at most ``limit``; ``c``: its requests' computed tokens)
+        through which the waiting head, which failed to get its blocks at this pass, keeps failing.
+
+        What it needs follows from its cached prefix alone (with the budget and seats, which
+        the stretch keeps), and the free blocks only fall: a stretch changes the pool by its
+        block events.  An *open* takes the free queue's head block; one that lies in the
+        head's prefix cuts the prefix there (:meth:`prefix_cuts`), which changes what the head
+        needs: fresh blocks for a longer (or budget-capped) chunk, fewer of its hits on free
+        blocks; :meth:`_head_fits` tells whether it then fits the blocks left, after each pass
+        that opens blocks.  Any other open only takes a free block.  A *fill* registers a
+        block; one under the hash of the head's first uncached block (``hit``, or a cut)
+        extends its prefix, any other leaves it as it is.  So the head stays blocked up to the
+        first pass after which it fits or a fill under one of those hashes.
+        """
+        first = self._arith.passes_to_block_event(c, self.bs, self.caching)
+        if first >= limit or not self._bulk_replay() or self.host is not None:
+            return first
+        if not self.caching:  # no prefix: the head needs the same blocks, fewer stay free
+            return limit
+        bs = self.bs
+        head = self.waiting[0]
+        hit = self._cached_blocks(head, head.num_tokens)  # (VLLMEngine._lookup: it remembers this lookup)
+        computed = c.tolist()
+        opens = 0  # over passes 1..limit-1 (pass 0's were taken when it was scheduled)
+        for x in computed:
+            opens += (x + limit - 1) // bs - x // bs
+        got = self.pool.prefix_cuts(head, head.req.block_size, hit, opens)
+        if got is None:
+            return first
+        free0, cuts = got
+        cap = (head.num_tokens - 1) // bs
+        us = head.req.block_size
+        if not cuts:
+            if hit >= cap:  # its whole prefix is cached already
+                return limit
+            return self._first_fill_under(computed, limit, {chain_block_hash(head.chain, bs, hit, unit_size=us)})
+        free = self.pool.num_free_blocks
+        room = self.budget - len(computed)  # the budget the decodes leave
+        if self._head_fits(head, hit, free0, free, room):  # not blocked on blocks: do not guess
+            return first
+        per = [0] * bs  # opens per pass, by pass number modulo bs
+        for x in computed:
+            per[(-x) % bs] += 1
+        best = limit
+        taken = 0
+        k = 0
+        h = hit
+        hfree = free0
+        positions = set()
+        if hit < cap:
+            positions.add(hit)
+        for s in range(1, limit):
+            o = per[s % bs]
+            if not o:
+                continue
+            taken += o
+            free -= o
+            while k < len(cuts) and cuts[k][0] < taken:
+                h = cuts[k][1]
+                hfree = cuts[k][2]
+                positions.add(h)
+                k += 1
+            if self._head_fits(head, h, hfree, free, room):
+                best = s
+                break
+            if k == len(cuts):  # no more cuts: the free blocks only fall, the head keeps failing
+                break
+        return self._first_fill_under(computed, best,
+                                      {chain_block_hash(head.chain, bs, q, unit_size=us) for q in positions})
+
+    def _head_fits(self, head: VReq, hit: int, hit_free: int, free: int, room: int) -> bool:
+        """Whether the waiting loop admits ``head`` with a cached prefix of ``hit`` blocks,
+        ``hit_free`` of them free, ``free`` free blocks and ``room`` tokens of budget left
+        (``VLLMEngine._admit`` and ``_allocate_new``, without a host tier)."""
+        bs = self.bs
+        n = head.num_tokens - hit * bs
+        thr = self.threshold
+        if 0 < thr < n:
+            n = thr
+        if not self.chunked_prefill and n > room:
+            return False
+        if n > room:
+            n = room
+        need = -(-(hit * bs + n) // bs) - hit
+        return need + hit_free <= free
+
+    def _first_fill_under(self, computed: list[int], limit: int, hashes: set) -> int:
+        """The first pass ``s`` in ``1..limit-1`` of the last pass's decode stretch whose fill
+        (of request ``j`` at position ``computed[j] + s``) registers a block under one of
+        ``hashes``; ``limit`` if none does.  Blocks from a request's ``private_from`` on are not
+        registered."""
+        if not hashes:
+            return limit
+        bs = self.bs
+        reqs = self._last.reqs
+        best = limit
+        for j in range(len(computed)):
+            vr = reqs[j]
+            x = computed[j]
+            s = (-(x + 2)) % bs + 1  # position x + s fills block (x + s + 1) // bs - 1
+            us = vr.req.block_size
+            while s < best:
+                i = (x + s + 1) // bs - 1
+                if i >= vr.private_from:
+                    break
+                if chain_block_hash(self._chain(vr, i + 1), bs, i, unit_size=us) in hashes:
+                    best = s
+                    break
+                s += bs
+        return best
 
     # -- state ---------------------------------------------------------------------------------
     def running_progress(self) -> list[tuple[VReq, int, int, int]]:
