@@ -497,36 +497,6 @@ cdef class LRUCore:
         o.memo_of = None
         return out
 
-    def next_taken_hit(self, BlockOwner o, Py_ssize_t hit, Py_ssize_t k) -> int:
-        """Of the next ``k`` blocks that allocations take (the free queue's first ``k``), the
-        position of the first that is one of ``o``'s cached prefix blocks ``0..hit-1``; -1 if
-        none.  ``o``'s lookup must be the one just remembered (:meth:`owner_prefix`); else 0.
-
-        Its blocks are marked afresh (as :meth:`_owner_sync` marks them), then the queue is
-        walked: the cost is the blocks the allocations will take anyway, plus the prefix.
-        """
-        cdef array.array memo = o.memo
-        cdef int* ids = memo.data.as_ints
-        cdef Py_ssize_t i, seen = 0
-        cdef int64_t p
-        cdef int32_t b
-        if o.memo_of is not self or o.memo_at != self.ubase + self.ulen or Py_SIZE(memo) < hit:
-            return 0
-        self.wserial += 1
-        o.memo_tag = self.wserial
-        for i in range(Py_SIZE(memo)):
-            self.mtag[ids[i]] = self.wserial
-            self.mpos[ids[i]] = <int32_t>i
-        p = self.rhead
-        while seen < k and p < self.rtail:
-            if self._live(p):
-                b = self.ring[p & self.rmask]
-                if self.mtag[b] == o.memo_tag and self.mpos[b] < hit:
-                    return seen
-                seen += 1
-            p += 1
-        return -1
-
     def prefix_cuts(self, BlockOwner o, Py_ssize_t hit, Py_ssize_t k):
         """How the next ``k`` allocations (the free queue's first ``k`` blocks) cut ``o``'s cached
         prefix of ``hit`` blocks: ``(free, cuts)``, ``free`` the prefix's blocks that are free

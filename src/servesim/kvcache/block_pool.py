@@ -446,23 +446,6 @@ class BlockPool:
         """:meth:`chain_prefix` of a request's unit chain (``owner``: a ``BlockOwner``)."""
         return self.chain_prefix(owner.chain, unit_size, n)
 
-    def next_taken_hit(self, owner, unit_size: int, hit: int, k: int) -> int:
-        """Under LRU, of the next ``k`` blocks that allocations take (the free queue's first
-        ``k``), the position of the first that holds one of the request's cached prefix blocks
-        ``0..hit-1`` (``owner``: a ``BlockOwner`` whose chain reaches them); -1 if none.  (A
-        decode stretch's allocations take exactly these: the vLLM model asks whether they cut
-        a blocked request's prefix.)"""
-        if not self._lru:
-            raise ValueError("next_taken_hit: the free queue is the allocation order under LRU only")
-        table = self._hash_to_block
-        mine = {table[h] for h in chain_block_hashes(owner.chain, self.block_size, hit, unit_size=unit_size)}
-        for pos, b in enumerate(self._free):
-            if pos >= k:
-                break
-            if b in mine:
-                return pos
-        return -1
-
     def prefix_cuts(self, owner, unit_size: int, hit: int, k: int):
         """Under LRU, how the next ``k`` allocations (the free queue's first ``k`` blocks) cut the
         request's cached prefix ``0..hit-1`` (``owner``: a ``BlockOwner`` whose chain reaches it):

@@ -155,11 +155,6 @@ class CompiledLRUPool:
         the evictions since that lookup and the blocks found past its end."""
         return self.core.owner_prefix(owner, unit_size, self.block_size, n)
 
-    def next_taken_hit(self, owner, unit_size: int, hit: int, k: int) -> int:
-        """As :meth:`BlockPool.next_taken_hit`, from ``owner``'s remembered lookup (0 when that is
-        not the one just made)."""
-        return self.core.next_taken_hit(owner, hit, k)
-
     def prefix_cuts(self, owner, unit_size: int, hit: int, k: int):
         """As :meth:`BlockPool.prefix_cuts`, from ``owner``'s remembered lookup (None when that is
         not the one just made)."""
