@@ -13,6 +13,11 @@ reference scheduling itself — the running loop, admission, preemption, the com
 general pass — is ``scheduler.py:VLLMEngine``, which extends :class:`VLLMDecodeFastPath`.
 Both modules are compiled from source; ``fast_path.pxd`` types this one and
 ``scheduler.pxd`` cimports it, so the calls between the two stay C calls.
+
+The module is longer than 600 lines because the decode prefix, the stretch bounds (including
+the joined stretches of a blocked waiting request, :meth:`VLLMDecodeFastPath.decode_stretch_plan`)
+and their block replay all read the engine's typed state: as one compiled class their calls
+and attribute reads are C; split across modules they would go through Python.
 """
 
 from __future__ import annotations
