@@ -281,10 +281,8 @@ def load_config(source: str | Path | dict | Config | None = None, overrides: lis
     try:
         cfg = Config.model_validate(data)
     except ValidationError as err:
+        # a key set by --set is reported with that --set, not a line of the file (format_validation_error)
         lines = yaml_io.key_lines(text) if text is not None else None
-        if lines:  # a key set by --set is not on the file's line
-            set_paths = [tuple(parse_override(o)[0]) for o in overrides or []]
-            lines = {k: v for k, v in lines.items() if not any(k[:len(sp)] == sp for sp in set_paths)}
         raise ConfigError(format_validation_error(err, label, data, lines, list(overrides or []))) from None
     check_limits(cfg, label)
     if base_dir is not None:
