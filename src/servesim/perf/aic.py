@@ -363,7 +363,9 @@ class AicStepTime:
                               f"mapped: {', '.join(sorted(_WEIGHT_MODES))}")
         gemm, moe = _WEIGHT_MODES[w]
         if w in ("fp4", "nvfp4") and arch.is_moe:
-            gemm = _FP8_GEMM  # ModelOpt MoE checkpoints: experts fp4, the rest fp8 (see precision.py)
+            # ModelOpt NVFP4 MoE checkpoints keep attention in bf16 (precision.py); the tables price
+            # every non-expert GEMM with one mode, and attention's projections dominate them
+            gemm = ("bfloat16",)
         if w == "fp8" and arch.family == "llama":
             gemm = ("fp8", "fp8_block")  # Llama FP8 checkpoints (ModelOpt) use per-tensor scales
         matrix = db.supported_quant_mode

@@ -10,8 +10,11 @@ Weight formats (bytes per parameter include block-scale overhead):
 Which layers a checkpoint quantizes (:func:`layer_dtypes`):
 
 - ``fp8``, ``int8``: every linear layer;
-- ``fp4``/``nvfp4`` on a dense model: every linear layer; on a MoE model: routed experts in
-  fp4, attention / dense / shared MLP in fp8 (NVIDIA ModelOpt MoE checkpoints);
+- ``fp4``/``nvfp4`` on a dense model: every linear layer; on a MoE model: every MLP (routed
+  and shared experts, dense layers) in fp4, attention in bf16.  NVIDIA's ModelOpt NVFP4 MoE
+  checkpoints list every ``self_attn`` module in their ``exclude_modules`` (``hf_quant_config.json``
+  of nvidia/DeepSeek-R1-0528-NVFP4, nvidia/MiniMax-M2.5-NVFP4, nvidia/GLM-4.7-NVFP4; the
+  ``ignore`` list of the Kimi-K2.5 NVFP4 export), so attention runs from bf16 weights;
 - ``mxfp4`` (gpt-oss) and ``int4`` (Kimi): routed experts only (dense models: the MLP),
   the rest bf16; gpt-oss given ``fp4`` is read as ``mxfp4``.
 
@@ -94,14 +97,15 @@ def layer_dtypes(weight_dtype: str, family: str = "", is_moe: bool = False) -> d
     if family == "gpt_oss" and w in ("fp4", "nvfp4"):
         w = "mxfp4"
     rest = w
+    attention = w
     if w in ("mxfp4", "int4"):
-        rest = "bf16"
+        rest = attention = "bf16"
     elif w in ("fp4", "nvfp4") and is_moe:
-        rest = "fp8"
+        attention = "bf16"  # ModelOpt MoE exports exclude self_attn (module docstring)
     dense_mlp = rest if is_moe else w
     return {
-        "attention": rest,
-        "linear_attention": rest,
+        "attention": attention,
+        "linear_attention": attention,
         "dense_mlp": dense_mlp,
         "shared_experts": rest,
         "routed_experts": w,
