@@ -105,7 +105,7 @@ def test_cli_validate_writes_every_point(tmp_path, capsys):
     st = {g["id"]: g["status"] for g in got}
     assert st["ok1"] == st["ok2"] == "ok"
     assert st["atom1"] == "ok" and st["dp1"] == "ok"  # atom → sglang model; attention DP modelled
-    assert st["bad1"].startswith("error: ") and "tp" in st["bad1"]
+    assert st["bad1"].startswith("unsupported: ") and "tp" in st["bad1"]  # the refusal is the reason
     ok = got[0]
     assert float(ok["predicted_mean_ttft_ms"]) > 0 and float(ok["predicted_mean_tpot_ms"]) > 0
     assert float(ok["predicted_tput_per_gpu"]) > 0
@@ -308,3 +308,15 @@ def test_cli_calibrate_completes_a_table_written_before_the_kv_knob(tmp_path, ca
                 # the optimizer stops within its tolerance: slopes equal to 1e-9 give values equal to ~1e-4 near a bound
                 # (and per-layer seconds near their bound of 0 to a tenth of a microsecond)
                 assert b["groups"][key][part][name] == pytest.approx(value, rel=1e-3, abs=1e-7), (key, name)
+
+
+def test_a_layout_that_cannot_hold_the_model_is_unsupported_with_its_reason():
+    """A row whose stated GPUs cannot hold the model's weights is unsupported, and says why
+    (before, any refusal naming deployment.engine read "engine ... not available in this build")."""
+    from servesim.validate.run import check_point
+
+    big = dict(SMALL, model="Qwen/Qwen3-235B-A22B-FP8", precision="fp8", backend="vllm")
+    p = check_point(point_config(row(**big)))
+    assert p.status.startswith("unsupported: ") and "does not fit" in p.status and "this build" not in p.status
+    assert p.config is None
+    assert check_point(point_config(row(**SMALL))).status == "ok"

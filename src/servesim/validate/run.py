@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from servesim.errors import ServesimError
+from servesim.errors import ConfigError, ServesimError
 from servesim.perf.calibration import Calibration, load_calibration
 from servesim.validate.points import Point
 from servesim.validate.simulate import simulate_point
@@ -28,7 +28,9 @@ COLUMNS = ("id", "model", "system", "backend", "precision", "tp", "ep", "concurr
 
 
 def check_point(point: Point) -> Point:
-    """Resolve the point's deployment once; engines missing from this build become unsupported."""
+    """Resolve the point's deployment once: a layout the deployment model refuses (a model that
+    does not fit the stated GPUs, a parallelism the engine lacks) makes the point unsupported,
+    with the refusal as its reason; any other failure is an error."""
     if point.status != "ok":
         return point
     from servesim.cluster.deployment import build_deployment
@@ -36,13 +38,11 @@ def check_point(point: Point) -> Point:
 
     try:
         build_deployment(load_config(point.config))
+    except ConfigError as e:
+        point.status = f"unsupported: {_one_line(e)}"
+        point.config = None
     except ServesimError as e:
-        msg = _one_line(e)
-        if "deployment.engine" in msg and point.engine != "sglang":
-            point.status = f"unsupported: engine {point.engine} not available in this build"
-        else:
-            point.status = f"error: {msg}"
-        point.config = point.config if point.status.startswith("error") else None
+        point.status = f"error: {_one_line(e)}"
     return point
 
 
