@@ -114,7 +114,9 @@ def _cache_run(router: str, memory: float) -> dict:
 
 
 def test_kv_aware_routing_and_a_larger_cache_raise_reuse_and_lower_makespan():
-    rr_small, kv_small, kv_large = (_cache_run("round_robin", 0.35), _cache_run("kv_aware", 0.35),
+    # 12 plays on 8 lanes fit a 35% cache almost whole (makespans within 0.1%); at 30% of the GPU's
+    # memory the cache holds a few contexts per worker, so its size decides what is recomputed
+    rr_small, kv_small, kv_large = (_cache_run("round_robin", 0.3), _cache_run("kv_aware", 0.3),
                                     _cache_run("kv_aware", 0.9))
     assert kv_small["prefix_reuse"] > rr_small["prefix_reuse"] + 0.05
     assert kv_small["makespan_s"]["mean"] < rr_small["makespan_s"]["mean"]
