@@ -63,8 +63,45 @@ def parse_id_list(text: bytes) -> np.ndarray | None:
     return np.array(ids, dtype=np.uint64)
 
 
+_parse_id_list = parse_id_list  # the Python version, whichever is bound below
+_KEY = '"hash_ids"'
+#: The key, then JSON whitespace, a colon and whitespace before the list's ``[``.
+_KEY_THEN_LIST = re.compile(r'"hash_ids"[ \t\n\r]*:[ \t\n\r]*(?=\[)')
+
+
+def cut_id_list(line: str, min_chars: int) -> tuple[str, np.ndarray] | None:
+    """``line`` with the value of its one ``"hash_ids"`` key cut out and ``0`` put in its place,
+    and the ids of that value (:func:`parse_id_list`); None where the key is missing or written
+    twice, its value is not such a list, the list's text is shorter than ``min_chars``, or the
+    line holds a ``\\u`` escape.
+
+    The caller decodes the rest as JSON: where ``hash_ids`` comes back as the placeholder, the
+    cut was that key's value.  Without ``\\u`` escapes a key named ``hash_ids`` is written as
+    those very characters, and they are on the line once; a quote can stand in no string
+    unescaped, so that once is the key.  One search each for the key, its second writing, an
+    escape and the list's end, and no JSON decoding of the ids (one int object each)."""
+    at = line.find(_KEY)
+    if at < 0 or line.find(_KEY, at + len(_KEY)) >= 0 or "\\u" in line:
+        return None
+    m = _KEY_THEN_LIST.match(line, at)
+    if m is None:
+        return None
+    at = m.end()
+    end = line.find("]", at)
+    if end < 0 or end + 1 - at < min_chars:
+        return None
+    try:
+        text = line[at:end + 1].encode("latin-1")
+    except UnicodeEncodeError:
+        return None
+    ids = _parse_id_list(text)
+    if ids is None:
+        return None
+    return line[:at] + "0" + line[end + 1:], ids
+
+
 #: The Python versions, the reference of the compiled ones.
-PYTHON_VERSIONS = {f.__name__: f for f in (ids_valid, id_array, shared_ids, parse_id_list)}
+PYTHON_VERSIONS = {f.__name__: f for f in (ids_valid, id_array, shared_ids, parse_id_list, cut_id_list)}
 
 _core = compiled_module("workload.agentic._trace_ids_core")  # bound at import: servesim/compiled.py's rule
 if _core is not None:
@@ -72,3 +109,4 @@ if _core is not None:
     id_array = _core.id_array  # noqa: F811
     shared_ids = _core.shared_ids  # noqa: F811
     parse_id_list = _core.parse_id_list  # noqa: F811
+    cut_id_list = _core.cut_id_list  # noqa: F811
