@@ -184,3 +184,58 @@ def cut_id_list(str line, Py_ssize_t min_chars):
     if ids is None:
         return None
     return line[:at] + "0" + line[end + 1:], ids
+
+
+def rank_ids(cnp.ndarray flat, table=None):
+    """The Python version's ranks (sorted distinct ids, each element's position among them), in
+    C loops over a ``table`` (int64, indexed by id, larger than every id; contents on entry do
+    not matter).  Where the ids span less than twice as many values as ``flat`` holds, each
+    distinct id is marked in the table and the span read in order: already sorted, where the
+    Python version sorts them; otherwise the Python version's steps.  Without a table, numpy's."""
+    if table is None:
+        uniq = np.unique(flat)
+        return uniq, uniq.searchsorted(flat).astype(np.int64)
+    cdef const cnp.uint64_t[::1] ids = np.ascontiguousarray(flat, dtype=np.uint64)
+    cdef cnp.int64_t[::1] tab = table
+    cdef Py_ssize_t n = ids.shape[0], i, m = 0, v, top = -1
+    cdef cnp.uint64_t[::1] u
+    for i in range(n):
+        if ids[i] >= <cnp.uint64_t>tab.shape[0]:
+            raise IndexError(f"id {ids[i]} outside the table of {tab.shape[0]}")
+        if <Py_ssize_t>ids[i] > top:
+            top = <Py_ssize_t>ids[i]
+    if top < 2 * n:  # a dense span: mark, count, then rank in id order
+        for v in range(top + 1):
+            tab[v] = -1
+        for i in range(n):
+            tab[ids[i]] = 0
+        for v in range(top + 1):
+            m += tab[v] == 0
+        uniq = np.empty(m, dtype=np.uint64)
+        u = uniq
+        m = 0
+        for v in range(top + 1):
+            if tab[v] == 0:
+                tab[v] = m
+                u[m] = v
+                m += 1
+    else:  # each id's first seen position; those elements, sorted
+        for i in range(n):
+            tab[ids[i]] = i
+        for i in range(n):
+            m += tab[ids[i]] == i
+        uniq = np.empty(m, dtype=np.uint64)
+        u = uniq
+        m = 0
+        for i in range(n):
+            if tab[ids[i]] == i:
+                u[m] = ids[i]
+                m += 1
+        uniq.sort()
+        for i in range(m):
+            tab[u[i]] = i
+    pos = np.empty(n, dtype=np.int64)
+    cdef cnp.int64_t[::1] out = pos
+    for i in range(n):
+        out[i] = tab[ids[i]]
+    return uniq, pos

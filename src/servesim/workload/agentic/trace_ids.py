@@ -63,6 +63,25 @@ def parse_id_list(text: bytes) -> np.ndarray | None:
     return np.array(ids, dtype=np.uint64)
 
 
+def rank_ids(flat: np.ndarray, table: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct ids of ``flat`` (uint64) and each element's position among them
+    (int64).
+
+    With a ``table`` (int64, indexed by id, larger than every id; its contents on entry do not
+    matter): each id's entry is set to a position of the id in ``flat``, and the elements
+    found at their own position are one per distinct id; those few are sorted, their ranks
+    written to the table and read back for every element.  Linear passes, where a sort of
+    ``flat`` (``np.unique``) and a binary search per element are not."""
+    if table is None:
+        uniq = np.unique(flat)
+        return uniq, uniq.searchsorted(flat).astype(np.int64)
+    at = np.arange(flat.size, dtype=np.int64)
+    table[flat] = at  # repeated ids: one of their positions stays
+    uniq = np.sort(flat[table[flat] == at])
+    table[uniq] = np.arange(uniq.size, dtype=np.int64)
+    return uniq, table[flat]
+
+
 _parse_id_list = parse_id_list  # the Python version, whichever is bound below
 _KEY = '"hash_ids"'
 #: The key, then JSON whitespace, a colon and whitespace before the list's ``[``.
@@ -101,7 +120,7 @@ def cut_id_list(line: str, min_chars: int) -> tuple[str, np.ndarray] | None:
 
 
 #: The Python versions, the reference of the compiled ones.
-PYTHON_VERSIONS = {f.__name__: f for f in (ids_valid, id_array, shared_ids, parse_id_list, cut_id_list)}
+PYTHON_VERSIONS = {f.__name__: f for f in (ids_valid, id_array, shared_ids, parse_id_list, cut_id_list, rank_ids)}
 
 _core = compiled_module("workload.agentic._trace_ids_core")  # bound at import: servesim/compiled.py's rule
 if _core is not None:
@@ -110,3 +129,4 @@ if _core is not None:
     shared_ids = _core.shared_ids  # noqa: F811
     parse_id_list = _core.parse_id_list  # noqa: F811
     cut_id_list = _core.cut_id_list  # noqa: F811
+    rank_ids = _core.rank_ids  # noqa: F811
