@@ -52,7 +52,7 @@ def json_rows(path: Path, ids_as_array: bool = False) -> Iterator["Row"]:
         with open_text(path) as fh:
             for line in fh:
                 line_no += 1
-                if not line.strip():
+                if not line or line.isspace():  # a blank line (strip would copy every line)
                     continue
                 obj = None
                 if fast is not None:
