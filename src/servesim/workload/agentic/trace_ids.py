@@ -7,8 +7,10 @@ checking that every id is an integer in [0, 2**64) (a set of the element types, 
 max), converting the list to a uint64 array (numpy's element-type discovery), and turning a
 prompt's dense positions into the shared int objects (``tolist``, ``itemgetter``, then a list
 and a tuple).  :func:`parse_id_list` reads a row's ``hash_ids`` straight from the line's text
-into an array, so that the JSON decoder never makes an int object per id
-(``rows.py``).  These are the Python versions, the reference of
+into an array, and :func:`cut_id_list` finds that text on the line and cuts it out, so that the
+JSON decoder never makes an int object per id, nor reads the list at all (``rows.py``);
+:func:`rank_ids` numbers a scope's distinct ids for the graph's interner.  These are the
+Python versions, the reference of
 ``workload/agentic/_trace_ids_core.pyx`` (``tests/workload/test_trace_ids_core.py`` compares
 them), bound in their place when it is built.
 """
