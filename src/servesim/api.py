@@ -231,6 +231,15 @@ def predict(config: Config | dict | str | Path | None = None, overrides: list[st
     ``config`` is a :class:`Config`, a mapping, a YAML path, or ``None`` for the built-in
     default example.  ``progress(n_done, sim_time)`` is called as the run advances.
     """
+    # Not the run alone: reading a trace, building the deployment and the tables after the run
+    # allocate enough to set off collections of the older generations, which walk the whole
+    # workload graph (gc_threshold.py).
+    with fewer_collections():
+        return _predict(config, overrides, progress)
+
+
+def _predict(config: Config | dict | str | Path | None, overrides: list[str] | None,
+             progress: Callable[[int, float], None] | None) -> Prediction:
     t0 = time.perf_counter()
     cfg = load_config(config, overrides)
     source = build_source(cfg.workload, cfg.seed, config_base_dir(cfg))

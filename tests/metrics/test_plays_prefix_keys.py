@@ -1,11 +1,12 @@
-"""The plays table's prefix keys computed for many sequences at once equal each sequence's own."""
+"""The plays table's prefix keys (``metrics/prefix_seen.py``) computed for many sequences at
+once equal each sequence's own."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from servesim.metrics.plays import _PrefixKeys
+from servesim.metrics.prefix_seen import PrefixKeys as _PrefixKeys
 
 
 @pytest.mark.parametrize("seed", range(5))

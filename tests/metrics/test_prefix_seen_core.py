@@ -50,3 +50,25 @@ def test_table_growth_keeps_every_key():
     assert got.match_chunk(*args).tolist() == ref.match_chunk(*args).tolist() == [0]
     again = (keys, one, np.array([keys.size], dtype=np.int64), np.array([keys.size], dtype=np.int64))
     assert got.match_chunk(*again).tolist() == ref.match_chunk(*again).tolist() == [keys.size]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sequences_keyed_from_tuples_equal_the_reference(seed):
+    """Requests given as prompt and answer tuples with an offset: the compiled keying from the
+    tuples matches the reference's arrays, over several calls (keys seen by an earlier one)."""
+    rng = np.random.default_rng(seed)
+    pool = [int(x) for x in rng.integers(0, 30, 40)] + [2**64 - 1, 0]
+    ref, got = SeenPrefixes(), core.SeenPrefixes()
+    for _ in range(40):
+        prompts, answers = [], []
+        for _ in range(int(rng.integers(1, 10))):
+            start = int(rng.integers(0, 4))
+            prompt = tuple(pool[start:start + int(rng.integers(0, 30))])
+            answer = tuple(int(x) for x in rng.integers(0, 2**63, int(rng.integers(0 if prompt else 1, 4))))
+            prompts.append(prompt)
+            answers.append(answer)
+        offsets = rng.choice(np.array([0, 0, 7, 2**64 - 1], dtype=np.uint64), len(prompts))
+        limits = np.array([int(rng.integers(0, len(p) + len(a) + 1)) for p, a in zip(prompts, answers)],
+                          dtype=np.int64)
+        want = ref.match_sequences(prompts, answers, offsets, limits)
+        assert got.match_sequences(prompts, answers, offsets, limits).tolist() == want.tolist()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from servesim.errors import WorkloadError
-from servesim.workload.agentic import graph, rows
+from servesim.workload.agentic import graph, rows, trace_ids
 from servesim.workload.agentic.formats import READERS
 
 V2_HEADER = {"schema": "dynamo.agentic_mooncake", "version": 2, "block_size": 4}
@@ -99,12 +99,16 @@ def test_lines_the_array_path_must_leave_to_json(tmp_path, monkeypatch):
         assert fast == plain, k
 
 
-@pytest.mark.parametrize("sparse", [False, True])
-def test_ranks_are_sorted_unique_positions(sparse):
-    """Both ways (a table indexed by id, left dirty by an earlier scope, or a sort) rank as
+@pytest.mark.parametrize("span", [500, 5000, 2**63])
+@pytest.mark.parametrize("version", ["python", "bound"])
+def test_ranks_are_sorted_unique_positions(span, version):
+    """Both ways (a table indexed by id, left dirty by an earlier scope, or a sort), in Python
+    and as bound (compiled where built; ids dense or spread over the table), rank as
     ``np.unique`` and a binary search do; the table is offered only to small ids."""
+    rank_ids = trace_ids.PYTHON_VERSIONS["rank_ids"] if version == "python" else trace_ids.rank_ids
+    sparse = span > 10**6
     rng = np.random.default_rng(3)
-    flat = rng.integers(0, 2**63 if sparse else 500, size=2000, dtype=np.uint64)
+    flat = rng.integers(0, span, size=2000, dtype=np.uint64)
     table = graph._rank_table(None, int(flat.max()), 4 * flat.size + 1024)
     assert (table is None) == sparse
     if not sparse:
@@ -112,8 +116,8 @@ def test_ranks_are_sorted_unique_positions(sparse):
         assert graph._rank_table(table, table.size, 10**6).size > table.size
     want = np.unique(flat)
     for t in ([None] if sparse else [None, table, table]):
-        uniq, pos = graph._ranks(flat, t)
+        uniq, pos = rank_ids(flat, t)
         assert uniq.dtype == np.uint64 and pos.dtype == np.int64
         assert np.array_equal(uniq, want) and np.array_equal(pos, want.searchsorted(flat))
         if t is not None:
-            graph._ranks(flat[::-3].copy(), t)  # another scope writes over it
+            rank_ids(flat[::-3].copy(), t)  # another scope writes over it

@@ -86,3 +86,26 @@ def test_shared_ids_of_ints_are_not_left_to_the_collector():
     pos = np.array([0, 1], dtype=np.int64)
     assert not gc.is_tracked(core.shared_ids([10**20, 10**20 + 1], pos))
     assert gc.is_tracked(core.shared_ids([[1], [2]], pos))
+
+
+_LINE_PIECES = st.sampled_from(['"hash_ids"', ":", " ", "[", "]", ",", "7", "\\u0041", "\\\\", '"x"', "{", "}", "é",
+                                "\u4e00"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(ids=st.lists(valid, max_size=8), spaces=st.lists(st.sampled_from(["", " ", "\t"]), min_size=2, max_size=2),
+       noise=st.lists(_LINE_PIECES, max_size=5), at=st.integers(0, 200), min_chars=st.integers(0, 40),
+       model=st.sampled_from(["m", "é", "\u4e00"]))
+def test_cut_id_list_equal_python(ids, spaces, noise, at, min_chars, model):
+    """A row's line with its list cut out, both ways; with noise put anywhere, the same answer or None."""
+    line = ('{"request_id": "r", "model": "' + model + '", "hash_ids"' + spaces[0] + ":" + spaces[1] + "["
+            + ", ".join(map(str, ids)) + '], "output_length": 3}\n')
+    for text in (line, line[:at] + "".join(noise) + line[at:]):
+        got, want = core.cut_id_list(text, min_chars), PYTHON_VERSIONS["cut_id_list"](text, min_chars)
+        assert (got is None) == (want is None)
+        if got is not None:
+            assert got[0] == want[0] and got[1].dtype == want[1].dtype == np.uint64
+            assert got[1].tolist() == want[1].tolist()
+    if len("[" + ", ".join(map(str, ids)) + "]") >= min_chars:
+        rest, got = core.cut_id_list(line, min_chars)
+        assert got.tolist() == ids and rest == line.replace("[" + ", ".join(map(str, ids)) + "]", "0")

@@ -24,7 +24,6 @@ from servesim.metrics.prefix_seen import new_seen_prefixes
 from servesim.metrics.recorder import RequestRecorder, Status
 from servesim.metrics.stats import describe
 from servesim.workload.agentic.phases import LANE_WARMUP, PLAY, PRIMER
-from servesim.workload.agentic.trace_ids import id_array
 
 if TYPE_CHECKING:
     from servesim.sim.agentic import AgenticDriver
@@ -190,51 +189,6 @@ def _service(parts: dict[str, float], cols: _Cols, r: int, upto: str) -> None:
         parts["decode"] += float(cols.srv_finish[r]) - f
 
 
-#: Rolling-hash multiplier (odd, so invertible modulo 2**64) and its inverse.
-_P = np.uint64(0x9E3779B97F4A7C15)
-_Q = np.uint64(pow(0x9E3779B97F4A7C15, -1, 1 << 64))
-
-
-class _PrefixKeys:
-    """A 64-bit key per block for the prefix ending at it: ``h[k] = sum_j id[j] * P**(k-j)``
-    (mod 2**64), computed for all k at once as ``P**k * cumsum(id[j] * Q**j)``.
-
-    The powers of ``P`` and ``Q`` are the same for every request: they are computed once, for
-    the longest sequence, and sliced.  :meth:`many` computes the keys of many sequences in a
-    few array operations over their concatenation (a few small numpy calls per request were
-    most of the plays table's time on an AgentX trace); the sums are modulo 2**64, so a
-    sequence's cumulative sum is the concatenation's minus its value before the sequence."""
-
-    def __init__(self, longest: int) -> None:
-        n = max(longest, 1)
-        with np.errstate(over="ignore"):
-            self.qpow = np.cumprod(np.full(n, _Q, dtype=np.uint64)) * _P  # Q**j
-            self.ppow = np.cumprod(np.full(n, _P, dtype=np.uint64)) * _Q  # P**k
-
-    def __call__(self, ids: np.ndarray) -> np.ndarray:
-        n = ids.size
-        with np.errstate(over="ignore"):
-            return np.cumsum((ids + np.uint64(1)) * self.qpow[:n], dtype=np.uint64) * self.ppow[:n]
-
-    def many(self, seqs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """The keys of each sequence (none empty), concatenated, and where each one's start."""
-        sizes = np.fromiter((a.size for a in seqs), dtype=np.int64, count=len(seqs))
-        starts = np.zeros(len(seqs), dtype=np.int64)
-        np.cumsum(sizes[:-1], out=starts[1:])
-        local = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(starts, sizes)  # position in its sequence
-        with np.errstate(over="ignore"):
-            total = np.cumsum((np.concatenate(seqs) + np.uint64(1)) * self.qpow[local], dtype=np.uint64)
-            before = np.zeros(len(seqs), dtype=np.uint64)
-            before[1:] = total[starts[1:] - 1]
-            return (total - np.repeat(before, sizes)) * self.ppow[local], starts
-
-
-#: Block ids whose prefix keys :func:`ideal_cached_tokens` computes together: enough to make the
-#: per-chunk numpy calls negligible, few enough that the chunk's temporaries (about ten arrays of
-#: 8 bytes an id) stay well below the seen set (a million ids raised 256 plays' peak RSS by 5%).
-_KEYS_CHUNK = 1 << 17
-
-
 def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.ndarray:
     """Per request, the prompt tokens an unbounded prefix cache would hold at its dispatch: the
     leading full trace blocks that some earlier-sent request listed (prompt or answer blocks),
@@ -244,45 +198,35 @@ def ideal_cached_tokens(driver: "AgenticDriver", rec: RequestRecorder) -> np.nda
 
     Prefixes are compared by a 64-bit rolling hash of their block ids; a seen prefix's own
     prefixes were seen with it, so the matched blocks are found by bisection
-    (``metrics/prefix_seen.py``)."""
+    (``metrics/prefix_seen.py``, which takes every request's sequence in one call)."""
     g = driver.graph
     bs = g.block_size
-    seen = new_seen_prefixes()
     out = np.zeros(rec.size, dtype=np.int64)
-    prefix_keys = _PrefixKeys(max((len(n.hash_ids) + len(n.output_hash_ids) for n in g.nodes), default=1))
-    chunk: list[tuple[int, int]] = []  # (request, matched-block limit) of the requests in ``seqs``
-    seqs: list[np.ndarray] = []
-    held = 0
-
-    def match(chunk: list[tuple[int, int]], seqs: list[np.ndarray]) -> None:
-        """The requests of a chunk, in order: each one's keys against those seen before it."""
-        keys, starts = prefix_keys.many(seqs)
-        sizes = np.fromiter((a.size for a in seqs), dtype=np.int64, count=len(seqs))
-        limits = np.fromiter((limit for _, limit in chunk), dtype=np.int64, count=len(chunk))
-        matched = seen.match_chunk(keys, starts, sizes, limits)
-        for (r, _), lo in zip(chunk, matched.tolist()):
-            out[r] = min(lo * bs, g.nodes[driver.req_node[r]].input_length - 1)
-
+    sent: list[int] = []  # the requests that name blocks, in order
+    prompts: list[tuple] = []
+    answers: list[tuple] = []
+    offsets: list[int] = []
+    limits: list[int] = []
     for r in range(rec.size):
         node = g.nodes[driver.req_node[r]]
-        off = g.id_offset(driver.runs[driver.req_run[r]].generation)
         # Every block the request's sequence names (a partly filled last prompt block is
         # completed by the answer, which a later prompt may carry), matched over full ones;
         # a warm-up copy generates one token: its prompt alone.
         answer = node.output_hash_ids if driver.req_phase[r] == PLAY else ()
-        ids = id_array(node.hash_ids + answer)  # one C loop when compiled (workload/agentic/trace_ids.py)
-        if off:
-            ids += np.uint64(off)
-        if not ids.size:
+        size = len(node.hash_ids) + len(answer)
+        if not size:
             continue
-        chunk.append((r, min(node.input_length // bs, ids.size)))
-        seqs.append(ids)
-        held += ids.size
-        if held >= _KEYS_CHUNK:
-            match(chunk, seqs)
-            chunk, seqs, held = [], [], 0
-    if chunk:
-        match(chunk, seqs)
+        sent.append(r)
+        prompts.append(node.hash_ids)
+        answers.append(answer)
+        offsets.append(g.id_offset(driver.runs[driver.req_run[r]].generation))
+        limits.append(min(node.input_length // bs, size))
+    if not sent:
+        return out
+    matched = new_seen_prefixes().match_sequences(prompts, answers, np.array(offsets, dtype=np.uint64),
+                                                  np.array(limits, dtype=np.int64))
+    inputs = np.array([g.nodes[driver.req_node[r]].input_length for r in sent], dtype=np.int64)
+    out[sent] = np.minimum(matched * bs, inputs - 1)
     return out
 
 

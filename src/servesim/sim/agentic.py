@@ -115,6 +115,8 @@ class AgenticDriver:
         self._local = [{n: k for k, n in enumerate(p.nodes)} for p in graph.plays]
         self._watch_first: dict[int, None] = {}
         self._uses_first = any(d.on == "first_token" for n in graph.nodes for d in n.deps)
+        #: Whether any dependency fires on its source's dispatch (else a send releases nothing).
+        self._uses_dispatch = any(d.on == "dispatch" for n in graph.nodes for d in n.deps)
         self.sim: "Simulation | None" = None
         self.plays_not_started = 0
         self._posted_starts = 0
@@ -245,7 +247,8 @@ class AgenticDriver:
         run.request[k] = index
         run.in_flight += 1
         run.peak_fanout = max(run.peak_fanout, run.in_flight)
-        self._fire(run, i, "dispatch", now, now)
+        if self._uses_dispatch:
+            self._fire(run, i, "dispatch", now, now)
         if self._uses_first and any(d.on == "first_token" for j, kk in node.dependents
                                     for d in (g.nodes[j].deps[kk],)):
             self._watch_first[index] = None

@@ -29,7 +29,7 @@ import numpy as np
 
 from servesim.errors import WorkloadError
 
-from .trace_ids import id_array, shared_ids
+from .trace_ids import id_array, rank_ids, shared_ids
 
 TRIGGERS = ("dispatch", "first_token", "completion")
 DEP_KINDS = ("tool", "think", "other")
@@ -310,7 +310,7 @@ class _Interner:
 
     Every raw id the trace lists is interned up front, scope by scope (sorted distinct ids, so
     the numbering is deterministic), and each node's ids are turned into their dense positions
-    there, a few vectorised passes per scope (:func:`_ranks`), through a table indexed by id
+    there, a few linear passes per scope (``trace_ids.rank_ids``), through a table indexed by id
     where the ids are small enough.  Ids keyed otherwise (a shifted delta's) go through a dict.
     """
 
@@ -334,7 +334,7 @@ class _Interner:
             members = groups[key]
             flat = np.concatenate([arrays[i] for i in members])
             table = _rank_table(table, int(flat.max()), dense)
-            uniq, pos = _ranks(flat, table)
+            uniq, pos = rank_ids(flat, table)
             pos += self.size
             at = 0
             for i in members:
@@ -373,7 +373,7 @@ _DENSE_RANGE = 4
 
 
 def _rank_table(table: np.ndarray | None, top: int, dense: int) -> np.ndarray | None:
-    """The scratch table indexed by id that :func:`_ranks` uses for ids up to ``top``: ``table``
+    """The scratch table indexed by id that ``trace_ids.rank_ids`` uses for ids up to ``top``: ``table``
     itself or a larger one, where ``top`` is below ``dense`` (a few times the number of ids
     the trace lists: its own numbering); None otherwise (ids spread over 64 bits)."""
     if top >= dense:
@@ -381,25 +381,6 @@ def _rank_table(table: np.ndarray | None, top: int, dense: int) -> np.ndarray | 
     if table is None or table.size <= top:
         return np.empty(max(top + 1, 2 * table.size if table is not None else 0), dtype=np.int64)
     return table
-
-
-def _ranks(flat: np.ndarray, table: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The sorted distinct ids of ``flat`` (uint64) and each element's position among them
-    (int64).
-
-    With a ``table`` (int64, indexed by id; its contents on entry do not matter): each id's
-    entry is set to a position of the id in ``flat``, and the elements found at their own
-    position are one per distinct id; those few are sorted, their ranks written to the table
-    and read back for every element.  Linear passes, where a sort of ``flat`` (``np.unique``)
-    and a binary search per element are not."""
-    if table is None:
-        uniq = np.unique(flat)
-        return uniq, uniq.searchsorted(flat).astype(np.int64)
-    at = np.arange(flat.size, dtype=np.int64)
-    table[flat] = at  # repeated ids: one of their positions stays
-    uniq = np.sort(flat[table[flat] == at])
-    table[uniq] = np.arange(uniq.size, dtype=np.int64)
-    return uniq, table[flat]
 
 
 def _full_prompt(r: _RawNode, pos: np.ndarray | None, bs: int, ids: _Interner) -> tuple[int, ...]:

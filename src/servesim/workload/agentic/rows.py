@@ -23,22 +23,13 @@ import numpy as np
 from servesim.errors import WorkloadError
 from servesim.workload.request import MAX_TOKENS
 
-from .trace_ids import ids_valid, parse_id_list
+from .trace_ids import cut_id_list, ids_valid
 
 _MISSING = object()
 #: Decodes a line about twice as fast as ``json.loads`` (long ``hash_ids`` lists).
 _decode = msgspec.json.Decoder().decode
 #: Lists shorter than this (characters) are decoded as JSON: the array path would not pay.
 _ARRAY_MIN_CHARS = 256
-
-
-class _IdsText(msgspec.Struct):
-    """A row's ``hash_ids`` as the line's text (msgspec checks and skips every other field)."""
-
-    hash_ids: msgspec.Raw = msgspec.Raw()
-
-
-_decode_ids_text = msgspec.json.Decoder(_IdsText).decode
 
 
 def open_text(path: Path):
@@ -61,7 +52,7 @@ def json_rows(path: Path, ids_as_array: bool = False) -> Iterator["Row"]:
         with open_text(path) as fh:
             for line in fh:
                 line_no += 1
-                if not line.strip():
+                if not line or line.isspace():  # a blank line (strip would copy every line)
                     continue
                 obj = None
                 if fast is not None:
@@ -89,40 +80,20 @@ def json_rows(path: Path, ids_as_array: bool = False) -> Iterator["Row"]:
 
 def _decode_with_id_array(line: str) -> dict | None:
     """The line's object with a long ``hash_ids`` as a uint64 array; None where that does not
-    apply (no such list, a short one, anything but plain non-negative integers, or the list's
-    text found elsewhere first): the caller then decodes the line as JSON.
+    apply (no such list, a short one, anything but plain non-negative integers, the key written
+    twice): the caller then decodes the line as JSON.
 
-    The list's text is cut out of the line and the rest decoded; the placeholder put in its
-    place must come back as ``hash_ids``, which proves the cut was that field's value (the
-    text holds no quote, so a cut inside a string leaves the list whole)."""
-    raw = _decode_ids_text(line).hash_ids
-    if len(raw) < _ARRAY_MIN_CHARS:
+    The list's text is cut out of the line and the rest decoded (:func:`cut_id_list`); the
+    placeholder put in its place must come back as ``hash_ids``, which proves the cut was that
+    field's value."""
+    cut = cut_id_list(line, _ARRAY_MIN_CHARS)
+    if cut is None:
         return None
-    text = bytes(raw)
-    ids = parse_id_list(text)
-    if ids is None:
-        return None
-    at = _value_at(line, text.decode("ascii"))
-    if at < 0:
-        return None
-    obj = _decode(line[:at] + "0" + line[at + len(text):])
+    obj = _decode(cut[0])
     if type(obj) is not dict or type(obj.get("hash_ids")) is not int:
         return None
-    obj["hash_ids"] = ids
+    obj["hash_ids"] = cut[1]
     return obj
-
-
-def _value_at(line: str, value: str) -> int:
-    """Where ``value`` is written in the line: right after its ``"hash_ids":`` key where it is
-    there (a short search and one comparison), else its first occurrence (-1: none)."""
-    key = line.find('"hash_ids"')
-    if key >= 0:
-        at = key + 10
-        while at < len(line) and line[at] in ' \t\r\n:':
-            at += 1
-        if line.startswith(value, at):
-            return at
-    return line.find(value)
 
 
 def _show(value: Any) -> str:
