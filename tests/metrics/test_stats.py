@@ -121,7 +121,7 @@ def test_weighted_sum_over_chunks_is_accurate_and_fixed(monkeypatch):
     w = rng.integers(1, 40, 10_000)
     exact = math.fsum((v * w).tolist())
     monkeypatch.setattr(stats, "_SUM_CHUNK", 1024)  # ten chunks
-    chunked = stats._weighted_sum(v, w)
+    chunked = stats.weighted_sum(v, w)
     assert chunked == sum(float(np.add.reduce(v[i:i + 1024] * w[i:i + 1024])) for i in range(0, v.size, 1024))
     assert abs(chunked - exact) <= 1e-12 * exact
     got = describe(v, w)

@@ -98,3 +98,24 @@ def test_rejections_lead_the_summary_with_the_key_that_fixes_them():
     assert fix_for("not arrived before the simulation time limit") == "raise simulation.max_sim_time_s"
     assert "max_model_len" in fix_for("prompt leaves no room for output within max_model_len 4096")
     assert request_warnings({"requests": {**summary["requests"], "rejected": 0, "rejected_by_reason": {}}}) == []
+
+
+def test_time_weighted_mean_is_the_same_whatever_the_blas_thread_count():
+    """A long series' time-weighted mean (the worker load figures) sums in an order the data
+    fixes: the same bits with one BLAS thread or two (np.dot split the sum over threads)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import numpy as np; from servesim.metrics.utilisation import time_weighted; "
+            "r = np.random.default_rng(3); t = np.sort(r.random(400_000)) * 1e3; v = r.integers(0, 512, t.size); "
+            "print(repr(time_weighted(t, v, 1e3)))")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    outs = set()
+    for threads in ("1", "2"):
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads,
+                   PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        outs.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                check=True).stdout.strip())
+    assert len(outs) == 1, outs

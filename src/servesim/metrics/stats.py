@@ -79,22 +79,22 @@ def describe(values: np.ndarray, weights: np.ndarray | None = None, scale: float
     del keep
     v = v * scale
     total = int(w.sum())
-    out = {"count": total, "mean": _weighted_sum(v, w) / total, "std": 0.0, "min": float(v[0]), "max": float(v[-1])}
+    out = {"count": total, "mean": weighted_sum(v, w) / total, "std": 0.0, "min": float(v[0]), "max": float(v[-1])}
     cum = np.cumsum(w)
     for p in PERCENTILES:
         out[f"p{p}"] = weighted_percentile(v, w, p, cum)
     del cum
     v -= out["mean"]  # from here on the squared deviations
     np.square(v, out=v)
-    out["std"] = math.sqrt(max(_weighted_sum(v, w) / total, 0.0))
+    out["std"] = math.sqrt(max(weighted_sum(v, w) / total, 0.0))
     return out
 
 
-#: Pairs per step of :func:`_weighted_sum` (bounds its temporary array to 8 MB).
+#: Pairs per step of :func:`weighted_sum` (bounds its temporary array to 8 MB).
 _SUM_CHUNK = 1 << 20
 
 
-def _weighted_sum(v: np.ndarray, w: np.ndarray) -> float:
+def weighted_sum(v: np.ndarray, w: np.ndarray) -> float:
     """``Σ v·w`` in an order fixed by the data alone: numpy's pairwise sum of each chunk's
     products, the chunks added in order.
 
@@ -257,8 +257,8 @@ class LogSketch:
             return
         w = np.ones(v.size, dtype=np.int64) if weights is None else np.asarray(weights, dtype=np.int64)
         self.count += int(w.sum())
-        self.sum += _weighted_sum(v, w)
-        self.sumsq += _weighted_sum(v * v, w)
+        self.sum += weighted_sum(v, w)
+        self.sumsq += weighted_sum(v * v, w)
         self.min = min(self.min, float(v.min()))
         self.max = max(self.max, float(v.max()))
         tiny = v <= self.TINY

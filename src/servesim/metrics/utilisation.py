@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from servesim.metrics.recorder import RequestRecorder
-from servesim.metrics.stats import describe
+from servesim.metrics.stats import describe, weighted_sum
 
 
 def engine_seats(engine) -> int | None:
@@ -58,7 +58,8 @@ def _held_mean(t: np.ndarray, values: np.ndarray, end: float) -> float:
     """:func:`time_weighted` of samples already in time order."""
     t = np.minimum(t, end)
     held = np.diff(np.append(t, end))
-    return float(np.dot(values.astype(float), held) / end)
+    # not np.dot: BLAS threads would make the last bits depend on the machine (stats.weighted_sum)
+    return weighted_sum(values.astype(float), held) / end
 
 
 def _by_worker(columns: dict[str, np.ndarray]) -> dict[int, slice]:
