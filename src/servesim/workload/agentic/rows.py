@@ -164,9 +164,15 @@ class Row:
             if default is _MISSING:
                 raise self.fail(field, "a number >= 0")
             return default  # type: ignore[return-value]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise self.fail(field, "a finite number >= 0", v)
-        return float(v)
+        try:
+            f = float(v)
+        except OverflowError:  # an integer beyond any float
+            raise self.fail(field, "a finite number >= 0", v) from None
+        if not math.isfinite(f) or f < 0:
+            raise self.fail(field, "a finite number >= 0", v)
+        return f
 
     def ids(self, field: str, required: bool = True) -> list[int] | np.ndarray | None:
         """A list of block ids (integers >= 0), or their uint64 array where ``json_rows`` made one."""
