@@ -14,7 +14,8 @@ Which layers a checkpoint quantizes (:func:`layer_dtypes`):
   and shared experts, dense layers) in fp4, attention in bf16.  NVIDIA's ModelOpt NVFP4 MoE
   checkpoints list every ``self_attn`` module in their ``exclude_modules`` (``hf_quant_config.json``
   of nvidia/DeepSeek-R1-0528-NVFP4, nvidia/MiniMax-M2.5-NVFP4, nvidia/GLM-4.7-NVFP4; the
-  ``ignore`` list in Inferact/Kimi-K2.5-NVFP4's ``config.json``), so attention runs from bf16 weights;
+  ``ignore`` list in Inferact/Kimi-K2.5-NVFP4's ``config.json``), so attention runs from bf16 weights
+  (DeepSeek's later exports keep ``o_proj`` in fp4: not modelled, docs/validation.md);
 - ``mxfp4`` (gpt-oss) and ``int4`` (Kimi): routed experts only (dense models: the MLP),
   the rest bf16; gpt-oss given ``fp4`` is read as ``mxfp4``.
 
