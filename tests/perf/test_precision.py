@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from servesim.models.arch import load_model
 from servesim.hardware.gpu import load_gpu
+from servesim.models.arch import load_model
 from servesim.perf.analytic import AnalyticStepTime
 from servesim.perf.precision import layer_dtypes
 
