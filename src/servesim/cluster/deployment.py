@@ -181,8 +181,9 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
         from servesim.cluster.disagg import build_disaggregated
 
         return build_disaggregated(cfg, build_deployment, oracle)
-    arch = _resolve_model(dep, config_base_dir(cfg))
-    gpu = _resolve_gpu(dep, config_base_dir(cfg))
+    base_dir = config_base_dir(cfg)
+    arch = _resolve_model(dep, base_dir)
+    gpu = _resolve_gpu(dep, base_dir)
     _check_layout(dep, arch)
     weight_dtype = dep.weight_dtype or infer_weight_dtype(dep.model, arch)
     check_against_hardware(dep, arch, gpu, weight_dtype)  # precision support, context length
@@ -201,7 +202,7 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
     limits = EngineLimits(kv_capacity_tokens=plan.memory.kv_tokens, context_length=plan.context,
                           kv_bytes_per_token=plan.memory.kv_bytes_per_token, kv_shards=dep.tp,
                           gpu_name=gpu.name)
-    perf = resolve_perf(cfg.perf, gpu.name, dep.engine.name, config_base_dir(cfg), model=dep.model,
+    perf = resolve_perf(cfg.perf, gpu.name, dep.engine.name, base_dir, model=dep.model,
                         precision=weight_dtype, client=getattr(cfg, "client", None))
     try:
         step_time = build_step_time(cfg.perf, arch, gpu, dep.tp, dep.ep, weight_dtype, kv_dtype,

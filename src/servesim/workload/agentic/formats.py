@@ -13,7 +13,6 @@ of them.  Times in the files are milliseconds unless the field name says ``_s``.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Callable
 
@@ -23,7 +22,7 @@ from servesim.errors import WorkloadError
 from servesim.workload.request import MAX_TOKENS
 
 from .graph import DEP_KINDS, RELATIONS, TRIGGERS, AgenticGraph, GraphBuilder, RawDep
-from .rows import Row, json_rows
+from .rows import Row, json_rows, plain_number
 from .trace_ids import ids_valid
 from .weka import read_weka
 from .aiperf_dag import read_aiperf_dag
@@ -210,12 +209,12 @@ def _plain_v2_row(row: Row, bs: int) -> tuple | None:
         model = ""
     elif type(model) is not str or not model.strip():
         return None
-    nb = _plain_number(obj.get("not_before_ms"))
+    nb = plain_number(obj.get("not_before_ms"))
     if nb is None:
         return None
     api = obj.get("recorded_api_time_ms")
     if api is not None:
-        api = _plain_number(api)
+        api = plain_number(api)
         if api is None:
             return None
     ids = obj.get("hash_ids")
@@ -238,7 +237,7 @@ def _plain_v2_row(row: Row, bs: int) -> tuple | None:
                 return None
             source, trigger, relation = d.get("request_id"), d.get("trigger"), d.get("relation")
             delay = d.get("delay_ms")
-            delay = 0.0 if delay is None else _plain_number(delay)
+            delay = 0.0 if delay is None else plain_number(delay)
             if type(source) is not str or not source.strip() or delay is None:
                 return None
             if trigger is None:
@@ -253,19 +252,6 @@ def _plain_v2_row(row: Row, bs: int) -> tuple | None:
                                f"{row.where}: field 'dependencies[{k}].request_id'"))
     nb /= 1000.0
     return rid, play, session, model, inp, out, ids, deps, nb, nb + api / 1000.0 if api is not None else None
-
-
-def _plain_number(v) -> float | None:
-    """``v`` as :meth:`Row.number` reads it where it is a finite number >= 0 (an int or a
-    float, not a bool); None otherwise."""
-    if type(v) is float:
-        return v if 0.0 <= v < math.inf else None
-    if type(v) is int and v >= 0:
-        try:
-            return float(v)
-        except OverflowError:
-            return None
-    return None
 
 
 # ---------------------------------------------------------------------------------------

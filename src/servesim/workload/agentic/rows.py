@@ -96,6 +96,20 @@ def _decode_with_id_array(line: str) -> dict | None:
     return obj
 
 
+def plain_number(v: Any) -> float | None:
+    """``v`` as a float where it is a finite number >= 0 (an int or a float, not a bool; an
+    integer beyond any float is not), else None: the rule of :meth:`Row.number`, and of the
+    readers' shortcuts for rows written plainly (``formats._plain_v2_row``)."""
+    if isinstance(v, float):
+        return float(v) if 0.0 <= v < math.inf else None  # NaN compares false
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+        try:
+            return float(v)
+        except OverflowError:
+            return None
+    return None
+
+
 def _show(value: Any) -> str:
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -164,13 +178,8 @@ class Row:
             if default is _MISSING:
                 raise self.fail(field, "a number >= 0")
             return default  # type: ignore[return-value]
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise self.fail(field, "a finite number >= 0", v)
-        try:
-            f = float(v)
-        except OverflowError:  # an integer beyond any float
-            raise self.fail(field, "a finite number >= 0", v) from None
-        if not math.isfinite(f) or f < 0:
+        f = plain_number(v)
+        if f is None:
             raise self.fail(field, "a finite number >= 0", v)
         return f
 
