@@ -76,6 +76,12 @@ def test_published_param_totals():
     assert abs(ds.total / 1e9 - 671) < 1.5 and abs(ds.active / 1e9 - 37.5) < 0.6
     assert abs(load_model("openai/gpt-oss-120b").param_count().total / 1e9 - 116.8) < 0.5
     assert abs(load_model("Qwen/Qwen3-235B-A22B").param_count().active / 1e9 - 22) < 0.5
+    # published sizes of the models of a vLLM H100 suite: 14.8B, 33.7B (CodeLlama paper: 34B), 69B, 141B / 39B active
+    assert abs(load_model("Qwen/Qwen3-14B").param_count().total / 1e9 - 14.8) < 0.05
+    assert abs(load_model("codellama/CodeLlama-34b-Instruct-hf").param_count().total / 1e9 - 33.7) < 0.1
+    assert abs(load_model("meta-llama/Llama-2-70b-hf").param_count().total / 1e9 - 69.0) < 0.1
+    mixtral = load_model("mistralai/Mixtral-8x22B-Instruct-v0.1").param_count()
+    assert abs(mixtral.total / 1e9 - 141) < 0.5 and abs(mixtral.active / 1e9 - 39) < 0.5
 
 
 def test_gqa_kv_bytes_llama8b():

@@ -459,6 +459,12 @@ ALIASES: dict[str, str] = {
     "nvidia/Kimi-K2.5-NVFP4": "moonshotai/Kimi-K2.5",
     "openai/gpt-oss-120b-FP8": "openai/gpt-oss-120b",
     "mistralai/Mixtral-8x7B-v0.1": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+    "mistralai/Mixtral-8x22B-Instruct-v0.1": "mistralai/Mixtral-8x22B-v0.1",
+    "Qwen/Qwen3-14B-FP8": "Qwen/Qwen3-14B",
+    "Qwen/Qwen3-14B-Base": "Qwen/Qwen3-14B",
+    "codellama/CodeLlama-34b-Instruct-hf": "codellama/CodeLlama-34b-hf",
+    "codellama/CodeLlama-34b-Python-hf": "codellama/CodeLlama-34b-hf",
+    "meta-llama/Llama-2-70b-chat-hf": "meta-llama/Llama-2-70b-hf",
     "nvidia/MiniMax-M2.5-NVFP4": "MiniMaxAI/MiniMax-M2.5",
 }
 
