@@ -37,6 +37,7 @@ import numpy as np
 
 from servesim.hardware import load_gpu
 from servesim.perf.analytic_params import AnalyticParams
+from servesim.perf.engine_kernels import NO_RATES, kernel_rates
 from servesim.perf.kernels import OpModel
 
 #: aiconfigurator-core system → servesim GPU.
@@ -186,9 +187,10 @@ READERS = {
 
 
 def collect(rows: int, params: AnalyticParams | None = None, tables: tuple[str, ...] | None = None,
-            systems: tuple[str, ...] | None = None) -> list[dict]:
+            systems: tuple[str, ...] | None = None, engine_rates: bool = True) -> list[dict]:
     """Every compared kernel: {cls, gpu, backend, pred_ms, meas_ms} records (``tables``: only
-    these table names, e.g. ``("gemm_perf",)``; ``systems``: only these GPU systems)."""
+    these table names, e.g. ``("gemm_perf",)``; ``systems``: only these GPU systems;
+    ``engine_rates``: price each engine's table with its own kernel rates, perf/engine_kernels.py)."""
     import pyarrow.parquet as pq
     from aiconfigurator_core.sdk import perf_database
 
@@ -198,11 +200,13 @@ def collect(rows: int, params: AnalyticParams | None = None, tables: tuple[str, 
     for system, gpu_name in SYSTEMS.items():
         if systems is not None and system not in systems:
             continue
-        ops = OpModel(load_gpu(gpu_name), params)
+        gpu = load_gpu(gpu_name)
         for backend, name, path in table_files(root, system):
             reader = READERS.get(name)
             if reader is None or (tables is not None and name not in tables):
                 continue
+            # each engine's table against the op model as servesim runs it for that engine
+            ops = OpModel(gpu, params, kernel_rates(backend, gpu) if engine_rates else NO_RATES)
             df = pq.read_table(path).to_pandas()
             df = df[df.latency > 0] if "latency" in df else df
             with np.errstate(all="ignore"):
@@ -240,20 +244,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=300, help="rows per table and op class (fixed-seed sample)")
     ap.add_argument("--json", type=Path, help="write the summaries (and per-GPU breakdown) here")
     ap.add_argument("--by-gpu", action="store_true", help="also print the per-GPU breakdown")
+    ap.add_argument("--by-engine", action="store_true", help="also print the per-engine breakdown")
+    ap.add_argument("--no-engine-rates", action="store_true",
+                    help="price every engine's table with the same op model (no perf/engine_kernels.yaml rates)")
     a = ap.parse_args(argv)
     try:
         import aiconfigurator_core  # noqa: F401
     except ImportError:
         print("bench_kernels: needs aiconfigurator-core (pip install 'servesim[aic]')", file=sys.stderr)
         return 2
-    records = collect(a.rows)
+    records = collect(a.rows, engine_rates=not a.no_engine_rates)
     by_cls = summarise(records)
     by_gpu = summarise(records, ("cls", "gpu"))
+    by_engine = summarise(records, ("cls", "backend"))
     _print("per op class (error = servesim / measured - 1)", by_cls)
     if a.by_gpu:
         _print("per op class and GPU", by_gpu)
+    if a.by_engine:
+        _print("per op class and engine", by_engine)
     if a.json:
-        a.json.write_text(json.dumps({"rows": a.rows, "by_class": by_cls, "by_class_gpu": by_gpu}, indent=1))
+        a.json.write_text(json.dumps({"rows": a.rows, "by_class": by_cls, "by_class_gpu": by_gpu,
+                                      "by_class_engine": by_engine}, indent=1))
     return 0
 
 

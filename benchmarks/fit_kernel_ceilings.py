@@ -18,7 +18,11 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
   the tables' weight-only MoE kernels are not the ones the engines serve gpt-oss / Kimi with;
 - ``moe_eff_scale`` (``--moe``): one grouped-GEMM efficiency relative to the dense GEMMs, over
   every GPU's bf16 / fp8 / block-fp8 / nvfp4 MoE tables (all frameworks), with the GPUs' files
-  as they are: the default of :class:`~servesim.perf.analytic_params.AnalyticParams`.
+  as they are: the default of :class:`~servesim.perf.analytic_params.AnalyticParams`;
+- each engine's own kernel rates (``--engine-kernels [--out FILE]``): per engine, CUDA major
+  version, op and format, the factor on the op model's compute efficiency that fits that
+  engine's tables best (prefill attention, MLA and GQA; fused-MoE grouped GEMMs per expert
+  format), written as ``src/servesim/perf/engine_kernels.yaml`` (perf/engine_kernels.py).
 
 These are per-kernel measurements (physics), not end-to-end results: nothing of
 calibration.csv enters.  Excluded, with the reason: vLLM's block-scaled fp8 GEMM op on
@@ -42,6 +46,7 @@ from bench_kernels import GEMM_DTYPES, SYSTEMS, _moe_class, table_files  # noqa:
 
 from servesim.hardware import load_gpu  # noqa: E402
 from servesim.perf.analytic_params import AnalyticParams  # noqa: E402
+from servesim.perf.engine_kernels import RATE_RANGE, KernelRates  # noqa: E402
 from servesim.perf.kernels import OpModel  # noqa: E402
 
 #: (table dtype, servesim format) pairs that set each key; GEMM tables.
@@ -162,12 +167,102 @@ def fit_moe_scale(systems: list[str], rows: int) -> tuple[float, np.ndarray, np.
     return float(res.x[0]), err([params.moe_eff_scale]), err(res.x)
 
 
+#: servesim expert format → the MoE table dtypes that measure the kernels an engine serves it with
+#: (fp8 MoE checkpoints are block-scaled; gpt-oss's MXFP4 experts run W4A16 on Hopper and with
+#: MXFP8 activations on Blackwell).
+MOE_FORMATS = {"bf16": {9: ("bfloat16",), 10: ("bfloat16",)},
+               "fp8": {9: ("fp8_block",), 10: ("fp8_block",)},
+               "fp4": {10: ("nvfp4",)},
+               "mxfp4": {9: ("w4a16_mxfp4",), 10: ("w4a8_mxfp4_mxfp8",)},
+               "int4": {9: ("int4_wo",), 10: ("int4_wo",)}}
+#: Rows per (table, GPU) sampled for one engine-rate fit.
+ENGINE_ROWS = 400
+
+
+def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str], list]:
+    """(engine, CUDA major, op, format) → [(gpu, reader, table rows)] from every GPU's tables."""
+    from bench_kernels import _context_attention, _context_mla, _sample
+
+    sets: dict[tuple[str, int, str, str], list] = {}
+    for system in systems:
+        gpu = load_gpu(SYSTEMS[system])
+        major = gpu.cuda_major
+        if major not in (9, 10):
+            continue
+        for name in ("moe_perf", "context_mla_perf", "context_attention_perf"):
+            for backend, df in _load(system, name):
+                if name == "moe_perf":
+                    df = df[~df.distribution.astype(str).str.startswith("power_law")]
+                    for fmt, by_major in MOE_FORMATS.items():
+                        g = df[df.moe_dtype.isin(by_major.get(major, ()))]
+                        if len(g):
+                            sets.setdefault((backend, major, "moe", fmt), []).append(
+                                (gpu, lambda ops, g, f=fmt: _moe_time(ops, f, g) * 1e3, _sample(g, rows)))
+                elif name == "context_mla_perf":
+                    sets.setdefault((backend, major, "prefill_attention", "mla"), []).append(
+                        (gpu, lambda ops, g: next(_context_mla(ops, g, len(g)))[1] * 1e3, _sample(df, rows)))
+                else:
+                    g = df[(df.window_size == 0) if "window_size" in df else df.isl > 0]
+                    sets.setdefault((backend, major, "prefill_attention", "gqa"), []).append(
+                        (gpu, lambda ops, g: next(_context_attention(ops, g, len(g)))[1] * 1e3, _sample(g, rows)))
+    return sets
+
+
+def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
+    """One entry per (engine, CUDA major, op, format): the fitted rate, its rows and errors."""
+    params = AnalyticParams()
+    out = []
+    for (engine, major, op, fmt), parts in sorted(_engine_sets(systems, rows).items()):
+        def err(x, parts=parts, op=op, fmt=fmt):
+            rates = KernelRates({(op, fmt): float(x[0])})
+            return np.concatenate([np.log(price(OpModel(gpu, params, rates), g) / g.latency.values)
+                                   for gpu, price, g in parts])
+
+        before = err([1.0])
+        res = least_squares(err, [1.0], bounds=RATE_RANGE, loss="soft_l1", f_scale=LOSS_SCALE)
+        after = err(res.x)
+        out.append(dict(engine=engine, cuda_major=major, op=op, format=fmt, rate=round(float(res.x[0]), 3),
+                        rows=int(before.size), median_abs_before=float(np.median(np.abs(np.expm1(before)))),
+                        median_abs_after=float(np.median(np.abs(np.expm1(after))))))
+    return out
+
+
+def kept(e: dict) -> bool:
+    """A fitted rate is kept when it lowers the median error of its own rows (the kernel-level
+    figure): a rate that only trades large shapes for small ones is no evidence of a different
+    kernel.  Weight-only 4-bit MoE formats are left out: the engines serve gpt-oss and Kimi
+    with other kernels than the tables' weight-only MoE ops (docs/physics.md)."""
+    return e["format"] not in WEIGHT_ONLY and e["median_abs_after"] < e["median_abs_before"]
+
+
+#: Expert formats whose tables do not measure the serving kernels.
+WEIGHT_ONLY = ("mxfp4", "int4")
+
+
+def write_engine_rates(entries: list[dict], path: Path) -> None:
+    lines = ["# Each serving engine's own kernels against servesim's op model, per CUDA major version (9 Hopper,",
+             "# 10 Blackwell): the factor on the op's compute efficiency that fits the engine's measured",
+             "# per-kernel tables (aiconfigurator-core) best, kept where it lowers the median error of",
+             "# those rows.  Written by",
+             "#   PYTHONPATH=src python benchmarks/fit_kernel_ceilings.py --engine-kernels --out <this file>",
+             "# (perf/engine_kernels.py reads it; `rows` and the median errors are the fit's own record).",
+             "rates:"]
+    for e in filter(kept, entries):
+        lines.append(f"  - {{engine: {e['engine']}, cuda_major: {e['cuda_major']}, op: {e['op']}, format: {e['format']}, "
+                     f"rate: {e['rate']}, rows: {e['rows']}, median_abs_error: "
+                     f"[{e['median_abs_before']:.3f}, {e['median_abs_after']:.3f}]}}")
+    path.write_text("\n".join(lines) + "\n")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", help="aiconfigurator systems (default: every one servesim knows)")
     ap.add_argument("--rows", type=int, default=1500, help="rows per table and dtype (fixed-seed sample)")
     ap.add_argument("--moe", action="store_true", help="fit the global moe_eff_scale instead (NVIDIA Hopper and "
                     "Blackwell GPUs, --rows / 6 rows per table)")
+    ap.add_argument("--engine-kernels", action="store_true", help="fit each engine's kernel rates instead "
+                    "(perf/engine_kernels.py)")
+    ap.add_argument("--out", type=Path, help="with --engine-kernels: write the YAML file here")
     a = ap.parse_args(argv)
     try:
         import aiconfigurator_core  # noqa: F401
@@ -175,6 +270,15 @@ def main(argv=None) -> int:
         print("fit_kernel_ceilings: needs aiconfigurator-core (pip install 'servesim[aic]')", file=sys.stderr)
         return 2
     systems = a.gpus.split(",") if a.gpus else list(SYSTEMS)
+    if a.engine_kernels:
+        entries = fit_engine_rates(systems)
+        for e in entries:
+            print(f"{e['engine']:<7} sm{e['cuda_major']}x {e['op']:<18} {e['format']:<6} rate {e['rate']:5.3f}  "
+                  f"rows {e['rows']:5d}  median |e| {100 * e['median_abs_before']:5.1f}% -> "
+                  f"{100 * e['median_abs_after']:5.1f}%{'' if kept(e) else '  (not kept)'}")
+        if a.out:
+            write_engine_rates(entries, a.out)
+        return 0
     if a.moe:
         hopper_blackwell = [s for s in systems if s not in ("a100_sxm", "l40s")]
         scale, b, f = fit_moe_scale(hopper_blackwell, max(1, a.rows // 6))

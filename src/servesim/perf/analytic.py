@@ -60,6 +60,7 @@ from servesim.errors import ModelError
 from servesim.hardware.gpu import GPUSpec
 from servesim.models.arch import ModelArch
 from servesim.perf.analytic_params import AnalyticParams
+from servesim.perf.engine_kernels import NO_RATES, KernelRates
 from servesim.perf.expert_balance import expected_busiest_touched
 from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_OVERHEAD_BLOCKS, ATTN_KERNELS, ELEMENTWISE_KERNELS,
                                    LINEAR_ATTN_DECODE_KERNELS, LINEAR_ATTN_KERNELS, GemmSet, OpModel)
@@ -119,11 +120,15 @@ class AnalyticStepTime:
         params: AnalyticParams | None = None,
         attention_dp: int = 1,
         eager_launch: bool = False,
+        kernel_rates: KernelRates = NO_RATES,
     ) -> None:
         """``eager_launch``: passes outside a CUDA graph dispatch every operation from Python
-        (the engine plan's ``eager_launch``), paying ``eager_op_s`` per operation (perf/launches.py)."""
+        (the engine plan's ``eager_launch``), paying ``eager_op_s`` per operation (perf/launches.py).
+        ``kernel_rates``: the serving engine's own kernels' measured rates relative to the op
+        model (perf/engine_kernels.py: its prefill attention and fused-MoE GEMMs)."""
         self.model, self.gpu = model, gpu
         self.eager_launch = eager_launch
+        self.kernel_rates = kernel_rates
         self.layout = Layout(tp=tp, ep=ep, attention_dp=attention_dp)
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         self.p = p = params or AnalyticParams()
@@ -142,7 +147,7 @@ class AnalyticStepTime:
         m, g, p, lay = self.model, self.gpu, self.p, self.layout
         tp, gpus, dp = lay.tp, lay.gpus, lay.attention_dp
         dt = layer_dtypes(self.weight_dtype, m.family, m.is_moe)
-        self._ops = ops = OpModel(g, p)
+        self._ops = ops = OpModel(g, p, self.kernel_rates)
         bw = g.memory_bandwidth_gbs * 1e9
         self._bw_eff = ops.bw_eff
         peak_attn = ops.peak_attn
@@ -218,8 +223,10 @@ class AnalyticStepTime:
             full_dec = cap_dec = dec_flops_tok
         pa = peak_attn
         dme = bw * min(p.attn_decode_mem_eff, g.ceiling("hbm"))
-        self._pre_full = (n_full_l * full_pair / pa, n_full_l * full_kv / self._bw_eff)
-        self._pre_cap = (n_cap_l * cap_pair / pa, n_cap_l * cap_kv / self._bw_eff)
+        # the engine's own prefill kernel (perf/engine_kernels.py)
+        pa_pre = pa * self.kernel_rates.prefill_attention("mla" if m.is_mla else "gqa")
+        self._pre_full = (n_full_l * full_pair / pa_pre, n_full_l * full_kv / self._bw_eff)
+        self._pre_cap = (n_cap_l * cap_pair / pa_pre, n_cap_l * cap_kv / self._bw_eff)
         # decode: (compute s per ctx token, memory s per ctx token) for full and capped parts
         self._dec_full = (n_full_l * full_dec / (pa * p.attn_decode_compute_eff), n_full_l * full_kv / dme)
         self._dec_cap = (n_cap_l * cap_dec / (pa * p.attn_decode_compute_eff), n_cap_l * cap_kv / dme)

@@ -32,6 +32,7 @@ from servesim.input_paths import input_path
 from servesim.models.arch import ModelArch
 from servesim.perf.analytic import AnalyticStepTime
 from servesim.perf.analytic_params import AnalyticParams
+from servesim.perf.engine_kernels import kernel_rates
 from servesim.perf.frontend import FrontendParams
 from servesim.perf.plan import StepTimeModel
 from servesim.perf.simple import FixedStepTime, LinearStepTime
@@ -239,4 +240,5 @@ def build_step_time(
         resolved = resolve_perf(perf_cfg, gpu.name, engine)
     return AnalyticStepTime(arch, gpu, tp=tp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                             params=_analytic_params(resolved.analytic), attention_dp=attention_dp,
-                            eager_launch=eager_launch)
+                            eager_launch=eager_launch,
+                            kernel_rates=kernel_rates(engine, gpu))

@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from servesim.hardware.gpu import GPUSpec
+from servesim.perf.engine_kernels import NO_RATES, KernelRates
 from servesim.perf.precision import compute_precision, weight_bytes
 
 #: GEMM output tiles (rows, cols) the kernel libraries choose among (CUTLASS / cuBLAS
@@ -75,8 +76,9 @@ _TILE_EFF = tuple(_tile_factor(tm, tn) for tm, tn in GEMM_TILES)
 class OpModel:
     """Per-op costs on one GPU with one parameter set; see module docstring."""
 
-    def __init__(self, gpu: GPUSpec, params) -> None:
-        self.gpu, self.p = gpu, params
+    def __init__(self, gpu: GPUSpec, params, rates: KernelRates = NO_RATES) -> None:
+        """``rates``: the serving engine's own kernels' rates on this GPU (perf/engine_kernels.py)."""
+        self.gpu, self.p, self.rates = gpu, params, rates
         self.bw = gpu.memory_bandwidth_gbs * 1e9
         self.mem_eff = min(params.mem_eff, gpu.ceiling("hbm"))
         self.bw_eff = self.bw * self.mem_eff
@@ -161,6 +163,7 @@ class OpModel:
         pairs = _causal_pairs(q_pad, c, w)
         pairs = np.maximum(pairs, _causal_pairs(n, c, w)) + nq * ATTN_CTA_OVERHEAD_BLOCKS * blk * blk
         eff = p.attn_prefill_eff_max * (n / (n + p.attn_prefill_half_tokens) if p.attn_prefill_half_tokens else 1.0)
+        eff = eff * self.rates.prefill_attention("gqa")
         ideal = b * pairs * 4.0 * h * head_dim / (self.peak_attn * eff)
         if self.sms:
             ctas = b * h * nq
@@ -201,6 +204,7 @@ class OpModel:
         pairs = np.maximum(_causal_pairs(nq * ATTN_BLOCK, c, np.zeros_like(n)), _causal_pairs(n, c, np.zeros_like(n))) \
             + nq * ATTN_CTA_OVERHEAD_BLOCKS * ATTN_BLOCK * ATTN_BLOCK
         eff = p.attn_prefill_eff_max * (n / (n + p.attn_prefill_half_tokens) if p.attn_prefill_half_tokens else 1.0)
+        eff = eff * self.rates.prefill_attention("mla")
         comp = b * pairs * 2.0 * h * (qk_nope + qk_rope + v_dim) / (self.peak_attn * eff)
         if self.sms:
             ctas = b * h * nq
@@ -242,7 +246,7 @@ class OpModel:
         per_expert = assign / touched
         i_loc = inter / moe_tp
         peak, eff = self.gemm_eff(dtype)
-        eff = eff * p.moe_eff_scale
+        eff = eff * p.moe_eff_scale * self.rates.moe(dtype)
         # row tile: small (16) while experts get few rows, 64 beyond (vLLM / SGLang fused-MoE configs)
         tm = np.where(per_expert <= 16, 16.0, 64.0)
         rows = touched * np.ceil(per_expert / tm) * tm

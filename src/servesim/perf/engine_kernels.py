@@ -1,0 +1,79 @@
+"""The rate each serving engine's own kernels run at, relative to the op model, per GPU generation.
+
+The op model (:mod:`servesim.perf.kernels`) prices an op from its shape and the GPU alone.  The
+engines run different kernels for the same op: SGLang prefills MLA on Hopper through
+FlashAttention-3 over expanded 192-dim keys, TensorRT-LLM through its own MLA kernel; vLLM,
+SGLang and TensorRT-LLM each ship their own fused-MoE grouped GEMMs.  Their measured per-kernel
+tables (aiconfigurator-core, one per engine, GPU and precision) show each engine's kernel family
+running at its own rate: SGLang's MLA prefill on H100 / H200 at 0.43 of the op model, TensorRT-
+LLM's at 0.93; the MoE kernels between 0.3 and 1.3 by engine and precision.
+
+``engine_kernels.yaml`` records those rates, one per (engine, CUDA major version, op, format),
+fitted on the engines' kernel tables by ``benchmarks/fit_kernel_ceilings.py --engine-kernels``
+(per-kernel physics; no end-to-end result enters).  A rate multiplies the op's compute
+efficiency; 1 (no entry) keeps the op model as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from servesim.errors import ConfigError
+from servesim.yaml_io import safe_load
+
+RATES_FILE = Path(__file__).with_name("engine_kernels.yaml")
+#: Ops a rate can apply to, with the formats each names.
+OPS = {"prefill_attention": ("mla", "gqa"), "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4")}
+#: A rate outside this range is a table or fitting error, not a kernel.
+RATE_RANGE = (0.1, 3.0)
+
+
+@dataclass(frozen=True)
+class KernelRates:
+    """One engine's kernel rates on one GPU generation (1.0 where nothing is recorded)."""
+
+    #: (op, format) → rate relative to the op model.
+    rates: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def prefill_attention(self, kind: str) -> float:
+        """``kind``: ``mla`` or ``gqa`` (softmax attention with grouped key/value heads)."""
+        return self.rates.get(("prefill_attention", kind), 1.0)
+
+    def moe(self, dtype: str) -> float:
+        """The engine's fused-MoE grouped GEMMs with ``dtype`` expert weights."""
+        d = dtype.lower()
+        return self.rates.get(("moe", "fp4" if d == "nvfp4" else d), 1.0)
+
+
+NO_RATES = KernelRates()
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict[tuple[str, int], dict[tuple[str, str], float]]:
+    where = str(RATES_FILE)
+    doc = safe_load(RATES_FILE.read_text()) or {}
+    out: dict[tuple[str, int], dict[tuple[str, str], float]] = {}
+    for i, e in enumerate(doc.get("rates") or []):
+        at = f"{where}: rates[{i}]"
+        try:
+            engine, major, op, fmt, rate = e["engine"], int(e["cuda_major"]), e["op"], e["format"], float(e["rate"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{at}: expected engine, cuda_major, op, format and rate ({exc})") from None
+        if op not in OPS or fmt not in OPS[op]:
+            raise ConfigError(f"{at}: op {op!r} / format {fmt!r}; expected one of {OPS}")
+        if not RATE_RANGE[0] <= rate <= RATE_RANGE[1]:
+            raise ConfigError(f"{at}: rate {rate} outside {RATE_RANGE}")
+        out.setdefault((engine, major), {})[(op, fmt)] = rate
+    return out
+
+
+def kernel_rates(engine: str, gpu) -> KernelRates:
+    """The rates of ``engine``'s kernels on ``gpu`` (:data:`NO_RATES` for a GPU of another vendor,
+    an engine or generation no table measured)."""
+    major = getattr(gpu, "cuda_major", None)
+    if major is None:
+        return NO_RATES
+    found = _table().get((engine, major))
+    return KernelRates(dict(found)) if found else NO_RATES

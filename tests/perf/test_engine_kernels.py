@@ -1,0 +1,83 @@
+"""Each engine's own kernel rates (perf/engine_kernels.py) and where the step-time model applies them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from servesim.errors import ConfigError
+from servesim.hardware.gpu import load_gpu
+from servesim.models.arch import load_model
+from servesim.perf import engine_kernels
+from servesim.perf.analytic import AnalyticStepTime
+from servesim.perf.config import build_step_time
+from servesim.perf.engine_kernels import NO_RATES, OPS, RATE_RANGE, KernelRates, kernel_rates
+from servesim.perf.kernels import OpModel
+from servesim.perf.analytic_params import AnalyticParams
+from servesim.perf.plan import PassPlan
+
+DEEPSEEK = "deepseek-ai/DeepSeek-R1-0528"
+
+
+def test_shipped_rates_are_in_range_and_name_known_engines_ops_and_formats() -> None:
+    table = engine_kernels._table()
+    assert table, "engine_kernels.yaml lists no rate"
+    for (engine, major), rates in table.items():
+        assert engine in ("sglang", "vllm", "trtllm") and major in (9, 10)
+        for (op, fmt), rate in rates.items():
+            assert fmt in OPS[op] and RATE_RANGE[0] <= rate <= RATE_RANGE[1]
+
+
+def test_sglang_prefills_mla_on_hopper_slower_than_tensorrt_llm() -> None:
+    """SGLang's FA3 MLA prefill on H100/H200 measures well below the op model; TensorRT-LLM's
+    own MLA kernel sits near it (their kernel tables)."""
+    h200 = load_gpu("h200_sxm")
+    assert kernel_rates("sglang", h200).prefill_attention("mla") < 0.6
+    assert kernel_rates("trtllm", h200).prefill_attention("mla") > 0.8
+
+
+def test_other_vendors_and_unmeasured_engines_keep_the_op_model() -> None:
+    assert kernel_rates("sglang", load_gpu("mi300x")) is NO_RATES
+    assert kernel_rates("atom", load_gpu("mi355x")) is NO_RATES
+    assert kernel_rates("no-such-engine", load_gpu("h100_sxm")) is NO_RATES
+    assert NO_RATES.moe("fp8") == NO_RATES.prefill_attention("gqa") == 1.0
+
+
+def test_a_rate_slows_exactly_the_ops_it_names() -> None:
+    gpu, p = load_gpu("h200_sxm"), AnalyticParams()
+    base, slow = OpModel(gpu, p), OpModel(gpu, p, KernelRates({("moe", "fp8"): 0.5}))
+    big = 8192  # compute-bound: the rate shows in full
+    args = (big, 7168, 2048, 8, 256, 8, 1, "fp8")
+    assert float(slow.moe(*args)) > 1.5 * float(base.moe(*args))
+    assert float(slow.moe(big, 7168, 2048, 8, 256, 8, 1, "bf16")) == float(base.moe(big, 7168, 2048, 8, 256, 8, 1, "bf16"))
+    assert float(slow.attention_prefill(1, 4096, 0, 32, 8, 128)) == float(base.attention_prefill(1, 4096, 0, 32, 8, 128))
+
+
+def test_build_step_time_prices_sglangs_mla_prefill_with_its_rate() -> None:
+    """An 8k-token DeepSeek prefill on H200: the step-time model SGLang gets spends more on
+    attention than one without engine rates, by the MLA rate's share of the attention."""
+    arch, gpu = load_model(DEEPSEEK), load_gpu("h200_sxm")
+    perf = {"model": "analytic", "calibration": None}
+    sg = build_step_time(perf, arch, gpu, tp=8, weight_dtype="fp8", kv_dtype="fp8", engine="sglang")
+    plain = AnalyticStepTime(arch, gpu, tp=8, weight_dtype="fp8", kv_dtype="fp8", params=sg.p)
+    rate = kernel_rates("sglang", gpu).prefill_attention("mla")
+    attn_sg, attn_plain = sg._prefill_attn([8192], [0]), plain._prefill_attn([8192], [0])
+    assert attn_sg == pytest.approx(attn_plain / rate, rel=0.02)
+    plan = PassPlan(prefill_new=np.array([8192]), prefill_cached=np.array([0]))
+    assert sg.pass_time(plan) > plain.pass_time(plan)
+
+
+def test_a_bad_rates_file_names_the_entry(tmp_path, monkeypatch) -> None:
+    bad = tmp_path / "engine_kernels.yaml"
+    bad.write_text("rates:\n  - {engine: vllm, cuda_major: 9, op: moe, format: fp8, rate: 12}\n")
+    monkeypatch.setattr(engine_kernels, "RATES_FILE", bad)
+    engine_kernels._table.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=r"engine_kernels.yaml: rates\[0\]: rate 12"):
+            engine_kernels._table()
+        bad.write_text("rates:\n  - {engine: vllm, cuda_major: 9, op: moe, format: fp6, rate: 1}\n")
+        engine_kernels._table.cache_clear()
+        with pytest.raises(ConfigError, match="format 'fp6'"):
+            engine_kernels._table()
+    finally:
+        engine_kernels._table.cache_clear()
