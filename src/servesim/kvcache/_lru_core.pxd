@@ -8,10 +8,9 @@ from servesim.kvcache.block_owner cimport BlockOwner
 
 
 cdef struct Blk:
-    int64_t hval  # the hash the block is cached under (hset 1)
-    int64_t qpos  # its position in the free ring while it is free (refs 0), else -1
+    int64_t hval  # the hash the block is cached under; NO_HASH: none, BIG_HASH: in the dicts (_lru_core.pyx)
+    int32_t qpos  # its position in the free ring modulo 2**31 while it is free (refs 0), else -1
     int32_t refs
-    uint8_t hset
 
 
 cdef struct Slot:

@@ -9,13 +9,15 @@ The pure-Python :class:`servesim.kvcache.block_pool.BlockPool` spends most of it
 the per-block work of a Python ``dict`` (one delete and one insert per recycled block) and
 one interpreted iteration per block.  This core keeps the same state in C arrays:
 
-* one ``Blk`` struct per block ``b``, so that a block's state shares a cache line:
-  ``refs`` (requests holding it), ``hval`` / ``hset`` (the hash it is cached under, if
-  any) and ``qpos``, its place in the free queue;
+* one 16-byte ``Blk`` struct per block ``b``, so that a block's state shares a cache line
+  (four blocks to a line: a run of allocations or frees reads neighbouring ids): ``refs``
+  (requests holding it), ``hval`` (the hash it is cached under: ``NO_HASH`` if none,
+  ``BIG_HASH`` if one kept outside the C map) and ``qpos``, its place in the free queue (the
+  ring position modulo 2**31);
 * the free queue (vLLM's ``FreeKVCacheBlockQueue``: freed blocks join the tail, allocations
   pop the head, a prefix hit takes a block out of the middle) as a ring of block ids with
   lazy deletion, like the Python pool's deque: an entry at position ``p`` is live when its
-  block's ``qpos`` is ``p``, and a block leaves the middle by dropping its ``qpos``; a block
+  block's ``qpos`` is ``p`` (modulo 2**31), and a block leaves the middle by dropping its ``qpos``; a block
   is on the queue exactly when its reference count is 0.  A linked list would make every
   allocation a chain of dependent cache misses (the next block is known only once this one
   is loaded); the ring is read in order, so allocation loads blocks several places ahead;
@@ -83,6 +85,23 @@ cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
 cdef extern from "<stdint.h>":
     const int64_t INT64_MAX
 
+# ``Blk.hval`` of a block cached under no hash, and of one cached under a hash kept in the
+# Python dicts (``big``): the two lowest int64 values, so a key of the C map is above both
+# (the two values themselves, as keys, go to the dicts too).
+cdef extern from *:
+    """
+    #define SERVESIM_NO_HASH INT64_MIN
+    #define SERVESIM_BIG_HASH (INT64_MIN + 1)
+    """
+    const int64_t NO_HASH "SERVESIM_NO_HASH"
+    const int64_t BIG_HASH "SERVESIM_BIG_HASH"
+
+# ``Blk.qpos`` keeps a ring position modulo 2**31: the live range of the ring is shorter
+# (pools of at most 2**29 blocks), so within it the residue names one position.
+cdef enum:
+    QMASK = 0x7fffffff
+    MAX_BLOCKS = 1 << 29
+
 cdef extern from *:
     # GCC / Clang: start loading a cache line now, so that misses overlap instead of queueing.
     void __builtin_prefetch(const void* addr) nogil
@@ -100,6 +119,8 @@ cdef class LRUCore:
     def __cinit__(self, int num_blocks):
         if num_blocks < 0:
             raise ValueError(f"need num_blocks >= 0, got {num_blocks}")
+        if num_blocks > MAX_BLOCKS:
+            raise ValueError(f"the compiled pool holds at most {MAX_BLOCKS} blocks, got {num_blocks}")
         cdef int n = num_blocks
         cdef int m = n if n > 0 else 1
         cdef uint64_t cap = 8
@@ -126,8 +147,7 @@ cdef class LRUCore:
             self.table[slot].block = -1
         for b in range(n):  # every block free, in id order
             self.blk[b].refs = 0
-            self.blk[b].hset = 0
-            self.blk[b].hval = 0
+            self.blk[b].hval = NO_HASH
             self.blk[b].qpos = b
             self.mtag[b] = 0
             self.ring[b] = b
@@ -151,7 +171,7 @@ cdef class LRUCore:
         """The block cached under hash ``h``, or -1."""
         cdef int overflow = 0
         cdef int64_t k = PyLong_AsLongLongAndOverflow(h, &overflow)
-        if overflow == 0:
+        if overflow == 0 and k > BIG_HASH:
             return self._find(k)
         b = self.big.get(h)
         return -1 if b is None else b
@@ -160,20 +180,19 @@ cdef class LRUCore:
         """Cache block ``b`` under hash ``h`` (absent from the map)."""
         cdef int overflow = 0
         cdef int64_t k = PyLong_AsLongLongAndOverflow(h, &overflow)
-        if overflow == 0:
+        if overflow == 0 and k > BIG_HASH:
             self.blk[b].hval = k
-            self.blk[b].hset = 1
             self._put(k, b)
         else:
             self.big[h] = b
             self.big_of[b] = h
-            self.blk[b].hset = 2
+            self.blk[b].hval = BIG_HASH
             self.num_cached += 1
         return 0
 
     cdef inline int _uncache(self, int32_t b, list removed) except -1:
         """Drop block ``b``'s hash from the map (appended to ``removed`` unless None)."""
-        if self.blk[b].hset == 1:
+        if self.blk[b].hval != BIG_HASH:
             if removed is not None:
                 removed.append(self.blk[b].hval)
             self._delete(self.blk[b].hval)
@@ -183,7 +202,7 @@ cdef class LRUCore:
             self.num_cached -= 1
             if removed is not None:
                 removed.append(h)
-        self.blk[b].hset = 0
+        self.blk[b].hval = NO_HASH
         if self.ulen == self.ucap:
             self.ubase += self.ulen
             self.ulen = 0
@@ -193,11 +212,11 @@ cdef class LRUCore:
 
     cdef inline object _hash_of(self, int32_t b):
         """The hash block ``b`` is cached under, or None."""
-        if self.blk[b].hset == 1:
-            return self.blk[b].hval
-        if self.blk[b].hset == 2:
+        if self.blk[b].hval == NO_HASH:
+            return None
+        if self.blk[b].hval == BIG_HASH:
             return self.big_of[b]
-        return None
+        return self.blk[b].hval
 
     # ------------------------------------------------------------------ hash map
     cdef inline void _prefetch_slot(self, int64_t k) noexcept:
@@ -250,7 +269,7 @@ cdef class LRUCore:
     # ------------------------------------------------------------------ free queue (ring)
     cdef inline bint _live(self, int64_t p) noexcept:
         """Whether the ring entry at position ``p`` is its block's place in the queue."""
-        return self.blk[self.ring[p & self.rmask]].qpos == p
+        return self.blk[self.ring[p & self.rmask]].qpos == <int32_t>(p & QMASK)
 
     cdef inline void _unlink(self, int32_t b) noexcept:
         """Take free block ``b`` out of the queue (its ring entry goes stale)."""
@@ -261,7 +280,7 @@ cdef class LRUCore:
         if <uint64_t>(self.rtail - self.rhead) > self.rmask:
             self._compact()
         self.ring[self.rtail & self.rmask] = b
-        self.blk[b].qpos = self.rtail
+        self.blk[b].qpos = <int32_t>(self.rtail & QMASK)
         self.rtail += 1
         self.num_free += 1
 
@@ -272,9 +291,9 @@ cdef class LRUCore:
         cdef int32_t b
         for p in range(self.rhead, self.rtail):
             b = self.ring[p & self.rmask]
-            if self.blk[b].qpos == p:
+            if self.blk[b].qpos == <int32_t>(p & QMASK):
                 self.ring[w & self.rmask] = b
-                self.blk[b].qpos = w
+                self.blk[b].qpos = <int32_t>(w & QMASK)
                 w += 1
         self.rtail = w
 
@@ -298,11 +317,11 @@ cdef class LRUCore:
             __builtin_prefetch(&self.blk[self.ring[(p + LEAD_BLOCK) & self.rmask]])
         if p + LEAD_SLOT < self.rtail:
             nb = self.ring[(p + LEAD_SLOT) & self.rmask]
-            if self.blk[nb].hset == 1:
+            if self.blk[nb].hval > BIG_HASH:
                 self._prefetch_slot(self.blk[nb].hval)
         self.rhead = p + 1
         self._unlink(b)
-        if self.blk[b].hset:
+        if self.blk[b].hval != NO_HASH:
             self._uncache(b, removed)
         self.blk[b].refs = 1
         return b
@@ -359,11 +378,11 @@ cdef class LRUCore:
             self._cursor_load(c, chain)
         return 0
 
-    # The hash of the block under a cursor almost always fits in int64: that case stays in C
+    # The hash of the block under a cursor almost always fits in int64 (above BIG_HASH): that case stays in C
     # (no Python object passes, not even None), the other goes through a Python int.
     cdef inline bint _cursor_fits(self, Cursor* c, int64_t* k) noexcept:
         """Whether the hash of the block under ``c`` fits in int64; if so it is written to ``k``."""
-        if c.fits and c.p <= INT64_MAX - c.d:
+        if c.fits and c.p <= INT64_MAX - c.d and c.p + c.d > BIG_HASH:
             k[0] = c.p + c.d
             return True
         return False
@@ -617,18 +636,17 @@ cdef class LRUCore:
 
     cdef inline int _cache_int(self, int32_t b, int64_t k) except -1:
         """Register block ``b`` under the int64 hash ``k`` unless either is taken; 1 if it was."""
-        if self.blk[b].hset or self._find(k) >= 0:
+        if self.blk[b].hval != NO_HASH or self._find(k) >= 0:
             return 0
         if self.blk[b].refs <= 0:
             raise RuntimeError(f"caching block {b}, which is not in use")
         self.blk[b].hval = k
-        self.blk[b].hset = 1
         self._put(k, b)
         return 1
 
     cdef int _cache_obj(self, int32_t b, object h) except -1:
         """:meth:`_cache_int` for a hash given as a Python int."""
-        if self.blk[b].hset or self._find_obj(h) >= 0:
+        if self.blk[b].hval != NO_HASH or self._find_obj(h) >= 0:
             return 0
         if self.blk[b].refs <= 0:
             raise RuntimeError(f"caching block {b}, which is not in use")
@@ -778,7 +796,7 @@ cdef class LRUCore:
     cdef inline int _cache_one(self, object ob, object h, list stored) except -1:
         """Register block ``ob`` under ``h`` unless either is taken; 1 if it was registered."""
         cdef int32_t b = self._block(ob)
-        if self.blk[b].hset or self._find_obj(h) >= 0:
+        if self.blk[b].hval != NO_HASH or self._find_obj(h) >= 0:
             return 0
         if self.blk[b].refs <= 0:
             raise RuntimeError(f"caching block {b}, which is not in use")
@@ -825,7 +843,7 @@ cdef class LRUCore:
 
     def cached_map(self) -> dict:
         """``{hash: block}`` of every cached block."""
-        return {self._hash_of(b): b for b in range(self.num_blocks) if self.blk[b].hset}
+        return {self._hash_of(b): b for b in range(self.num_blocks) if self.blk[b].hval != NO_HASH}
 
     def uncache_log_position(self) -> int:
         """Hashes dropped from the map so far (the uncache log's absolute end)."""
@@ -848,11 +866,11 @@ cdef class LRUCore:
             assert self.blk[b].refs >= 0, b
             unreferenced += self.blk[b].refs == 0
             if self.blk[b].refs == 0:  # its queue entry lies in the ring's live range
-                p = self.blk[b].qpos
+                p = self.rhead + ((self.blk[b].qpos - (self.rhead & QMASK)) & QMASK)
                 assert self.rhead <= p < self.rtail and self.ring[p & self.rmask] == b, f"free block {b} not queued"
             else:
                 assert self.blk[b].qpos == -1, f"block {b} in use but queued"
-            if self.blk[b].hset:
+            if self.blk[b].hval != NO_HASH:
                 cached += 1
                 assert self._find_obj(self._hash_of(b)) == b, f"block {b}'s hash not mapped to it"
         assert cached == self.num_cached, (cached, self.num_cached)
