@@ -337,7 +337,7 @@ cdef class LRUCore:
         return <int32_t>b
 
     # ------------------------------------------------------------------ hashes from a unit chain
-    cdef int _check_chain(self, list chain, int64_t us, int64_t bs, Py_ssize_t stop) except -1:
+    cdef int _check_chain(self, object chain, int64_t us, int64_t bs, Py_ssize_t stop) except -1:
         """Raise unless ``chain`` reaches the unit of block ``stop - 1``."""
         if us <= 0 or bs <= 0:
             raise ValueError(f"need unit and block sizes >= 1, got {us}, {bs}")
@@ -346,15 +346,20 @@ cdef class LRUCore:
         return 0
 
     # A prompt's blocks are walked in order, so their hashes come from a cursor: one
-    # division to place it, then an addition per block, and chain[j] converted from a Python
-    # int once per unit instead of once per block.
-    cdef inline int _cursor_load(self, Cursor* c, list chain) except -1:
+    # division to place it, then an addition per block, and chain[j] read once per unit
+    # instead of once per block (in place from a chain list, ``kvcache/hashing.py:chain_list``;
+    # converted from a Python int from any other sequence).
+    cdef inline int _cursor_load(self, Cursor* c, object chain) except -1:
         cdef int overflow = 0
+        if c.data != NULL:  # a chain list: its values are int64
+            c.p = c.data[c.j]
+            c.fits = True
+            return 0
         c.p = PyLong_AsLongLongAndOverflow(chain[c.j], &overflow)
         c.fits = overflow == 0
         return 0
 
-    cdef inline int _cursor_at(self, Cursor* c, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
+    cdef inline int _cursor_at(self, Cursor* c, object chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
         """Place ``c`` on block ``i`` (``chain`` must reach its unit).
 
         The block ends at token ``t = (i + 1) * bs``, in unit ``j = (t - 1) // us``; its hash is
@@ -363,11 +368,12 @@ cdef class LRUCore:
         cdef int64_t t = (i + 1) * bs
         c.us = us
         c.bs = bs
+        c.data = _chain_data(chain)
         c.j = <Py_ssize_t>((t - 1) // us)
         c.d = t - c.j * us
         return self._cursor_load(c, chain)
 
-    cdef inline int _cursor_next(self, Cursor* c, list chain, bint load) except -1:
+    cdef inline int _cursor_next(self, Cursor* c, object chain, bint load) except -1:
         """Move ``c`` to the next block; its unit's value is read only if ``load``."""
         cdef Py_ssize_t j0 = c.j
         c.d += c.bs
@@ -387,18 +393,18 @@ cdef class LRUCore:
             return True
         return False
 
-    cdef inline object _cursor_big(self, Cursor* c, list chain):
+    cdef inline object _cursor_big(self, Cursor* c, object chain):
         """The hash of the block under ``c`` as a Python int (for one that does not fit)."""
         return chain[c.j] + c.d
 
-    cdef inline int32_t _cursor_find(self, Cursor* c, list chain) except -2:
+    cdef inline int32_t _cursor_find(self, Cursor* c, object chain) except -2:
         """The block cached under the hash of the block under ``c``, or -1."""
         cdef int64_t k = 0
         if self._cursor_fits(c, &k):
             return self._find(k)
         return self._find_obj(self._cursor_big(c, chain))
 
-    def chain_prefix(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
+    def chain_prefix(self, object chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
         """:meth:`find_cached_prefix` of blocks ``0..n-1``'s hashes."""
         self._check_chain(chain, us, bs, n)
         if n <= 0:
@@ -555,7 +561,7 @@ cdef class LRUCore:
         free(pf)
         return free0, cuts
 
-    cdef array.array _chain_blocks(self, list chain, int64_t us, int64_t bs, Py_ssize_t n):
+    cdef array.array _chain_blocks(self, object chain, int64_t us, int64_t bs, Py_ssize_t n):
         """The blocks cached under blocks ``0..n-1``'s hashes, as a block list; KeyError if one
         is not cached."""
         self._check_chain(chain, us, bs, n)
@@ -574,17 +580,17 @@ cdef class LRUCore:
             self._cursor_next(&c, chain, i + 1 < n)
         return out
 
-    def chain_count_free(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
+    def chain_count_free(self, object chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
         """:meth:`count_free` of blocks ``0..n-1``'s hashes."""
         return self._free_hits(self._chain_blocks(chain, us, bs, n))
 
-    def chain_take(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> array.array:
+    def chain_take(self, object chain, int64_t us, int64_t bs, Py_ssize_t n) -> array.array:
         """:meth:`take_cached` of blocks ``0..n-1``'s hashes, as a new block list."""
         cdef array.array out = self._chain_blocks(chain, us, bs, n)
         self._reference_ids(out)
         return out
 
-    def chain_take_within(self, list chain, int64_t us, int64_t bs, Py_ssize_t n, Py_ssize_t need):
+    def chain_take_within(self, object chain, int64_t us, int64_t bs, Py_ssize_t n, Py_ssize_t need):
         """:meth:`chain_take` of blocks ``0..n-1`` if ``need`` fresh blocks then still fit in the
         free queue (a hit on a free block uses one up), else None, taking nothing: one walk
         for :meth:`chain_count_free` and :meth:`chain_take`."""
@@ -624,7 +630,7 @@ cdef class LRUCore:
                 __builtin_prefetch(&self.blk[ids.data.as_ints[i + LEAD_BLOCK]])
             self._reference_one(ids.data.as_ints[i])
 
-    cdef int _cache_chain_one(self, int32_t b, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
+    cdef int _cache_chain_one(self, int32_t b, object chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
         """:meth:`_cache_one` of block ``b`` under block ``i``'s hash (``chain`` reaches its
         unit); 1 if it was registered."""
         cdef Cursor c
@@ -653,7 +659,7 @@ cdef class LRUCore:
         self._insert_obj(h, b)
         return 1
 
-    def chain_cache(self, array.array blocks not None, list chain, int64_t us, int64_t bs, Py_ssize_t start,
+    def chain_cache(self, array.array blocks not None, object chain, int64_t us, int64_t bs, Py_ssize_t start,
                     Py_ssize_t stop) -> int:
         """:meth:`cache_full_blocks` of ``blocks[start:stop]`` (a block list) under blocks
         ``start..stop-1``'s hashes."""
