@@ -22,12 +22,13 @@ one interpreted iteration per block.  This core keeps the same state in C arrays
   allocation a chain of dependent cache misses (the next block is known only once this one
   is loaded); the ring is read in order, so allocation loads blocks several places ahead;
 * an open-addressing hash map from hash to block (linear probing, deletion by backward
-  shift, load at most one half), holding one block per hash as the Python pool does.  A
+  shift, load at most one quarter), holding one block per hash as the Python pool does.  A
   slot holds only the block and 32 bits of the key's mixed hash (its home slot and a
   fingerprint); the key itself is the block's ``hval``, read only when the fingerprint
-  matches.  At 8 bytes a slot the map of a 50k-block pool fits in 1 MB: the pool's
-  work is mostly cache misses, and halving the map cut a block's cost by about a third
-  (``benchmarks/bench_block_pool.py --pools 4``).
+  matches.  At 8 bytes a slot the map of a 50k-block pool fits in 2 MB: the pool's
+  work is mostly cache misses, and halving the slot cut a block's cost by about a third
+  (``benchmarks/bench_block_pool.py --pools 4``); a quarter full rather than half, probe
+  runs stay within a cache line more often.
 
 Hashes are Python ints.  Those within a signed 64-bit integer (all but ~1 in 10^16: a
 chained hash plus an offset can pass 2^63) go to the C map; any other goes to a small
@@ -126,13 +127,18 @@ cdef class LRUCore:
             raise ValueError(f"the compiled pool holds at most {MAX_BLOCKS} blocks, got {num_blocks}")
         cdef int n = num_blocks
         cdef int m = n if n > 0 else 1
-        cdef uint64_t cap = 8
-        while cap < <uint64_t>(2 * m):
+        # The map at most a quarter full and the ring four times the blocks: a sixteen-worker
+        # agentic run (benchmarks/bench_agentic.py) took ~6% less CPU than at half full and
+        # twice (a deletion shifts the rest of its probe run back, and at half full that run
+        # often reaches into the next cache line; the ring compacts half as often).
+        cdef uint64_t cap = 8, rcap = 8
+        while cap < 4 * <uint64_t>m:
             cap <<= 1
+        rcap = cap
         self.num_blocks = n
         self.blk = <Blk*>malloc(m * sizeof(Blk))
         self.table = <Slot*>malloc(cap * sizeof(Slot))
-        self.ring = <int32_t*>malloc(cap * sizeof(int32_t))
+        self.ring = <int32_t*>malloc(rcap * sizeof(int32_t))
         self.ucap = 4 * m if m > 256 else 1024
         self.ulog = <int32_t*>malloc(self.ucap * sizeof(int32_t))
         self.ulen = 0
@@ -143,7 +149,7 @@ cdef class LRUCore:
         if not self.blk or not self.table or not self.ring or not self.ulog or not self.mtag or not self.mpos:
             raise MemoryError()
         self.tmask = cap - 1
-        self.rmask = cap - 1
+        self.rmask = rcap - 1
         cdef int b
         cdef uint64_t slot
         for slot in range(cap):
