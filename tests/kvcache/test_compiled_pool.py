@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from servesim.compiled import compiled_module
 from servesim.kvcache.block_pool import BlockPool, block_list
+from servesim.kvcache.hashing import chain_list
 from servesim.kvcache.lru_pool import CompiledLRUPool, compiled_core_available, new_block_pool
 from simharness import python_versions
 
@@ -76,18 +77,21 @@ def apply(pool, op: tuple, log: list) -> object:
     raise AssertionError(kind)
 
 
-def random_chain(rng: random.Random, values: list[int], unit: int, n_blocks: int) -> list[int]:
+def random_chain(rng: random.Random, values: list[int], unit: int, n_blocks: int):
     """A unit chain reaching block ``n_blocks - 1`` (blocks of 4 tokens), from a small set of
     values (so hashes repeat) that includes some within a unit of 2^63 (so a block's hash, the
-    value plus its offset, passes int64)."""
+    value plus its offset, passes int64), and the two lowest int64 values (``_lru_core``'s
+    reserved hashes, which a block can still be cached under); a list or a chain list (the
+    engines' kind, read in place by the compiled core)."""
     units = (n_blocks * 4 - 1) // unit + 1 if n_blocks else 0
-    return [rng.choice(values) for _ in range(units)]
+    chain = [rng.choice(values) for _ in range(units)]
+    return chain_list(chain) if rng.random() < 0.5 else chain
 
 
 def run(seed: int, num_blocks: int, sink: bool) -> None:
     rng = random.Random(seed)
     small = [rng.randint(-(2**63), 2**63 - 1) for _ in range(3 * num_blocks + 2)]
-    chain_values = [rng.randint(-(2**63), 2**63 - 1) for _ in range(4)] + [2**63 - 1 - rng.randint(0, 12)]
+    chain_values = [rng.randint(-(2**63), 2**63 - 1) for _ in range(4)] + [2**63 - 1 - rng.randint(0, 12), -(2**63)]
     logs: list[list] = [[], []]
     pools = [BlockPool(num_blocks, 4), CompiledLRUPool(num_blocks, 4)]
     if sink:

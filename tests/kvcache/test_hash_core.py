@@ -1,4 +1,4 @@
-"""The compiled ``id_chain`` (kvcache/_hash_core.pyx) returns the Python version's chain exactly."""
+"""The compiled ``id_chain`` and ``extend_chain`` (kvcache/_hash_core.pyx) give the Python versions' chains exactly."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servesim.compiled import compiled_module
-from servesim.kvcache.hashing import ROOT_HASH, python_id_chain
+from servesim.kvcache.hashing import ROOT_HASH, chain_list, python_extend_chain, python_id_chain
 
 core = compiled_module("kvcache._hash_core")
 pytestmark = pytest.mark.skipif(core is None, reason="compiled core not built")
@@ -33,3 +33,27 @@ def test_non_int_ids_hash_as_python():
     np = pytest.importorskip("numpy")
     ids = [np.int64(5), True, 7, np.int64(-3)]
     assert core.id_chain(ids) == python_id_chain(ids)
+
+
+@settings(max_examples=300, deadline=None)
+@given(start=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=5), ids=st.lists(_INTS, max_size=30),
+       steps=st.integers(1, 3))
+def test_compiled_extend_chain_equals_python(start, ids, steps):
+    """Extending a chain list (in C) or a list, from empty or not, in one call or several."""
+    want = list(start)
+    for k in range(steps):
+        python_extend_chain(want, ids[k::steps])
+    for make in (list, chain_list):
+        chain = make(start)
+        for k in range(steps):
+            assert core.extend_chain(chain, ids[k::steps]) is chain
+        assert type(chain) is type(make()) and list(chain) == want
+    assert want[len(start):len(start) + 1] == python_id_chain(ids[:1], start[-1] if start else ROOT_HASH)[:1]
+
+
+def test_extend_chain_takes_any_sequence_of_ids():
+    np = pytest.importorskip("numpy")
+    ids = [np.int64(5), True, 7, np.int64(-3)]
+    chain = chain_list()
+    core.extend_chain(chain, tuple(ids))
+    assert list(chain) == python_id_chain(ids)

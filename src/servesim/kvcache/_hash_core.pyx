@@ -14,6 +14,8 @@ Python's ``hash`` at import, so an interpreter whose hash differs falls back to 
 
 from libc.stdint cimport int64_t, uint64_t
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact, PyLong_FromLongLong
+from cpython cimport array
+from cpython.object cimport Py_SIZE
 
 cdef uint64_t _MODULUS = (1ULL << 61) - 1  # sys.hash_info.modulus on 64-bit builds
 cdef uint64_t _PRIME_1 = 11400714785074694791ULL
@@ -91,3 +93,33 @@ def id_chain(block_ids, parent=0x5E12E51A) -> list:
             in_c = True
         out.append(parent)
     return out
+
+
+def extend_chain(chain, block_ids):
+    """See ``kvcache/hashing.py:extend_chain``; a chain list is extended in place, in C."""
+    cdef array.array arr
+    cdef Py_ssize_t have, m, i
+    cdef int overflow = 0
+    cdef int64_t p, b
+    if type(chain) is not array.array or (<array.array>chain).ob_descr.typecode != b'q' or not _EXACT:
+        n = len(chain)
+        chain.extend(id_chain(block_ids, chain[n - 1] if n else 0x5E12E51A))  # (no wraparound here)
+        return chain
+    arr = <array.array>chain
+    have = Py_SIZE(arr)
+    p = arr.data.as_longlongs[have - 1] if have else 0x5E12E51A
+    if type(block_ids) is not list:
+        block_ids = list(block_ids)
+    m = len(<list>block_ids)
+    array.resize_smart(arr, have + m)
+    for i in range(m):
+        bid = (<list>block_ids)[i]
+        overflow = 1
+        if PyLong_CheckExact(bid):  # anything else (numpy ints, ...) is hashed by Python
+            b = PyLong_AsLongLongAndOverflow(bid, &overflow)
+        if overflow == 0:
+            p = _pair_hash(p, b)
+        else:
+            p = hash((p, bid))
+        arr.data.as_longlongs[have + i] = p
+    return chain

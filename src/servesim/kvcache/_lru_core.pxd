@@ -8,10 +8,9 @@ from servesim.kvcache.block_owner cimport BlockOwner
 
 
 cdef struct Blk:
-    int64_t hval  # the hash the block is cached under (hset 1)
-    int64_t qpos  # its position in the free ring while it is free (refs 0), else -1
+    int64_t hval  # the hash the block is cached under; NO_HASH: none, BIG_HASH: in the dicts (_lru_core.pyx)
+    int32_t qpos  # its position in the free ring modulo 2**31 while it is free (refs 0), else -1
     int32_t refs
-    uint8_t hset
 
 
 cdef struct Slot:
@@ -21,13 +20,22 @@ cdef struct Slot:
 
 cdef struct Cursor:
     # Walks a unit chain block by block (see ``LRUCore._cursor_at``): block ``i`` ends at
-    # offset ``d`` (1..us) of unit ``j``, whose chain value is ``p`` when it fits in int64.
+    # offset ``d`` (1..us) of unit ``j``, whose chain value is ``p`` when it fits in int64;
+    # ``data``: the values of a chain list (kvcache/hashing.py:chain_list), else NULL.
+    const int64_t* data
     int64_t us
     int64_t bs
     Py_ssize_t j
     int64_t d
     int64_t p
     bint fits
+
+
+cdef inline const int64_t* _chain_data(object chain) noexcept:
+    """The values of ``chain`` if it is a chain list (an ``array.array`` of typecode ``q``), else NULL."""
+    if type(chain) is array.array and (<array.array>chain).ob_descr.typecode == b'q':
+        return <const int64_t*>(<array.array>chain).data.as_longlongs
+    return NULL
 
 
 cdef inline int _check_ids(array.array ids) except -1:
@@ -107,21 +115,21 @@ cdef class LRUCore:
     cdef inline int32_t _take_head(self, list removed) except -2
     cdef inline int32_t _block(self, object ob) except -1
     cdef inline int32_t _id(self, long long b) except -1
-    cdef int _check_chain(self, list chain, int64_t us, int64_t bs, Py_ssize_t stop) except -1
-    cdef inline int _cursor_load(self, Cursor* c, list chain) except -1
-    cdef inline int _cursor_at(self, Cursor* c, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1
-    cdef inline int _cursor_next(self, Cursor* c, list chain, bint load) except -1
+    cdef int _check_chain(self, object chain, int64_t us, int64_t bs, Py_ssize_t stop) except -1
+    cdef inline int _cursor_load(self, Cursor* c, object chain) except -1
+    cdef inline int _cursor_at(self, Cursor* c, object chain, int64_t us, int64_t bs, Py_ssize_t i) except -1
+    cdef inline int _cursor_next(self, Cursor* c, object chain, bint load) except -1
     cdef inline bint _cursor_fits(self, Cursor* c, int64_t* k) noexcept
-    cdef inline object _cursor_big(self, Cursor* c, list chain)
-    cdef inline int32_t _cursor_find(self, Cursor* c, list chain) except -2
+    cdef inline object _cursor_big(self, Cursor* c, object chain)
+    cdef inline int32_t _cursor_find(self, Cursor* c, object chain) except -2
     cdef Py_ssize_t _owner_sync(self, BlockOwner o, int64_t us, int64_t bs, Py_ssize_t n) except -1
     cdef Py_ssize_t _walk_memo(self, BlockOwner o, array.array memo, int64_t us, int64_t bs, Py_ssize_t h,
                                Py_ssize_t n, int64_t tag) except -1
-    cdef array.array _chain_blocks(self, list chain, int64_t us, int64_t bs, Py_ssize_t n)
+    cdef array.array _chain_blocks(self, object chain, int64_t us, int64_t bs, Py_ssize_t n)
     cdef Py_ssize_t _free_hits(self, array.array ids) noexcept
     cdef bint _free_hits_over(self, const int* ids, Py_ssize_t n, Py_ssize_t room) noexcept
     cdef void _reference_ids(self, array.array ids) noexcept
-    cdef int _cache_chain_one(self, int32_t b, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1
+    cdef int _cache_chain_one(self, int32_t b, object chain, int64_t us, int64_t bs, Py_ssize_t i) except -1
     cdef inline int _cache_int(self, int32_t b, int64_t k) except -1
     cdef int _cache_obj(self, int32_t b, object h) except -1
     cdef int _reference(self, list blocks) except -1

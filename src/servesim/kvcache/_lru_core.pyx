@@ -9,23 +9,26 @@ The pure-Python :class:`servesim.kvcache.block_pool.BlockPool` spends most of it
 the per-block work of a Python ``dict`` (one delete and one insert per recycled block) and
 one interpreted iteration per block.  This core keeps the same state in C arrays:
 
-* one ``Blk`` struct per block ``b``, so that a block's state shares a cache line:
-  ``refs`` (requests holding it), ``hval`` / ``hset`` (the hash it is cached under, if
-  any) and ``qpos``, its place in the free queue;
+* one 16-byte ``Blk`` struct per block ``b``, so that a block's state shares a cache line
+  (four blocks to a line: a run of allocations or frees reads neighbouring ids): ``refs``
+  (requests holding it), ``hval`` (the hash it is cached under: ``NO_HASH`` if none,
+  ``BIG_HASH`` if one kept outside the C map) and ``qpos``, its place in the free queue (the
+  ring position modulo 2**31);
 * the free queue (vLLM's ``FreeKVCacheBlockQueue``: freed blocks join the tail, allocations
   pop the head, a prefix hit takes a block out of the middle) as a ring of block ids with
   lazy deletion, like the Python pool's deque: an entry at position ``p`` is live when its
-  block's ``qpos`` is ``p``, and a block leaves the middle by dropping its ``qpos``; a block
+  block's ``qpos`` is ``p`` (modulo 2**31), and a block leaves the middle by dropping its ``qpos``; a block
   is on the queue exactly when its reference count is 0.  A linked list would make every
   allocation a chain of dependent cache misses (the next block is known only once this one
   is loaded); the ring is read in order, so allocation loads blocks several places ahead;
 * an open-addressing hash map from hash to block (linear probing, deletion by backward
-  shift, load at most one half), holding one block per hash as the Python pool does.  A
+  shift, load at most one quarter), holding one block per hash as the Python pool does.  A
   slot holds only the block and 32 bits of the key's mixed hash (its home slot and a
   fingerprint); the key itself is the block's ``hval``, read only when the fingerprint
-  matches.  At 8 bytes a slot the map of a 50k-block pool fits in 1 MB: the pool's
-  work is mostly cache misses, and halving the map cut a block's cost by about a third
-  (``benchmarks/bench_block_pool.py --pools 4``).
+  matches.  At 8 bytes a slot the map of a 50k-block pool fits in 2 MB: the pool's
+  work is mostly cache misses, and halving the slot cut a block's cost by about a third
+  (``benchmarks/bench_block_pool.py --pools 4``); a quarter full rather than half, probe
+  runs stay within a cache line more often.
 
 Hashes are Python ints.  Those within a signed 64-bit integer (all but ~1 in 10^16: a
 chained hash plus an offset can pass 2^63) go to the C map; any other goes to a small
@@ -83,15 +86,35 @@ cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
 cdef extern from "<stdint.h>":
     const int64_t INT64_MAX
 
+# ``Blk.hval`` of a block cached under no hash, and of one cached under a hash kept in the
+# Python dicts (``big``): the two lowest int64 values, so a key of the C map is above both
+# (the two values themselves, as keys, go to the dicts too).
+cdef extern from *:
+    """
+    #define SERVESIM_NO_HASH INT64_MIN
+    #define SERVESIM_BIG_HASH (INT64_MIN + 1)
+    """
+    const int64_t NO_HASH "SERVESIM_NO_HASH"
+    const int64_t BIG_HASH "SERVESIM_BIG_HASH"
+
+# ``Blk.qpos`` keeps a ring position modulo 2**31: the live range of the ring is shorter
+# (pools of at most 2**29 blocks), so within it the residue names one position.
+cdef enum:
+    QMASK = 0x7fffffff
+    MAX_BLOCKS = 1 << 29
+
 cdef extern from *:
     # GCC / Clang: start loading a cache line now, so that misses overlap instead of queueing.
     void __builtin_prefetch(const void* addr) nogil
 
 
-# How far ahead an allocation loads the queue's blocks, and the map slots of their hashes.
+# How far ahead an allocation loads the queue's blocks, and the map slots of their hashes
+# (a sixteen-worker agentic run, benchmarks/bench_agentic.py, ran ~3% faster with these
+# than with 8 and 4, and no faster with 28 and 14; ``chain_cache`` and ``free_tail_first``
+# look 12 blocks ahead likewise).
 cdef enum:
-    LEAD_BLOCK = 8
-    LEAD_SLOT = 4
+    LEAD_BLOCK = 16
+    LEAD_SLOT = 8
 
 
 cdef class LRUCore:
@@ -100,15 +123,22 @@ cdef class LRUCore:
     def __cinit__(self, int num_blocks):
         if num_blocks < 0:
             raise ValueError(f"need num_blocks >= 0, got {num_blocks}")
+        if num_blocks > MAX_BLOCKS:
+            raise ValueError(f"the compiled pool holds at most {MAX_BLOCKS} blocks, got {num_blocks}")
         cdef int n = num_blocks
         cdef int m = n if n > 0 else 1
-        cdef uint64_t cap = 8
-        while cap < <uint64_t>(2 * m):
+        # The map at most a quarter full and the ring four times the blocks: a sixteen-worker
+        # agentic run (benchmarks/bench_agentic.py) took ~6% less CPU than at half full and
+        # twice (a deletion shifts the rest of its probe run back, and at half full that run
+        # often reaches into the next cache line; the ring compacts half as often).
+        cdef uint64_t cap = 8, rcap = 8
+        while cap < 4 * <uint64_t>m:
             cap <<= 1
+        rcap = cap
         self.num_blocks = n
         self.blk = <Blk*>malloc(m * sizeof(Blk))
         self.table = <Slot*>malloc(cap * sizeof(Slot))
-        self.ring = <int32_t*>malloc(cap * sizeof(int32_t))
+        self.ring = <int32_t*>malloc(rcap * sizeof(int32_t))
         self.ucap = 4 * m if m > 256 else 1024
         self.ulog = <int32_t*>malloc(self.ucap * sizeof(int32_t))
         self.ulen = 0
@@ -119,15 +149,14 @@ cdef class LRUCore:
         if not self.blk or not self.table or not self.ring or not self.ulog or not self.mtag or not self.mpos:
             raise MemoryError()
         self.tmask = cap - 1
-        self.rmask = cap - 1
+        self.rmask = rcap - 1
         cdef int b
         cdef uint64_t slot
         for slot in range(cap):
             self.table[slot].block = -1
         for b in range(n):  # every block free, in id order
             self.blk[b].refs = 0
-            self.blk[b].hset = 0
-            self.blk[b].hval = 0
+            self.blk[b].hval = NO_HASH
             self.blk[b].qpos = b
             self.mtag[b] = 0
             self.ring[b] = b
@@ -151,7 +180,7 @@ cdef class LRUCore:
         """The block cached under hash ``h``, or -1."""
         cdef int overflow = 0
         cdef int64_t k = PyLong_AsLongLongAndOverflow(h, &overflow)
-        if overflow == 0:
+        if overflow == 0 and k > BIG_HASH:
             return self._find(k)
         b = self.big.get(h)
         return -1 if b is None else b
@@ -160,20 +189,19 @@ cdef class LRUCore:
         """Cache block ``b`` under hash ``h`` (absent from the map)."""
         cdef int overflow = 0
         cdef int64_t k = PyLong_AsLongLongAndOverflow(h, &overflow)
-        if overflow == 0:
+        if overflow == 0 and k > BIG_HASH:
             self.blk[b].hval = k
-            self.blk[b].hset = 1
             self._put(k, b)
         else:
             self.big[h] = b
             self.big_of[b] = h
-            self.blk[b].hset = 2
+            self.blk[b].hval = BIG_HASH
             self.num_cached += 1
         return 0
 
     cdef inline int _uncache(self, int32_t b, list removed) except -1:
         """Drop block ``b``'s hash from the map (appended to ``removed`` unless None)."""
-        if self.blk[b].hset == 1:
+        if self.blk[b].hval != BIG_HASH:
             if removed is not None:
                 removed.append(self.blk[b].hval)
             self._delete(self.blk[b].hval)
@@ -183,7 +211,7 @@ cdef class LRUCore:
             self.num_cached -= 1
             if removed is not None:
                 removed.append(h)
-        self.blk[b].hset = 0
+        self.blk[b].hval = NO_HASH
         if self.ulen == self.ucap:
             self.ubase += self.ulen
             self.ulen = 0
@@ -193,11 +221,11 @@ cdef class LRUCore:
 
     cdef inline object _hash_of(self, int32_t b):
         """The hash block ``b`` is cached under, or None."""
-        if self.blk[b].hset == 1:
-            return self.blk[b].hval
-        if self.blk[b].hset == 2:
+        if self.blk[b].hval == NO_HASH:
+            return None
+        if self.blk[b].hval == BIG_HASH:
             return self.big_of[b]
-        return None
+        return self.blk[b].hval
 
     # ------------------------------------------------------------------ hash map
     cdef inline void _prefetch_slot(self, int64_t k) noexcept:
@@ -250,7 +278,7 @@ cdef class LRUCore:
     # ------------------------------------------------------------------ free queue (ring)
     cdef inline bint _live(self, int64_t p) noexcept:
         """Whether the ring entry at position ``p`` is its block's place in the queue."""
-        return self.blk[self.ring[p & self.rmask]].qpos == p
+        return self.blk[self.ring[p & self.rmask]].qpos == <int32_t>(p & QMASK)
 
     cdef inline void _unlink(self, int32_t b) noexcept:
         """Take free block ``b`` out of the queue (its ring entry goes stale)."""
@@ -261,7 +289,7 @@ cdef class LRUCore:
         if <uint64_t>(self.rtail - self.rhead) > self.rmask:
             self._compact()
         self.ring[self.rtail & self.rmask] = b
-        self.blk[b].qpos = self.rtail
+        self.blk[b].qpos = <int32_t>(self.rtail & QMASK)
         self.rtail += 1
         self.num_free += 1
 
@@ -272,9 +300,9 @@ cdef class LRUCore:
         cdef int32_t b
         for p in range(self.rhead, self.rtail):
             b = self.ring[p & self.rmask]
-            if self.blk[b].qpos == p:
+            if self.blk[b].qpos == <int32_t>(p & QMASK):
                 self.ring[w & self.rmask] = b
-                self.blk[b].qpos = w
+                self.blk[b].qpos = <int32_t>(w & QMASK)
                 w += 1
         self.rtail = w
 
@@ -298,11 +326,11 @@ cdef class LRUCore:
             __builtin_prefetch(&self.blk[self.ring[(p + LEAD_BLOCK) & self.rmask]])
         if p + LEAD_SLOT < self.rtail:
             nb = self.ring[(p + LEAD_SLOT) & self.rmask]
-            if self.blk[nb].hset == 1:
+            if self.blk[nb].hval > BIG_HASH:
                 self._prefetch_slot(self.blk[nb].hval)
         self.rhead = p + 1
         self._unlink(b)
-        if self.blk[b].hset:
+        if self.blk[b].hval != NO_HASH:
             self._uncache(b, removed)
         self.blk[b].refs = 1
         return b
@@ -318,7 +346,7 @@ cdef class LRUCore:
         return <int32_t>b
 
     # ------------------------------------------------------------------ hashes from a unit chain
-    cdef int _check_chain(self, list chain, int64_t us, int64_t bs, Py_ssize_t stop) except -1:
+    cdef int _check_chain(self, object chain, int64_t us, int64_t bs, Py_ssize_t stop) except -1:
         """Raise unless ``chain`` reaches the unit of block ``stop - 1``."""
         if us <= 0 or bs <= 0:
             raise ValueError(f"need unit and block sizes >= 1, got {us}, {bs}")
@@ -327,15 +355,20 @@ cdef class LRUCore:
         return 0
 
     # A prompt's blocks are walked in order, so their hashes come from a cursor: one
-    # division to place it, then an addition per block, and chain[j] converted from a Python
-    # int once per unit instead of once per block.
-    cdef inline int _cursor_load(self, Cursor* c, list chain) except -1:
+    # division to place it, then an addition per block, and chain[j] read once per unit
+    # instead of once per block (in place from a chain list, ``kvcache/hashing.py:chain_list``;
+    # converted from a Python int from any other sequence).
+    cdef inline int _cursor_load(self, Cursor* c, object chain) except -1:
         cdef int overflow = 0
+        if c.data != NULL:  # a chain list: its values are int64
+            c.p = c.data[c.j]
+            c.fits = True
+            return 0
         c.p = PyLong_AsLongLongAndOverflow(chain[c.j], &overflow)
         c.fits = overflow == 0
         return 0
 
-    cdef inline int _cursor_at(self, Cursor* c, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
+    cdef inline int _cursor_at(self, Cursor* c, object chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
         """Place ``c`` on block ``i`` (``chain`` must reach its unit).
 
         The block ends at token ``t = (i + 1) * bs``, in unit ``j = (t - 1) // us``; its hash is
@@ -344,11 +377,12 @@ cdef class LRUCore:
         cdef int64_t t = (i + 1) * bs
         c.us = us
         c.bs = bs
+        c.data = _chain_data(chain)
         c.j = <Py_ssize_t>((t - 1) // us)
         c.d = t - c.j * us
         return self._cursor_load(c, chain)
 
-    cdef inline int _cursor_next(self, Cursor* c, list chain, bint load) except -1:
+    cdef inline int _cursor_next(self, Cursor* c, object chain, bint load) except -1:
         """Move ``c`` to the next block; its unit's value is read only if ``load``."""
         cdef Py_ssize_t j0 = c.j
         c.d += c.bs
@@ -359,27 +393,27 @@ cdef class LRUCore:
             self._cursor_load(c, chain)
         return 0
 
-    # The hash of the block under a cursor almost always fits in int64: that case stays in C
+    # The hash of the block under a cursor almost always fits in int64 (above BIG_HASH): that case stays in C
     # (no Python object passes, not even None), the other goes through a Python int.
     cdef inline bint _cursor_fits(self, Cursor* c, int64_t* k) noexcept:
         """Whether the hash of the block under ``c`` fits in int64; if so it is written to ``k``."""
-        if c.fits and c.p <= INT64_MAX - c.d:
+        if c.fits and c.p <= INT64_MAX - c.d and c.p + c.d > BIG_HASH:
             k[0] = c.p + c.d
             return True
         return False
 
-    cdef inline object _cursor_big(self, Cursor* c, list chain):
+    cdef inline object _cursor_big(self, Cursor* c, object chain):
         """The hash of the block under ``c`` as a Python int (for one that does not fit)."""
         return chain[c.j] + c.d
 
-    cdef inline int32_t _cursor_find(self, Cursor* c, list chain) except -2:
+    cdef inline int32_t _cursor_find(self, Cursor* c, object chain) except -2:
         """The block cached under the hash of the block under ``c``, or -1."""
         cdef int64_t k = 0
         if self._cursor_fits(c, &k):
             return self._find(k)
         return self._find_obj(self._cursor_big(c, chain))
 
-    def chain_prefix(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
+    def chain_prefix(self, object chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
         """:meth:`find_cached_prefix` of blocks ``0..n-1``'s hashes."""
         self._check_chain(chain, us, bs, n)
         if n <= 0:
@@ -536,7 +570,7 @@ cdef class LRUCore:
         free(pf)
         return free0, cuts
 
-    cdef array.array _chain_blocks(self, list chain, int64_t us, int64_t bs, Py_ssize_t n):
+    cdef array.array _chain_blocks(self, object chain, int64_t us, int64_t bs, Py_ssize_t n):
         """The blocks cached under blocks ``0..n-1``'s hashes, as a block list; KeyError if one
         is not cached."""
         self._check_chain(chain, us, bs, n)
@@ -555,17 +589,17 @@ cdef class LRUCore:
             self._cursor_next(&c, chain, i + 1 < n)
         return out
 
-    def chain_count_free(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
+    def chain_count_free(self, object chain, int64_t us, int64_t bs, Py_ssize_t n) -> int:
         """:meth:`count_free` of blocks ``0..n-1``'s hashes."""
         return self._free_hits(self._chain_blocks(chain, us, bs, n))
 
-    def chain_take(self, list chain, int64_t us, int64_t bs, Py_ssize_t n) -> array.array:
+    def chain_take(self, object chain, int64_t us, int64_t bs, Py_ssize_t n) -> array.array:
         """:meth:`take_cached` of blocks ``0..n-1``'s hashes, as a new block list."""
         cdef array.array out = self._chain_blocks(chain, us, bs, n)
         self._reference_ids(out)
         return out
 
-    def chain_take_within(self, list chain, int64_t us, int64_t bs, Py_ssize_t n, Py_ssize_t need):
+    def chain_take_within(self, object chain, int64_t us, int64_t bs, Py_ssize_t n, Py_ssize_t need):
         """:meth:`chain_take` of blocks ``0..n-1`` if ``need`` fresh blocks then still fit in the
         free queue (a hit on a free block uses one up), else None, taking nothing: one walk
         for :meth:`chain_count_free` and :meth:`chain_take`."""
@@ -605,7 +639,7 @@ cdef class LRUCore:
                 __builtin_prefetch(&self.blk[ids.data.as_ints[i + LEAD_BLOCK]])
             self._reference_one(ids.data.as_ints[i])
 
-    cdef int _cache_chain_one(self, int32_t b, list chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
+    cdef int _cache_chain_one(self, int32_t b, object chain, int64_t us, int64_t bs, Py_ssize_t i) except -1:
         """:meth:`_cache_one` of block ``b`` under block ``i``'s hash (``chain`` reaches its
         unit); 1 if it was registered."""
         cdef Cursor c
@@ -617,25 +651,24 @@ cdef class LRUCore:
 
     cdef inline int _cache_int(self, int32_t b, int64_t k) except -1:
         """Register block ``b`` under the int64 hash ``k`` unless either is taken; 1 if it was."""
-        if self.blk[b].hset or self._find(k) >= 0:
+        if self.blk[b].hval != NO_HASH or self._find(k) >= 0:
             return 0
         if self.blk[b].refs <= 0:
             raise RuntimeError(f"caching block {b}, which is not in use")
         self.blk[b].hval = k
-        self.blk[b].hset = 1
         self._put(k, b)
         return 1
 
     cdef int _cache_obj(self, int32_t b, object h) except -1:
         """:meth:`_cache_int` for a hash given as a Python int."""
-        if self.blk[b].hset or self._find_obj(h) >= 0:
+        if self.blk[b].hval != NO_HASH or self._find_obj(h) >= 0:
             return 0
         if self.blk[b].refs <= 0:
             raise RuntimeError(f"caching block {b}, which is not in use")
         self._insert_obj(h, b)
         return 1
 
-    def chain_cache(self, array.array blocks not None, list chain, int64_t us, int64_t bs, Py_ssize_t start,
+    def chain_cache(self, array.array blocks not None, object chain, int64_t us, int64_t bs, Py_ssize_t start,
                     Py_ssize_t stop) -> int:
         """:meth:`cache_full_blocks` of ``blocks[start:stop]`` (a block list) under blocks
         ``start..stop-1``'s hashes."""
@@ -649,7 +682,7 @@ cdef class LRUCore:
         if start >= stop:
             return n
         cdef Cursor c, ahead  # ``ahead``: LEAD blocks on, whose map slot is prefetched
-        cdef Py_ssize_t i, LEAD = 4
+        cdef Py_ssize_t i, LEAD = 12
         cdef int64_t k = 0, ka = 0
         cdef int32_t b
         self._cursor_at(&c, chain, us, bs, start)
@@ -761,8 +794,8 @@ cdef class LRUCore:
         cdef Py_ssize_t i
         cdef int ahead
         for i in range(Py_SIZE(blocks) - 1, -1, -1):
-            if i >= 4:  # the pool's work is cache misses: start loading a block a few ahead
-                ahead = ids[i - 4]
+            if i >= 12:  # the pool's work is cache misses: start loading a block a few ahead
+                ahead = ids[i - 12]
                 if 0 <= ahead < self.num_blocks:  # else the free that reaches it raises, in order
                     __builtin_prefetch(&self.blk[ahead])
             self._free_one(self._id(ids[i]))
@@ -778,7 +811,7 @@ cdef class LRUCore:
     cdef inline int _cache_one(self, object ob, object h, list stored) except -1:
         """Register block ``ob`` under ``h`` unless either is taken; 1 if it was registered."""
         cdef int32_t b = self._block(ob)
-        if self.blk[b].hset or self._find_obj(h) >= 0:
+        if self.blk[b].hval != NO_HASH or self._find_obj(h) >= 0:
             return 0
         if self.blk[b].refs <= 0:
             raise RuntimeError(f"caching block {b}, which is not in use")
@@ -825,7 +858,7 @@ cdef class LRUCore:
 
     def cached_map(self) -> dict:
         """``{hash: block}`` of every cached block."""
-        return {self._hash_of(b): b for b in range(self.num_blocks) if self.blk[b].hset}
+        return {self._hash_of(b): b for b in range(self.num_blocks) if self.blk[b].hval != NO_HASH}
 
     def uncache_log_position(self) -> int:
         """Hashes dropped from the map so far (the uncache log's absolute end)."""
@@ -848,11 +881,11 @@ cdef class LRUCore:
             assert self.blk[b].refs >= 0, b
             unreferenced += self.blk[b].refs == 0
             if self.blk[b].refs == 0:  # its queue entry lies in the ring's live range
-                p = self.blk[b].qpos
+                p = self.rhead + ((self.blk[b].qpos - (self.rhead & QMASK)) & QMASK)
                 assert self.rhead <= p < self.rtail and self.ring[p & self.rmask] == b, f"free block {b} not queued"
             else:
                 assert self.blk[b].qpos == -1, f"block {b} in use but queued"
-            if self.blk[b].hset:
+            if self.blk[b].hval != NO_HASH:
                 cached += 1
                 assert self._find_obj(self._hash_of(b)) == b, f"block {b}'s hash not mapped to it"
         assert cached == self.num_cached, (cached, self.num_cached)

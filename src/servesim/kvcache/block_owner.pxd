@@ -7,7 +7,7 @@ from servesim.workload.request cimport Request
 cdef class BlockOwner:
     cdef public Request req
     cdef public array blocks  # a block list (kvcache/block_pool.py:block_list)
-    cdef public list chain
+    cdef public object chain
     cdef public long long n_cached
     cdef public long long private_from
     cdef public array memo

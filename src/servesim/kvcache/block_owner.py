@@ -10,6 +10,7 @@ attribute lookups they had cost about as much as the replay's own work.
 from __future__ import annotations
 
 from servesim.kvcache.block_pool import block_list
+from servesim.kvcache.hashing import chain_list
 from servesim.workload.request import Request
 
 #: ``BlockOwner.private_from`` of a request whose blocks are all registered as they fill.
@@ -30,8 +31,9 @@ class BlockOwner:
         self.req = req
         #: A block list (kvcache/block_pool.py:block_list): C ints, no Python int per block.
         self.blocks = block_list()
-        #: The sequence's unit chain so far (kvcache/hashing.py): its block hashes follow from it.
-        self.chain: list[int] = []
+        #: The sequence's unit chain so far (kvcache/hashing.py), a chain list (hashing.py:chain_list):
+        #: its block hashes follow from it.
+        self.chain = chain_list()
         #: Leading blocks already registered in the prefix cache (or taken from it), or
         #: passed over as private (below).
         self.n_cached = 0

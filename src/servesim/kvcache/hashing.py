@@ -19,7 +19,8 @@ Python's hashing of ints and tuples is not salted, so hashes are the same in eve
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from array import array
+from collections.abc import MutableSequence, Sequence
 
 from servesim.compiled import compiled_module
 
@@ -42,12 +43,32 @@ def id_chain(block_ids: Sequence[int], parent: int = ROOT_HASH) -> list[int]:
     return out
 
 
-#: The Python :func:`id_chain`, the reference of ``kvcache/_hash_core.pyx``.
+def chain_list(values: Sequence[int] = ()) -> array:
+    """A request's unit chain as a *chain list*: an ``array.array`` of C 64-bit ints.
+
+    A chain value is a Python hash, so it fits; an engine keeps each request's chain in one
+    (``BlockOwner.chain``), where a Python list would hold an int object per unit, each made
+    when the chain is extended, read (a cache miss) whenever a block's hash is computed, and
+    freed with the request.  The compiled pool reads the values in place.
+    """
+    return array("q", values)
+
+
+def extend_chain(chain: MutableSequence[int], block_ids: Sequence[int]) -> MutableSequence[int]:
+    """Append to ``chain`` (a chain list, or a list) the chain values of the units ``block_ids``,
+    continuing from its last value (:data:`ROOT_HASH` when empty); returns ``chain``."""
+    chain.extend(id_chain(block_ids, chain[-1] if len(chain) else ROOT_HASH))
+    return chain
+
+
+#: The Python :func:`id_chain` and :func:`extend_chain`, the references of ``kvcache/_hash_core.pyx``.
 python_id_chain = id_chain
+python_extend_chain = extend_chain
 
 _core = compiled_module("kvcache._hash_core")  # bound at import: servesim/compiled.py's rule
 if _core is not None:
     id_chain = _core.id_chain  # noqa: F811
+    extend_chain = _core.extend_chain  # noqa: F811
 
 
 def block_hashes(

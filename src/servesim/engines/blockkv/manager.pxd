@@ -8,7 +8,7 @@ from servesim.kvcache.block_owner cimport BlockOwner
 
 
 @cython.locals(us=cython.longlong, need=cython.longlong)
-cpdef list extend_unit_chain(Request req, list chain, long long n_blocks, long long block_size)
+cpdef object extend_unit_chain(Request req, object chain, long long n_blocks, long long block_size)
 
 
 cdef class BlockKVEngine(Engine):
@@ -25,7 +25,7 @@ cdef class BlockKVEngine(Engine):
     cdef public long long host_loaded_tokens
 
     cpdef bint _reject_unfit(self, Request req, double now, long long max_len, str max_len_key)
-    cpdef list _chain(self, BlockOwner owner, long long n_blocks)
+    cpdef object _chain(self, BlockOwner owner, long long n_blocks)
     cpdef list _hashes(self, BlockOwner owner, long long start, long long stop)
 
     @cython.locals(cap=cython.longlong)

@@ -28,21 +28,21 @@ from servesim.engines.host import host_link
 from servesim.errors import ConfigError
 from servesim.kvcache.block_owner import BlockOwner
 from servesim.kvcache.block_pool import block_list
-from servesim.kvcache.hashing import ROOT_HASH, block_content_ids, chain_block_hashes, id_chain
+from servesim.kvcache.hashing import block_content_ids, chain_block_hashes, extend_chain
 from servesim.kvcache.host_tier import HostTier
 from servesim.kvcache.lru_pool import new_block_pool
 from servesim.metrics.recorder import Status
 from servesim.workload.request import Request, sequence_block_ids, sequence_units
 
 
-def extend_unit_chain(req: Request, chain: list[int], n_blocks: int, block_size: int) -> list[int]:
-    """Extend ``chain`` (the request's unit chain so far, in place) to reach the trace unit
-    holding the last token of its first ``n_blocks`` blocks of ``block_size`` tokens."""
+def extend_unit_chain(req: Request, chain, n_blocks: int, block_size: int):
+    """Extend ``chain`` (the request's unit chain so far, a chain list or a list, in place) to
+    reach the trace unit holding the last token of its first ``n_blocks`` blocks of
+    ``block_size`` tokens; returns it."""
     us = req.block_size
     need = (n_blocks * block_size - 1) // us + 1 if n_blocks > 0 else 0  # units
     if need > len(chain):  # only the units not chained yet: a decode extends by one
-        parent = chain[-1] if chain else ROOT_HASH
-        chain.extend(id_chain(sequence_block_ids(req, len(chain), need), parent))
+        extend_chain(chain, sequence_block_ids(req, len(chain), need))
     return chain
 
 
@@ -127,7 +127,7 @@ class BlockKVEngine(Engine):
     # -- block hashes -----------------------------------------------------------------------
     # A request's block hashes follow from its unit chain (kvcache/hashing.py); the pool's
     # ``chain_*`` operations compute them, so the engine keeps only the chain.
-    def _chain(self, owner: BlockOwner, n_blocks: int) -> list[int]:
+    def _chain(self, owner: BlockOwner, n_blocks: int):
         """The request's unit chain, extended to cover its first ``n_blocks`` blocks."""
         return extend_unit_chain(owner.req, owner.chain, n_blocks, self.bs)
 

@@ -75,7 +75,8 @@ cdef int _replay_pass(LRUCore core, list reqs, object c0, const int64_t* c0p, in
     cdef Py_ssize_t j
     cdef int64_t c, us, i
     cdef BlockOwner vr
-    cdef list chain, removed = [] if on_evict is not None else None
+    cdef object chain
+    cdef list removed = [] if on_evict is not None else None
     for j in range(len(reqs)):
         c = _computed_at(c0, c0p, j) + s  # the position this pass computes
         if c % bs == 0:  # opens a block
@@ -173,7 +174,7 @@ def replay_decode(LRUCore core not None, list reqs, object c0, int first, int k,
     cdef int64_t us
     cdef int64_t mask = bs - 1 if (bs & (bs - 1)) == 0 else -1  # residues by a mask when bs is a power of 2
     cdef BlockOwner vr
-    cdef list chain
+    cdef object chain
     cdef list removed = [] if on_evict is not None else None
     try:
         # Each request's events: pass s opens a block when s ≡ a = -c (mod bs) and, with
