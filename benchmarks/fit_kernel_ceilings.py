@@ -22,7 +22,8 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
 - each engine's own kernel rates (``--engine-kernels [--out FILE]``): per engine, CUDA major
   version, op and format, the factor on the op model's compute efficiency that fits that
   engine's tables best (prefill attention, MLA and GQA; fused-MoE grouped GEMMs per expert
-  format), written as ``src/servesim/perf/engine_kernels.yaml`` (perf/engine_kernels.py).
+  format, with a second factor on their weight streaming), written as
+  ``src/servesim/perf/engine_kernels.yaml`` (perf/engine_kernels.py).
 
 These are per-kernel measurements (physics), not end-to-end results: nothing of
 calibration.csv enters.  Excluded, with the reason: vLLM's block-scaled fp8 GEMM op on
@@ -213,17 +214,23 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
     params = AnalyticParams()
     out = []
     for (engine, major, op, fmt), parts in sorted(_engine_sets(systems, rows).items()):
-        def err(x, parts=parts, op=op, fmt=fmt):
-            rates = KernelRates({(op, fmt): float(x[0])})
+        # a MoE kernel has two rates: its math (large token counts) and its expert-weight
+        # streaming (decode-sized counts); prefill attention one
+        fitted = (op, "moe_stream") if op == "moe" else (op,)
+
+        def err(x, parts=parts, fitted=fitted, fmt=fmt):
+            rates = KernelRates({(o, fmt): float(v) for o, v in zip(fitted, x)})
             return np.concatenate([np.log(price(OpModel(gpu, params, rates), g) / g.latency.values)
                                    for gpu, price, g in parts])
 
-        before = err([1.0])
-        res = least_squares(err, [1.0], bounds=RATE_RANGE, loss="soft_l1", f_scale=LOSS_SCALE)
+        x0 = [1.0] * len(fitted)
+        before = err(x0)
+        res = least_squares(err, x0, bounds=RATE_RANGE, loss="soft_l1", f_scale=LOSS_SCALE)
         after = err(res.x)
-        out.append(dict(engine=engine, cuda_major=major, op=op, format=fmt, rate=round(float(res.x[0]), 3),
-                        rows=int(before.size), median_abs_before=float(np.median(np.abs(np.expm1(before)))),
-                        median_abs_after=float(np.median(np.abs(np.expm1(after))))))
+        for o, v in zip(fitted, res.x):
+            out.append(dict(engine=engine, cuda_major=major, op=o, format=fmt, rate=round(float(v), 3),
+                            rows=int(before.size), median_abs_before=float(np.median(np.abs(np.expm1(before)))),
+                            median_abs_after=float(np.median(np.abs(np.expm1(after))))))
     return out
 
 

@@ -53,6 +53,17 @@ def test_a_rate_slows_exactly_the_ops_it_names() -> None:
     assert float(slow.attention_prefill(1, 4096, 0, 32, 8, 128)) == float(base.attention_prefill(1, 4096, 0, 32, 8, 128))
 
 
+def test_a_stream_rate_moves_decode_sized_moe_and_not_prefill_sized() -> None:
+    """A MoE kernel's streaming rate prices the expert weights a small batch reads; a prefill-sized
+    batch is bound by its math and keeps its time."""
+    gpu, p = load_gpu("b200_sxm"), AnalyticParams()
+    base, fast = OpModel(gpu, p), OpModel(gpu, p, KernelRates({("moe_stream", "fp4"): 1.5}))
+    small = (8, 7168, 2048, 8, 384, 4, 1, "nvfp4")
+    big = (16384, 7168, 2048, 8, 384, 4, 1, "nvfp4")
+    assert float(fast.moe(*small)) < 0.8 * float(base.moe(*small))
+    assert float(fast.moe(*big)) == pytest.approx(float(base.moe(*big)), rel=1e-9)
+
+
 def test_build_step_time_prices_sglangs_mla_prefill_with_its_rate() -> None:
     """An 8k-token DeepSeek prefill on H200: the step-time model SGLang gets spends more on
     attention than one without engine rates, by the MLA rate's share of the attention."""

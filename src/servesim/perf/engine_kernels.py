@@ -25,7 +25,8 @@ from servesim.yaml_io import safe_load
 
 RATES_FILE = Path(__file__).with_name("engine_kernels.yaml")
 #: Ops a rate can apply to, with the formats each names.
-OPS = {"prefill_attention": ("mla", "gqa"), "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4")}
+OPS = {"prefill_attention": ("mla", "gqa"), "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
+       "moe_stream": ("bf16", "fp8", "fp4", "mxfp4", "int4")}
 #: A rate outside this range is a table or fitting error, not a kernel.
 RATE_RANGE = (0.1, 3.0)
 
@@ -42,9 +43,17 @@ class KernelRates:
         return self.rates.get(("prefill_attention", kind), 1.0)
 
     def moe(self, dtype: str) -> float:
-        """The engine's fused-MoE grouped GEMMs with ``dtype`` expert weights."""
-        d = dtype.lower()
-        return self.rates.get(("moe", "fp4" if d == "nvfp4" else d), 1.0)
+        """The engine's fused-MoE grouped GEMMs with ``dtype`` expert weights: their math."""
+        return self.rates.get(("moe", _format(dtype)), 1.0)
+
+    def moe_stream(self, dtype: str) -> float:
+        """The same kernels' expert-weight streaming, which decode-sized MoE is bound by."""
+        return self.rates.get(("moe_stream", _format(dtype)), 1.0)
+
+
+def _format(dtype: str) -> str:
+    d = dtype.lower()
+    return "fp4" if d == "nvfp4" else d
 
 
 NO_RATES = KernelRates()
