@@ -64,6 +64,18 @@ def test_a_stream_rate_moves_decode_sized_moe_and_not_prefill_sized() -> None:
     assert float(fast.moe(*big)) == pytest.approx(float(base.moe(*big)), rel=1e-9)
 
 
+def test_a_stream_rate_never_streams_past_the_gpus_hbm_ceiling() -> None:
+    """With mem_eff 0.85 under H100's measured ceiling 0.89, a faster kernel may gain up to
+    0.89 / 0.85 of the weight-streaming time and no more."""
+    gpu, p = load_gpu("h100_sxm"), AnalyticParams()
+    assert p.mem_eff < gpu.ceiling("hbm")
+    small = (8, 4096, 1536, 8, 128, 1, 1, "bf16")
+    base = float(OpModel(gpu, p).moe(*small))
+    twice = float(OpModel(gpu, p, KernelRates({("moe_stream", "bf16"): 2.0})).moe(*small))
+    thrice = float(OpModel(gpu, p, KernelRates({("moe_stream", "bf16"): 3.0})).moe(*small))
+    assert twice == thrice < base
+
+
 def test_build_step_time_prices_sglangs_mla_prefill_with_its_rate() -> None:
     """An 8k-token DeepSeek prefill on H200: the step-time model SGLang gets spends more on
     attention than one without engine rates, by the MLA rate's share of the attention."""

@@ -5,13 +5,14 @@ engines run different kernels for the same op: SGLang prefills MLA on Hopper thr
 FlashAttention-3 over expanded 192-dim keys, TensorRT-LLM through its own MLA kernel; vLLM,
 SGLang and TensorRT-LLM each ship their own fused-MoE grouped GEMMs.  Their measured per-kernel
 tables (aiconfigurator-core, one per engine, GPU and precision) show each engine's kernel family
-running at its own rate: SGLang's MLA prefill on H100 / H200 at 0.43 of the op model, TensorRT-
-LLM's at 0.93; the MoE kernels between 0.3 and 1.3 by engine and precision.
+running at its own rate: SGLang's MLA prefill on H100 / H200 at 0.38 of the op model, TensorRT-
+LLM's at 0.93; the fused-MoE kernels' math between 0.5 and 1.4 of it by engine and precision.
 
 ``engine_kernels.yaml`` records those rates, one per (engine, CUDA major version, op, format),
 fitted on the engines' kernel tables by ``benchmarks/fit_kernel_ceilings.py --engine-kernels``
 (per-kernel physics; no end-to-end result enters).  A rate multiplies the op's compute
-efficiency; 1 (no entry) keeps the op model as it is.
+efficiency, or for ``moe_stream`` the rate the MoE kernel streams expert weights at (never past
+the GPU's measured HBM ceiling); 1 (no entry) keeps the op model as it is.
 """
 
 from __future__ import annotations

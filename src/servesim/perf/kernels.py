@@ -259,7 +259,8 @@ class OpModel:
             comp = comp / (tiles / (np.ceil(tiles / self.sms) * self.sms))
             comp = np.minimum(comp, np.maximum(ideal, 2.0 * ideal))  # never worse than half the SMs idle
         wb = weight_bytes(dtype)
-        stream = self.stream_ratio(dtype) * self.rates.moe_stream(dtype)
+        # the engine's kernel may stream faster than the dense GEMMs did, never past the GPU's ceiling
+        stream = min(self.stream_ratio(dtype) * self.rates.moe_stream(dtype), self.gpu.ceiling("hbm") / self.mem_eff)
         mem = (touched * 3.0 * hidden * i_loc * wb / stream + assign * (2.0 * hidden + 3.0 * i_loc) * 2.0) / self.bw_eff
         return MOE_KERNELS * self.t_kernel + np.maximum(comp, mem)
 
