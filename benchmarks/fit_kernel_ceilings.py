@@ -234,16 +234,16 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
     return out
 
 
+#: Expert formats whose tables do not measure the serving kernels.
+WEIGHT_ONLY = ("mxfp4", "int4")
+
+
 def kept(e: dict) -> bool:
     """A fitted rate is kept when it lowers the median error of its own rows (the kernel-level
     figure): a rate that only trades large shapes for small ones is no evidence of a different
     kernel.  Weight-only 4-bit MoE formats are left out: the engines serve gpt-oss and Kimi
     with other kernels than the tables' weight-only MoE ops (docs/physics.md)."""
     return e["format"] not in WEIGHT_ONLY and e["median_abs_after"] < e["median_abs_before"]
-
-
-#: Expert formats whose tables do not measure the serving kernels.
-WEIGHT_ONLY = ("mxfp4", "int4")
 
 
 def write_engine_rates(entries: list[dict], path: Path) -> None:
