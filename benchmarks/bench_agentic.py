@@ -34,6 +34,11 @@ from pathlib import Path
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 AISIM_MODEL = "meta-llama/Meta-Llama-3.1-8B"  # the same architecture, bundled with AISimulate
+#: KV block (page) size each side runs with, per engine.  The seed scenario of the AgentX replay
+#: is 64-token blocks; AISimulate 0.13 runs vLLM at 64 when none is given (its
+#: ``resolve_block_size``) and SGLang at 1 token, so both sides are told the same value here
+#: rather than each falling back to its own default (servesim's vLLM default is vLLM's 16).
+BLOCK_SIZE = {"vllm": 64, "sglang": 1}
 
 
 def agentx_workload(plays: int, rate: float) -> dict:
@@ -69,10 +74,15 @@ def servesim_config(trace: Path, engine: str, workers: int) -> dict:
     return {
         "seed": 0,
         "workload": {"kind": "trace", "format": "agentic_mooncake", "path": str(trace)},
-        "deployment": {"model": MODEL, "gpu": "h100_sxm", "workers": workers, "engine": {"name": engine},
-                       "router": "round_robin"},
+        "deployment": {"model": MODEL, "gpu": "h100_sxm", "workers": workers, "router": "round_robin",
+                       "engine": {"name": engine, **_block_option(engine)}},
         "output": {"dir": None},
     }
+
+
+def _block_option(engine: str) -> dict:
+    """servesim's engine option for :data:`BLOCK_SIZE` (vLLM's ``block_size``, SGLang's ``page_size``)."""
+    return {"block_size" if engine == "vllm" else "page_size": BLOCK_SIZE[engine]}
 
 
 def run_servesim(trace: Path, engine: str, workers: int) -> dict:
@@ -97,7 +107,8 @@ def aisimulate_config(trace: Path, engine: str, workers: int) -> dict:
                     "load": {"type": "trace_timestamps"}},
         "engine": {"mode": "aggregated", "model": AISIM_MODEL, "hardware": "h100_sxm", "backend": engine,
                    "workers": {"aggregated": {"parallelism": {"replicas": workers},
-                                              "kv_cache": {"prefix_caching": True}}}},
+                                              "kv_cache": {"prefix_caching": True,
+                                                           "block_size": BLOCK_SIZE[engine]}}}},
     }
 
 
