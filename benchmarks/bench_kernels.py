@@ -20,7 +20,7 @@ Op classes (the table each comes from):
 - ``moe/<precision>``: moe_perf, balanced routing (``moe_skewed`` for power-law routing:
   reported, not a target — servesim assumes uniform routing);
 - ``allreduce_custom``: the engines' custom all-reduce under CUDA graphs;
-- ``nccl/<op>``: NCCL all_reduce / all_gather / reduce_scatter / alltoall;
+- ``nccl/<op>``: NCCL all_reduce / all_gather / reduce_scatter / alltoall (``OpModel.nccl``);
 - ``gdn/<phase>``: gated-DeltaNet linear-attention kernels (recurrent update / chunked).
 
 Without aiconfigurator-core installed the script says so and exits 2.
@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from servesim.hardware import load_gpu
+from servesim.hardware.gpu import NCCL_OPS
 from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.engine_kernels import NO_RATES, kernel_rates
 from servesim.perf.kernels import OpModel
@@ -159,12 +160,11 @@ def _custom_allreduce(ops, df, rows):
 
 def _nccl(ops, df, rows):
     for op, g in df.groupby("op_name"):
+        if op not in NCCL_OPS:
+            continue
         g = _sample(g, rows)
         nbytes = g.message_size.values * g.nccl_dtype.map(NCCL_BYTES).fillna(2.0).values
-        f = {"all_reduce": ops.all_reduce, "all_gather": ops.all_gather, "reduce_scatter": ops.all_gather,
-             "alltoall": ops.all_to_all}.get(op)
-        if f is not None:
-            yield f"nccl/{op}", f(nbytes, g.num_gpus.values), g.latency.values
+        yield f"nccl/{op}", ops.nccl(op, nbytes, g.num_gpus.values), g.latency.values
 
 
 def _gdn(ops, df, rows):

@@ -26,6 +26,8 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8", "int4
 #: as a fraction of the rate they stream bf16 weights (``hbm``): the scales ride along, the
 #: dequantization sits in the load loop, and the kernels run fewer bytes per thread block.
 STREAM_KEYS = ("stream_fp8", "stream_int8", "stream_nvfp4", "stream_mxfp4", "stream_int4")
+#: NCCL collectives a spec may give a measured timing law for (:class:`CollectiveLaw`).
+NCCL_OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
 
 
 class _Strict(BaseModel):
@@ -49,6 +51,25 @@ class NetworkSpec(_Strict):
 
     bandwidth_gbs: float = Field(gt=0)
     latency_us: float = Field(ge=0)
+
+
+class CollectiveLaw(_Strict):
+    """How long one NCCL collective takes within the scale-up domain, as measured.
+
+    NCCL pipelines a collective's data in chunks through ``steps`` hops (a ring's ``r − 1``
+    per phase).  With ``V`` the bytes each GPU sends and ``B`` the link bandwidth, a well
+    chunked pipeline takes ``(√(V / (B · bus_eff)) + √(startup + steps · step))²``
+    (``perf/kernels.py:OpModel.nccl``): the fixed cost for small messages, the bus rate for
+    large ones, the pipeline's fill between.  Fitted per GPU and collective on the measured
+    NCCL tables by ``benchmarks/fit_collectives.py``.
+    """
+
+    #: launch and synchronisation cost of one collective, microseconds.
+    startup_us: float = Field(ge=0)
+    #: latency of one pipeline hop, microseconds.
+    step_us: float = Field(ge=0)
+    #: fraction of the scale-up link bandwidth the collective's data moves at.
+    bus_eff: float = Field(gt=0, le=1)
 
 
 class GPUSpec(_Strict):
@@ -85,6 +106,9 @@ class GPUSpec(_Strict):
     #: op quantizes the activations and lays out their scales (one or more small kernels)
     #: before the GEMM runs.  Measured from the kernel tables' small shapes.
     quant_op_latency_us: dict[str, float] = {}
+    #: measured NCCL timing per collective (keys from :data:`NCCL_OPS`); a collective not
+    #: listed is priced from the links alone (``OpModel.nccl``).
+    nccl: dict[str, CollectiveLaw] = {}
     #: field path (e.g. "tflops.fp8", "scale_up.bandwidth_gbs") → where the number comes from.
     sources: dict[str, list[str]] = {}
     notes: str = ""
@@ -103,6 +127,14 @@ class GPUSpec(_Strict):
                              f"or some of {list(STREAM_KEYS)}")
         if any(not 0 < x <= 1 for x in v.values()):
             raise ValueError("achievable fractions must be in (0, 1]")
+        return v
+
+    @field_validator("nccl")
+    @classmethod
+    def _check_nccl(cls, v: dict[str, CollectiveLaw]) -> dict[str, CollectiveLaw]:
+        bad = [k for k in v if k not in NCCL_OPS]
+        if bad:
+            raise ValueError(f"unknown collective(s) {bad}; expected some of {list(NCCL_OPS)}")
         return v
 
     def ceiling(self, key: str) -> float:

@@ -293,16 +293,39 @@ class OpModel:
         return fixed + np.minimum(one_shot, two_shot)
 
     def all_gather(self, nbytes, ranks):
-        """All-gather (or reduce-scatter) whose full result is ``nbytes``: volume ``(r−1)/r``."""
-        r, link, lat = self._link(ranks)
-        fixed = self.p.allreduce_fixed_s * self.p.comm_time_scale + lat * np.log2(r)
-        return fixed + (r - 1) / r * np.asarray(nbytes, float) / link
+        """NCCL all-gather whose full result is ``nbytes`` (:meth:`nccl`)."""
+        return self.nccl("all_gather", nbytes, ranks)
 
     def all_to_all(self, nbytes, ranks):
-        """All-to-all where each GPU holds ``nbytes`` and keeps ``1/r`` of it."""
+        """NCCL all-to-all where each GPU holds ``nbytes`` and keeps ``1/r`` of it (:meth:`nccl`)."""
+        return self.nccl("alltoall", nbytes, ranks)
+
+    def nccl(self, op: str, nbytes, ranks):
+        """NCCL collective ``op`` (``hardware.gpu.NCCL_OPS``) of ``nbytes`` over ``ranks`` GPUs.
+
+        NCCL pipelines the data each GPU sends (:func:`collective_volume`) in chunks through
+        :func:`collective_steps` hops; with chunks chosen well that takes
+        ``(√(V / bandwidth) + √(startup + steps · step))²``: the fixed cost for small messages,
+        the bus rate for large ones, the pipeline's fill between.  Within the scale-up domain
+        the GPU's measured law (``GPUSpec.nccl``, benchmarks/fit_collectives.py) sets startup,
+        step and bus efficiency; a GPU without one, or ranks beyond the domain, take the
+        links' figures (``comm_eff``, ``allreduce_fixed_s`` or ``alltoall_fixed_s``, the link
+        latency per hop).  ``comm_time_scale`` scales the time either way.
+        """
         r, link, lat = self._link(ranks)
-        fixed = self.p.alltoall_fixed_s * self.p.comm_time_scale + lat * np.log2(r)
-        return fixed + (r - 1) / r * np.asarray(nbytes, float) / link
+        p = self.p
+        vol = collective_volume(op, nbytes, r)
+        steps = collective_steps(op, r)
+        fixed = (p.alltoall_fixed_s if op == "alltoall" else p.allreduce_fixed_s) * p.comm_time_scale
+        hops = fixed + steps * lat
+        law = self.gpu.nccl.get(op)
+        if law is not None:
+            inside = r <= self.gpu.scale_up.domain_size
+            bw = self.gpu.scale_up.bandwidth_gbs * 1e9 * law.bus_eff / p.comm_time_scale
+            measured = (law.startup_us + steps * law.step_us) * 1e-6 * p.comm_time_scale
+            link = np.where(inside, bw, link)
+            hops = np.where(inside, measured, hops)
+        return (np.sqrt(vol / link) + np.sqrt(hops)) ** 2
 
     # ------------------------------------------------------ linear attention
     def gated_delta(self, requests, tokens, v_heads, head_k=128, head_v=128, prefill=False):
@@ -313,6 +336,24 @@ class OpModel:
         mem = np.asarray(requests, float) * 2.0 * v_heads * head_k * head_v * p.state_dtype_bytes / self.bw_eff
         kernels = LINEAR_ATTN_KERNELS if prefill else LINEAR_ATTN_DECODE_KERNELS
         return kernels * self.t_kernel + np.maximum(comp, mem)
+
+
+def collective_volume(op: str, nbytes, ranks):
+    """Bytes each GPU sends in NCCL collective ``op`` of ``nbytes`` over ``ranks`` GPUs:
+    ``(r − 1)/r`` of the message for an all-gather, reduce-scatter or all-to-all (``nbytes``
+    the full result, resp. what each GPU holds), twice that for an all-reduce (ring:
+    reduce-scatter then all-gather)."""
+    r = np.asarray(ranks, float)
+    share = (r - 1.0) / r * np.asarray(nbytes, float)
+    return 2.0 * share if op == "all_reduce" else share
+
+
+def collective_steps(op: str, ranks):
+    """Pipeline hops of NCCL collective ``op`` over ``ranks`` GPUs: ``r − 1`` per ring phase,
+    two phases for an all-reduce (an all-to-all's ``r − 1`` peer sends overlap: their
+    measured hop cost is near zero)."""
+    r = np.asarray(ranks, float)
+    return 2.0 * (r - 1.0) if op == "all_reduce" else r - 1.0
 
 
 def _causal_pairs(n, c, w):

@@ -1,0 +1,112 @@
+"""Fit each GPU's NCCL collective timing law from aiconfigurator-core's measured ``nccl_perf`` tables.
+
+Run: PYTHONPATH=src python benchmarks/fit_collectives.py [--gpus h100_sxm,b200_sxm]
+
+NCCL moves a collective's data in chunks through a pipeline of ``steps`` hops (a ring's
+``r − 1`` per phase, two phases for an all-reduce).  Each hop costs a fixed latency; the
+data moves at the links' bus bandwidth.  A pipeline whose chunk size is chosen well takes
+
+    t = (√(V / (B · bus_eff)) + √(startup + steps · step))²
+
+where ``V`` is the bytes each GPU sends (``(r − 1)/r · S`` for an all-gather, reduce-scatter
+or all-to-all of ``S`` bytes, twice that for an all-reduce), ``B`` the GPU's scale-up link
+bandwidth (``GPUSpec.scale_up``), ``startup`` the launch and synchronisation cost and ``step``
+the latency of one hop: small messages pay ``startup + steps·step``, large ones ``V / (B ·
+bus_eff)``, and the middle sizes the pipeline's fill, which a sum of the two misses (it was
+half the measured time there).  This script fits ``startup_us``, ``step_us`` and ``bus_eff``
+per GPU and collective (robust least squares on log(predicted / measured)) and prints them as
+the ``nccl:`` block of the GPU's file (``hardware/gpus/<gpu>.yaml``), with each fit's median
+error.  These are per-kernel measurements (physics), not end-to-end results.
+
+PCIe parts (L40S) are fitted and printed but do not follow this law (median error ~45%: the
+tables' PCIe collectives cross the host); their files keep no ``nccl:`` block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_kernels import NCCL_BYTES, SYSTEMS, table_files  # noqa: E402
+
+from servesim.hardware import load_gpu  # noqa: E402
+from servesim.hardware.gpu import NCCL_OPS  # noqa: E402
+from servesim.perf.kernels import collective_steps, collective_volume  # noqa: E402
+
+LOSS_SCALE = 0.1
+
+
+def nccl_table(system: str):
+    """The newest ``nccl_perf`` table of ``system`` (a DataFrame), or None."""
+    import pyarrow.parquet as pq
+    from aiconfigurator_core.sdk import perf_database
+
+    root = Path(perf_database.get_systems_paths()[0]) / "data"
+    for _backend, name, path in table_files(root, system):
+        if name == "nccl_perf":
+            df = pq.read_table(path).to_pandas()
+            return df[df.latency > 0]
+    return None
+
+
+def fit_op(g, link_bps: float, domain: int) -> tuple[dict, float, int]:
+    """(law, median |error|, rows) for one collective's rows within the scale-up domain."""
+    g = g[g.num_gpus <= domain]
+    r = g.num_gpus.values.astype(float)
+    op = g.op_name.iloc[0]
+    nbytes = g.message_size.values * g.nccl_dtype.map(NCCL_BYTES).fillna(2.0).values
+    vol = collective_volume(op, nbytes, r)
+    steps = collective_steps(op, r)
+    t = g.latency.values * 1e-3
+
+    def pred(x):
+        startup, step, eff = np.exp(x)
+        return (np.sqrt(vol / (link_bps * eff)) + np.sqrt(startup + steps * step)) ** 2
+
+    def err(x):
+        return np.log(pred(x) / t)
+
+    fit = least_squares(err, np.log([5e-6, 1e-6, 0.8]), loss="soft_l1", f_scale=LOSS_SCALE,
+                        bounds=(np.log([1e-8, 1e-9, 0.05]), np.log([1e-3, 1e-4, 1.0])))
+    startup, step, eff = np.exp(fit.x)
+    e = np.exp(err(fit.x)) - 1
+    law = {"startup_us": round(startup * 1e6, 2), "step_us": round(step * 1e6, 3), "bus_eff": round(eff, 3)}
+    return law, float(np.median(np.abs(e))), len(g)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", help="aiconfigurator systems (default: every one servesim knows)")
+    args = ap.parse_args(argv)
+    try:
+        import aiconfigurator_core  # noqa: F401
+    except ImportError:
+        print("aiconfigurator-core is not installed (pip install 'servesim[aic]')", file=sys.stderr)
+        return 2
+    systems = args.gpus.split(",") if args.gpus else list(SYSTEMS)
+    for system in systems:
+        df = nccl_table(system)
+        if df is None:
+            print(f"# {system}: no nccl_perf table")
+            continue
+        gpu = load_gpu(SYSTEMS[system])
+        link = gpu.scale_up.bandwidth_gbs * 1e9
+        print(f"# {system} ({SYSTEMS[system]}, {gpu.scale_up.kind} {gpu.scale_up.bandwidth_gbs:g} GB/s)")
+        print("nccl:")
+        for op in NCCL_OPS:
+            g = df[df.op_name == op]
+            if not len(g):
+                continue
+            law, med, n = fit_op(g, link, gpu.scale_up.domain_size)
+            print(f"  {op}: {{startup_us: {law['startup_us']}, step_us: {law['step_us']}, "
+                  f"bus_eff: {law['bus_eff']}}}  # {n} rows, median |error| {med:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
