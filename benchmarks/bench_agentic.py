@@ -6,11 +6,12 @@ compaction, subagent fan-out and joins), starts them as a Poisson process, write
 AISimulate ``agentic_mooncake`` v2 trace, and replays that one file:
 
 - with servesim (``format: agentic_mooncake``, trace timestamps, floors on), per engine, each
-  in a fresh process: CPU seconds, per request and per play, and the peak RSS;
+  in a fresh process, its output files written (``requests.parquet``, ``plays.parquet``, the
+  time series): CPU seconds, per request and per play, and the peak RSS;
 - with AISimulate 0.13 (``--aisimulate VENV/bin/aisimulate``: a separate virtual environment,
   never a servesim dependency), same model, GPU, workers, engine and trace, per-request output
   on: its CPU seconds and the ratio.  Both sides are whole processes (``process_cpu_s``: imports
-  and start-up included); servesim's ``cpu_s`` is its ``predict`` call alone.
+  and start-up included); servesim's ``cpu_s`` is its ``predict`` call and the writing of its files.
 
 ::
 
@@ -86,16 +87,21 @@ def _block_option(engine: str) -> dict:
 
 
 def run_servesim(trace: Path, engine: str, workers: int) -> dict:
-    """One servesim run in this process (called in a child: its peak RSS is the run's)."""
+    """One servesim run in this process (called in a child: its peak RSS is the run's), its
+    per-request output written as AISimulate writes its own (requests, plays, time series)."""
     from servesim.api import predict
 
     t0 = time.process_time()
     pred = predict(servesim_config(trace, engine, workers))
+    t1 = time.process_time()
+    with tempfile.TemporaryDirectory() as out:
+        pred.write(out)
     cpu = time.process_time() - t0
     a = pred.summary["agentic"]
     n = pred.recorder.size
     return {"simulator": "servesim", "engine": engine, "requests": n, "plays": a["plays"],
-            "plays_completed": a["plays_completed"], "cpu_s": cpu, "cpu_s_per_request": cpu / n,
+            "plays_completed": a["plays_completed"], "cpu_s": cpu, "write_cpu_s": cpu - (t1 - t0),
+            "cpu_s_per_request": cpu / n,
             "cpu_s_per_play": cpu / max(a["plays"], 1), "peak_rss_mb": _rss_mb(resource.RUSAGE_SELF),
             "sim_end_s": pred.summary["run"]["sim_end_s"], "prefix_reuse": a["prefix_reuse"],
             "makespan_p50_s": a["makespan_s"]["p50"]}
