@@ -148,7 +148,6 @@ class CodedStrings:
 
     def arrow(self, start: int, stop: int):
         """Entries ``start:stop`` as one Arrow string array."""
-        from servesim.report.arrow import numeric_array, string_array
+        from servesim.report.arrow import coded_string_array
 
-        table = string_array(self.values)
-        return table.take(numeric_array(np.ascontiguousarray(self.codes.data[start:stop])))
+        return coded_string_array(self.values, self.codes.data[start:stop])
