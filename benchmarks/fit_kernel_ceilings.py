@@ -15,14 +15,15 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
   row counts are bound by it);
 - ``stream_mxfp4`` / ``stream_int4``: weight-only 4-bit formats, from the MoE tables (the
   only tables that run them at scale) — printed, not shipped: the fit leaves a −20% bias and
-  the tables' weight-only MoE kernels are not the ones the engines serve gpt-oss / Kimi with;
+  mixes every shape's kernels (gpt-oss's MXFP4 kernels get their own rates per engine, below);
 - ``moe_eff_scale`` (``--moe``): one grouped-GEMM efficiency relative to the dense GEMMs, over
   every GPU's bf16 / fp8 / block-fp8 / nvfp4 MoE tables (all frameworks), with the GPUs' files
   as they are: the default of :class:`~servesim.perf.analytic_params.AnalyticParams`;
 - each engine's own kernel rates (``--engine-kernels [--out FILE]``): per engine, CUDA major
   version, op and format, the factor on the op model's compute efficiency that fits that
   engine's tables best (prefill attention, MLA and GQA; fused-MoE grouped GEMMs per expert
-  format, with a second factor on their weight streaming), written as
+  format, with a second factor on their weight streaming; MXFP4 from the gpt-oss-shaped rows
+  of the kernels each engine serves gpt-oss with, :func:`_gptoss_mxfp4_rows`), written as
   ``src/servesim/perf/engine_kernels.yaml`` (perf/engine_kernels.py).
 
 These are per-kernel measurements (physics), not end-to-end results: nothing of
@@ -179,6 +180,40 @@ MOE_FORMATS = {"bf16": {9: ("bfloat16",), 10: ("bfloat16",)},
 #: Rows per (table, GPU) sampled for one engine-rate fit.
 ENGINE_ROWS = 400
 
+#: MXFP4 experts: only gpt-oss ships them, and each engine serves it with its own MXFP4 kernel,
+#: which the tables measure at gpt-oss's expert shape (hidden 2880, intermediate 2880, top-4 of
+#: 32 or 128 experts): on Hopper vLLM's gpt-oss MXFP4 MoE (the table's kernel source names it:
+#: OpenAI's Triton matmul kernels; InferenceX's H100 / H200 scripts select vLLM's Marlin path
+#: instead, VLLM_MXFP4_USE_MARLIN=1, which no table measures) and TensorRT-LLM's W4A16 MoE; on
+#: Blackwell the TensorRT-LLM-generated MXFP4 x MXFP8 kernels that TensorRT-LLM's TRTLLM MoE
+#: backend runs and vLLM calls through FlashInfer (gptoss_fp4_b200_trt.sh: moe_config.backend
+#: TRTLLM; gptoss_fp4_b200.sh: VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1).  The same tables' MXFP4
+#: rows at other shapes (DeepSeek- and Kimi-sized experts) measure kernels no served checkpoint
+#: runs, so the mxfp4 rates are fitted on the gpt-oss rows only, from the newest table version
+#: that has them.
+GPT_OSS_EXPERTS = {"hidden_size": 2880, "inter_size": 2880, "topk": 4}
+#: Engines whose gpt-oss MoE kernel the tables identify.  SGLang's Hopper table measures its
+#: generic fused-MoE Triton kernel with MXFP4 weights, not necessarily its gpt-oss path, and
+#: no calibration row runs gpt-oss on SGLang: it keeps the op model.
+MXFP4_ENGINES = ("vllm", "trtllm")
+#: Tokens below which the rows are left out of the mxfp4 fit: a handful of tokens touches a
+#: handful of experts and these kernels then take a fixed 40-80 us on Hopper (routing, launch),
+#: which neither rate is (the op model's MoE fixed cost is ``MOE_KERNELS`` kernel latencies);
+#: fitted on them, the streaming rate drops to ~0.3.
+MXFP4_MIN_TOKENS = 16
+#: Layouts kept: experts split by tensor parallelism over at most 8 GPUs (one node; gpt-oss's
+#: 65 GB fit on one), no expert parallelism.  Under expert parallelism the measured kernels
+#: fall behind the op model more with every doubling of ranks (at 8 ranks the math runs at
+#: half the tensor-parallel rate, and the tables go on to 128 ranks of one expert each); one
+#: rate cannot serve both, and the engines' gpt-oss launch scripts default to tensor-parallel
+#: experts.  Expert-parallel gpt-oss is left with that error (docs/physics.md).
+MXFP4_MAX_RANKS = 8
+MXFP4_EP_ONLY_ONE = True
+#: (engine, CUDA major) whose MXFP4 kernel is measured in another engine's table: vLLM on
+#: Blackwell runs TensorRT-LLM's MXFP4 x MXFP8 kernels (through FlashInfer); its own tables
+#: measure that dtype at non-gpt-oss shapes only.
+MXFP4_KERNEL_TABLE = {("vllm", 10): "trtllm"}
+
 
 def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str], list]:
     """(engine, CUDA major, op, format) → [(gpu, reader, table rows)] from every GPU's tables."""
@@ -190,11 +225,16 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
         major = gpu.cuda_major
         if major not in (9, 10):
             continue
+        for engine, by in _gptoss_mxfp4_rows(system, major).items():
+            sets.setdefault((engine, major, "moe", "mxfp4"), []).append(
+                (gpu, lambda ops, g: _moe_time(ops, "mxfp4", g) * 1e3, _sample(by, rows)))
         for name in ("moe_perf", "context_mla_perf", "context_attention_perf"):
             for backend, df in _load(system, name):
                 if name == "moe_perf":
                     df = df[~df.distribution.astype(str).str.startswith("power_law")]
                     for fmt, by_major in MOE_FORMATS.items():
+                        if fmt == "mxfp4":
+                            continue  # _gptoss_mxfp4_rows
                         g = df[df.moe_dtype.isin(by_major.get(major, ()))]
                         if len(g):
                             sets.setdefault((backend, major, "moe", fmt), []).append(
@@ -207,6 +247,65 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
                     sets.setdefault((backend, major, "prefill_attention", "gqa"), []).append(
                         (gpu, lambda ops, g: next(_context_attention(ops, g, len(g)))[1] * 1e3, _sample(g, rows)))
     return sets
+
+
+def _gptoss_mxfp4_rows(system: str, major: int) -> dict:
+    """engine → the balanced-routing MXFP4 MoE rows at gpt-oss's expert shape (the dtype the
+    engines serve on this CUDA major, :data:`MOE_FORMATS`; the layouts and token counts of
+    :data:`MXFP4_MAX_RANKS` and :data:`MXFP4_MIN_TOKENS`), from the newest version of the table
+    that has them (:data:`MXFP4_KERNEL_TABLE`: the table measuring the engine's kernel)."""
+    import pyarrow.parquet as pq
+    from aiconfigurator_core.sdk import perf_database
+
+    from bench_kernels import _version_key
+
+    root = Path(perf_database.get_systems_paths()[0]) / "data" / system
+    dtypes = MOE_FORMATS["mxfp4"].get(major, ())
+    found: dict[str, tuple] = {}
+    for f in root.glob("moe/*/*/moe_perf.parquet"):
+        backend, version = f.parts[-3], f.parts[-2]
+        df = pq.read_table(f).to_pandas()
+        keep = df.moe_dtype.isin(dtypes) & (df.latency > 0) & \
+            ~df.distribution.astype(str).str.startswith("power_law")
+        for col, v in GPT_OSS_EXPERTS.items():
+            keep &= df[col] == v
+        keep &= (df.num_tokens >= MXFP4_MIN_TOKENS) & (df.moe_tp_size * df.moe_ep_size <= MXFP4_MAX_RANKS)
+        if MXFP4_EP_ONLY_ONE:
+            keep &= df.moe_ep_size == 1
+        if keep.any() and (backend not in found or _version_key(version) > found[backend][0]):
+            found[backend] = (_version_key(version), df[keep])
+    out = {b: g for b, (_, g) in found.items()}
+    for (engine, m), source in MXFP4_KERNEL_TABLE.items():
+        if m == major and source in out:
+            out[engine] = out[source]
+    return {e: g for e, g in out.items() if e in MXFP4_ENGINES}
+
+
+def gptoss_moe_report(systems: list[str]) -> list[tuple]:
+    """(GPU, engine, rows, median |error| and bias without and with the engine's rates) of the
+    op model on the served gpt-oss MXFP4 MoE rows at every token count and layout up to
+    :data:`MXFP4_MAX_RANKS` ranks, expert-parallel ones included (wider than the fit's rows)."""
+    global MXFP4_MIN_TOKENS, MXFP4_EP_ONLY_ONE
+    from servesim.perf.engine_kernels import NO_RATES, kernel_rates
+
+    params = AnalyticParams()
+    out = []
+    saved = MXFP4_MIN_TOKENS, MXFP4_EP_ONLY_ONE
+    MXFP4_MIN_TOKENS, MXFP4_EP_ONLY_ONE = 1, False
+    try:
+        for system in systems:
+            gpu = load_gpu(SYSTEMS[system])
+            if gpu.cuda_major not in (9, 10):
+                continue
+            for engine, g in sorted(_gptoss_mxfp4_rows(system, gpu.cuda_major).items()):
+                meas = g.latency.values
+                errs = [_moe_time(OpModel(gpu, params, r), "mxfp4", g) * 1e3 / meas - 1
+                        for r in (NO_RATES, kernel_rates(engine, gpu))]
+                out.append((SYSTEMS[system], engine, len(g), *[(float(np.median(np.abs(e))), float(np.median(e)))
+                                                               for e in errs]))
+    finally:
+        MXFP4_MIN_TOKENS, MXFP4_EP_ONLY_ONE = saved
+    return out
 
 
 def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
@@ -234,15 +333,16 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
     return out
 
 
-#: Expert formats whose tables do not measure the serving kernels.
-WEIGHT_ONLY = ("mxfp4", "int4")
+#: Expert formats whose tables do not measure the serving kernels (int4: Kimi's Marlin-style
+#: W4A16 experts; mxfp4 is fitted on gpt-oss's own kernels, :func:`_gptoss_mxfp4_rows`).
+WEIGHT_ONLY = ("int4",)
 
 
 def kept(e: dict) -> bool:
     """A fitted rate is kept when it lowers the median error of its own rows (the kernel-level
     figure): a rate that only trades large shapes for small ones is no evidence of a different
-    kernel.  Weight-only 4-bit MoE formats are left out: the engines serve gpt-oss and Kimi
-    with other kernels than the tables' weight-only MoE ops (docs/physics.md)."""
+    kernel.  Kimi's int4 experts are left out: the engines serve Kimi with other kernels than
+    the tables' weight-only MoE ops (docs/physics.md)."""
     return e["format"] not in WEIGHT_ONLY and e["median_abs_after"] < e["median_abs_before"]
 
 
@@ -270,6 +370,8 @@ def main(argv=None) -> int:
     ap.add_argument("--engine-kernels", action="store_true", help="fit each engine's kernel rates instead "
                     "(perf/engine_kernels.py)")
     ap.add_argument("--out", type=Path, help="with --engine-kernels: write the YAML file here")
+    ap.add_argument("--gpt-oss-moe", action="store_true", help="report the op model on the MXFP4 MoE kernels "
+                    "the engines serve gpt-oss with, without and with the shipped engine rates")
     a = ap.parse_args(argv)
     try:
         import aiconfigurator_core  # noqa: F401
@@ -277,6 +379,11 @@ def main(argv=None) -> int:
         print("fit_kernel_ceilings: needs aiconfigurator-core (pip install 'servesim[aic]')", file=sys.stderr)
         return 2
     systems = a.gpus.split(",") if a.gpus else list(SYSTEMS)
+    if a.gpt_oss_moe:
+        print(f"{'gpu':<10} {'engine':<7} {'rows':>5}  median |e|, bias: op model -> with the engine's rates")
+        for gpu, engine, n, (m0, b0), (m1, b1) in gptoss_moe_report(systems):
+            print(f"{gpu:<10} {engine:<7} {n:>5}  {100 * m0:5.1f}%, {100 * b0:+6.1f}% -> {100 * m1:5.1f}%, {100 * b1:+6.1f}%")
+        return 0
     if a.engine_kernels:
         entries = fit_engine_rates(systems)
         for e in entries:

@@ -104,3 +104,55 @@ def test_a_bad_rates_file_names_the_entry(tmp_path, monkeypatch) -> None:
             engine_kernels._table()
     finally:
         engine_kernels._table.cache_clear()
+
+
+#: gpt-oss-120b's routed experts (hidden 2880, intermediate 2880, 128 experts, top-4) on one GPU,
+#: one tensor-parallel rank per GPU, balanced routing, as (GPU, engine, tokens, tp, measured ms) of
+#: aiconfigurator-core 0.12's MoE tables: vLLM 0.24.0's gpt-oss MXFP4 MoE on H200 (OpenAI Triton
+#: kernels), TensorRT-LLM 1.3.0rc20's W4A16 MXFP4 MoE on H200 and its MXFP4 x MXFP8 MoE on B200
+#: (the kernel vLLM runs on Blackwell through FlashInfer).
+GPT_OSS_MOE_MEASURED = (
+    ("h200_sxm", "vllm", 8192, 1, 2.905), ("h200_sxm", "vllm", 8192, 4, 0.923),
+    ("h200_sxm", "vllm", 64, 1, 0.665), ("h200_sxm", "vllm", 64, 4, 0.191),
+    ("h200_sxm", "trtllm", 8192, 1, 4.302), ("h200_sxm", "trtllm", 64, 1, 0.621),
+    ("b200_sxm", "trtllm", 8192, 1, 0.884), ("b200_sxm", "trtllm", 64, 1, 0.275),
+    ("b200_sxm", "vllm", 8192, 1, 0.884),
+)
+
+
+@pytest.mark.parametrize("gpu_name,engine,tokens,tp,measured_ms", GPT_OSS_MOE_MEASURED)
+def test_gpt_oss_mxfp4_moe_is_priced_at_the_engines_own_kernels(gpu_name, engine, tokens, tp, measured_ms) -> None:
+    """The engines' MXFP4 kernels run gpt-oss's prefill-sized MoE 1.7-2.7x faster than the op
+    model's generic grouped GEMM (``moe_eff_scale`` of the dense efficiency) and its decode-sized
+    MoE up to 1.3x slower (Hopper W4A16 kernels stream MXFP4 experts at about half the HBM
+    bandwidth); with the engine's mxfp4 rates each case is within 30% of the table."""
+    gpu = load_gpu(gpu_name)
+    args = (tokens, 2880, 2880, 4, 128, tp, 1, "mxfp4")
+    touched = min(128, 4 * tokens)
+    ms = float(OpModel(gpu, AnalyticParams(), kernel_rates(engine, gpu)).moe(*args, touched=touched)) * 1e3
+    assert ms == pytest.approx(measured_ms, rel=0.3)
+
+
+def test_gpt_oss_moe_prefill_without_the_engines_mxfp4_rate_was_far_too_slow() -> None:
+    """What the rates correct: the op model alone prices an 8k-token gpt-oss MoE on H200 at 2.7x
+    vLLM's measured kernel and 1.7x TensorRT-LLM's on B200."""
+    for gpu_name, engine, tokens, tp, measured_ms in GPT_OSS_MOE_MEASURED:
+        if tokens == 8192 and tp == 1:
+            gpu = load_gpu(gpu_name)
+            plain = float(OpModel(gpu, AnalyticParams()).moe(tokens, 2880, 2880, 4, 128, tp, 1, "mxfp4")) * 1e3
+            assert plain > 1.6 * measured_ms
+
+
+def test_gpt_oss_fp4_checkpoint_gets_the_mxfp4_rates_and_nvfp4_models_do_not() -> None:
+    """gpt-oss's ``fp4`` is MXFP4 (perf/precision.py): its 8k prefill on H200 under vLLM prices
+    the routed experts with vLLM's mxfp4 math rate; an NVFP4 MoE on B200 keeps its own (fp4) rate."""
+    arch, gpu = load_model("openai/gpt-oss-120b"), load_gpu("h200_sxm")
+    perf = {"model": "analytic", "calibration": None}
+    vl = build_step_time(perf, arch, gpu, tp=1, weight_dtype="fp4", kv_dtype="bf16", engine="vllm")
+    plain = AnalyticStepTime(arch, gpu, tp=1, weight_dtype="fp4", kv_dtype="bf16", params=vl.p)
+    rate = kernel_rates("vllm", gpu).moe("mxfp4")
+    assert rate > 1.5
+    assert vl._moe_time(8192) == pytest.approx(plain._moe_time(8192) / rate, rel=0.05)
+    b200 = load_gpu("b200_sxm")
+    assert kernel_rates("vllm", b200).moe("nvfp4") == kernel_rates("vllm", b200).moe("fp4") != \
+        kernel_rates("vllm", b200).moe("mxfp4")
