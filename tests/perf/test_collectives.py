@@ -99,6 +99,11 @@ def test_ranks_beyond_the_domain_cross_the_scale_out_network(h100):
     assert outside > 5 * inside  # 50 GB/s NICs against 450 GB/s NVLink
 
 
+def test_an_unknown_collective_is_an_error_naming_it(h100):
+    with pytest.raises(ValueError, match="broadcast"):
+        h100.nccl("broadcast", 1e6, 8)
+
+
 def test_a_law_for_an_unknown_collective_is_rejected_by_name():
     gpu = load_gpu("h100_sxm")
     data = gpu.model_dump()

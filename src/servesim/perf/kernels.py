@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from servesim.hardware.gpu import GPUSpec
+from servesim.hardware.gpu import NCCL_OPS, GPUSpec
 from servesim.perf.engine_kernels import NO_RATES, KernelRates
 from servesim.perf.precision import compute_precision, weight_bytes
 
@@ -312,6 +312,8 @@ class OpModel:
         links' figures (``comm_eff``, ``allreduce_fixed_s`` or ``alltoall_fixed_s``, the link
         latency per hop).  ``comm_time_scale`` scales the time either way.
         """
+        if op not in NCCL_OPS:
+            raise ValueError(f"unknown NCCL collective {op!r}; expected one of {', '.join(NCCL_OPS)}")
         r, link, lat = self._link(ranks)
         p = self.p
         vol = collective_volume(op, nbytes, r)
