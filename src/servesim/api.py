@@ -183,6 +183,11 @@ def run_simulation(cfg: Config, source: WorkloadSource, deployment: Deployment,
     if driver is not None:
         driver.finish(stats.sim_end)
         stats.agentic = driver
+    delay = getattr(cfg.deployment.engine, "first_chunk_delay_iters", 0)
+    if delay and cfg.deployment.disaggregation is None:  # the engine streams in chunks (engines/streaming.py)
+        from servesim.engines.streaming import delay_first_chunk
+
+        delay_first_chunk(recorder, delay)
     if frontend is not None:
         frontend.apply_stream_latency(recorder)
     stats.workers = workers

@@ -8,6 +8,7 @@ import pytest
 
 from servesim.cluster.deployment import build_deployment
 from servesim.config import load_config
+from servesim.engines.trtllm.options import TRTLLMOptions
 from servesim.errors import ConfigError
 from servesim.validate.points import load_points, point_config, read_points, sample_rows
 from servesim.validate.recipes.prompt_pool import PREFIX_CACHE_FLAGS, prefix_caching, turn_prefix_cache_on
@@ -164,7 +165,7 @@ def test_trtllm_deepseek_flags_follow_the_launch_scripts():
     # max(8192, round_up_64(conc + isl + 64)); no --max_batch_size (TensorRT-LLM's default)
     e = _trt(source=IX, system="b200_sxm", precision="fp8", concurrency=128)
     assert e == {"enable_block_reuse": False, "max_num_tokens": 8192, "free_gpu_memory_fraction": 0.8,
-                 "batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8}
+                 "batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8, "stream_interval": 10}
     e = _trt(source=IX, system="b200_sxm", precision="fp8", concurrency=256, isl=8192, osl=1024,
              gpus=4, attention_tp=4, moe_ep=4)
     assert e["max_num_tokens"] == 8192 + 256 + 64 and e["free_gpu_memory_fraction"] == 0.75
@@ -188,7 +189,7 @@ def test_trtllm_gptoss_and_llama_flags_follow_the_launch_scripts():
     e = _trt(source=IX, model="openai/gpt-oss-120b", system="b200_sxm", precision="fp4", gpus=1, attention_tp=1,
              moe_ep=1, concurrency=64)
     assert e == {"enable_block_reuse": False, "max_num_tokens": 20000, "max_batch_size": 512,
-                 "free_gpu_memory_fraction": 0.85}
+                 "free_gpu_memory_fraction": 0.85, "stream_interval": 20, "num_postprocess_workers": 4}
     e = _trt(source=IX, model="openai/gpt-oss-120b", system="h200_sxm", precision="fp4", gpus=1, attention_tp=1,
              moe_ep=1, concurrency=64)
     assert e["max_batch_size"] == 64 and e["max_num_tokens"] == 20000
@@ -200,6 +201,20 @@ def test_trtllm_gptoss_and_llama_flags_follow_the_launch_scripts():
     assert e == {"enable_block_reuse": False, "max_num_tokens": 16384}
     e = _trt(**{**llama, "system": "b200_sxm"}, precision="fp4", gpus=2, attention_tp=2, isl=8192)
     assert e == {"enable_block_reuse": False, "max_num_tokens": 16384}
+
+
+def test_trtllm_streaming_flags_follow_the_launch_scripts():
+    # every DeepSeek script, plain and MTP, streams with stream_interval 10 and no postprocess
+    # workers: the first chunk waits 9 iterations; gpt-oss's 20 with 4 workers: none
+    for kw in ({}, {"measured_date": "2025-12-15"}, {"measured_date": "2026-01-14"},
+               {"attention_tp": 1, "attention_dp": 8}):
+        e = _trt(source=IX, system="b200_sxm", precision="fp4", **kw)
+        assert e["stream_interval"] == 10 and "num_postprocess_workers" not in e
+        assert TRTLLMOptions(**e).first_chunk_delay_iters == 9
+    e = _trt(source=IX, model="openai/gpt-oss-120b", system="h200_sxm", precision="fp4", gpus=1, attention_tp=1,
+             moe_ep=1, concurrency=64)
+    assert TRTLLMOptions(**e).first_chunk_delay_iters == 0
+    assert TRTLLMOptions().first_chunk_delay_iters == 0  # TensorRT-LLM's default: every iteration
 
 
 def test_trtllm_rows_without_a_script_keep_the_old_rule():

@@ -17,6 +17,15 @@ context requests the schedulers chose are held back while generation runs, until
 iteration's tokens reach ``ratio × max_num_tokens`` or ``timeout_iters`` iterations were
 held (PyExecutor ``_waiting_requests``, 1.1-1.2; see engines/trtllm.py and docs/engines.md).
 The executor skips it with attention DP.
+
+``stream_interval`` and ``num_postprocess_workers`` are the LLM API's streaming options (defaults
+1 and 0): the executor hands a streaming request's new tokens to the server only every
+``stream_interval`` iterations.  Without postprocess workers the client's first chunk comes with
+the request's ``stream_interval``-th decoding iteration, not its first; with them, at its first
+(what InferenceX's measured rows show: its DeepSeek scripts, ``stream_interval`` 10 and no
+postprocess workers, measure TTFT about nine decode iterations after the first token at every
+GPU, prompt length and concurrency; its gpt-oss scripts, 20 with 4 postprocess workers, measure
+none).  :func:`servesim.engines.streaming.delay_first_chunk` applies it to the recorded times.
 """
 
 from __future__ import annotations
@@ -59,3 +68,13 @@ class TRTLLMOptions(BaseModel):
     batch_wait_max_tokens_ratio: float = Field(
         0.0, ge=0, le=1, description="batch waiting (on only when this and batch_wait_timeout_iters are both > 0): "
         "contexts run once the iteration's tokens reach this share of max_num_tokens")
+    # streaming (LLM API stream_interval, num_postprocess_workers)
+    stream_interval: int = Field(
+        1, ge=1, description="streaming: iterations between the executor's responses to the server")
+    num_postprocess_workers: int = Field(
+        0, ge=0, description="streaming: detokenizer processes of the server (0: its own process)")
+
+    @property
+    def first_chunk_delay_iters(self) -> int:
+        """Decoding iterations a streaming request's first chunk waits past its first token."""
+        return self.stream_interval - 1 if self.num_postprocess_workers == 0 else 0

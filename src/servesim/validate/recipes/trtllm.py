@@ -95,7 +95,7 @@ def trtllm_mtp_options(row: dict[str, str], version: str) -> dict[str, Any]:
 
     Every version: ``--max_batch_size`` = CONC without attention DP (with it, each rank's limit as
     below), ``--max_num_tokens`` = ((MTP + 1) × max_batch_size + ISL + 64) rounded up to 64, block
-    reuse off, no batch waiting.
+    reuse off, no batch waiting, ``stream_interval`` 10 (no postprocess workers).
     With attention DP: PR 392's scripts (2026-01-14) give each rank CONC / TP requests; PR 632's
     fp8 B200 script CONC / 8 (CONC below 8: CONC) and a 0.7 memory fraction; PR 642's fp4 B200
     script CONC / 4 (CONC below 4: CONC).  Memory fraction 0.8, 0.75 on H200.
@@ -113,7 +113,7 @@ def trtllm_mtp_options(row: dict[str, str], version: str) -> dict[str, Any]:
         batch = conc if conc < 4 else conc // 4
     k = mtp_draft_tokens(row)
     return {"enable_block_reuse": False, "max_batch_size": batch, "free_gpu_memory_fraction": fraction,
-            "max_num_tokens": _round_up((k + 1) * batch + isl + 64, 64)}
+            "max_num_tokens": _round_up((k + 1) * batch + isl + 64, 64), "stream_interval": 10}
 
 
 def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
@@ -149,7 +149,8 @@ def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
         # 0.75 (fp8 H200), fp8 B200: 0.8, and from 2026-01-29 (ec7bafaae, PR 594) 0.7 for 1k/8k
         # at CONC >= 256 and 0.75 for 8k/1k at TP 4, and for 1k/1k at CONC >= 64 DELAY_BATCHING:
         # batch_wait_timeout_iters 40, batch_wait_max_tokens_ratio 0.8 (the executor skips
-        # batch waiting with attention DP).  DeepSeek-V3 rows are taken as run by the same scripts.
+        # batch waiting with attention DP).  Every version streams with stream_interval 10 and no
+        # postprocess workers.  DeepSeek-V3 rows are taken as run by the same scripts.
         date = (row.get("measured_date") or "").strip()
         tokens = _round_up(conc + isl + 64, 64)
         opts["max_num_tokens"] = tokens if date < "2026-01-21" else max(8192, tokens)
@@ -164,13 +165,14 @@ def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
             if isl == 1024 and osl == 1024 and conc >= 64:
                 opts.update(batch_wait_timeout_iters=40, batch_wait_max_tokens_ratio=0.8)
         opts["free_gpu_memory_fraction"] = fraction
+        opts["stream_interval"] = 10
         return opts
     if "gpt-oss" in model and system in ("b200_sxm", "h200_sxm"):
         # benchmarks/gptoss_fp4_b200_trt.sh: --max_batch_size 512 --max_num_tokens 20000;
         # benchmarks/gptoss_fp4_h200_trt.sh: --max_batch_size $CONC --max_num_tokens 20000;
-        # both free_gpu_memory_fraction 0.85
+        # both free_gpu_memory_fraction 0.85, stream_interval 20, num_postprocess_workers 4
         opts.update(max_num_tokens=20000, max_batch_size=512 if system == "b200_sxm" else conc,
-                    free_gpu_memory_fraction=0.85)
+                    free_gpu_memory_fraction=0.85, stream_interval=20, num_postprocess_workers=4)
         return opts
     if "llama-3.1-70b" in model and system in ("b200_sxm", "h200_sxm"):
         # benchmarks/70b_fp8_b200_trt_slurm.sh, 70b_fp8_h200_trt_slurm.sh,
