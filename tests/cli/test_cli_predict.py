@@ -237,31 +237,30 @@ def test_arrow_columns_equal_what_pyarrow_builds():
     assert coded_string_array([""], np.zeros(3, np.int32)).equals(pa.array(["", "", ""]))
 
 
-def test_writing_output_files_does_not_import_pandas(tmp_path):
-    """pyarrow.array imports pandas where installed (~45 MB); the output files must not need it."""
+def _predict_in_a_fresh_process_without(tmp_path, module: str) -> None:
+    """``servesim predict`` writing its files in a new interpreter, asserting that it never
+    imported ``module``."""
     import subprocess
     import sys
 
-    pytest.importorskip("pandas")  # without pandas there is nothing to import by accident
     cfg = write_config(tmp_path, SMALL)
     code = ("import sys; from servesim.cli import main; "
             f"rc = main(['predict', {str(cfg)!r}, '--out', {str(tmp_path / 'o')!r}, '--quiet']); "
-            "assert rc == 0; assert 'pandas' not in sys.modules, 'pandas was imported'")
+            f"assert rc == 0; assert {module!r} not in sys.modules, '{module} was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_writing_output_files_does_not_import_pandas(tmp_path):
+    """pyarrow.array imports pandas where installed (~45 MB); the output files must not need it."""
+    pytest.importorskip("pandas")  # without pandas there is nothing to import by accident
+    _predict_in_a_fresh_process_without(tmp_path, "pandas")
     assert (tmp_path / "o" / "timeseries.parquet").exists()
 
 
 def test_writing_output_files_does_not_import_pyarrow_compute(tmp_path):
     """The request table's coded string columns are gathered with numpy: ``Array.take`` would
     import pyarrow.compute (~0.1 s of every run that writes its files)."""
-    import subprocess
-    import sys
-
-    cfg = write_config(tmp_path, SMALL)
-    code = ("import sys; from servesim.cli import main; "
-            f"rc = main(['predict', {str(cfg)!r}, '--out', {str(tmp_path / 'o')!r}, '--quiet']); "
-            "assert rc == 0; assert 'pyarrow.compute' not in sys.modules, 'pyarrow.compute was imported'")
-    subprocess.run([sys.executable, "-c", code], check=True)
+    _predict_in_a_fresh_process_without(tmp_path, "pyarrow.compute")
     assert (tmp_path / "o" / "requests.parquet").exists()
 
 

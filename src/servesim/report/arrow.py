@@ -30,14 +30,21 @@ def numeric_array(values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), a.size, [None, pa.py_buffer(a)])
 
 
+def _string_offsets(lengths: np.ndarray) -> np.ndarray:
+    """Each string's start in the column's bytes, then their total (int64), checked to fit the
+    int32 offsets of an Arrow ``string`` array."""
+    offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise ValueError(f"{offsets[-1]} bytes of strings in one column: more than an Arrow string array holds")
+    return offsets
+
+
 def string_array(values: Sequence[str | None]) -> pa.Array:
     """Strings (``None`` = missing) as an Arrow ``string`` array."""
     encoded = [b"" if s is None else s.encode() for s in values]
     n = len(encoded)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=n), out=offsets[1:])
-    if offsets[-1] > np.iinfo(np.int32).max:
-        raise ValueError(f"{offsets[-1]} bytes of strings in one column: more than an Arrow string array holds")
+    offsets = _string_offsets(np.fromiter(map(len, encoded), dtype=np.int64, count=n))
     valid = np.fromiter((s is not None for s in values), dtype=bool, count=n)
     nulls = n - int(valid.sum())
     bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
@@ -55,10 +62,7 @@ def coded_string_array(values: Sequence[str], codes: np.ndarray) -> pa.Array:
     np.cumsum(lens[:-1], out=starts[1:])
     codes = np.asarray(codes, dtype=np.int64)
     row_lens = lens[codes]
-    offsets = np.zeros(codes.size + 1, dtype=np.int64)
-    np.cumsum(row_lens, out=offsets[1:])
-    if offsets[-1] > np.iinfo(np.int32).max:
-        raise ValueError(f"{offsets[-1]} bytes of strings in one column: more than an Arrow string array holds")
+    offsets = _string_offsets(row_lens)
     blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
     # byte k of row i is blob[starts[code] + k]: each row's run of positions, shifted to its value
     gather = np.repeat(starts[codes] - offsets[:-1], row_lens) + np.arange(offsets[-1], dtype=np.int64)
