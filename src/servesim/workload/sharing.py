@@ -9,7 +9,10 @@ by another request, and indexing them was the largest part of the block pool's w
 
 Finding the shared ids costs one pass over the workload before the run (a trace's lines are
 decoded for their ``hash_ids`` alone, ``WorkloadSource.listed_block_ids``; other workloads
-are generated once more); ids are counted in an array (8 bytes each), not a Python set.
+are generated once more); ids are counted in an array (8 bytes each), not a Python set.  An
+agentic graph's ids are dense (``0 .. n - 1``, ``WorkloadSource.dense_listed_ids``): they are
+counted in a byte per id as the nodes' tuples are read (:func:`dense_shared_map`), with no
+array of every listed id (an AgentX-scale graph lists tens of millions).
 
 The vLLM model asks, for every request it receives, which of its ids is the first one no
 other request lists (:func:`first_unlisted`).  An AgentX-scale trace lists its contexts again
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import chain
 
@@ -58,6 +61,11 @@ def shared_block_ids(source: WorkloadSource) -> SharedBlockIds:
     range, ``OUTPUT_ID_BASE`` itself joins the result as a marker, and every listed id in
     the range counts as shared.
     """
+    dense = source.dense_listed_ids()
+    if dense is not None:
+        many = dense_shared_map(*dense)
+        if many is not None:
+            return SharedBlockIds(np.flatnonzero(np.frombuffer(many, dtype=np.uint8)).tolist(), many)
     try:
         listed = _listed_array(source)
     except OverflowError:  # an id beyond 64 bits: count them all as Python ints
@@ -95,6 +103,21 @@ def _listed_array(source: WorkloadSource) -> np.ndarray:
     return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
+def dense_shared_map(seqs: Iterable[Sequence[int]], size: int) -> bytes | None:
+    """A byte per id ``0 .. size - 1``: 1 where ``seqs`` list it more than once in all; None if
+    they list anything else (the reference of ``workload/_sharing_core.pyx``, which counts as
+    it reads, without an array of every listed id)."""
+    if size < 0:
+        raise ValueError(f"need size >= 0, got {size}")
+    counts = np.zeros(size, dtype=np.int64)
+    for seq in seqs:
+        for bid in seq:
+            if type(bid) is not int or not 0 <= bid < size:
+                return None
+            counts[bid] += 1
+    return (counts > 1).astype(np.uint8).tobytes()
+
+
 def first_unlisted(ids: Sequence[int], shared: AbstractSet[int]) -> int:
     """The position of the first of ``ids`` not in ``shared`` (``len(ids)`` if none): the
     reference of ``workload/_sharing_core.pyx``, which reads a :class:`SharedBlockIds`' byte map."""
@@ -104,9 +127,11 @@ def first_unlisted(ids: Sequence[int], shared: AbstractSet[int]) -> int:
     return len(ids)
 
 
-#: The Python version, the reference of the compiled one.
+#: The Python versions, the reference of the compiled ones.
 python_first_unlisted = first_unlisted
+python_dense_shared_map = dense_shared_map
 
 _core = compiled_module("workload._sharing_core")  # bound at import: servesim/compiled.py's rule
 if _core is not None:
     first_unlisted = _core.first_unlisted  # noqa: F811
+    dense_shared_map = _core.dense_shared_map  # noqa: F811

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 from .config import AgentWorkload, ClosedLoopWorkload, SyntheticWorkload, TraceWorkload
 from .recipes import generate_closed_loop
@@ -48,6 +48,9 @@ class WorkloadSource:
     #: requests (a trace's ``hash_ids``; it may list more, never fewer); returns None when it
     #: cannot, and then :meth:`listed_block_ids` reads the requests.
     _listed_ids: Callable[[], Sequence[int] | None] | None = None
+    #: Where the requests' ids are dense (``0 .. n - 1``: an agentic graph's): every sequence
+    #: of ids they list, and ``n``; None when it cannot tell (see :meth:`dense_listed_ids`).
+    _dense_ids: Callable[[], tuple[Iterable[Sequence[int]], int] | None] | None = None
     #: What the reader skipped on its latest pass (a trace's ``blank_lines``), for the summary.
     counts: dict[str, int] = field(default_factory=dict)
     #: An agentic trace (``workload/agentic/source.py:AgenticSource``), in mode "driven".
@@ -56,6 +59,12 @@ class WorkloadSource:
     def requests(self) -> Iterator[Request]:
         """A fresh iterator over the requests, in yield order (see module docstring)."""
         return self._factory()
+
+    def dense_listed_ids(self) -> tuple[Iterable[Sequence[int]], int] | None:
+        """The sequences of block ids the requests list and ``n``, where every id lies in
+        ``0 .. n - 1`` (shared ids are then counted in a byte per id, ``workload/sharing.py``);
+        None for a workload that does not say."""
+        return self._dense_ids() if self._dense_ids is not None else None
 
     def listed_block_ids(self) -> Iterator[Sequence[int]]:
         """The block ids the requests list (``hash_ids`` and ``output_hash_ids``), in chunks;
@@ -171,4 +180,5 @@ def agentic_source(cfg: "TraceWorkload | AgentWorkload", seed: int, path: Path |
         src = AgenticSource(lambda: READERS[cfg.format](path, bs), cfg.agentic or AgenticLoad(), cfg.speedup)
     src.graph()
     return WorkloadSource(mode="driven", concurrency=None, description=src.describe(), _factory=lambda: iter(()),
-                          num_requests=src.request_count(), _listed_ids=src.listed_block_ids, agentic=src)
+                          num_requests=src.request_count(), _listed_ids=src.listed_block_ids, _dense_ids=src.dense_listed_ids,
+                          agentic=src)

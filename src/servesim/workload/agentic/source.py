@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Callable
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -62,6 +62,14 @@ class AgenticSource:
         count = sum([len(node.hash_ids) + len(node.output_hash_ids) for node in nodes])
         ids = chain.from_iterable(chain.from_iterable((node.hash_ids, node.output_hash_ids) for node in nodes))
         return np.fromiter(ids, np.int64, count)
+
+    def dense_listed_ids(self) -> tuple[Iterator[Sequence[int]], int] | None:
+        """Every node's prompt and answer ids and the graph's id count (its ids are dense,
+        ``0 .. n_ids - 1``); None when plays recycle."""
+        if self.recycles:
+            return None
+        graph = self.graph()
+        return chain.from_iterable((node.hash_ids, node.output_hash_ids) for node in graph.nodes), graph.n_ids
 
     def describe(self) -> str:
         load = self.load
