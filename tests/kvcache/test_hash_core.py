@@ -13,7 +13,9 @@ core = compiled_module("kvcache._hash_core")
 pytestmark = pytest.mark.skipif(core is None, reason="compiled core not built")
 
 #: Ints around the edges of the C path: the hash modulus (2**61 - 1), int64's range, beyond it.
-_EDGES = [0, 1, -1, -2, 2, 2**61 - 2, 2**61 - 1, 2**61, 2**62, 2**63 - 1, -(2**63), -(2**61), 2**64 + 5, -(2**70)]
+_EDGES = [0, 1, -1, -2, 2, 2**61 - 2, 2**61 - 1, 2**61, 2**62, 2**63 - 1, -(2**63), -(2**61), 2**64 + 5, -(2**70),
+          2 * (2**61 - 1) - 1, 2 * (2**61 - 1), 2 * (2**61 - 1) + 1, 3 * (2**61 - 1), 4 * (2**61 - 1),
+          -(2 * (2**61 - 1)), -(4 * (2**61 - 1)) - 1, -(2**63) + 1]
 _INTS = st.one_of(st.integers(0, 2**40), st.integers(-(2**63), 2**63 - 1), st.sampled_from(_EDGES),
                   st.integers(-(2**80), 2**80))
 
@@ -27,6 +29,17 @@ def test_hash_matches_this_interpreter():
 def test_compiled_id_chain_equals_python(ids, parent):
     assert core.id_chain(ids, parent) == python_id_chain(ids, parent)
     assert core.id_chain(ids) == python_id_chain(ids)
+
+
+def test_int_hashes_at_multiples_of_the_modulus():
+    """The modulo 2**61 - 1 is taken by folding the high bits (no division): exact at and
+    around every multiple of the modulus int64 holds, either sign."""
+    m = 2**61 - 1
+    for k in range(5):
+        for d in (-2, -1, 0, 1, 2):
+            for x in (k * m + d, -(k * m + d)):
+                if -(2**63) <= x < 2**63:
+                    assert core.id_chain([x], x) == [hash((x, x))]
 
 
 def test_non_int_ids_hash_as_python():

@@ -23,10 +23,18 @@ cdef uint64_t _PRIME_2 = 14029467366897019727ULL
 cdef uint64_t _PRIME_5 = 2870177450012600261ULL
 
 
+cdef inline uint64_t _mod_mersenne(uint64_t a) noexcept:
+    """``a % (2**61 - 1)`` without a division: 2**61 is 1 modulo the modulus, so ``a`` is
+    congruent to its low 61 bits plus its high 3, a sum below twice the modulus (a 64-bit
+    division per int hash, two per unit, was most of a unit chain's cost)."""
+    a = (a & _MODULUS) + (a >> 61)
+    return a - _MODULUS if a >= _MODULUS else a
+
+
 cdef inline int64_t _int_hash(int64_t x) noexcept:
     """``hash(x)`` of a Python int ``x`` that fits in int64."""
     cdef uint64_t a = <uint64_t>x if x >= 0 else (<uint64_t>0) - <uint64_t>x
-    cdef int64_t h = <int64_t>(a % _MODULUS)
+    cdef int64_t h = <int64_t>_mod_mersenne(a)
     if x < 0:
         h = -h
     return -2 if h == -1 else h
