@@ -19,7 +19,8 @@ the ``nccl:`` block of the GPU's file (``hardware/gpus/<gpu>.yaml``), with each 
 error.  These are per-kernel measurements (physics), not end-to-end results.
 
 PCIe parts (L40S) are fitted and printed but do not follow this law (median error ~45%: the
-tables' PCIe collectives cross the host); their files keep no ``nccl:`` block.
+tables' PCIe collectives cross the host); their files keep no ``nccl:`` block, and no
+``custom_all_reduce:`` line either (42% median error).
 
 The serving engines' own custom all-reduce (the pass's tensor-parallel all-reduce under CUDA
 graphs: SGLang's, vLLM's and TensorRT-LLM's ``custom_allreduce_perf`` tables, each engine's
@@ -139,16 +140,15 @@ def main(argv=None) -> int:
         df = nccl_table(system)
         if df is None:
             print(f"# {system}: no nccl_perf table")
-            df = []
         else:
             print("nccl:")
-        for op in NCCL_OPS if len(df) else ():
-            g = df[df.op_name == op]
-            if not len(g):
-                continue
-            law, med, n = fit_op(g, link, gpu.scale_up.domain_size)
-            print(f"  {op}: {{startup_us: {law['startup_us']}, step_us: {law['step_us']}, "
-                  f"bus_eff: {law['bus_eff']}}}  # {n} rows, median |error| {med:.1%}")
+            for op in NCCL_OPS:
+                g = df[df.op_name == op]
+                if not len(g):
+                    continue
+                law, med, n = fit_op(g, link, gpu.scale_up.domain_size)
+                print(f"  {op}: {{startup_us: {law['startup_us']}, step_us: {law['step_us']}, "
+                      f"bus_eff: {law['bus_eff']}}}  # {n} rows, median |error| {med:.1%}")
         custom = custom_allreduce_table(system)
         if custom is None:
             print(f"# {system}: no custom_allreduce_perf table")
