@@ -19,7 +19,8 @@ Op classes (the table each comes from):
 - ``mla_prefill``, ``mla_decode``: context_mla_perf / generation_mla_perf (DeepSeek shapes);
 - ``moe/<precision>``: moe_perf, balanced routing (``moe_skewed`` for power-law routing:
   reported, not a target — servesim assumes uniform routing);
-- ``allreduce_custom``: the engines' custom all-reduce under CUDA graphs;
+- ``allreduce_custom``: the engines' custom all-reduce under CUDA graphs (``OpModel.all_reduce``),
+  also by message size (``allreduce_custom/<2MB``, ``/2-70MB``, ``/>70MB``);
 - ``nccl/<op>``: NCCL all_reduce / all_gather / reduce_scatter / alltoall (``OpModel.nccl``);
 - ``gdn/<phase>``: gated-DeltaNet linear-attention kernels (recurrent update / chunked).
 
@@ -151,11 +152,23 @@ def _moe_class(ops, name, g, prec, balanced):
     yield name, np.asarray(out), g.latency.values
 
 
+#: message-size bands the custom all-reduce is also reported in (bytes, upper bounds): decode
+#: batches' all-reduces, a prefill chunk's (a 1k-token DeepSeek chunk moves 15 MB), long chunks.
+ALLREDUCE_BANDS = ((2e6, "<2MB"), (70e6, "2-70MB"), (float("inf"), ">70MB"))
+
+
 def _custom_allreduce(ops, df, rows):
     g = df[~df.kernel_source.astype(str).str.contains("eager", case=False)]
     g = _sample(g, rows)
     nbytes = g.message_size.values * 2.0
-    yield "allreduce_custom", ops.all_reduce(nbytes, g.num_gpus.values), g.latency.values
+    pred, meas = ops.all_reduce(nbytes, g.num_gpus.values), g.latency.values
+    yield "allreduce_custom", pred, meas
+    lo = 0.0
+    for hi, band in ALLREDUCE_BANDS:
+        m = (nbytes >= lo) & (nbytes < hi)
+        lo = hi
+        if m.any():
+            yield f"allreduce_custom/{band}", pred[m], meas[m]
 
 
 def _nccl(ops, df, rows):

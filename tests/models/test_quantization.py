@@ -27,6 +27,7 @@ def test_weight_dtype_of(qc, expected):
     ("deepseek-ai/DeepSeek-V3", "fp8"),
     ("deepseek-ai/DeepSeek-R1", "fp8"),  # alias: same checkpoint format
     ("nvidia/DeepSeek-R1-NVFP4", "fp4"),  # the name wins over the bundled config
+    ("nvidia/DeepSeek-R1-0528-FP4-v2", "fp4"),
     ("openai/gpt-oss-120b", "fp4"),
     ("moonshotai/Kimi-K2.5", "int4"),
     ("MiniMaxAI/MiniMax-M2.5", "fp8"),

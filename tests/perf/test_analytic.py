@@ -258,6 +258,12 @@ def test_comm_time_scale_multiplies_exactly_the_collectives(name, tp, ep, dp):
         assert comm == 0.0
     else:
         assert comm > 0.0
-        # halving the link efficiency adds the bandwidth part once more; the scale also
-        # multiplied the fixed per-call part, so the bandwidth part is a share of its slope
-        assert 0.0 < time_at(1.0, comm_eff=0.35) - t1 < comm
+        if dp == 1:
+            # the tensor-parallel all-reduce follows H100's measured custom all-reduce law:
+            # the links' efficiency does not enter
+            assert g.custom_all_reduce is not None
+            assert time_at(1.0, comm_eff=0.35) == t1
+        else:
+            # halving the link efficiency adds the bandwidth part once more; the scale also
+            # multiplied the fixed per-call part, so the bandwidth part is a share of its slope
+            assert 0.0 < time_at(1.0, comm_eff=0.35) - t1 < comm

@@ -38,7 +38,7 @@ from servesim.perf.plan import StepTimeModel
 def infer_weight_dtype(model_name: str, arch: ModelArch) -> str:
     """Weight precision implied by a checkpoint's name (e.g. ``-FP8``, ``-NVFP4``), else bf16."""
     low = model_name.lower()
-    if "nvfp4" in low or "mxfp4" in low or low.endswith("-fp4"):
+    if "nvfp4" in low or "mxfp4" in low or low.endswith("-fp4") or "-fp4-" in low:  # -FP4, -FP4-v2
         return "fp4"
     if "fp8" in low:
         return "fp8"

@@ -61,7 +61,8 @@ class CollectiveLaw(_Strict):
     chunked pipeline takes ``(√(V / (B · bus_eff)) + √(startup + steps · step))²``
     (``perf/kernels.py:OpModel.nccl``): the fixed cost for small messages, the bus rate for
     large ones, the pipeline's fill between.  Fitted per GPU and collective on the measured
-    NCCL tables by ``benchmarks/fit_collectives.py``.
+    NCCL tables by ``benchmarks/fit_collectives.py``.  The engines' custom all-reduce
+    (``GPUSpec.custom_all_reduce``) follows the same law with one hop per doubling of ranks.
     """
 
     #: launch and synchronisation cost of one collective, microseconds.
@@ -109,6 +110,10 @@ class GPUSpec(_Strict):
     #: measured NCCL timing per collective (keys from :data:`NCCL_OPS`); a collective not
     #: listed is priced from the links alone (``OpModel.nccl``).
     nccl: dict[str, CollectiveLaw] = {}
+    #: measured timing of the serving engines' custom all-reduce (the pass's tensor-parallel
+    #: all-reduce under CUDA graphs) within the scale-up domain; ``step_us`` is paid per
+    #: doubling of ranks (``OpModel.all_reduce``).  None: priced from the links alone.
+    custom_all_reduce: CollectiveLaw | None = None
     #: field path (e.g. "tflops.fp8", "scale_up.bandwidth_gbs") → where the number comes from.
     sources: dict[str, list[str]] = {}
     notes: str = ""

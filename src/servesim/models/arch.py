@@ -437,6 +437,7 @@ ALIASES: dict[str, str] = {
     "deepseek-ai/DeepSeek-V3.1": "deepseek-ai/DeepSeek-V3",
     "nvidia/DeepSeek-R1-NVFP4": "deepseek-ai/DeepSeek-V3",
     "nvidia/DeepSeek-R1-0528-NVFP4": "deepseek-ai/DeepSeek-V3",
+    "nvidia/DeepSeek-R1-0528-FP4-v2": "deepseek-ai/DeepSeek-V3",
     "nvidia/DeepSeek-R1-FP4": "deepseek-ai/DeepSeek-V3",
     "nvidia/DeepSeek-V3-0324-FP4": "deepseek-ai/DeepSeek-V3",
     "nvidia/DeepSeek-V3.1-NVFP4": "deepseek-ai/DeepSeek-V3",

@@ -67,7 +67,7 @@ from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_OVERHEAD_BLOCKS, ATTN_KE
 from servesim.perf.launches import eager_ops_per_layer
 from servesim.perf.memory import Layout, attention_params_per_gpu
 from servesim.perf.plan import PassPlan, ends_from_durations
-from servesim.perf.precision import kv_bytes, layer_dtypes, weight_bytes
+from servesim.perf.precision import fp4_output_projection, kv_bytes, layer_dtypes, weight_bytes
 
 #: The compiled decode-stretch pricing, or None (bound at import: servesim/compiled.py's rule).
 _core = compiled_module("perf._stretch_core")
@@ -77,8 +77,9 @@ _core = compiled_module("perf._stretch_core")
 _SUM = np.add.reduce
 
 
-def _attention_gemm_shapes(m: ModelArch, tp: int) -> list[tuple[float, float]]:
-    """(n, k) of one softmax-attention layer's projections on one GPU of a tp group.
+def _attention_gemm_shapes(m: ModelArch, tp: int) -> list[tuple[float, float, bool]]:
+    """(n, k, whether it is the output projection) of one softmax-attention layer's projections
+    on one GPU of a tp group.
 
     GQA: fused q/k/v, then o.  MLA: the replicated down-projections (q_a, kv_a), the split
     up-projections (q_b, kv_b) and o.  Whatever :func:`attention_params_per_gpu` counts beyond
@@ -87,19 +88,20 @@ def _attention_gemm_shapes(m: ModelArch, tp: int) -> list[tuple[float, float]]:
     h, nq = m.hidden_size, m.num_attention_heads
     if m.is_mla:
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        shapes = [(m.kv_lora_rank + m.qk_rope_head_dim, h)]
+        shapes = [(m.kv_lora_rank + m.qk_rope_head_dim, h, False)]
         if m.q_lora_rank:
-            shapes += [(m.q_lora_rank, h), (nq * qk / tp, m.q_lora_rank)]
+            shapes += [(m.q_lora_rank, h, False), (nq * qk / tp, m.q_lora_rank, False)]
         else:
-            shapes.append((nq * qk / tp, h))
-        shapes += [(nq * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank), (h, nq * m.v_head_dim / tp)]
+            shapes.append((nq * qk / tp, h, False))
+        shapes += [(nq * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank, False),
+                   (h, nq * m.v_head_dim / tp, True)]
     else:
         hd = m.head_dim
         q = nq * hd * (2 if m.attn_output_gate else 1) / tp
-        shapes = [(q + 2 * m.kv_heads_per_gpu(tp) * hd, h), (h, nq * hd / tp)]
-    rest = attention_params_per_gpu(m, tp) - sum(n * k for n, k in shapes)
+        shapes = [(q + 2 * m.kv_heads_per_gpu(tp) * hd, h, False), (h, nq * hd / tp, True)]
+    rest = attention_params_per_gpu(m, tp) - sum(n * k for n, k, _ in shapes)
     if rest > 1.0:
-        shapes.append((rest / h, h))
+        shapes.append((rest / h, h, False))
     return shapes
 
 
@@ -146,7 +148,8 @@ class AnalyticStepTime:
     def _precompute(self) -> None:
         m, g, p, lay = self.model, self.gpu, self.p, self.layout
         tp, gpus, dp = lay.tp, lay.gpus, lay.attention_dp
-        dt = layer_dtypes(self.weight_dtype, m.family, m.is_moe)
+        dt = layer_dtypes(self.weight_dtype, m.family, m.is_moe,
+                          fp4_o_proj=m.is_mla and fp4_output_projection(m.name, self.weight_dtype, g.vendor))
         self._ops = ops = OpModel(g, p, self.kernel_rates)
         bw = g.memory_bandwidth_gbs * 1e9
         self._bw_eff = ops.bw_eff
@@ -160,7 +163,8 @@ class AnalyticStepTime:
         attn_g: list[tuple[float, float, float, str]] = []
         mlp_g: list[tuple[float, float, float, str]] = []
         if n_soft:
-            attn_g += [(n_soft, n, k, dt["attention"]) for n, k in _attention_gemm_shapes(m, tp)]
+            attn_g += [(n_soft, n, k, dt["attention_out"] if out else dt["attention"])
+                       for n, k, out in _attention_gemm_shapes(m, tp)]
         if m.num_linear_layers:
             lin = m.linear_attention_params_per_layer() / tp
             attn_g.append((m.num_linear_layers, lin / h, h, dt["linear_attention"]))

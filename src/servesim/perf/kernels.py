@@ -275,14 +275,22 @@ class OpModel:
             self.p.link_latency_factor * lat * self.p.comm_time_scale
 
     def all_reduce(self, nbytes, ranks):
-        """All-reduce of ``nbytes`` over ``ranks`` GPUs, the faster of the two algorithms the
-        engines' custom all-reduce (and NCCL's NVLS / ring) switch between by size:
+        """The engines' custom all-reduce of ``nbytes`` over ``ranks`` GPUs (the pass's
+        tensor-parallel all-reduce under CUDA graphs).
+
+        Within the scale-up domain of a GPU with a measured law (``GPUSpec.custom_all_reduce``,
+        fitted by benchmarks/fit_collectives.py on the engines' per-kernel tables), the
+        ``2(r − 1)/r·S`` bytes each GPU moves go at ``bus_eff`` of the link bandwidth behind
+        a fixed cost of ``startup`` plus ``step`` per doubling of ranks, with the pipeline's
+        fill between: ``(√(V / bandwidth) + √(startup + log2(r) · step))²``.  Otherwise the
+        faster of the two algorithms the kernels switch between by size, priced from the links
+        (``comm_eff``, ``allreduce_fixed_s``, the link latency per doubling of ranks):
 
         - one-shot: every GPU reads the whole message from each peer and reduces locally —
           one step, ``(r − 1)·S`` bytes received;
         - two-shot (reduce-scatter + all-gather): two steps, ``2(r − 1)/r·S`` bytes.
 
-        Each step pays the link latency per doubling of ranks; the op a fixed cost.
+        ``comm_time_scale`` scales the time either way.
         """
         r, link, lat = self._link(ranks)
         s = np.asarray(nbytes, float)
@@ -290,7 +298,15 @@ class OpModel:
         fixed = self.p.allreduce_fixed_s * self.p.comm_time_scale
         one_shot = step + (r - 1) * s / link
         two_shot = 2.0 * step + 2.0 * (r - 1) / r * s / link
-        return fixed + np.minimum(one_shot, two_shot)
+        t = fixed + np.minimum(one_shot, two_shot)
+        law = self.gpu.custom_all_reduce
+        if law is None:
+            return t
+        scale = self.p.comm_time_scale
+        bw = self.gpu.scale_up.bandwidth_gbs * 1e9 * law.bus_eff / scale
+        hops = (law.startup_us + np.log2(r) * law.step_us) * 1e-6 * scale
+        measured = (np.sqrt(collective_volume("all_reduce", s, r) / bw) + np.sqrt(hops)) ** 2
+        return np.where(r <= self.gpu.scale_up.domain_size, measured, t)
 
     def all_gather(self, nbytes, ranks):
         """NCCL all-gather whose full result is ``nbytes`` (:meth:`nccl`)."""

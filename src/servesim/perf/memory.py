@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from servesim.errors import ModelError
 from servesim.hardware.gpu import GPUSpec
 from servesim.models.arch import ModelArch
-from servesim.perf.precision import kv_bytes, layer_dtypes, weight_bytes
+from servesim.perf.precision import fp4_output_projection, kv_bytes, layer_dtypes, weight_bytes
 
 GB = 1e9
 ENGINES = ("sglang", "vllm", "trtllm")
@@ -64,9 +64,12 @@ class Layout:
         return self.gpus // self.ep
 
 
-def weight_bytes_by_category(model: ModelArch, weight_dtype: str, layout: Layout) -> dict[str, float]:
-    """Weight bytes one GPU holds, by category (see module docstring for sharding)."""
-    dt = layer_dtypes(weight_dtype, model.family, model.is_moe)
+def weight_bytes_by_category(model: ModelArch, weight_dtype: str, layout: Layout,
+                             vendor: str = "nvidia") -> dict[str, float]:
+    """Weight bytes one GPU holds, by category (see module docstring for sharding); ``vendor``:
+    the GPU's (which checkpoint an upstream name loads, perf/precision.py ``fp4_output_projection``)."""
+    dt = layer_dtypes(weight_dtype, model.family, model.is_moe,
+                      fp4_o_proj=model.is_mla and fp4_output_projection(model.name, weight_dtype, vendor))
     b = {k: weight_bytes(v) for k, v in dt.items()}
     tp, gpus = layout.tp, layout.gpus
     h = model.hidden_size
@@ -75,6 +78,9 @@ def weight_bytes_by_category(model: ModelArch, weight_dtype: str, layout: Layout
     out["lm_head"] = 0.0 if model.tie_embeddings else model.vocab_size * h / tp * b["lm_head"]
     n_soft = model.num_full_layers + model.num_sliding_layers
     out["attention"] = n_soft * attention_params_per_gpu(model, tp) * b["attention"]
+    if b["attention_out"] != b["attention"]:  # the output projection (tp-split) at its own precision
+        o_proj = model.num_attention_heads * (model.v_head_dim if model.is_mla else model.head_dim) * h / tp
+        out["attention"] += n_soft * o_proj * (b["attention_out"] - b["attention"])
     out["linear_attention"] = (model.num_linear_layers * model.linear_attention_params_per_layer() / tp
                                * b["linear_attention"])
     mlp_split = gpus if model.is_moe else tp
@@ -111,9 +117,9 @@ def attention_params_per_gpu(model: ModelArch, tp: int) -> float:
     return (q + o) / tp + kv
 
 
-def weights_bytes_per_gpu(model: ModelArch, weight_dtype: str, layout: Layout) -> float:
+def weights_bytes_per_gpu(model: ModelArch, weight_dtype: str, layout: Layout, vendor: str = "nvidia") -> float:
     """Total weight bytes one GPU of the worker holds."""
-    return sum(weight_bytes_by_category(model, weight_dtype, layout).values())
+    return sum(weight_bytes_by_category(model, weight_dtype, layout, vendor).values())
 
 
 def activation_bytes(model: ModelArch, layout: Layout, max_num_batched_tokens: int, max_running_requests: int) -> float:
@@ -177,7 +183,7 @@ def memory_budget(
     if not 0 < mem_fraction <= 1:
         raise ModelError(f"memory fraction must be in (0, 1], found {mem_fraction}")
     total = gpu.memory_bytes
-    weights = weights_bytes_per_gpu(model, weight_dtype, layout)
+    weights = weights_bytes_per_gpu(model, weight_dtype, layout, gpu.vendor)
     act = (activation_gb * GB if activation_gb is not None
            else activation_bytes(model, layout, max_num_batched_tokens, max_running_requests))
     non_torch = non_torch_gb * GB

@@ -14,8 +14,9 @@ Which layers a checkpoint quantizes (:func:`layer_dtypes`):
   and shared experts, dense layers) in fp4, attention in bf16.  NVIDIA's ModelOpt NVFP4 MoE
   checkpoints list every ``self_attn`` module in their ``exclude_modules`` (``hf_quant_config.json``
   of nvidia/DeepSeek-R1-0528-NVFP4, nvidia/MiniMax-M2.5-NVFP4, nvidia/GLM-4.7-NVFP4; the
-  ``ignore`` list in Inferact/Kimi-K2.5-NVFP4's ``config.json``), so attention runs from bf16 weights
-  (DeepSeek's later exports keep ``o_proj`` in fp4: not modelled, docs/validation.md);
+  ``ignore`` list in Inferact/Kimi-K2.5-NVFP4's ``config.json``), so attention runs from bf16 weights.
+  NVIDIA's later DeepSeek exports quantize MLA's output projection too (:func:`fp4_output_projection`:
+  ``attention_out`` in fp4, the other projections bf16);
 - ``mxfp4`` (gpt-oss) and ``int4`` (Kimi): routed experts only (dense models: the MLP),
   the rest bf16; gpt-oss given ``fp4`` is read as ``mxfp4``.
 
@@ -91,8 +92,35 @@ def check_weight_precision(weight_dtype: str, gpu, family: str = "") -> str | No
             "or a GPU with fp4 units (NVIDIA Blackwell: b200_sxm, b300_sxm, gb200, gb300)")
 
 
-def layer_dtypes(weight_dtype: str, family: str = "", is_moe: bool = False) -> dict[str, str]:
-    """Precision per weight category: attention, dense_mlp, shared_experts, routed_experts, embed."""
+#: NVIDIA's NVFP4 DeepSeek exports that keep MLA's output projection (``o_proj``) in fp4: their
+#: ``hf_quant_config.json`` excludes only ``q_a_proj``, ``q_b_proj``, ``kv_a_proj_with_mqa`` and
+#: ``kv_b_proj`` of each layer (nvidia/DeepSeek-V3.1-NVFP4's and -V3.2-NVFP4's, as shipped with
+#: aiconfigurator-core under ``model_configs/``; DeepSeek-R1-0528-FP4-v2's model card: the v2 export
+#: "additionally quantizes wo").  The earlier exports (nvidia/DeepSeek-R1-FP4, -R1-NVFP4,
+#: -R1-0528-NVFP4, -V3-0324-FP4) and NVIDIA's Kimi and GLM exports keep all of attention in bf16.
+FP4_O_PROJ_CHECKPOINTS = frozenset(n.lower() for n in (
+    "nvidia/DeepSeek-R1-0528-FP4-v2", "nvidia/DeepSeek-V3.1-NVFP4", "nvidia/DeepSeek-V3.2-NVFP4"))
+#: DeepSeek's own names, which at ``fp4`` on an NVIDIA GPU mean NVIDIA's current export,
+#: nvidia/DeepSeek-R1-0528-FP4-v2: InferenceX's launchers load it for every DeepSeek fp4 benchmark,
+#: whose rows record deepseek-ai/DeepSeek-R1-0528, -R1 or -V3.  (AMD GPUs load AMD's MXFP4 export.)
+FP4_UPSTREAM_NAMES = frozenset(n.lower() for n in (
+    "deepseek-ai/DeepSeek-R1-0528", "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3"))
+
+
+def fp4_output_projection(model_name: str, weight_dtype: str, vendor: str = "nvidia") -> bool:
+    """Whether a deployment of ``model_name`` at ``weight_dtype`` on a GPU of ``vendor`` runs MLA's
+    output projection from fp4 weights (:data:`FP4_O_PROJ_CHECKPOINTS`, :data:`FP4_UPSTREAM_NAMES`)."""
+    if weight_dtype.lower() not in ("fp4", "nvfp4"):
+        return False
+    name = (model_name or "").lower()
+    return name in FP4_O_PROJ_CHECKPOINTS or (vendor == "nvidia" and name in FP4_UPSTREAM_NAMES)
+
+
+def layer_dtypes(weight_dtype: str, family: str = "", is_moe: bool = False,
+                 fp4_o_proj: bool = False) -> dict[str, str]:
+    """Precision per weight category: attention (``attention_out``: its output projection),
+    dense_mlp, shared_experts, routed_experts, embed.  ``fp4_o_proj``: the checkpoint keeps the
+    output projection of an fp4 MoE model in fp4 (:func:`fp4_output_projection`)."""
     w = weight_dtype.lower()
     weight_bytes(w)  # validates
     if family == "gpt_oss" and w in ("fp4", "nvfp4"):
@@ -106,6 +134,7 @@ def layer_dtypes(weight_dtype: str, family: str = "", is_moe: bool = False) -> d
     dense_mlp = rest if is_moe else w
     return {
         "attention": attention,
+        "attention_out": w if fp4_o_proj and w in ("fp4", "nvfp4") else attention,
         "linear_attention": attention,
         "dense_mlp": dense_mlp,
         "shared_experts": rest,
