@@ -185,10 +185,17 @@ def _gdn(ops, df, rows):
         if "conv1d" in str(kernel):
             continue  # the short convolution: elementwise-sized, priced with the norms
         g = _sample(g, rows)
-        tokens = np.where(g.phase == "generation", g.batch_size.values, g.num_tokens.values)
         phase = g.phase.iloc[0]
-        yield f"gdn/{phase}", ops.gated_delta(g.batch_size.values, tokens, g.num_v_heads.values, g.head_k_dim.values,
-                                              g.head_v_dim.values, prefill=phase == "context"), g.latency.values
+        yield f"gdn/{phase}", gdn_time(ops, g), g.latency.values
+
+
+def gdn_time(ops, g):
+    """Seconds the op model gives each row of one phase of a gated-delta table (each batch's
+    sequences ``seq_len`` tokens long)."""
+    prefill = g.phase.iloc[0] == "context"
+    tokens = g.num_tokens.values if prefill else g.batch_size.values
+    return ops.gated_delta(g.batch_size.values, tokens, g.num_v_heads.values, g.head_k_dim.values,
+                           g.head_v_dim.values, prefill=prefill, longest=g.seq_len.values if prefill else None)
 
 
 READERS = {

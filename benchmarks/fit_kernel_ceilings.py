@@ -23,8 +23,9 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
   version, op and format, the factor on the op model's compute efficiency that fits that
   engine's tables best (prefill attention, MLA and GQA; fused-MoE grouped GEMMs per expert
   format, with a second factor on their weight streaming; MXFP4 from the gpt-oss-shaped rows
-  of the kernels each engine serves gpt-oss with, :func:`_gptoss_mxfp4_rows`), written as
-  ``src/servesim/perf/engine_kernels.yaml`` (perf/engine_kernels.py).
+  of the kernels each engine serves gpt-oss with, :func:`_gptoss_mxfp4_rows`; the chunked
+  gated-delta prefill kernel's math, chain latency and fixed cost, :data:`LINEAR_ATTN_RATES`),
+  written as ``src/servesim/perf/engine_kernels.yaml`` (perf/engine_kernels.py).
 
 These are per-kernel measurements (physics), not end-to-end results: nothing of
 calibration.csv enters.  Excluded, with the reason: vLLM's block-scaled fp8 GEMM op on
@@ -44,11 +45,11 @@ import numpy as np
 from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_kernels import GEMM_DTYPES, SYSTEMS, _moe_class, table_files  # noqa: E402
+from bench_kernels import GEMM_DTYPES, SYSTEMS, _moe_class, gdn_time, table_files  # noqa: E402
 
 from servesim.hardware import load_gpu  # noqa: E402
 from servesim.perf.analytic_params import AnalyticParams  # noqa: E402
-from servesim.perf.engine_kernels import RATE_RANGE, KernelRates  # noqa: E402
+from servesim.perf.engine_kernels import KernelRates, rate_range  # noqa: E402
 from servesim.perf.kernels import OpModel  # noqa: E402
 
 #: (table dtype, servesim format) pairs that set each key; GEMM tables.
@@ -179,6 +180,11 @@ MOE_FORMATS = {"bf16": {9: ("bfloat16",), 10: ("bfloat16",)},
                "int4": {9: ("int4_wo",), 10: ("int4_wo",)}}
 #: Rows per (table, GPU) sampled for one engine-rate fit.
 ENGINE_ROWS = 400
+#: The chunked gated-delta prefill kernel's three rates (kernels.OpModel.gated_delta): its math,
+#: its chunk-to-chunk chain latency, its fixed cost.  Each engine ships its own kernel (FLA-style
+#: Triton in SGLang, TensorRT-LLM's own, FlashInfer's tensor-core kernel in vLLM on Hopper and
+#: Blackwell), fitted together on the context rows of the engine's gdn table.
+LINEAR_ATTN_RATES = ("linear_attn", "linear_attn_chain", "linear_attn_fixed")
 
 #: MXFP4 experts: only gpt-oss ships them, and each engine serves it with its own MXFP4 kernel,
 #: which the tables measure at gpt-oss's expert shape (hidden 2880, intermediate 2880, top-4 of
@@ -228,8 +234,14 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
         for engine, by in _gptoss_mxfp4_rows(system, major).items():
             sets.setdefault((engine, major, "moe", "mxfp4"), []).append(
                 (gpu, lambda ops, g: _moe_time(ops, "mxfp4", g) * 1e3, _sample(by, rows)))
-        for name in ("moe_perf", "context_mla_perf", "context_attention_perf"):
+        for name in ("moe_perf", "context_mla_perf", "context_attention_perf", "gdn_perf"):
             for backend, df in _load(system, name):
+                if name == "gdn_perf":
+                    g = df[(df.phase == "context") & ~df.kernel_source.astype(str).str.contains("conv1d")]
+                    if len(g):
+                        sets.setdefault((backend, major, "linear_attn", "gdn"), []).append(
+                            (gpu, lambda ops, g: gdn_time(ops, g) * 1e3, _sample(g, rows)))
+                    continue
                 if name == "moe_perf":
                     df = df[~df.distribution.astype(str).str.startswith("power_law")]
                     for fmt, by_major in MOE_FORMATS.items():
@@ -315,7 +327,7 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
     for (engine, major, op, fmt), parts in sorted(_engine_sets(systems, rows).items()):
         # a MoE kernel has two rates: its math (large token counts) and its expert-weight
         # streaming (decode-sized counts); prefill attention one
-        fitted = (op, "moe_stream") if op == "moe" else (op,)
+        fitted = (op, "moe_stream") if op == "moe" else LINEAR_ATTN_RATES if op == "linear_attn" else (op,)
 
         def err(x, parts=parts, fitted=fitted, fmt=fmt):
             rates = KernelRates({(o, fmt): float(v) for o, v in zip(fitted, x)})
@@ -324,7 +336,8 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
 
         x0 = [1.0] * len(fitted)
         before = err(x0)
-        res = least_squares(err, x0, bounds=RATE_RANGE, loss="soft_l1", f_scale=LOSS_SCALE)
+        bounds = tuple(zip(*(rate_range(o) for o in fitted)))
+        res = least_squares(err, x0, bounds=bounds, loss="soft_l1", f_scale=LOSS_SCALE)
         after = err(res.x)
         for o, v in zip(fitted, res.x):
             out.append(dict(engine=engine, cuda_major=major, op=o, format=fmt, rate=round(float(v), 3),

@@ -11,7 +11,7 @@ from servesim.models.arch import load_model
 from servesim.perf import engine_kernels
 from servesim.perf.analytic import AnalyticStepTime
 from servesim.perf.config import build_step_time
-from servesim.perf.engine_kernels import NO_RATES, OPS, RATE_RANGE, KernelRates, kernel_rates
+from servesim.perf.engine_kernels import NO_RATES, OPS, KernelRates, kernel_rates, rate_range
 from servesim.perf.kernels import OpModel
 from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.plan import PassPlan
@@ -25,7 +25,8 @@ def test_shipped_rates_are_in_range_and_name_known_engines_ops_and_formats() -> 
     for (engine, major), rates in table.items():
         assert engine in ("sglang", "vllm", "trtllm") and major in (9, 10)
         for (op, fmt), rate in rates.items():
-            assert fmt in OPS[op] and RATE_RANGE[0] <= rate <= RATE_RANGE[1]
+            lo, hi = rate_range(op)
+            assert fmt in OPS[op] and lo <= rate <= hi
 
 
 def test_sglang_prefills_mla_on_hopper_slower_than_tensorrt_llm() -> None:

@@ -38,6 +38,8 @@ cdef class AnalyticStepTime:
     cdef public object _lin_flop_s
     cdef public object _lin_state_s
     cdef public object _lin_prefill_fixed
+    cdef public object _lin_pre_flop_s, _lin_chain_s
+    cdef public long long _lin_heads
     cdef public object _ops
     cdef public object _elem_fixed, _attn_fixed, _heads
     cdef public long long _sms
@@ -61,6 +63,8 @@ cdef class AnalyticStepTime:
                    blk=cython.longlong, extra=cython.double, ctas=cython.longlong, nq=cython.longlong,
                    q=cython.longlong, waves_ctas=cython.longlong)
     cpdef _prefill_attn(self, list new, list cached)
+    @cython.locals(n=cython.longlong, waves=cython.longlong)
+    cpdef _lin_prefill(self, list new)
     @cython.locals(n_dec=cython.Py_ssize_t, n_chunks=cython.Py_ssize_t)
     cpdef pass_time(self, PassPlan plan)
     cpdef tuple _ctx_sums(self, object ctx)

@@ -247,10 +247,18 @@ class AnalyticStepTime:
             # the decode (recurrent) form's kernels in every pass; the chunked prefill form's extra
             # ones (``_lin_prefill_fixed``) in passes with prefill chunks
             self._attn_fixed += m.num_linear_layers * LINEAR_ATTN_DECODE_KERNELS * ops.t_kernel
-            self._lin_prefill_fixed = m.num_linear_layers * (LINEAR_ATTN_KERNELS - LINEAR_ATTN_DECODE_KERNELS) \
-                * ops.t_kernel
+            # the chunked prefill kernel (the engine's own: its math rate, chain latency and
+            # kernel count, perf/engine_kernels.py); as kernels.OpModel.gated_delta
+            rates = self.kernel_rates
+            self._lin_prefill_fixed = m.num_linear_layers * max(
+                LINEAR_ATTN_KERNELS * rates.linear_attn_fixed() - LINEAR_ATTN_DECODE_KERNELS, 0.0) * ops.t_kernel
+            self._lin_pre_flop_s = self._lin_flop_s / (p.linear_attn_eff * rates.linear_attn())
+            self._lin_chain_s = m.num_linear_layers * p.linear_attn_chain_s * rates.linear_attn_chain()
+            self._lin_heads = nv
         else:
             self._lin_flop_s = self._lin_state_s = self._lin_prefill_fixed = 0.0
+            self._lin_pre_flop_s = self._lin_chain_s = 0.0
+            self._lin_heads = 0
         # communication
         up = g.scale_up
         if gpus <= up.domain_size:
@@ -361,12 +369,10 @@ class AnalyticStepTime:
             t += self._gemms_time(self._mlp_gemms, t_total)
             t += self._moe_time(t_total)
             t += self._elem_s * t_a + self._elem_fixed + self._attn_fixed
-            # linear-attention recurrent update FLOPs and state traffic
-            if self._lin_flop_s:
-                t += max(t_a * self._lin_flop_s / p.linear_attn_eff,
-                         (n_dec + n_chunks) / dp * self._lin_state_s)
-                if n_chunks:
-                    t += self._lin_prefill_fixed
+            # linear attention's recurrent (decode) update: FLOPs and state traffic; the chunked
+            # prefill kernel depends on the chunks' lengths (:meth:`_lin_prefill`)
+            if self._lin_flop_s and n_dec:
+                t += max(n_dec * dtok / dp * self._lin_flop_s / p.linear_attn_eff, n_dec / dp * self._lin_state_s)
             # communication
             t += self._ar_time(t_a) + self._a2a[0] + self._a2a[1] * t_total
         # LM head: one row per prefill chunk (approximation) plus each decode token
@@ -462,7 +468,19 @@ class AnalyticStepTime:
             t = t + self._decode_attn(n_dec, s_full, s_cap, dtok)
         if n_chunks:
             t += self._prefill_attn(new, plan.prefill_cached.tolist())
+            if self._lin_flop_s:
+                t += self._lin_prefill(new) / self._dp
         return t
+
+    def _lin_prefill(self, new: list) -> float:
+        """The chunked gated-delta kernel over prefill chunks of ``new`` tokens (all linear
+        layers): the math of every token, or the chains of the longest chunk (each value head
+        of a chunk passes its state chunk to chunk in order; chains run in waves over the SMs),
+        or each chunk's state read and written, whichever is longest, plus its fixed cost."""
+        n = len(new)
+        waves = (n * self._lin_heads + self._sms - 1) // self._sms if self._sms else 1
+        return self._lin_prefill_fixed + max(sum(new) * self._lin_pre_flop_s, waves * max(new) * self._lin_chain_s,
+                                             n * self._lin_state_s)
 
     def _ctx_sums(self, ctx: np.ndarray) -> tuple[float, float]:
         """The decode contexts' sum, and their sum each capped at the attention window (0.0
@@ -544,10 +562,8 @@ class AnalyticStepTime:
         if t > 0:
             v += self._gemms_time(self._attn_gemms, t)
             v += self._elem_s * t + self._elem_fixed + self._attn_fixed
-            if self._lin_flop_s:
-                v += max(t * self._lin_flop_s / p.linear_attn_eff, (n_dec + n_chunks) * self._lin_state_s)
-                if n_chunks:
-                    v += self._lin_prefill_fixed
+            if self._lin_flop_s and n_dec:
+                v += max(n_dec * dtok * self._lin_flop_s / p.linear_attn_eff, n_dec * self._lin_state_s)
             v += self._ar_time(t)
         n_logits = n_chunks + n_dec * dtok
         if n_logits > 0:
@@ -581,6 +597,8 @@ class AnalyticStepTime:
             t = t + self._decode_attn(n_dec, s_full, s_cap, dtok) * self._dp
         if n_chunks:
             t += self._prefill_attn(new, plan.prefill_cached.tolist()) * self._dp
+            if self._lin_flop_s:
+                t += self._lin_prefill(new)
         return t
 
     def rank_pass_time(self, plan: PassPlan) -> float:

@@ -46,6 +46,11 @@ class AnalyticParams(BaseModel):
     linear_attn_eff: float = Field(
         0.07, gt=0, le=1, description="bf16 peak fraction the chunked / recurrent gated-delta kernels reach "
         "(measured 0.06-0.08 on H100 and B200: they run near the GPU's FP32 non-tensor rate)")
+    linear_attn_chain_s: float = Field(
+        45e-9, ge=0, description="seconds per token of one (sequence, value head) chain of the chunked gated-delta "
+        "kernel: the state is passed from chunk to chunk in order, so a sequence's chunks run one after another "
+        "(measured 35-53 ns per token, 2-3.4 us per 64-token chunk, on H100 to B300: "
+        "benchmarks/fit_kernel_ceilings.py --gdn)")
     state_dtype_bytes: float = Field(4.0, gt=0, description="bytes per recurrent-state element (fp32 state)")
     # communication
     comm_eff: float = Field(0.70, gt=0, le=1, description="link bandwidth fraction collectives reach")

@@ -3,7 +3,8 @@
 The op model (:mod:`servesim.perf.kernels`) prices an op from its shape and the GPU alone.  The
 engines run different kernels for the same op: SGLang prefills MLA on Hopper through
 FlashAttention-3 over expanded 192-dim keys, TensorRT-LLM through its own MLA kernel; vLLM,
-SGLang and TensorRT-LLM each ship their own fused-MoE grouped GEMMs.  Their measured per-kernel
+SGLang and TensorRT-LLM each ship their own fused-MoE grouped GEMMs and gated-delta (linear
+attention) prefill kernels.  Their measured per-kernel
 tables (aiconfigurator-core, one per engine, GPU and precision) show each engine's kernel family
 running at its own rate: SGLang's MLA prefill on H100 / H200 at 0.38 of the op model, TensorRT-
 LLM's at 0.93; the fused-MoE kernels' math between 0.5 and 1.4 of it by engine and precision.
@@ -12,7 +13,9 @@ LLM's at 0.93; the fused-MoE kernels' math between 0.5 and 1.4 of it by engine a
 fitted on the engines' kernel tables by ``benchmarks/fit_kernel_ceilings.py --engine-kernels``
 (per-kernel physics; no end-to-end result enters).  A rate multiplies the op's compute
 efficiency, or for ``moe_stream`` the rate the MoE kernel streams expert weights at (never past
-the GPU's measured HBM ceiling); 1 (no entry) keeps the op model as it is.
+the GPU's measured HBM ceiling); for the gated-delta prefill kernel, ``linear_attn`` multiplies its
+math rate, ``linear_attn_chain`` its per-token chain latency and ``linear_attn_fixed`` its kernel
+count.  1 (no entry) keeps the op model as it is.
 """
 
 from __future__ import annotations
@@ -27,9 +30,19 @@ from servesim.yaml_io import safe_load
 RATES_FILE = Path(__file__).with_name("engine_kernels.yaml")
 #: Ops a rate can apply to, with the formats each names.
 OPS = {"prefill_attention": ("mla", "gqa"), "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
-       "moe_stream": ("bf16", "fp8", "fp4", "mxfp4", "int4")}
+       "moe_stream": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
+       "linear_attn": ("gdn",), "linear_attn_chain": ("gdn",), "linear_attn_fixed": ("gdn",)}
 #: A rate outside this range is a table or fitting error, not a kernel.
 RATE_RANGE = (0.1, 3.0)
+#: The gated-delta prefill kernel's math rate spans more: vLLM's FlashInfer kernel runs it on
+#: tensor cores, at ~7.7 times (Hopper) the rate of the FLA-style Triton kernels the op model's
+#: default (``AnalyticParams.linear_attn_eff``) describes.
+LINEAR_ATTN_RATE_RANGE = (0.1, 10.0)
+
+
+def rate_range(op: str) -> tuple[float, float]:
+    """The range a rate of ``op`` must lie in (:data:`RATE_RANGE`, wider for the gated-delta math)."""
+    return LINEAR_ATTN_RATE_RANGE if op == "linear_attn" else RATE_RANGE
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,19 @@ class KernelRates:
     def moe_stream(self, dtype: str) -> float:
         """The same kernels' expert-weight streaming, which decode-sized MoE is bound by."""
         return self.rates.get(("moe_stream", _format(dtype)), 1.0)
+
+    def linear_attn(self) -> float:
+        """The engine's chunked gated-delta (linear attention) prefill kernel: its math."""
+        return self.rates.get(("linear_attn", "gdn"), 1.0)
+
+    def linear_attn_chain(self) -> float:
+        """The same kernel's chunk-to-chunk state passing: a factor on its per-token latency
+        (``AnalyticParams.linear_attn_chain_s``)."""
+        return self.rates.get(("linear_attn_chain", "gdn"), 1.0)
+
+    def linear_attn_fixed(self) -> float:
+        """The same kernel's fixed cost, a factor on its kernel count (``LINEAR_ATTN_KERNELS``)."""
+        return self.rates.get(("linear_attn_fixed", "gdn"), 1.0)
 
 
 def _format(dtype: str) -> str:
@@ -73,8 +99,9 @@ def _table() -> dict[tuple[str, int], dict[tuple[str, str], float]]:
             raise ConfigError(f"{at}: expected engine, cuda_major, op, format and rate ({exc})") from None
         if op not in OPS or fmt not in OPS[op]:
             raise ConfigError(f"{at}: op {op!r} / format {fmt!r}; expected one of {OPS}")
-        if not RATE_RANGE[0] <= rate <= RATE_RANGE[1]:
-            raise ConfigError(f"{at}: rate {rate} outside {RATE_RANGE}")
+        lo, hi = rate_range(op)
+        if not lo <= rate <= hi:
+            raise ConfigError(f"{at}: rate {rate} outside {(lo, hi)}")
         out.setdefault((engine, major), {})[(op, fmt)] = rate
     return out
 

@@ -346,14 +346,31 @@ class OpModel:
         return (np.sqrt(vol / link) + np.sqrt(hops)) ** 2
 
     # ------------------------------------------------------ linear attention
-    def gated_delta(self, requests, tokens, v_heads, head_k=128, head_v=128, prefill=False):
-        """Gated-DeltaNet update: per-token state FLOPs; each request's state read and written."""
+    def gated_delta(self, requests, tokens, v_heads, head_k=128, head_v=128, prefill=False, longest=None):
+        """Gated-DeltaNet update: per-token state FLOPs; each request's state read and written.
+
+        The chunked prefill form also waits on its chains: each (sequence, value head) passes
+        its state from one 64-token chunk to the next in order, so a sequence of ``L`` tokens
+        takes ``L × linear_attn_chain_s`` however fast the math, and the chains run in waves
+        over the SMs.  ``longest``: the longest sequence's tokens (default: ``tokens`` spread
+        evenly over ``requests``).  The engine's own kernel sets the math rate, the chain
+        latency and the fixed cost (``KernelRates.linear_attn*``).
+        """
         p = self.p
-        comp = np.asarray(tokens, float) * p.linear_attn_flops_factor * v_heads * head_k * head_v \
-            / (self.peak_attn * p.linear_attn_eff)
-        mem = np.asarray(requests, float) * 2.0 * v_heads * head_k * head_v * p.state_dtype_bytes / self.bw_eff
-        kernels = LINEAR_ATTN_KERNELS if prefill else LINEAR_ATTN_DECODE_KERNELS
-        return kernels * self.t_kernel + np.maximum(comp, mem)
+        r = self.rates
+        n = np.asarray(requests, float)
+        t = np.asarray(tokens, float)
+        eff = p.linear_attn_eff * (r.linear_attn() if prefill else 1.0)
+        comp = t * p.linear_attn_flops_factor * v_heads * head_k * head_v / (self.peak_attn * eff)
+        mem = n * 2.0 * v_heads * head_k * head_v * p.state_dtype_bytes / self.bw_eff
+        if not prefill:
+            return LINEAR_ATTN_DECODE_KERNELS * self.t_kernel + np.maximum(comp, mem)
+        seq = t / np.maximum(n, 1.0) if longest is None else np.asarray(longest, float)
+        chains = n * np.asarray(v_heads, float)
+        waves = np.ceil(chains / self.sms) if self.sms else 1.0
+        chain = waves * seq * p.linear_attn_chain_s * r.linear_attn_chain()
+        fixed = LINEAR_ATTN_KERNELS * r.linear_attn_fixed() * self.t_kernel
+        return fixed + np.maximum(np.maximum(comp, chain), mem)
 
 
 def collective_volume(op: str, nbytes, ranks):
