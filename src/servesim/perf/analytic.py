@@ -1,5 +1,9 @@
 """Analytic op-level step-time model (the built-in default).
 
+(Longer than 600 lines because it is one compiled class, :class:`AnalyticStepTime`: its pricing
+methods share the coefficients it precomputes and call one another as C methods
+(``analytic.pxd``); split over modules, the per-pass calls between them would go through Python.)
+
 A pass is priced layer group by layer group from its real composition (every prefill chunk,
 every decoding request's own context).  Each op's cost comes from the op model of
 :mod:`servesim.perf.kernels` (checked kernel by kernel against measured tables, see
@@ -19,7 +23,8 @@ Ops per decoder layer (per GPU of the worker):
 - decode attention: each request reads its own context's KV (window- or top-k-capped), plus
   ``attn_decode_ctx_overhead_tokens`` per request (kernel fixed cost); MLA decode is absorbed
   (reads the latent, computes over ``2·kv_lora_rank + rope`` per head);
-- linear attention: per-token recurrent update FLOPs; state read+write per request;
+- linear attention: per-token recurrent update FLOPs; state read+write per request; the
+  chunked prefill kernel also waits on the longest chunk's chunk-to-chunk state chain;
 - MLP, or MoE: router; routed experts as grouped GEMMs whose weights are read only for the
   experts the pass touches — expected distinct experts ``E × (1 − (1 − k/E)^tokens)``; each
   touched expert's rows padded to the grouped GEMM's row tile (16 rows at small batch, vLLM's
