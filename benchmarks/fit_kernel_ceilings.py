@@ -16,9 +16,10 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
 - ``stream_mxfp4`` / ``stream_int4``: weight-only 4-bit formats, from the MoE tables (the
   only tables that run them at scale) — printed, not shipped: the fit leaves a −20% bias and
   mixes every shape's kernels (gpt-oss's MXFP4 kernels get their own rates per engine, below);
-- ``moe_eff_scale`` (``--moe``): one grouped-GEMM efficiency relative to the dense GEMMs, over
+- ``moe_eff_scale`` and ``moe_expert_s`` (``--moe``): one grouped-GEMM efficiency relative to the
+  dense GEMMs and the time each touched expert adds to the weight streaming, fitted together over
   every GPU's bf16 / fp8 / block-fp8 / nvfp4 MoE tables (all frameworks), with the GPUs' files
-  as they are: the default of :class:`~servesim.perf.analytic_params.AnalyticParams`;
+  as they are: the defaults of :class:`~servesim.perf.analytic_params.AnalyticParams`;
 - each engine's own kernel rates (``--engine-kernels [--out FILE]``): per engine, CUDA major
   version, op and format, the factor on the op model's compute efficiency that fits that
   engine's tables best (prefill attention, MLA and GQA; fused-MoE grouped GEMMs per expert
@@ -151,8 +152,10 @@ def fit_gpu(system: str, rows: int) -> tuple[dict, dict]:
     return found, report
 
 
-def fit_moe_scale(systems: list[str], rows: int) -> tuple[float, np.ndarray, np.ndarray]:
-    """(moe_eff_scale, log errors at the current default, log errors at the fit)."""
+def fit_moe_scale(systems: list[str], rows: int) -> tuple[tuple[float, float], np.ndarray, np.ndarray]:
+    """((moe_eff_scale, moe_expert_s), log errors at the current defaults, log errors at the fit):
+    the grouped GEMMs' efficiency relative to the dense GEMMs, and the time each touched expert
+    adds to the weight streaming, fitted together on every MoE table (all engines alike)."""
     sets = []
     for system in systems:
         gpu = load_gpu(SYSTEMS[system])
@@ -162,12 +165,13 @@ def fit_moe_scale(systems: list[str], rows: int) -> tuple[float, np.ndarray, np.
     params = AnalyticParams()
 
     def err(x):
-        p = params.model_copy(update={"moe_eff_scale": float(x[0])})
+        p = params.model_copy(update={"moe_eff_scale": float(x[0]), "moe_expert_s": float(x[1]) * 1e-6})
         return np.concatenate([np.log(_moe_time(OpModel(gpu, p), fmt, g) / (g.latency.values * 1e-3))
                                for gpu, fmt, g in sets])
 
-    res = least_squares(err, [params.moe_eff_scale], bounds=(0.05, 1.0), loss="soft_l1", f_scale=LOSS_SCALE)
-    return float(res.x[0]), err([params.moe_eff_scale]), err(res.x)
+    x0 = [params.moe_eff_scale, params.moe_expert_s * 1e6]
+    res = least_squares(err, x0, bounds=([0.05, 0.0], [1.0, 2.0]), loss="soft_l1", f_scale=LOSS_SCALE)
+    return (float(res.x[0]), float(res.x[1]) * 1e-6), err(x0), err(res.x)
 
 
 #: servesim expert format → the MoE table dtypes that measure the kernels an engine serves it with
@@ -180,6 +184,9 @@ MOE_FORMATS = {"bf16": {9: ("bfloat16",), 10: ("bfloat16",)},
                "int4": {9: ("int4_wo",), 10: ("int4_wo",)}}
 #: Rows per (table, GPU) sampled for one engine-rate fit.
 ENGINE_ROWS = 400
+#: A fused-MoE kernel's two rates (kernels.OpModel.moe): its math (large token counts) and its
+#: expert-weight streaming (decode-sized counts).
+MOE_RATES = ("moe", "moe_stream")
 #: The chunked gated-delta prefill kernel's three rates (kernels.OpModel.gated_delta): its math,
 #: its chunk-to-chunk chain latency, its fixed cost.  Each engine ships its own kernel (FLA-style
 #: Triton in SGLang, TensorRT-LLM's own, FlashInfer's tensor-core kernel in vLLM on Hopper and
@@ -327,7 +334,7 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
     for (engine, major, op, fmt), parts in sorted(_engine_sets(systems, rows).items()):
         # a MoE kernel has two rates: its math (large token counts) and its expert-weight
         # streaming (decode-sized counts); prefill attention one
-        fitted = (op, "moe_stream") if op == "moe" else LINEAR_ATTN_RATES if op == "linear_attn" else (op,)
+        fitted = MOE_RATES if op == "moe" else LINEAR_ATTN_RATES if op == "linear_attn" else (op,)
 
         def err(x, parts=parts, fitted=fitted, fmt=fmt):
             rates = KernelRates({(o, fmt): float(v) for o, v in zip(fitted, x)})
@@ -378,7 +385,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", help="aiconfigurator systems (default: every one servesim knows)")
     ap.add_argument("--rows", type=int, default=1500, help="rows per table and dtype (fixed-seed sample)")
-    ap.add_argument("--moe", action="store_true", help="fit the global moe_eff_scale instead (NVIDIA Hopper and "
+    ap.add_argument("--moe", action="store_true", help="fit the global moe_eff_scale and moe_expert_s instead (NVIDIA Hopper and "
                     "Blackwell GPUs, --rows / 6 rows per table)")
     ap.add_argument("--engine-kernels", action="store_true", help="fit each engine's kernel rates instead "
                     "(perf/engine_kernels.py)")
@@ -408,9 +415,9 @@ def main(argv=None) -> int:
         return 0
     if a.moe:
         hopper_blackwell = [s for s in systems if s not in ("a100_sxm", "l40s")]
-        scale, b, f = fit_moe_scale(hopper_blackwell, max(1, a.rows // 6))
+        (scale, per_expert), b, f = fit_moe_scale(hopper_blackwell, max(1, a.rows // 6))
         e_b, e_f = np.expm1(b), np.expm1(f)
-        print(f"moe_eff_scale: {scale:.3f}   median |e| {100 * np.median(np.abs(e_b)):.1f}% -> "
+        print(f"moe_eff_scale: {scale:.3f}  moe_expert_s: {per_expert:.3g}   median |e| {100 * np.median(np.abs(e_b)):.1f}% -> "
               f"{100 * np.median(np.abs(e_f)):.1f}%   bias {100 * np.median(e_b):+.1f}% -> {100 * np.median(e_f):+.1f}%")
         return 0
     for system in systems:

@@ -261,7 +261,8 @@ class OpModel:
         wb = weight_bytes(dtype)
         # the engine's kernel may stream faster than the dense GEMMs did, never past the GPU's ceiling
         stream = min(self.stream_ratio(dtype) * self.rates.moe_stream(dtype), self.gpu.ceiling("hbm") / self.mem_eff)
-        mem = (touched * 3.0 * hidden * i_loc * wb / stream + assign * (2.0 * hidden + 3.0 * i_loc) * 2.0) / self.bw_eff
+        mem = (touched * 3.0 * hidden * i_loc * wb / stream + assign * (2.0 * hidden + 3.0 * i_loc) * 2.0) / self.bw_eff \
+            + touched * p.moe_expert_s
         return MOE_KERNELS * self.t_kernel + np.maximum(comp, mem)
 
     # ------------------------------------------------------------ collectives
