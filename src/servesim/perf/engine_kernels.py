@@ -7,7 +7,8 @@ SGLang and TensorRT-LLM each ship their own fused-MoE grouped GEMMs and gated-de
 attention) prefill kernels.  Their measured per-kernel
 tables (aiconfigurator-core, one per engine, GPU and precision) show each engine's kernel family
 running at its own rate: SGLang's MLA prefill on H100 / H200 at 0.38 of the op model, TensorRT-
-LLM's at 0.93; the fused-MoE kernels' math between 0.5 and 1.4 of it by engine and precision.
+LLM's at 0.93; the fused-MoE kernels' math between 1.1 and 1.5 of it where a rate beats it (2.2 for
+vLLM's gpt-oss MXFP4 kernel on Hopper).
 
 ``engine_kernels.yaml`` records those rates, one per (engine, CUDA major version, op, format),
 fitted on the engines' kernel tables by ``benchmarks/fit_kernel_ceilings.py --engine-kernels``
