@@ -307,6 +307,26 @@ def test_sensitivities_of_a_changed_config_are_refused(tmp_path):
         read_sensitivities(path, points)
 
 
+def test_a_refused_layout_keeps_its_config_digest_in_one_process(tmp_path):
+    """A point whose layout the deployment model refuses is measured as unsupported; in one
+    process (no pool copying the points) its table row must carry the digest of the point as
+    loaded, or reading the table back calls it stale."""
+    from servesim.validate.points import point_config
+    from servesim.validate.sensitivity import measure_sensitivities
+
+    from measured_rows import row
+
+    # DeepSeek-V3 in fp8 on one H200: its weights do not fit
+    pt = point_config(row(gpus="1", attention_tp="1", moe_ep="1"))
+    assert pt.status == "ok"
+    sens = measure_sensitivities([pt], DEFAULT_BASE, processes=1)
+    assert sens[0].status.startswith("unsupported") and pt.config is not None
+    path = tmp_path / "s.csv"
+    write_sensitivities(sens, path)
+    fresh = point_config(row(gpus="1", attention_tp="1", moe_ep="1"))
+    assert read_sensitivities(path, [fresh])[0].status.startswith("unsupported")
+
+
 def test_second_round_measures_each_point_around_its_own_group_values(monkeypatch):
     """measure_sensitivities with BaseParams.for_point: each point's runs use the values the
     previous calibration gives it, and its slopes are taken around them."""

@@ -44,6 +44,7 @@ first token: its TTFT slope is the base run's mean of that count (``first_token_
 
 from __future__ import annotations
 
+import copy
 import csv
 import hashlib
 import json
@@ -298,9 +299,11 @@ def _run_one(args: tuple) -> tuple[str, dict[str, tuple[float, float, float]]]:
     runs at full counts (its values are the point's prediction) and again at the reduced counts
     as ``ref``; every knob's variant runs at the reduced counts and its slope is taken against
     ``ref`` (:func:`_slopes`): a difference of two runs of the same length."""
-    point, variants = args[0], args[1]
+    variants = args[1]
     reduced = args[2] if len(args) > 2 else None
-    check_point(point)
+    # A copy: check_point marks a refused layout on the point it is given (its config cleared),
+    # and the caller digests the caller's point as loaded (``config_sha``), in a pool or not.
+    point = check_point(copy.copy(args[0]))
     if point.status != "ok":
         return point.status, {}
     jobs = [(name, a, f, None) for name, (a, f) in variants.items()]
