@@ -28,7 +28,8 @@ Ops per decoder layer (per GPU of the worker):
 - MLP, or MoE: router; routed experts as grouped GEMMs whose weights are read only for the
   experts the pass touches — expected distinct experts ``E × (1 − (1 − k/E)^tokens)``; each
   touched expert's rows padded to the grouped GEMM's row tile (16 rows at small batch, vLLM's
-  fused-MoE default, so a decode pass with one or two rows per expert streams weights);
+  fused-MoE default, so a decode pass with one or two rows per expert streams weights), and
+  each touched expert costing ``moe_expert_s`` on top of its weights' bytes;
   with expert parallelism the layer reads the weights of the rank that touches the most of its
   local experts (:func:`expected_busiest_touched`: 4 decode tokens × 8 of 256 experts touch
   6.6 of the busiest of 8 ranks' 32 experts, 3.8 on average); shared experts; dense layers;

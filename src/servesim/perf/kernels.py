@@ -232,7 +232,8 @@ class OpModel:
 
         ``touched``: experts of this GPU that receive tokens (default: uniform random routing,
         ``local × (1 − (1 − k/E)^tokens)``).  Each touched expert's rows are padded to the
-        grouped GEMM's row tile; weights are read for touched experts only.
+        grouped GEMM's row tile; weights are read for touched experts only, each touched expert
+        adding ``moe_expert_s`` to the streaming (its weight pipeline drained and refilled).
         """
         p = self.p
         t = np.asarray(tokens, float)
