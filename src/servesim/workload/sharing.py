@@ -77,8 +77,8 @@ def shared_block_ids(source: WorkloadSource) -> SharedBlockIds:
             shared.add(OUTPUT_ID_BASE)
         return SharedBlockIds(shared)
     if listed.size and listed.min() >= 0 and listed.max() < listed.size:
-        # Dense ids (an agentic graph's): counted by value, no sort; the count array is no
-        # larger than the ids' own.  (None lies in the generated range.)
+        # Dense ids (a trace listing 0 .. n - 1): counted by value, no sort; the count array is
+        # no larger than the ids' own.  (None lies in the generated range.)
         many = np.bincount(listed) > 1
         return SharedBlockIds(np.flatnonzero(many).tolist(), many.view(np.uint8).tobytes())
     uniq, counts = np.unique(listed, return_counts=True)
@@ -92,15 +92,9 @@ def _listed_array(source: WorkloadSource) -> np.ndarray:
     """Every id the workload lists, as int64, in no particular order (OverflowError for an id
     beyond 64 bits)."""
     ids = array("q")  # C long longs: 8 bytes an id
-    parts = []
     for chunk in source.listed_block_ids():
-        if isinstance(chunk, np.ndarray):  # an agentic graph's ids, already int64
-            parts.append(chunk.astype(np.int64, copy=False))
-        else:
-            ids.extend(chunk)
-    if ids or not parts:
-        parts.append(np.frombuffer(ids, dtype=np.int64))
-    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+        ids.extend(chunk)
+    return np.frombuffer(ids, dtype=np.int64)
 
 
 def dense_shared_map(seqs: Iterable[Sequence[int]], size: int) -> bytes | None:

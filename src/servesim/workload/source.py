@@ -180,5 +180,5 @@ def agentic_source(cfg: "TraceWorkload | AgentWorkload", seed: int, path: Path |
         src = AgenticSource(lambda: READERS[cfg.format](path, bs), cfg.agentic or AgenticLoad(), cfg.speedup)
     src.graph()
     return WorkloadSource(mode="driven", concurrency=None, description=src.describe(), _factory=lambda: iter(()),
-                          num_requests=src.request_count(), _listed_ids=src.listed_block_ids, _dense_ids=src.dense_listed_ids,
+                          num_requests=src.request_count(), _dense_ids=src.dense_listed_ids,
                           agentic=src)

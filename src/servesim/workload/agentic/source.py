@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Callable, Iterator, Sequence
 
-import numpy as np
 
 from servesim.gc_threshold import fewer_collections
 
@@ -51,17 +50,6 @@ class AgenticSource:
                 or ld.warmup is not None or ld.profile is not None:
             return None
         return len(self.graph().nodes)
-
-    def listed_block_ids(self) -> np.ndarray | None:
-        """Every block id the nodes list (prompt and answer blocks), as int64 (the graph's ids
-        are dense, ``0 .. n_ids - 1``); None when plays recycle.  (One numpy pass over the
-        nodes' tuples: an AgentX-scale graph lists millions of ids.)"""
-        if self.recycles:
-            return None
-        nodes = self.graph().nodes
-        count = sum([len(node.hash_ids) + len(node.output_hash_ids) for node in nodes])
-        ids = chain.from_iterable(chain.from_iterable((node.hash_ids, node.output_hash_ids) for node in nodes))
-        return np.fromiter(ids, np.int64, count)
 
     def dense_listed_ids(self) -> tuple[Iterator[Sequence[int]], int] | None:
         """Every node's prompt and answer ids and the graph's id count (its ids are dense,
