@@ -12,7 +12,7 @@ from servesim.perf import engine_kernels
 from servesim.perf.analytic import AnalyticStepTime
 from servesim.perf.config import build_step_time
 from servesim.perf.engine_kernels import NO_RATES, OPS, KernelRates, kernel_rates, rate_range
-from servesim.perf.kernels import OpModel
+from servesim.perf.kernels import MOE_KERNELS, OpModel
 from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.plan import PassPlan
 
@@ -63,6 +63,37 @@ def test_a_stream_rate_moves_decode_sized_moe_and_not_prefill_sized() -> None:
     big = (16384, 7168, 2048, 8, 384, 4, 1, "nvfp4")
     assert float(fast.moe(*small)) < 0.8 * float(base.moe(*small))
     assert float(fast.moe(*big)) == pytest.approx(float(base.moe(*big)), rel=1e-9)
+
+
+def test_a_fixed_cost_rate_adds_kernel_latencies_at_every_size() -> None:
+    """A MoE kernel's fixed-cost rate scales its kernel count (``MOE_KERNELS``): the same extra
+    time for one token as for a prefill, and nothing else moves."""
+    gpu, p = load_gpu("h200_sxm"), AnalyticParams()
+    base, heavy = OpModel(gpu, p), OpModel(gpu, p, KernelRates({("moe_fixed", "mxfp4"): 3.0}))
+    extra = 2.0 * MOE_KERNELS * gpu.kernel_latency_us * 1e-6
+    for tokens in (1, 4, 64, 8192):
+        args = (tokens, 2880, 2880, 4, 128, 1, 8, "mxfp4")
+        assert float(heavy.moe(*args)) - float(base.moe(*args)) == pytest.approx(extra, rel=1e-9)
+    assert float(heavy.moe(4, 2880, 2880, 4, 128, 1, 8, "bf16")) == float(base.moe(4, 2880, 2880, 4, 128, 1, 8, "bf16"))
+
+
+#: One token through vLLM 0.24.0's block-fp8 MoE (Triton) on H200, experts split over 8 GPUs,
+#: as (hidden, intermediate, experts, top-k, measured ms) of aiconfigurator-core 0.12's table
+#: (DeepSeek's, Kimi's, Qwen3.5's and Kimi-K2-Thinking-like shapes): a handful of experts'
+#: slices to read, yet 40-63 us, the routing, sorting and permutation kernels and launches.
+VLLM_FP8_MOE_ONE_TOKEN_H200 = ((7168, 2048, 256, 8, 0.0552), (7168, 2048, 384, 8, 0.0593),
+                               (4096, 1024, 512, 10, 0.0408), (7168, 3072, 384, 6, 0.0634))
+
+
+@pytest.mark.parametrize("hidden,inter,experts,topk,measured_ms", VLLM_FP8_MOE_ONE_TOKEN_H200)
+def test_a_handful_of_tokens_pays_the_engines_moe_fixed_cost(hidden, inter, experts, topk, measured_ms) -> None:
+    gpu = load_gpu("h200_sxm")
+    args = (1, hidden, inter, topk, experts, 8, 1, "fp8")
+    plain = float(OpModel(gpu, AnalyticParams()).moe(*args, touched=topk)) * 1e3
+    rated = float(OpModel(gpu, AnalyticParams(), kernel_rates("vllm", gpu)).moe(*args, touched=topk)) * 1e3
+    assert kernel_rates("vllm", gpu).moe_fixed("fp8") > 1.5
+    assert plain < 0.65 * measured_ms
+    assert rated == pytest.approx(measured_ms, rel=0.25)
 
 
 def test_a_stream_rate_never_streams_past_the_gpus_hbm_ceiling() -> None:
@@ -157,3 +188,33 @@ def test_gpt_oss_fp4_checkpoint_gets_the_mxfp4_rates_and_nvfp4_models_do_not() -
     b200 = load_gpu("b200_sxm")
     assert kernel_rates("vllm", b200).moe("nvfp4") == kernel_rates("vllm", b200).moe("fp4") != \
         kernel_rates("vllm", b200).moe("mxfp4")
+
+
+#: Kimi-K2.5's routed experts (hidden 7168, intermediate 2048, 384 experts, top-8, int4 weights)
+#: tensor-parallel over one node's 8 GPUs, as the launch scripts serve them, balanced routing:
+#: (GPU, tokens, measured ms) of vLLM 0.24.0's int4 MoE table in aiconfigurator-core 0.12
+#: (kernel source: compressed-tensors W4A16 through Marlin, the kernel vLLM serves Kimi with).
+KIMI_INT4_MOE_MEASURED = (("b200_sxm", 4, 0.069), ("b200_sxm", 64, 0.408), ("b200_sxm", 8192, 3.978),
+                          ("h200_sxm", 4, 0.076), ("h200_sxm", 64, 0.466), ("h200_sxm", 8192, 4.337))
+
+
+def _kimi_int4_moe_ms(gpu, rates, tokens: int) -> float:
+    return float(OpModel(gpu, AnalyticParams(), rates).moe(tokens, 7168, 2048, 8, 384, 8, 1, "int4",
+                                                           touched=min(384, 8 * tokens))) * 1e3
+
+
+@pytest.mark.parametrize("gpu_name,tokens,measured_ms", KIMI_INT4_MOE_MEASURED)
+def test_kimi_int4_moe_is_priced_at_vllms_marlin_kernel(gpu_name, tokens, measured_ms) -> None:
+    """With vLLM's int4 rates each served case is within 30% of its Marlin kernel."""
+    gpu = load_gpu(gpu_name)
+    assert _kimi_int4_moe_ms(gpu, kernel_rates("vllm", gpu), tokens) == pytest.approx(measured_ms, rel=0.3)
+
+
+def test_marlin_runs_kimis_int4_math_below_the_op_model_on_blackwell() -> None:
+    """Marlin's math runs on warp-level MMA: on Blackwell it does not follow the op model's bf16
+    tensor-core peak (the op model alone prices Kimi's 8k-token MoE on B200 at under 0.6 of
+    the measured time), while on Hopper it runs above the op model's grouped-GEMM rate."""
+    b200, h200 = load_gpu("b200_sxm"), load_gpu("h200_sxm")
+    assert kernel_rates("vllm", b200).moe("int4") < 0.8 < 1.0 < kernel_rates("vllm", h200).moe("int4")
+    measured = {(g, t): ms for g, t, ms in KIMI_INT4_MOE_MEASURED}
+    assert _kimi_int4_moe_ms(b200, NO_RATES, 8192) < 0.6 * measured["b200_sxm", 8192]

@@ -14,7 +14,9 @@ vLLM's gpt-oss MXFP4 kernel on Hopper).
 fitted on the engines' kernel tables by ``benchmarks/fit_kernel_ceilings.py --engine-kernels``
 (per-kernel physics; no end-to-end result enters).  A rate multiplies the op's compute
 efficiency, or for ``moe_stream`` the rate the MoE kernel streams expert weights at (never past
-the GPU's measured HBM ceiling); for the gated-delta prefill kernel, ``linear_attn`` multiplies its
+the GPU's measured HBM ceiling), or for ``moe_fixed`` the fused-MoE layer's kernel count (its
+routing, sorting and permutation work and launches: what a handful of tokens is bound by); for
+the gated-delta prefill kernel, ``linear_attn`` multiplies its
 math rate, ``linear_attn_chain`` its per-token chain latency and ``linear_attn_fixed`` its kernel
 count.  1 (no entry) keeps the op model as it is.
 """
@@ -31,7 +33,7 @@ from servesim.yaml_io import safe_load
 RATES_FILE = Path(__file__).with_name("engine_kernels.yaml")
 #: Ops a rate can apply to, with the formats each names.
 OPS = {"prefill_attention": ("mla", "gqa"), "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
-       "moe_stream": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
+       "moe_stream": ("bf16", "fp8", "fp4", "mxfp4", "int4"), "moe_fixed": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
        "linear_attn": ("gdn",), "linear_attn_chain": ("gdn",), "linear_attn_fixed": ("gdn",)}
 #: A rate outside this range is a table or fitting error, not a kernel.
 RATE_RANGE = (0.1, 3.0)
@@ -39,11 +41,19 @@ RATE_RANGE = (0.1, 3.0)
 #: tensor cores, at ~7.7 times (Hopper) the rate of the FLA-style Triton kernels the op model's
 #: default (``AnalyticParams.linear_attn_eff``) describes.
 LINEAR_ATTN_RATE_RANGE = (0.1, 10.0)
+#: A fused-MoE layer's fixed cost spans more too: its routing, sorting and permutation kernels
+#: and launches take 40-65 us on H200 in vLLM's block-fp8 path (2x ``MOE_KERNELS`` kernel
+#: latencies; 2.6x in vLLM's Marlin int4 path on Blackwell, 4x in TensorRT-LLM's Hopper MXFP4
+#: path under expert parallelism).
+MOE_FIXED_RATE_RANGE = (0.1, 10.0)
 
 
 def rate_range(op: str) -> tuple[float, float]:
-    """The range a rate of ``op`` must lie in (:data:`RATE_RANGE`, wider for the gated-delta math)."""
-    return LINEAR_ATTN_RATE_RANGE if op == "linear_attn" else RATE_RANGE
+    """The range a rate of ``op`` must lie in (:data:`RATE_RANGE`, wider for the gated-delta math
+    and the fused-MoE fixed cost)."""
+    if op == "linear_attn":
+        return LINEAR_ATTN_RATE_RANGE
+    return MOE_FIXED_RATE_RANGE if op == "moe_fixed" else RATE_RANGE
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,11 @@ class KernelRates:
     def moe_stream(self, dtype: str) -> float:
         """The same kernels' expert-weight streaming, which decode-sized MoE is bound by."""
         return self.rates.get(("moe_stream", _format(dtype)), 1.0)
+
+    def moe_fixed(self, dtype: str) -> float:
+        """The same kernels' fixed cost (routing, sorting, permutation, launches): a factor on
+        their kernel count (``kernels.MOE_KERNELS``), what a handful of tokens is bound by."""
+        return self.rates.get(("moe_fixed", _format(dtype)), 1.0)
 
     def linear_attn(self) -> float:
         """The engine's chunked gated-delta (linear attention) prefill kernel: its math."""

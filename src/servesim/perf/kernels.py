@@ -59,7 +59,8 @@ ELEMENTWISE_KERNELS = 3
 LINEAR_ATTN_KERNELS = 8
 LINEAR_ATTN_DECODE_KERNELS = 2
 #: kernels of a fused-MoE layer: routing/align, gate-up grouped GEMM, activation,
-#: down grouped GEMM, weighted sum.
+#: down grouped GEMM, weighted sum.  Each engine's kernels scale it by their fixed-cost rate
+#: (``KernelRates.moe_fixed``: their sorting, permutation and launches).
 MOE_KERNELS = 8
 
 
@@ -264,7 +265,7 @@ class OpModel:
         stream = min(self.stream_ratio(dtype) * self.rates.moe_stream(dtype), self.gpu.ceiling("hbm") / self.mem_eff)
         mem = (touched * 3.0 * hidden * i_loc * wb / stream + assign * (2.0 * hidden + 3.0 * i_loc) * 2.0) / self.bw_eff \
             + touched * p.moe_expert_s
-        return MOE_KERNELS * self.t_kernel + np.maximum(comp, mem)
+        return MOE_KERNELS * self.rates.moe_fixed(dtype) * self.t_kernel + np.maximum(comp, mem)
 
     # ------------------------------------------------------------ collectives
     def _link(self, ranks):
