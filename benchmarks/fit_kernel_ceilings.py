@@ -10,7 +10,9 @@ GPU, the values that make the op model's GEMM and MoE times match the measured k
 shapes do not pull the fit) and prints them as YAML for the GPU's file:
 
 - ``bf16`` / ``fp8`` / ``fp4``: compute ceilings, from the GEMMs of that compute precision
-  (fp8 and block-scaled fp8 pooled; nvfp4 for fp4);
+  (fp8 and block-scaled fp8 pooled; nvfp4 for fp4), with the op model's fp8 / fp4 GEMMs
+  running every output tile's whole K loop on one SM (``kernels.QUANTIZED_SPLIT_K``: the
+  engines' quantized kernels do not split K);
 - ``stream_fp8`` / ``stream_nvfp4``: quantized-weight streaming, from the same GEMMs (small
   row counts are bound by it);
 - ``stream_mxfp4`` / ``stream_int4``: weight-only 4-bit formats, from the MoE tables (the
