@@ -40,7 +40,8 @@ SPLIT_K = (1, 2, 4, 8)
 #: loop on one SM: no split-K.  Measured (aiconfigurator-core gemm_perf tables): with few output
 #: tiles their time grows with K alone — block-fp8 ``m=8, n=128`` on H100 (TensorRT-LLM): 9, 13,
 #: 22, 75 us at K = 4k, 8k, 16k, 64k, one tile's 512 k-blocks in a row — where cuBLAS's bf16
-#: kernel, moving twice the bytes, takes 12 us at K = 64k; nvfp4 on B200 shows the same.
+#: kernel, moving twice the bytes, takes 12 us at K = 64k; nvfp4 on B200 shows the same.  AMD
+#: GPUs, with no kernel tables, take the same rule unmeasured.
 QUANTIZED_SPLIT_K = (1,)
 #: a tile's operand reuse: FLOPs per byte loaded into shared memory is ``2·tm·tn/(tm+tn)/2``;
 #: efficiency follows ``I / (I + TILE_INTENSITY_HALF)`` normalised to the largest tile
