@@ -10,7 +10,9 @@ GPU, the values that make the op model's GEMM and MoE times match the measured k
 shapes do not pull the fit) and prints them as YAML for the GPU's file:
 
 - ``bf16`` / ``fp8`` / ``fp4``: compute ceilings, from the GEMMs of that compute precision
-  (fp8 and block-scaled fp8 pooled; nvfp4 for fp4);
+  (fp8 and block-scaled fp8 pooled; nvfp4 for fp4), with the op model's fp8 / fp4 GEMMs
+  running every output tile's whole K loop on one SM (``kernels.QUANTIZED_SPLIT_K``: the
+  engines' quantized kernels do not split K);
 - ``stream_fp8`` / ``stream_nvfp4``: quantized-weight streaming, from the same GEMMs (small
   row counts are bound by it);
 - ``stream_mxfp4`` / ``stream_int4``: weight-only 4-bit formats, from the MoE tables (the
@@ -29,10 +31,14 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
   written as ``src/servesim/perf/engine_kernels.yaml`` (perf/engine_kernels.py).
 
 These are per-kernel measurements (physics), not end-to-end results: nothing of
-calibration.csv enters.  Excluded, with the reason: vLLM's block-scaled fp8 GEMM op on
-Blackwell and Hopper (its table has a 50-220 µs floor at every shape: the op runs an
+calibration.csv enters.  Excluded (:data:`EXCLUDED`), with the reason: vLLM's block-scaled fp8
+GEMM op on Blackwell and Hopper (its table has a 50-220 µs floor at every shape: the op runs an
 un-captured DeepGEMM path with per-call scale-layout work that serving under CUDA graphs does
-not pay).
+not pay); TensorRT-LLM's per-tensor fp8 op (its collector loads no ``input_scale``, so
+TensorRT-LLM's FP8 linear quantizes activations dynamically: an amax pass over the whole tensor
+before the quantization and the cuBLASLt GEMM, a 12 µs floor on every GPU from L40S to GB300;
+the per-tensor checkpoints served, ModelOpt FP8, carry static input scales and pay one
+quantization kernel).
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ GEMM_SETS = {"bf16": ("bfloat16",), "fp8": ("fp8", "fp8_block"), "fp4": ("nvfp4"
 #: MoE table dtypes that set the weight-only streaming ratios.
 MOE_SETS = {"stream_mxfp4": ("w4a16_mxfp4",), "stream_int4": ("int4_wo",)}
 LOSS_SCALE = 0.1
+#: (table dtype, engine) GEMM tables left out of the ceiling fits: they measure work serving does
+#: not do (module docstring).
+EXCLUDED = {("fp8_block", "vllm"), ("fp8", "trtllm")}
 
 
 def _load(system: str, name: str):
@@ -83,7 +92,7 @@ def gemm_rows(system: str, rows: int):
     out = []
     for backend, df in _load(system, "gemm_perf"):
         for dt, g in df.groupby("gemm_dtype"):
-            if dt == "fp8_block" and backend == "vllm":
+            if (dt, backend) in EXCLUDED:
                 continue  # see the module docstring
             fmt = GEMM_DTYPES.get(dt)
             if fmt is None:

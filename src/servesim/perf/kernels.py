@@ -35,6 +35,14 @@ from servesim.perf.precision import compute_precision, weight_bytes
 GEMM_TILES = ((64, 64), (64, 128), (128, 128), (128, 256))
 #: split-K factors tried when the output has fewer tiles than SMs (cuBLAS split-K / stream-K).
 SPLIT_K = (1, 2, 4, 8)
+#: the fp8 / fp4 tensor-core GEMMs the engines run (CUTLASS scaled-mm in SGLang and vLLM, DeepGEMM
+#: and CUTLASS block-scaled fp8, FlashInfer / TensorRT-LLM nvfp4) give each output tile its whole K
+#: loop on one SM: no split-K.  Measured (aiconfigurator-core gemm_perf tables): with few output
+#: tiles their time grows with K alone — block-fp8 ``m=8, n=128`` on H100 (TensorRT-LLM): 9, 13,
+#: 22, 75 us at K = 4k, 8k, 16k, 64k, one tile's 512 k-blocks in a row — where cuBLAS's bf16
+#: kernel, moving twice the bytes, takes 12 us at K = 64k; nvfp4 on B200 shows the same.  AMD
+#: GPUs, with no kernel tables, take the same rule unmeasured.
+QUANTIZED_SPLIT_K = (1,)
 #: a tile's operand reuse: FLOPs per byte loaded into shared memory is ``2·tm·tn/(tm+tn)/2``;
 #: efficiency follows ``I / (I + TILE_INTENSITY_HALF)`` normalised to the largest tile
 #: (smaller tiles reach less of the peak: 64×64 about 80% of 128×256).
@@ -103,8 +111,15 @@ class OpModel:
         fmt = "nvfp4" if fmt == "fp4" else fmt
         return self.gpu.ceiling(f"stream_{fmt}")
 
-    def gemm_compute(self, m, n, k, peak: float, eff: float):
-        """Compute seconds of ``[m,k]×[k,n]``: output tiles in waves over the SMs, best tiling."""
+    def split_k(self, dtype: str) -> tuple[int, ...]:
+        """Split-K factors the kernels for ``dtype`` weights choose among: bf16 (cuBLAS) splits K
+        when the output is too small to fill the SMs, fp8 / fp4 kernels do not (:data:`QUANTIZED_SPLIT_K`)."""
+        quantized = self.gpu.peak_flops(compute_precision(dtype, self.gpu)) > self.gpu.peak_flops("bf16")
+        return QUANTIZED_SPLIT_K if quantized else SPLIT_K
+
+    def gemm_compute(self, m, n, k, peak: float, eff: float, splits: tuple[int, ...] = SPLIT_K):
+        """Compute seconds of ``[m,k]×[k,n]``: output tiles in waves over the SMs, best tiling
+        (each tile's K loop split ``s`` ways for ``s`` in ``splits``)."""
         m = np.asarray(m, dtype=np.float64)
         n = np.asarray(n, dtype=np.float64)
         k = np.asarray(k, dtype=np.float64)
@@ -115,7 +130,7 @@ class OpModel:
         sm_rate = peak * eff / self.sms
         for (tm, tn), tf in zip(GEMM_TILES, _TILE_EFF):
             tiles = np.ceil(m / tm) * np.ceil(n / tn)
-            for s in SPLIT_K:
+            for s in splits:
                 units = tiles * s
                 waves = np.ceil(units / self.sms)
                 t = waves * 2.0 * tm * tn * np.ceil(k / s) / (sm_rate * tf)
@@ -137,7 +152,8 @@ class OpModel:
         ab = act_bytes if act_bytes is not None else (wb if quantized else 2.0)
         mem = (np.asarray(n, float) * k * wb / self.stream_ratio(dtype) + m * k * ab
                + m * np.asarray(n, float) * 2.0) / self.bw_eff
-        t = self.t_kernel + np.maximum(self.gemm_compute(m, n, k, peak, eff), mem)
+        comp = self.gemm_compute(m, n, k, peak, eff, QUANTIZED_SPLIT_K if quantized else SPLIT_K)
+        t = self.t_kernel + np.maximum(comp, mem)
         if quantized:  # the activation-quantization work: read bf16, write the low-precision copy
             prec = compute_precision(dtype, self.gpu)
             t = t + self.t_kernel + self.gpu.quant_op_latency_us.get(prec, 0.0) * 1e-6 + m * k * (2.0 + ab) / self.bw_eff
