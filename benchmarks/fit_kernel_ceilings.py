@@ -56,7 +56,7 @@ from bench_kernels import GEMM_DTYPES, SYSTEMS, _moe_class, gdn_time, table_file
 
 from servesim.hardware import load_gpu  # noqa: E402
 from servesim.perf.analytic_params import AnalyticParams  # noqa: E402
-from servesim.perf.engine_kernels import KernelRates, rate_range  # noqa: E402
+from servesim.perf.engine_kernels import MARLIN_INT4, KernelRates, rate_range  # noqa: E402
 from servesim.perf.kernels import OpModel  # noqa: E402
 
 #: (table dtype, servesim format) pairs that set each key; GEMM tables.
@@ -353,13 +353,13 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
     params = AnalyticParams()
     out = []
     for (engine, major, op, fmt), parts in sorted(_engine_sets(systems, rows).items()):
-        # a MoE kernel has two rates: its math (large token counts) and its expert-weight
-        # streaming (decode-sized counts); prefill attention one
+        # a MoE kernel has three rates (:data:`MOE_RATES`; gpt-oss's two, :data:`MXFP4_RATES`),
+        # the gated-delta prefill three, prefill attention one
         fitted = (MXFP4_RATES if fmt == "mxfp4" else MOE_RATES) if op == "moe" \
             else LINEAR_ATTN_RATES if op == "linear_attn" else (op,)
 
-        def err(x, parts=parts, fitted=fitted, fmt=fmt):
-            rates = KernelRates({(o, fmt): float(v) for o, v in zip(fitted, x)})
+        def err(x, parts=parts, fitted=fitted, fmt=fmt, marlin=(engine, major) in MARLIN_INT4):
+            rates = KernelRates({(o, fmt): float(v) for o, v in zip(fitted, x)}, int4_marlin=marlin)
             return np.concatenate([np.log(price(OpModel(gpu, params, rates), g) / g.latency.values)
                                    for gpu, price, g in parts])
 

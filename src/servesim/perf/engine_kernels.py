@@ -48,6 +48,13 @@ LINEAR_ATTN_RATE_RANGE = (0.1, 10.0)
 MOE_FIXED_RATE_RANGE = (0.1, 10.0)
 
 
+#: (engine, CUDA major) whose int4 experts run Marlin's fused MoE (kernel sources of the engines'
+#: ``int4_wo`` tables: vLLM's compressed-tensors W4A16 Marlin path on Hopper and Blackwell,
+#: SGLang's Marlin MoE on Hopper; SGLang on Blackwell runs FlashInfer's TensorRT-LLM MoE instead).
+#: Marlin picks its row block by the rows an expert gets (``kernels.marlin_row_block``).
+MARLIN_INT4 = frozenset({("vllm", 9), ("vllm", 10), ("sglang", 9)})
+
+
 def rate_range(op: str) -> tuple[float, float]:
     """The range a rate of ``op`` must lie in (:data:`RATE_RANGE`, wider for the gated-delta math
     and the fused-MoE fixed cost)."""
@@ -62,6 +69,8 @@ class KernelRates:
 
     #: (op, format) → rate relative to the op model.
     rates: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: Whether the engine's int4 experts run Marlin's fused MoE (:data:`MARLIN_INT4`).
+    int4_marlin: bool = False
 
     def prefill_attention(self, kind: str) -> float:
         """``kind``: ``mla`` or ``gqa`` (softmax attention with grouped key/value heads)."""
@@ -129,4 +138,4 @@ def kernel_rates(engine: str, gpu) -> KernelRates:
     if major is None:
         return NO_RATES
     found = _table().get((engine, major))
-    return KernelRates(dict(found)) if found else NO_RATES
+    return KernelRates(dict(found), int4_marlin=(engine, major) in MARLIN_INT4) if found else NO_RATES

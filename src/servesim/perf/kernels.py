@@ -82,6 +82,26 @@ def _tile_factor(tm: int, tn: int) -> float:
 _TILE_EFF = tuple(_tile_factor(tm, tn) for tm, tn in GEMM_TILES)
 
 
+#: Marlin's MoE row blocks, smallest first.  vLLM's ``fused_marlin_moe`` also has 8-row blocks, but
+#: Marlin's tensor-core instructions are 16 rows tall (``mma.m16n8k16``), so an 8-row block costs
+#: a 16-row one: fitted with 8 rows, vLLM's B200 int4 MoE scores 21% median error, with 16 rows 8%.
+MARLIN_ROW_BLOCKS = (16.0, 32.0, 48.0, 64.0)
+
+
+def marlin_row_block(rows_per_expert):
+    """The row block Marlin's fused MoE runs (the int4 experts' kernel in vLLM, and SGLang's on
+    Hopper): the smallest of :data:`MARLIN_ROW_BLOCKS` that an expert's average rows (the
+    layer's token-expert pairs over its local experts) fill to less than 90%, else the largest,
+    as vLLM's ``fused_marlin_moe`` chooses it.  Its cost grows in steps of 16 rows where the fused
+    Triton kernels' row tile jumps from 16 rows to 64 (an int4 Kimi prefill of 1k tokens at TP 8
+    gives each expert ~21 rows: 32-row blocks, not 64)."""
+    avg = np.asarray(rows_per_expert, float)
+    tm = np.full_like(avg, MARLIN_ROW_BLOCKS[-1])
+    for b in reversed(MARLIN_ROW_BLOCKS):
+        tm = np.where(avg / b < 0.9, b, tm)
+    return tm
+
+
 class OpModel:
     """Per-op costs on one GPU with one parameter set; see module docstring."""
 
@@ -265,8 +285,13 @@ class OpModel:
         i_loc = inter / moe_tp
         peak, eff = self.gemm_eff(dtype)
         eff = eff * p.moe_eff_scale * self.rates.moe(dtype)
-        # row tile: small (16) while experts get few rows, 64 beyond (vLLM / SGLang fused-MoE configs)
-        tm = np.where(per_expert <= 16, 16.0, 64.0)
+        # row tile: small (16) while experts get few rows, 64 beyond (vLLM / SGLang fused-MoE configs);
+        # an engine whose int4 experts run Marlin's MoE picks its row block from the average rows
+        # of a local expert (:func:`marlin_row_block`)
+        if self.rates.int4_marlin and dtype.lower() == "int4":
+            tm = marlin_row_block(assign / local)
+        else:
+            tm = np.where(per_expert <= 16, 16.0, 64.0)
         rows = touched * np.ceil(per_expert / tm) * tm
         ideal = 2.0 * rows * 3.0 * hidden * i_loc / (peak * eff)
         if p.moe_half_tokens:
