@@ -7,8 +7,8 @@ SGLang and TensorRT-LLM each ship their own fused-MoE grouped GEMMs and gated-de
 attention) prefill kernels.  Their measured per-kernel
 tables (aiconfigurator-core, one per engine, GPU and precision) show each engine's kernel family
 running at its own rate: SGLang's MLA prefill on H100 / H200 at 0.38 of the op model, TensorRT-
-LLM's at 0.93; the fused-MoE kernels' math between 1.1 and 1.5 of it where a rate beats it (2.2 for
-vLLM's gpt-oss MXFP4 kernel on Hopper).
+LLM's at 0.93; the fused-MoE kernels' math between 0.5 and 2.6 of it where a rate beats it (Marlin's
+int4 on Blackwell 0.49, vLLM's gpt-oss MXFP4 kernel on Hopper 2.2, SGLang's NVFP4 on Blackwell 2.6).
 
 ``engine_kernels.yaml`` records those rates, one per (engine, CUDA major version, op, format),
 fitted on the engines' kernel tables by ``benchmarks/fit_kernel_ceilings.py --engine-kernels``
@@ -43,8 +43,8 @@ RATE_RANGE = (0.1, 3.0)
 LINEAR_ATTN_RATE_RANGE = (0.1, 10.0)
 #: A fused-MoE layer's fixed cost spans more too: its routing, sorting and permutation kernels
 #: and launches take 40-65 us on H200 in vLLM's block-fp8 path (2x ``MOE_KERNELS`` kernel
-#: latencies; 2.6x in vLLM's Marlin int4 path on Blackwell, 4x in TensorRT-LLM's Hopper MXFP4
-#: path under expert parallelism).
+#: latencies; 2.4x in vLLM's Marlin int4 path on Blackwell; TensorRT-LLM's Hopper MXFP4 path
+#: measures 4x under expert parallelism, which the gpt-oss rates leave out).
 MOE_FIXED_RATE_RANGE = (0.1, 10.0)
 
 
