@@ -234,13 +234,12 @@ MXFP4_ENGINES = ("vllm", "trtllm")
 #: the fixed cost the mxfp4 rates leave out (:data:`MXFP4_RATES`); fitted on them without it,
 #: the streaming rate drops to ~0.3.
 MXFP4_MIN_TOKENS = 16
-#: Layouts kept: experts split by tensor parallelism over at most 8 GPUs (one node; gpt-oss's
-#: 65 GB fit on one), no expert parallelism.  Under expert parallelism the measured kernels
+#: Layouts kept: experts split by tensor parallelism over at most :data:`ONE_NODE_RANKS` GPUs
+#: (gpt-oss's 65 GB fit on one node), no expert parallelism.  Under expert parallelism the measured kernels
 #: fall behind the op model more with every doubling of ranks (at 8 ranks the math runs at
 #: half the tensor-parallel rate, and the tables go on to 128 ranks of one expert each); one
 #: rate cannot serve both, and the engines' gpt-oss launch scripts default to tensor-parallel
 #: experts.  Expert-parallel gpt-oss is left with that error (docs/physics.md).
-MXFP4_MAX_RANKS = ONE_NODE_RANKS
 MXFP4_EP_ONLY_ONE = True
 #: (engine, CUDA major) whose MXFP4 kernel is measured in another engine's table: vLLM on
 #: Blackwell runs TensorRT-LLM's MXFP4 x MXFP8 kernels (through FlashInfer); its own tables
@@ -292,7 +291,7 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
 def _gptoss_mxfp4_rows(system: str, major: int) -> dict:
     """engine → the balanced-routing MXFP4 MoE rows at gpt-oss's expert shape (the dtype the
     engines serve on this CUDA major, :data:`MOE_FORMATS`; the layouts and token counts of
-    :data:`MXFP4_MAX_RANKS` and :data:`MXFP4_MIN_TOKENS`), from the newest version of the table
+    :data:`ONE_NODE_RANKS` and :data:`MXFP4_MIN_TOKENS`), from the newest version of the table
     that has them (:data:`MXFP4_KERNEL_TABLE`: the table measuring the engine's kernel)."""
     import pyarrow.parquet as pq
     from aiconfigurator_core.sdk import perf_database
@@ -309,7 +308,7 @@ def _gptoss_mxfp4_rows(system: str, major: int) -> dict:
             ~df.distribution.astype(str).str.startswith("power_law")
         for col, v in GPT_OSS_EXPERTS.items():
             keep &= df[col] == v
-        keep &= (df.num_tokens >= MXFP4_MIN_TOKENS) & (df.moe_tp_size * df.moe_ep_size <= MXFP4_MAX_RANKS)
+        keep &= (df.num_tokens >= MXFP4_MIN_TOKENS) & (df.moe_tp_size * df.moe_ep_size <= ONE_NODE_RANKS)
         if MXFP4_EP_ONLY_ONE:
             keep &= df.moe_ep_size == 1
         if keep.any() and (backend not in found or _version_key(version) > found[backend][0]):
@@ -324,7 +323,7 @@ def _gptoss_mxfp4_rows(system: str, major: int) -> dict:
 def gptoss_moe_report(systems: list[str]) -> list[tuple]:
     """(GPU, engine, rows, median |error| and bias without and with the engine's rates) of the
     op model on the served gpt-oss MXFP4 MoE rows at every token count and layout up to
-    :data:`MXFP4_MAX_RANKS` ranks, expert-parallel ones included (wider than the fit's rows)."""
+    :data:`ONE_NODE_RANKS` ranks, expert-parallel ones included (wider than the fit's rows)."""
     global MXFP4_MIN_TOKENS, MXFP4_EP_ONLY_ONE
     from servesim.perf.engine_kernels import NO_RATES, kernel_rates
 

@@ -131,11 +131,15 @@ class OpModel:
         fmt = "nvfp4" if fmt == "fp4" else fmt
         return self.gpu.ceiling(f"stream_{fmt}")
 
+    def quantized(self, dtype: str) -> bool:
+        """Whether GEMMs with ``dtype`` weights run on this GPU's fp8 / fp4 tensor cores (their
+        activations quantized too), rather than at the bf16 peak."""
+        return self.gpu.peak_flops(compute_precision(dtype, self.gpu)) > self.gpu.peak_flops("bf16")
+
     def split_k(self, dtype: str) -> tuple[int, ...]:
         """Split-K factors the kernels for ``dtype`` weights choose among: bf16 (cuBLAS) splits K
         when the output is too small to fill the SMs, fp8 / fp4 kernels do not (:data:`QUANTIZED_SPLIT_K`)."""
-        quantized = self.gpu.peak_flops(compute_precision(dtype, self.gpu)) > self.gpu.peak_flops("bf16")
-        return QUANTIZED_SPLIT_K if quantized else SPLIT_K
+        return QUANTIZED_SPLIT_K if self.quantized(dtype) else SPLIT_K
 
     def gemm_compute(self, m, n, k, peak: float, eff: float, splits: tuple[int, ...] = SPLIT_K):
         """Compute seconds of ``[m,k]×[k,n]``: output tiles in waves over the SMs, best tiling
@@ -168,11 +172,11 @@ class OpModel:
         if self.p.gemm_half_tokens:
             eff = eff * m / (m + self.p.gemm_half_tokens)
         k = np.asarray(k, dtype=np.float64)
-        quantized = peak > self.gpu.peak_flops("bf16")  # fp8 / fp4 tensor cores: activations too
+        quantized = self.quantized(dtype)
         ab = act_bytes if act_bytes is not None else (wb if quantized else 2.0)
         mem = (np.asarray(n, float) * k * wb / self.stream_ratio(dtype) + m * k * ab
                + m * np.asarray(n, float) * 2.0) / self.bw_eff
-        comp = self.gemm_compute(m, n, k, peak, eff, self.split_k(dtype))
+        comp = self.gemm_compute(m, n, k, peak, eff, QUANTIZED_SPLIT_K if quantized else SPLIT_K)
         t = self.t_kernel + np.maximum(comp, mem)
         if quantized:  # the activation-quantization work: read bf16, write the low-precision copy
             prec = compute_precision(dtype, self.gpu)
