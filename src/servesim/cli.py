@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -221,7 +222,61 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     return 0
 
 
+class _CtrlC:
+    """Python's own Ctrl-C handler, remembering that Ctrl-C came, for the length of a command.
+
+    A KeyboardInterrupt raised inside a library's native code can come out as another error
+    (pydantic-core building a schema turns it into a SchemaError, exit status 1 with a
+    traceback), so main asks ``seen``, not only the exception's type, whether the run was
+    interrupted.  A program that embeds main with a SIGINT handler of its own keeps it.
+    """
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._previous: object = None
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.seen = True
+        signal.default_int_handler(signum, frame)
+
+    def __enter__(self) -> _CtrlC:
+        self._previous = signal.getsignal(signal.SIGINT)
+        if self._previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if signal.getsignal(signal.SIGINT) == self._handle:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _interrupted() -> int:
+    print("servesim: interrupted", file=sys.stderr)
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
+    with _CtrlC() as ctrl_c:
+        try:
+            return _dispatch(argv)
+        except KeyboardInterrupt:
+            return _interrupted()
+        except ServesimError as exc:
+            if ctrl_c.seen:  # the interrupt, wrapped by a loader that reports bad input
+                return _interrupted()
+            print(f"servesim: error: {exc}", file=sys.stderr)
+            return 2
+        except BrokenPipeError:  # the reader went away (`servesim predict | head`): not an error of ours
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit would fail on the closed pipe again
+            return 0
+        except Exception:
+            if ctrl_c.seen:  # the interrupt, turned into another error inside native code
+                return _interrupted()
+            raise
+
+
+def _dispatch(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
@@ -234,18 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     handler = {"predict": cmd_predict, "plot": cmd_plot, "report": cmd_report, "models": cmd_models,
                "gpus": cmd_gpus}.get(args.command) or getattr(args, "handler", None)
-    try:
-        return handler(args)
-    except ServesimError as exc:
-        print(f"servesim: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("servesim: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # the reader went away (`servesim predict | head`): not an error of ours
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit would fail on the closed pipe again
-        return 0
+    return handler(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

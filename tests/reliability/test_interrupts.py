@@ -146,3 +146,35 @@ def test_signal_at_random_moments(tmp_path, sig):
         _check(out)
         if sig == signal.SIGINT:
             assert _leftovers(tmp_path) == []
+
+
+def _signal_self_inside_native_code(args) -> int:
+    """What pydantic-core does with a Ctrl-C while it builds a schema: the KeyboardInterrupt
+    comes out as another exception type."""
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1.0)  # the handler runs here
+    except KeyboardInterrupt as exc:
+        raise RuntimeError(f"Error building validator: {exc!r}") from None
+    raise AssertionError("SIGINT did not arrive")
+
+
+def test_ctrl_c_turned_into_another_error_still_exits_130(monkeypatch, capsys):
+    import servesim.cli as cli
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        monkeypatch.setattr(cli, "cmd_gpus", _signal_self_inside_native_code)
+        assert cli.main(["gpus"]) == 130
+        assert "interrupted" in capsys.readouterr().err
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handed back
+
+        # without a Ctrl-C the same error is a bug of ours and keeps its traceback
+        def broken(args) -> int:
+            raise RuntimeError("not an interrupt")
+
+        monkeypatch.setattr(cli, "cmd_gpus", broken)
+        with pytest.raises(RuntimeError, match="not an interrupt"):
+            cli.main(["gpus"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
