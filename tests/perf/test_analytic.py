@@ -267,3 +267,30 @@ def test_comm_time_scale_multiplies_exactly_the_collectives(name, tp, ep, dp):
             # halving the link efficiency adds the bandwidth part once more; the scale also
             # multiplied the fixed per-call part, so the bandwidth part is a share of its slope
             assert 0.0 < time_at(1.0, comm_eff=0.35) - t1 < comm
+
+
+def test_qk_norm_across_heads_adds_one_small_all_reduce_per_attention_layer():
+    """MiniMax-M2 (``qk_norm_type: per_layer``) norms q and k over every head, so each attention
+    layer all-reduces two fp32 sums of squares per token across the tensor-parallel ranks; the
+    same model with per-head norms, or on one GPU, has none."""
+    import dataclasses
+
+    from servesim.perf.analytic import QK_NORM_BYTES_PER_TOKEN
+    from servesim.perf.kernels import OpModel
+
+    m = load_model("MiniMaxAI/MiniMax-M2.5")
+    assert m.qk_norm_across_heads and not load_model("qwen3-32b").qk_norm_across_heads
+    per_head = dataclasses.replace(m, qk_norm_across_heads=False)
+    g = load_gpu("h200")
+    for tp in (1, 4):
+        across = AnalyticStepTime(m, g, tp=tp, weight_dtype="fp8")
+        plain = AnalyticStepTime(per_head, g, tp=tp, weight_dtype="fp8")
+        for p in (plan(ctx=[2000] * 16), plan(new=[3000], cached=[0], ctx=[500] * 4)):
+            tokens = p.num_tokens
+            extra = across.pass_time(p) - plain.pass_time(p)
+            if tp == 1:
+                assert extra == 0.0
+                continue
+            ar = float(OpModel(g, across.p, across.kernel_rates).all_reduce(tokens * QK_NORM_BYTES_PER_TOKEN, tp))
+            assert ar > 1e-6  # a few microseconds: latency-bound
+            assert extra == pytest.approx(m.num_full_layers * ar, rel=1e-9)

@@ -105,6 +105,10 @@ class ModelArch:
     tie_embeddings: bool = False
     max_position_embeddings: int = 0
     attn_output_gate: bool = False  # Qwen3-Next / Qwen3.5 gated attention (q proj doubled)
+    #: The q and k RMS norms run over every head's elements at once (MiniMax-M2's
+    #: ``qk_norm_type: per_layer``), not per head: under tensor parallelism each attention
+    #: layer all-reduces the per-token sums of squares across the ranks.
+    qk_norm_across_heads: bool = False
     # --- MoE (num_experts == 0: dense) ---
     num_experts: int = 0
     experts_per_token: int = 0
@@ -373,6 +377,8 @@ def _parse(cfg: dict, top: dict, mtype: str, arch_name: str, name: str, where: s
             kw.update(index_topk=int(cfg["index_topk"]), index_n_heads=int(cfg["index_n_heads"]),
                       index_head_dim=int(cfg["index_head_dim"]))
     kw["num_mtp_layers"] = int(_get(cfg, "num_nextn_predict_layers", "num_mtp_modules", default=0))
+    kw["qk_norm_across_heads"] = bool(_get(cfg, "use_qk_norm", default=False)) and \
+        _get(cfg, "qk_norm_type", default="per_head") == "per_layer"
 
     # ---- layer kinds
     kinds: list[str]

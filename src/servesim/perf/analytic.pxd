@@ -43,7 +43,7 @@ cdef class AnalyticStepTime:
     cdef public object _ops
     cdef public object _elem_fixed, _attn_fixed, _heads
     cdef public long long _sms
-    cdef public object _ar_tp
+    cdef public object _ar_tp, _qk_ar
     cdef public dict _ar_memo
     cdef public object _a2a
     cdef public object _L

@@ -35,7 +35,8 @@ Ops per decoder layer (per GPU of the worker):
   6.6 of the busiest of 8 ranks' 32 experts, 3.8 on average); shared experts; dense layers;
 - elementwise (norms, residuals, activation, rope) as memory traffic plus their kernels;
 - tensor-parallel all-reduce (2 per layer): one-shot or two-shot, latency + bandwidth against
-  the message size and TP (``OpModel.all_reduce``); with attention data parallelism,
+  the message size and TP (``OpModel.all_reduce``); a model whose q/k norms span every head
+  (MiniMax-M2) adds one small all-reduce per attention layer; with attention data parallelism,
   expert-parallel all-to-all (dispatch + combine) instead of the MLP all-reduce; every
   collective's time times ``comm_time_scale`` (1 by default: GEMM efficiency that falls
   with TP is modelled by tile and wave quantization, not absorbed here).
@@ -81,6 +82,10 @@ _core = compiled_module("perf._stretch_core")
 #: ``ndarray.sum`` without its Python-level wrapper (numpy/_core/_methods.py): the same
 #: reduction, about a microsecond less per call, which a pass pays once or twice.
 _SUM = np.add.reduce
+
+#: Bytes per token of the q/k-norm all-reduce of a model that norms across heads: q's and k's
+#: fp32 sums of squares, reduced together.
+QK_NORM_BYTES_PER_TOKEN = 8.0
 
 
 def _attention_gemm_shapes(m: ModelArch, tp: int) -> list[tuple[float, float, bool]]:
@@ -285,6 +290,11 @@ class AnalyticStepTime:
         # the tensor-parallel all-reduces of the hidden state: OpModel.all_reduce (one-shot
         # for small messages, two-shot beyond), memoised per token count
         self._ar_tp = (2 * L if dp == 1 else L) if tp > 1 else 0
+        # q/k RMS norms over every head at once (MiniMax-M2): per attention layer, one small
+        # all-reduce of each token's two fp32 sums of squares across the tensor-parallel ranks
+        # (vLLM's MiniMaxText01RMSNormTP.forward_qk and SGLang's MiniMaxM2RMSNormTP reduce q's
+        # and k's in one call)
+        self._qk_ar = n_soft if tp > 1 and m.qk_norm_across_heads else 0
         self._ar_memo: dict[float, float] = {}
         if dp == 1:
             self._a2a = (0.0, 0.0)
@@ -313,15 +323,20 @@ class AnalyticStepTime:
         return gemms.time(tokens)
 
     def _ar_time(self, tokens: float) -> float:
-        """The pass's tensor-parallel all-reduces of ``tokens`` hidden vectors (memoised)."""
+        """The pass's tensor-parallel all-reduces of ``tokens`` hidden vectors, and of their q/k
+        norms' sums of squares where the model norms across heads (memoised)."""
         if not self._ar_tp or tokens <= 0:
             return 0.0
         hit = self._ar_memo.get(tokens)
         if hit is None:
             if len(self._ar_memo) > 100_000:
                 self._ar_memo.clear()
+            tp = self.layout.tp
             nbytes = tokens * self.model.hidden_size * 2.0
-            hit = self._ar_memo[tokens] = self._ar_tp * float(self._ops.all_reduce(nbytes, self.layout.tp))
+            hit = self._ar_tp * float(self._ops.all_reduce(nbytes, tp))
+            if self._qk_ar:
+                hit += self._qk_ar * float(self._ops.all_reduce(tokens * QK_NORM_BYTES_PER_TOKEN, tp))
+            self._ar_memo[tokens] = hit
         return hit
 
     def _moe_time(self, t_total: int) -> float:
