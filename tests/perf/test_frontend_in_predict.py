@@ -146,3 +146,26 @@ def test_per_request_scheduler_time_counts_the_busiest_attention_rank():
     ranks = rank_union((PassPlan(decode_ctx=np.full(2, 10)), None, PassPlan(decode_ctx=np.full(5, 10))))
     assert ranks.decode_ctx.size == 7
     assert st.pass_time(ranks) == pytest.approx(1e-3 + 5 * 1e-5)
+
+
+def _tpot_ms(engine: dict, gpu_s: float, sched_s: float) -> float:
+    cfg = _cfg(4, {"model": "fixed", "seconds": gpu_s,
+                   "frontend": {"scheduler_pass_s": sched_s}})
+    cfg["deployment"]["engine"] = engine
+    return predict(cfg).summary["latency"]["tpot_ms"]["mean"]
+
+
+def test_sglang_overlap_loop_hides_scheduler_time_shorter_than_the_pass():
+    """SGLang's overlap loop prepares a pass while the GPU runs the one before: a pass takes the
+    longer of the GPU's and the scheduler's time.  Its normal loop, and vLLM, pay both."""
+    overlap, serial = {"name": "sglang"}, {"name": "sglang", "disable_overlap_schedule": True}
+    assert build_deployment(load_config(_cfg(4, {"frontend": {"scheduler_pass_s": 1e-3}}) | {
+        "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm",
+                       "engine": overlap}})).step_time.overlapped
+    # a 20 ms pass hides 5 ms of CPU; the normal loop adds them
+    assert _tpot_ms(overlap, 0.02, 5e-3) == pytest.approx(_tpot_ms(overlap, 0.02, 0.0), rel=1e-9)
+    assert _tpot_ms(serial, 0.02, 5e-3) == pytest.approx(25.0, rel=1e-6)
+    # CPU-bound: 30 ms of scheduling behind a 20 ms pass sets the pace
+    assert _tpot_ms(overlap, 0.02, 0.03) == pytest.approx(30.0, rel=1e-6)
+    assert _tpot_ms(serial, 0.02, 0.03) == pytest.approx(50.0, rel=1e-6)
+    assert _tpot_ms({"name": "vllm"}, 0.02, 5e-3) == pytest.approx(25.0, rel=1e-6)

@@ -67,12 +67,18 @@ def test_compiled_stretch_equals_pass_by_pass() -> None:
         assert times[s] == fast.pass_time(plan), s
 
 
+#: Scheduler CPU time per pass and per request: serial, and overlapped with the GPU at sizes that
+#: make some passes CPU-bound (the longer of the two counts) and others not.
+HOST = {False: (2e-4, 3e-6), True: (6e-3, 4e-4)}
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.sampled_from(sorted(CASES)), st.integers(0, 2**32 - 1), st.integers(0, 40), st.integers(0, 300),
-       st.floats(0, 1e5), st.sampled_from([None, 0.0, 3.5e-4]))
-def test_stretch_ends_equal_the_summed_durations(case, seed, n, steps, now, extra) -> None:
-    """The fused end times equal ``d (+ extra); d.cumsum() + now`` bit for bit, compiled or not,
-    and through the scheduler-overhead wrapper the worker uses."""
+       st.floats(0, 1e5), st.sampled_from([None, 0.0, 3.5e-4, 0.02]), st.booleans())
+def test_stretch_ends_equal_the_summed_durations(case, seed, n, steps, now, extra, overlapped) -> None:
+    """The fused end times equal ``d (+ extra); d.cumsum() + now`` bit for bit (``max(d, extra)``
+    when the scheduler overlaps the GPU), compiled or not, and through the scheduler-overhead
+    wrapper the worker uses."""
     from servesim.perf.frontend import SchedulerOverheadStepTime
     from servesim.perf.plan import plan_stretch_ends
 
@@ -81,22 +87,27 @@ def test_stretch_ends_equal_the_summed_durations(case, seed, n, steps, now, extr
     ctx = np.array([rng.randint(1, 9000) for _ in range(n)], dtype=np.int64)
     d = ref.decode_stretch_times(ctx, steps)
     if extra is not None:
-        d += extra
+        d = np.maximum(d, extra) if overlapped else d + extra
     want = d.cumsum()
     want += now
     for model in (ref, fast):
-        assert model.decode_stretch_ends(ctx, steps, now, extra).tobytes() == want.tobytes()
+        assert model.decode_stretch_ends(ctx, steps, now, extra, overlapped).tobytes() == want.tobytes()
+    host = HOST[overlapped]
     for model in (ref, fast):
-        wrapped = SchedulerOverheadStepTime(model, 2e-4, 3e-6)
-        w = wrapped.decode_stretch_times(ctx, steps).cumsum()
+        wrapped = SchedulerOverheadStepTime(model, *host, overlapped)
+        durations = wrapped.decode_stretch_times(ctx, steps)
+        cpu = host[0] + host[1] * n
+        gpu = model.decode_stretch_times(ctx, steps)
+        assert durations.tobytes() == (np.maximum(gpu, cpu) if overlapped else gpu + cpu).tobytes()
+        w = durations.cumsum()
         w += now
         assert plan_stretch_ends(wrapped, PassPlan(decode_ctx=ctx), steps, now).tobytes() == w.tobytes()
     # The worker's prepared pricer: the same ends, through the wrapper or not; none without the kernel.
     from servesim.perf.plan import stretch_pricer
 
-    assert stretch_pricer(ref) is None and stretch_pricer(SchedulerOverheadStepTime(ref, 2e-4, 3e-6)) is None
+    assert stretch_pricer(ref) is None and stretch_pricer(SchedulerOverheadStepTime(ref, *host, overlapped)) is None
     plain = fast.decode_stretch_ends(ctx, steps, now)
-    wrapped = SchedulerOverheadStepTime(fast, 2e-4, 3e-6)
+    wrapped = SchedulerOverheadStepTime(fast, *host, overlapped)
     for pricer, expected in ((stretch_pricer(fast), plain), (stretch_pricer(wrapped), w)):
         for _ in range(2):  # a fresh batch size, then its memoised terms
             assert pricer(ctx, steps, now).tobytes() == expected.tobytes()
@@ -120,17 +131,18 @@ def test_decode_ctx_sums_equal_numpy() -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(st.sampled_from(sorted(CASES)), st.integers(0, 2**32 - 1), st.integers(1, 30), st.integers(1, 60),
-       st.booleans())
+       st.sampled_from(["none", "serial", "overlapped"]))
 def test_consecutive_stretches_equal_each_priced_from_its_start(case: str, seed: int, n: int, steps: int,
-                                                               overhead: bool) -> None:
+                                                               overhead: str) -> None:
     """``StretchPricer.stretches`` gives, pass for pass, the end the worker computes for each
     stretch on its own: the pricer from the stretch's start, or ``start + pass_time`` for a
-    stretch of one pass (whose scheduler overhead is added in another order)."""
+    stretch of one pass (whose serial scheduler overhead is added in another order)."""
     from servesim.perf.frontend import SchedulerOverheadStepTime
     from servesim.perf.plan import stretch_pricer
 
     _, fast = models(case)
-    model = SchedulerOverheadStepTime(fast, 3.3e-4, 1.7e-6) if overhead else fast
+    model = {"none": fast, "serial": SchedulerOverheadStepTime(fast, 3.3e-4, 1.7e-6),
+             "overlapped": SchedulerOverheadStepTime(fast, *HOST[True], True)}[overhead]
     pricer = stretch_pricer(model)
     rng = random.Random(seed)
     cap = fast._cap or 4096

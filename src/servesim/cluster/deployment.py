@@ -213,8 +213,9 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
     from servesim.engines.speculative import attach_speculative, wrap_step_time as wrap_speculative
 
     step_time = wrap_speculative(step_time, dep.speculative)  # draft cost of speculative passes
-    # the scheduler's CPU time per pass (frontend), unless the engine overlaps it
-    step_time = Frontend(perf.frontend).wrap_step_time(step_time)
+    # the scheduler's CPU time per pass (frontend): serial, or hidden behind the GPU's up to its
+    # length where the engine's loop overlaps the two
+    step_time = Frontend(perf.frontend).wrap_step_time(step_time, overlapped=plan.overlaps_host)
 
     def factory(worker_id: int, recorder: RequestRecorder) -> Engine:
         if dp > 1:  # one scheduler and KV cache per attention rank, run in lock-step

@@ -74,24 +74,36 @@ cdef int _stretch_times(const int64_t* ctx, Py_ssize_t n, Py_ssize_t steps, doub
     return 0
 
 
-cdef inline void _sum_ends(double* o, Py_ssize_t steps, bint add_extra, double extra, double now) noexcept:
-    """Durations to end times: ``d += extra; e = d.cumsum(); e += now``, operation for operation."""
+cdef inline double _with_host(double d, double extra, bint overlapped) noexcept nogil:
+    """A pass's duration with the scheduler's CPU time ``extra``: added, or, ``overlapped``
+    (prepared while the GPU runs the pass before), the longer of the two (numpy's ``maximum``)."""
+    if overlapped:
+        return d if d >= extra else extra
+    return d + extra
+
+
+cdef inline void _sum_ends(double* o, Py_ssize_t steps, bint add_extra, double extra, double now,
+                           bint overlapped) noexcept:
+    """Durations to end times: ``d += extra`` (``d = max(d, extra)`` when ``overlapped``);
+    ``e = d.cumsum(); e += now``, operation for operation."""
     cdef Py_ssize_t s
     cdef double acc = 0.0
     for s in range(steps):
         if add_extra:
-            o[s] = o[s] + extra
+            o[s] = _with_host(o[s], extra, overlapped)
         acc = o[s] if s == 0 else acc + o[s]
         o[s] = acc + now
 
 
 cdef inline void _sum_ends_from(double* o, Py_ssize_t steps, bint add_extra, double extra, double pass_s,
-                                double per_req, double now, const unsigned char* starts) noexcept:
+                                double per_req, double now, const unsigned char* starts,
+                                bint overlapped) noexcept:
     """:func:`_sum_ends` of consecutive stretches, one after another: pass ``s`` with
     ``starts[s]`` set (``s`` > 0) starts a stretch, summed afresh from the end of the pass
     before it, as the worker prices each stretch from its own start.  A stretch of one pass is
     priced as the worker prices a lone pass: ``now + pass_time``, whose scheduler overhead is
-    added as ``(t + pass_s) + per_request_s * n`` (``per_req``), not ``t + extra``."""
+    added as ``(t + pass_s) + per_request_s * n`` (``per_req``), not ``t + extra`` (overlapped,
+    both are ``max(t, extra)``)."""
     cdef Py_ssize_t s
     cdef double acc = 0.0, base = now
     cdef bint first, alone
@@ -99,10 +111,10 @@ cdef inline void _sum_ends_from(double* o, Py_ssize_t steps, bint add_extra, dou
         first = s == 0 or starts[s] != 0
         alone = first and (s + 1 == steps or starts[s + 1] != 0)
         if add_extra:
-            if alone:
+            if alone and not overlapped:
                 o[s] = (o[s] + pass_s) + per_req
             else:
-                o[s] = o[s] + extra
+                o[s] = _with_host(o[s], extra, overlapped)
         if first:
             if s:
                 base = o[s - 1]
@@ -131,16 +143,17 @@ def decode_stretch_times(const int64_t[::1] ctx, Py_ssize_t steps, double base, 
 
 def decode_stretch_ends(const int64_t[::1] ctx, Py_ssize_t steps, double base, int64_t window,
                         double overhead, double c_full, double m_full, double c_cap, double m_cap,
-                        double dp, bint add_extra, double extra, double now):
+                        double dp, bint add_extra, double extra, double now, bint overlapped=False):
     """The passes' end times, from ``now``: :func:`decode_stretch_times`, plus ``extra`` each
-    when ``add_extra`` (a scheduler overhead), summed in order, plus ``now`` — numpy's
-    ``d += extra; e = d.cumsum(); e += now``, operation for operation."""
+    when ``add_extra`` (a scheduler overhead; at least ``extra`` each when ``overlapped``),
+    summed in order, plus ``now`` — numpy's ``d += extra; e = d.cumsum(); e += now``,
+    operation for operation."""
     out = np.empty(steps, dtype=np.float64)
     cdef double[::1] o = out
     if steps > 0:
         _stretch_times(&ctx[0] if ctx.shape[0] else NULL, ctx.shape[0], steps, base, window, overhead, c_full,
                        m_full, c_cap, m_cap, dp, &o[0])
-        _sum_ends(&o[0], steps, add_extra, extra, now)
+        _sum_ends(&o[0], steps, add_extra, extra, now, overlapped)
     return out
 
 
@@ -175,14 +188,16 @@ cdef class StretchPricer:
     cdef object pass_s
     cdef object per_request_s
     cdef bint add_extra
+    cdef bint overlapped
     cdef int64_t window
     cdef double c_full, m_full, c_cap, m_cap, dp
     #: batch size -> (base, overhead, extra): the terms that depend on it alone
     cdef dict _terms
 
-    def __init__(self, model, pass_s=None, per_request_s=None):
+    def __init__(self, model, pass_s=None, per_request_s=None, overlapped=False):
         self.model = model
         self.add_extra = pass_s is not None
+        self.overlapped = bool(overlapped)
         self.pass_s = pass_s
         self.per_request_s = per_request_s
         self.window = int(model._cap or 0)
@@ -212,7 +227,7 @@ cdef class StretchPricer:
         if steps > 0:
             _stretch_times(int64_data(decode_ctx), n, steps, <double>terms[0], self.window, <double>terms[1],
                            self.c_full, self.m_full, self.c_cap, self.m_cap, self.dp, o)
-            _sum_ends(o, steps, self.add_extra, <double>terms[2], now)
+            _sum_ends(o, steps, self.add_extra, <double>terms[2], now, self.overlapped)
         return out
 
     def stretches(self, decode_ctx, Py_ssize_t steps, double now, const unsigned char[::1] starts):
@@ -232,5 +247,5 @@ cdef class StretchPricer:
             _stretch_times(int64_data(decode_ctx), n, steps, <double>terms[0], self.window, <double>terms[1],
                            self.c_full, self.m_full, self.c_cap, self.m_cap, self.dp, o)
             _sum_ends_from(o, steps, self.add_extra, <double>terms[2], <double>terms[3], <double>terms[4], now,
-                           &starts[0])
+                           &starts[0], self.overlapped)
         return out

@@ -68,6 +68,6 @@ cdef class AnalyticStepTime:
     @cython.locals(n_dec=cython.Py_ssize_t, n_chunks=cython.Py_ssize_t)
     cpdef pass_time(self, PassPlan plan)
     cpdef tuple _ctx_sums(self, object ctx)
-    cpdef decode_stretch_ends(self, decode_ctx, steps, now, extra=*)
+    cpdef decode_stretch_ends(self, decode_ctx, steps, now, extra=*, overlapped=*)
     cpdef tuple _stretch_kernel_args(self, decode_ctx, steps, base)
     cpdef decode_stretch_times(self, decode_ctx, steps)

@@ -511,27 +511,34 @@ class AnalyticStepTime:
         return float(_SUM(ctx)), (float(_SUM(np.minimum(ctx, self._cap))) if self._cap else 0.0)
 
     def decode_stretch_ends(self, decode_ctx: np.ndarray, steps: int, now: float,
-                            extra: float | None = None) -> np.ndarray:
+                            extra: float | None = None, overlapped: bool = False) -> np.ndarray:
         """End times of the passes of :meth:`decode_stretch_times` from ``now``, each pass
-        ``extra`` seconds longer when given (a wrapper's per-pass overhead): the worker's
-        ``d += extra; ends = d.cumsum(); ends += now`` in one compiled call where built."""
+        ``extra`` seconds longer when given (a wrapper's per-pass overhead), or at least
+        ``extra`` seconds long when ``overlapped`` (the scheduler's CPU time hidden behind the
+        GPU's): the worker's ``d += extra`` (``d = max(d, extra)``)``; ends = d.cumsum();
+        ends += now`` in one compiled call where built."""
         n = decode_ctx.size
         if self._compiled_stretch and n and steps > 0:
             return _core.decode_stretch_ends(
                 *self._stretch_kernel_args(decode_ctx, steps, self._token_part(n, 0, n, 1, True)),
-                extra is not None, 0.0 if extra is None else extra, now)
+                extra is not None, 0.0 if extra is None else extra, now, overlapped)
         durations = self.decode_stretch_times(decode_ctx, steps)
         if extra is not None:
-            durations += extra
+            if overlapped:
+                np.maximum(durations, extra, out=durations)
+            else:
+                durations += extra
         return ends_from_durations(durations, now)
 
-    def stretch_pricer(self, pass_s: float | None = None, per_request_s: float | None = None):
+    def stretch_pricer(self, pass_s: float | None = None, per_request_s: float | None = None,
+                       overlapped: bool = False):
         """A compiled callable ``(decode_ctx, steps, now) -> ends`` equal to
         :meth:`decode_stretch_ends` with ``extra = pass_s + per_request_s * n`` when ``pass_s``
-        is given (a scheduler-overhead wrapper's), or None where the kernel is not built."""
+        is given (a scheduler-overhead wrapper's, ``overlapped`` or not), or None where the
+        kernel is not built."""
         if not self._compiled_stretch:
             return None
-        return _core.StretchPricer(self, pass_s, per_request_s)
+        return _core.StretchPricer(self, pass_s, per_request_s, overlapped)
 
     def _stretch_kernel_args(self, decode_ctx: np.ndarray, steps: int, base: float) -> tuple:
         """The compiled stretch kernels' leading arguments (see ``perf/_stretch_core.pyx``)."""

@@ -17,6 +17,7 @@ cdef class SchedulerOverheadStepTime:
     cdef public object inner
     cdef public object pass_s
     cdef public object per_request_s
+    cdef public bint overlapped
 
     cpdef pass_time(self, plan)
     cpdef decode_stretch_times(self, decode_ctx, steps)

@@ -29,7 +29,10 @@ calibration fits, instead of folding them into GPU efficiency:
 - :class:`SchedulerOverheadStepTime`: wraps a step-time model and adds
   ``scheduler_pass_s + scheduler_per_request_s × requests`` of CPU time to each pass
   (with attention data parallelism, the busiest rank's requests: each rank has its own
-  scheduler), unless ``async_scheduling`` hides it behind the GPU.
+  scheduler), unless ``async_scheduling`` hides it behind the GPU.  An engine whose event loop
+  prepares the next pass while the GPU runs this one (SGLang's overlap scheduler: the engine
+  plan's ``overlaps_host``) pays the longer of the two instead of their sum: its CPU time shows
+  only where it exceeds the GPU's, as on a small model's short passes.
 
 All times are seconds.  ``Frontend()`` uses typical defaults; ``Frontend.disabled()`` is
 exactly zero (the engine-only view, identical to a run without a frontend).
@@ -129,12 +132,14 @@ class Frontend:
         fin = recorder.column("finish")
         fin[has_tok] += shift[has_tok]
 
-    def wrap_step_time(self, model: StepTimeModel) -> StepTimeModel:
-        """The step-time model plus the scheduler's per-pass CPU time (unless async)."""
+    def wrap_step_time(self, model: StepTimeModel, overlapped: bool = False) -> StepTimeModel:
+        """The step-time model plus the scheduler's per-pass CPU time (unless async); with
+        ``overlapped`` (the engine prepares a pass while the previous one runs), the longer of
+        the GPU's and the CPU's time per pass."""
         p = self.p
         if p.async_scheduling or (p.scheduler_pass_s == 0 and p.scheduler_per_request_s == 0):
             return model
-        return SchedulerOverheadStepTime(model, p.scheduler_pass_s, p.scheduler_per_request_s)
+        return SchedulerOverheadStepTime(model, p.scheduler_pass_s, p.scheduler_per_request_s, overlapped)
 
 
 def running_at_first_token(recorder) -> np.ndarray:
@@ -178,26 +183,39 @@ def scheduled_requests(plan: PassPlan) -> int:
 
 
 class SchedulerOverheadStepTime:
-    """A step-time model plus serial scheduler CPU time per pass (and per request in it).
+    """A step-time model plus the scheduler's CPU time per pass (and per request in it): added
+    serially, or, ``overlapped``, the longer of the pass's GPU time and that CPU time (the CPU
+    prepares each pass while the GPU runs the one before).
 
     It offers the step-time methods the worker calls (the optional ones it finds on the class:
     ``decode_stretch_ends``, ``stretch_pricer``, ``rank_stretch_times``) and nothing else: the
     wrapped model's own diagnostics are read on :attr:`inner`.
     """
 
-    def __init__(self, inner: StepTimeModel, pass_s: float, per_request_s: float) -> None:
+    def __init__(self, inner: StepTimeModel, pass_s: float, per_request_s: float, overlapped: bool = False) -> None:
         self.inner = inner
         self.pass_s = pass_s
         self.per_request_s = per_request_s
+        self.overlapped = overlapped
 
     def pass_time(self, plan: PassPlan) -> float:
-        return self.inner.pass_time(plan) + self.pass_s + self.per_request_s * scheduled_requests(plan)
+        gpu = self.inner.pass_time(plan)
+        if self.overlapped:
+            cpu = self.pass_s + self.per_request_s * scheduled_requests(plan)
+            return gpu if gpu >= cpu else cpu
+        return gpu + self.pass_s + self.per_request_s * scheduled_requests(plan)
+
+    def _with_host(self, durations: np.ndarray, extra: float) -> np.ndarray:
+        """The passes' ``durations`` (a new array, changed in place) with ``extra`` seconds of
+        scheduler CPU time each."""
+        if self.overlapped:
+            return np.maximum(durations, extra, out=durations)
+        durations += extra
+        return durations
 
     def decode_stretch_times(self, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
         extra = self.pass_s + self.per_request_s * decode_ctx.size
-        out = self.inner.decode_stretch_times(decode_ctx, steps)  # a new array: added to in place
-        out += extra
-        return out
+        return self._with_host(self.inner.decode_stretch_times(decode_ctx, steps), extra)
 
     def decode_stretch_ends(self, decode_ctx: np.ndarray, steps: int, now: float) -> np.ndarray:
         """End times of :meth:`decode_stretch_times`'s passes from ``now`` (see
@@ -205,7 +223,7 @@ class SchedulerOverheadStepTime:
         when it is the wrapped model, else summed here."""
         extra = self.pass_s + self.per_request_s * decode_ctx.size
         if getattr(type(self.inner), "fuses_overhead_into_ends", False):
-            return self.inner.decode_stretch_ends(decode_ctx, steps, now, extra)
+            return self.inner.decode_stretch_ends(decode_ctx, steps, now, extra, self.overlapped)
         return ends_from_durations(self.decode_stretch_times(decode_ctx, steps), now)
 
     def stretch_pricer(self):
@@ -213,9 +231,9 @@ class SchedulerOverheadStepTime:
         (see :func:`servesim.perf.plan.stretch_pricer`)."""
         if not getattr(type(self.inner), "fuses_overhead_into_ends", False):
             return None
-        return self.inner.stretch_pricer(self.pass_s, self.per_request_s)
+        return self.inner.stretch_pricer(self.pass_s, self.per_request_s, self.overlapped)
 
     def rank_stretch_times(self, plan: PassPlan, steps: int) -> np.ndarray:
         """Attention-DP decode stretches (see :func:`servesim.perf.plan.plan_stretch_times`)."""
         extra = self.pass_s + self.per_request_s * scheduled_requests(plan)
-        return plan_stretch_times(self.inner, plan, steps) + extra
+        return self._with_host(np.array(plan_stretch_times(self.inner, plan, steps), dtype=np.float64), extra)

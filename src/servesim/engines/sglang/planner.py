@@ -93,4 +93,5 @@ def plan_sglang(options: SGLangOptions, facts: PlanInputs) -> EnginePlan:
         settings["max_running_requests"] = eng.max_running
         return eng
 
-    return EnginePlan(memory, settings, context, make, eager_launch=not opt.enable_piecewise_cuda_graph)
+    return EnginePlan(memory, settings, context, make, eager_launch=not opt.enable_piecewise_cuda_graph,
+                      overlaps_host=not opt.disable_overlap_schedule)
