@@ -5,8 +5,10 @@ Reads a sensitivities table of calibration.csv (``servesim calibrate --method se
 refits the calibration without each model family / GPU in turn (the linear surrogate: seconds per
 refit) and scores the held-out rows; the same for the random split (fit rows → held-out rows)
 and in sample.  ``--check N`` re-simulates N held-out rows of each kind for real, with the
-calibration their fold's refit gives them, and prints the surrogate's error against the real
-simulation's (how far the surrogate's figures can be trusted).
+calibration their fold's refit gives them, and prints the real simulation's error per fold and
+overall beside the surrogate's (how far the surrogate's figures can be trusted); ``--check 1403``
+simulates every held-out row (the real-simulation leave-one-out figures, about ten minutes per
+kind on two processes).
 
     python benchmarks/calibration_loo.py --points ../shared/data/measured/calibration.csv \\
         --sensitivities sens/ [--check 20 --processes 2] [--markdown]
@@ -15,6 +17,7 @@ simulation's (how far the surrogate's figures can be trusted).
 from __future__ import annotations
 
 import argparse
+import csv
 import random
 import time
 
@@ -25,8 +28,11 @@ from servesim.validate.groupfit import fit_shipped
 from servesim.validate.points import load_points
 
 
-def check_against_simulation(sens, kind: str, n: int, processes: int) -> None:
-    """Real simulations of ``n`` random held-out rows of ``kind`` under their fold's refit."""
+def check_against_simulation(sens, kind: str, n: int, processes: int, out: str | None = None) -> None:
+    """Real simulations of ``n`` random held-out rows of ``kind`` under their fold's refit
+    (every held-out row when ``n`` is at least their number): the real-simulation MAPE per fold
+    and overall beside the surrogate's, and, with ``out``, one CSV row per simulated point."""
+    from servesim.validate.crossval import surrogate_prediction
     from servesim.validate.run import validate_points
 
     ok = [s for s in sens if s.status == "ok"]
@@ -35,7 +41,7 @@ def check_against_simulation(sens, kind: str, n: int, processes: int) -> None:
     by_fold: dict[str, list] = {}
     for s in picks:
         by_fold.setdefault(fold_of(s, kind), []).append(s)
-    diffs_t, diffs_p, real_t, real_p, sur_t, sur_p = [], [], [], [], [], []
+    records = []  # (fold, id, measured ttft, tpot, real ttft, tpot, surrogate ttft, tpot)
     for fold, chosen in sorted(by_fold.items()):
         if kind == "split" and fold != "holdout":
             continue
@@ -44,22 +50,33 @@ def check_against_simulation(sens, kind: str, n: int, processes: int) -> None:
         for s, row in zip(chosen, rows):
             if row.status != "ok":
                 continue
-            from servesim.validate.crossval import surrogate_prediction
-
             st, sp = surrogate_prediction(cal, s)
-            mt, mp = s.point.measured_ttft_ms, s.point.measured_tpot_ms
-            real_t.append(abs(row.pred_ttft - mt) / mt)
-            real_p.append(abs(row.pred_tpot - mp) / mp)
-            sur_t.append(abs(st - mt) / mt)
-            sur_p.append(abs(sp - mp) / mp)
-            diffs_t.append(abs(st - row.pred_ttft) / row.pred_ttft)
-            diffs_p.append(abs(sp - row.pred_tpot) / row.pred_tpot)
-    if not real_t:
+            records.append((fold, s.point.row["id"], s.point.measured_ttft_ms, s.point.measured_tpot_ms,
+                            row.pred_ttft, row.pred_tpot, st, sp))
+    if not records:
         print(f"check {kind}: no row simulated")
         return
-    print(f"check {kind}: {len(real_t)} held-out rows simulated for real: MAPE TTFT {np.mean(real_t):.1%} "
-          f"(surrogate {np.mean(sur_t):.1%}), TPOT {np.mean(real_p):.1%} (surrogate {np.mean(sur_p):.1%}); "
+    a = np.array([r[2:] for r in records], dtype=float)
+    real_t, real_p = np.abs(a[:, 2] / a[:, 0] - 1), np.abs(a[:, 3] / a[:, 1] - 1)
+    sur_t, sur_p = np.abs(a[:, 4] / a[:, 0] - 1), np.abs(a[:, 5] / a[:, 1] - 1)
+    folds = np.array([r[0] for r in records])
+    print(f"check {kind}, simulated for real (surrogate in brackets): fold, rows, TTFT MAPE, TPOT MAPE")
+    for fold in sorted(set(folds)):
+        m = folds == fold
+        print(f"  {fold:22s} {m.sum():5d}  {real_t[m].mean():6.1%} ({sur_t[m].mean():.1%})  "
+              f"{real_p[m].mean():6.1%} ({sur_p[m].mean():.1%})")
+    diffs_t, diffs_p = np.abs(a[:, 4] / a[:, 2] - 1), np.abs(a[:, 5] / a[:, 3] - 1)
+    print(f"check {kind}: {len(records)} held-out rows simulated for real: MAPE TTFT {real_t.mean():.1%} "
+          f"(surrogate {sur_t.mean():.1%}), TPOT {real_p.mean():.1%} (surrogate {sur_p.mean():.1%}); "
           f"surrogate vs simulation median |diff| TTFT {np.median(diffs_t):.1%}, TPOT {np.median(diffs_p):.1%}")
+    if out:
+        with open(out, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["id", "held_out", "measured_ttft_ms", "measured_tpot_ms", "ttft_ms", "tpot_ms",
+                        "surrogate_ttft_ms", "surrogate_tpot_ms"])
+            for r in records:
+                w.writerow([r[1], r[0], *(f"{x:.6g}" for x in r[2:])])
+        print(f"wrote {out}")
 
 
 def main() -> None:
@@ -86,7 +103,8 @@ def main() -> None:
 
             _write_cv_rows(res, f"{args.out}.{kind}.csv")
         if args.check and kind != "in-sample":
-            check_against_simulation(sens, kind, args.check, args.processes)
+            check_against_simulation(sens, kind, args.check, args.processes,
+                                     f"{args.out}.{kind}.real.csv" if args.out else None)
 
 
 if __name__ == "__main__":

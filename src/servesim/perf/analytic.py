@@ -515,8 +515,8 @@ class AnalyticStepTime:
         """End times of the passes of :meth:`decode_stretch_times` from ``now``, each pass
         ``extra`` seconds longer when given (a wrapper's per-pass overhead), or at least
         ``extra`` seconds long when ``overlapped`` (the scheduler's CPU time hidden behind the
-        GPU's): the worker's ``d += extra`` (``d = max(d, extra)``)``; ends = d.cumsum();
-        ends += now`` in one compiled call where built."""
+        GPU's): the worker's ``d += extra`` (or ``d = max(d, extra)``), ``ends = d.cumsum()``,
+        ``ends += now``, in one compiled call where built."""
         n = decode_ctx.size
         if self._compiled_stretch and n and steps > 0:
             return _core.decode_stretch_ends(
