@@ -207,6 +207,30 @@ def test_chain_operations_check_the_chain_reaches_the_blocks() -> None:
     assert pool.cached_map() == {5 + 4: blocks[0], 5 + 8: blocks[1], 6 + 4: blocks[2]}
 
 
+
+@pytest.mark.parametrize("make", [lambda n: BlockPool(n, 4), lambda n: CompiledLRUPool(n, 4)])
+def test_chain_registration_skips_held_hashes_and_refuses_free_blocks(make) -> None:
+    """Registration finds a held hash and stores a new one in one walk of the probe run (compiled):
+    a hash another block holds is skipped, before the check that the block is in use; a free
+    block under a new hash is refused and nothing is stored.  Both pools alike."""
+    pool = make(64)
+    first = block_list(pool.allocate(3))
+    assert pool.chain_cache(first, [100], 12, 0, 3) == 3  # hashes 104, 108, 112
+    second = block_list(pool.allocate(3))
+    assert pool.chain_cache(second, [100], 12, 0, 3) == 0  # all three held by ``first``
+    pool.free_request(second)  # free, uncached
+    assert pool.chain_cache(second, [100], 12, 0, 3) == 0  # held hashes: skipped, no error
+    with pytest.raises(RuntimeError, match="not in use"):
+        pool.chain_cache(second, [200], 12, 0, 3)
+    assert pool.num_cached_blocks == 3
+    assert pool.cached_map() == {104: first[0], 108: first[1], 112: first[2]}
+    # Many hashes in a crowded map (a pool of 64 blocks: a map of 256 slots), then looked up.
+    many = block_list(pool.allocate(40))
+    assert pool.chain_cache(many, list(range(1000, 1000 + 40 * 4 * 7, 4 * 7)), 4, 0, 40) == 40
+    assert pool.chain_prefix(list(range(1000, 1000 + 40 * 4 * 7, 4 * 7)), 4, 40) == 40
+    if isinstance(pool, CompiledLRUPool):
+        pool.core.check()
+
 _M64 = 2**64 - 1
 
 

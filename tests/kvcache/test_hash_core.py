@@ -1,4 +1,4 @@
-"""The compiled ``id_chain`` and ``extend_chain`` (kvcache/_hash_core.pyx) give the Python versions' chains exactly."""
+"""The compiled ``id_chain``, ``extend_chain`` and ``extend_chain_slice`` (kvcache/_hash_core.pyx) give the Python versions' chains exactly."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servesim.compiled import compiled_module
-from servesim.kvcache.hashing import ROOT_HASH, chain_list, python_extend_chain, python_id_chain
+from servesim.kvcache.hashing import (ROOT_HASH, chain_list, python_extend_chain, python_extend_chain_slice,
+                                      python_id_chain)
 
 core = compiled_module("kvcache._hash_core")
 pytestmark = pytest.mark.skipif(core is None, reason="compiled core not built")
@@ -70,3 +71,31 @@ def test_extend_chain_takes_any_sequence_of_ids():
     chain = chain_list()
     core.extend_chain(chain, tuple(ids))
     assert list(chain) == python_id_chain(ids)
+
+
+@settings(max_examples=300, deadline=None)
+@given(start=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=5), ids=st.lists(_INTS, max_size=30),
+       cuts=st.lists(st.integers(-35, 35), min_size=1, max_size=4), as_tuple=st.booleans())
+def test_compiled_extend_chain_slice_equals_python(start, ids, cuts, as_tuple):
+    """Extending by slices of a tuple (read in place) or a list (sliced), in bounds or not,
+    negative bounds included (Python's slice rules), from a chain list or a list."""
+    seq = tuple(ids) if as_tuple else list(ids)
+    bounds = list(zip([0] + cuts, cuts + [len(ids)]))
+    want = list(start)
+    for a, b in bounds:
+        python_extend_chain_slice(want, seq, a, b)
+    assert want == list(start) + python_id_chain(
+        [x for a, b in bounds for x in seq[a:b]], start[-1] if start else ROOT_HASH)
+    for make in (list, chain_list):
+        chain = make(start)
+        for a, b in bounds:
+            assert core.extend_chain_slice(chain, seq, a, b) is chain
+        assert type(chain) is type(make()) and list(chain) == want
+
+
+def test_extend_chain_slice_hashes_non_int_ids_as_python():
+    np = pytest.importorskip("numpy")
+    ids = (np.int64(5), True, 7, np.int64(-3), 2**70)
+    chain = chain_list([11])
+    core.extend_chain_slice(chain, ids, 1, 5)
+    assert list(chain) == [11] + python_id_chain(ids[1:5], 11)

@@ -15,7 +15,11 @@ Python's ``hash`` at import, so an interpreter whose hash differs falls back to 
 from libc.stdint cimport int64_t, uint64_t
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact, PyLong_FromLongLong
 from cpython cimport array
-from cpython.object cimport Py_SIZE
+from cpython.object cimport Py_SIZE, PyObject
+
+
+cdef extern from "Python.h":
+    PyObject** PySequence_Fast_ITEMS(object o)
 
 cdef uint64_t _MODULUS = (1ULL << 61) - 1  # sys.hash_info.modulus on 64-bit builds
 cdef uint64_t _PRIME_1 = 11400714785074694791ULL
@@ -130,4 +134,42 @@ def extend_chain(chain, block_ids):
         else:
             p = hash((p, bid))
         arr.data.as_longlongs[have + i] = p
+    return chain
+
+
+def extend_chain_slice(chain, ids, Py_ssize_t start, Py_ssize_t stop):
+    """See ``kvcache/hashing.py:extend_chain_slice``: a tuple's ids read where they lie.
+
+    A new request's chain covers its whole prompt (~2,000 ids on an agentic trace): a slice
+    and a list of it would take and drop a reference to every id, a write to each id's
+    object, besides the two allocations.
+    """
+    cdef array.array arr
+    cdef Py_ssize_t have, n, i
+    cdef PyObject** items
+    cdef int overflow = 0
+    cdef int64_t p, b
+    if (type(chain) is not array.array or (<array.array>chain).ob_descr.typecode != b'q' or not _EXACT
+            or type(ids) is not tuple or start < 0 or stop < 0):
+        return extend_chain(chain, ids[start:stop])
+    n = len(<tuple>ids)
+    if stop > n:
+        stop = n
+    if stop <= start:
+        return chain
+    arr = <array.array>chain
+    have = Py_SIZE(arr)
+    p = arr.data.as_longlongs[have - 1] if have else 0x5E12E51A
+    array.resize_smart(arr, have + (stop - start))
+    items = PySequence_Fast_ITEMS(ids)  # borrowed: a tuple, held by ``ids``
+    for i in range(start, stop):
+        bid = <object>items[i]
+        overflow = 1
+        if PyLong_CheckExact(bid):  # anything else (numpy ints, ...) is hashed by Python
+            b = PyLong_AsLongLongAndOverflow(bid, &overflow)
+        if overflow == 0:
+            p = _pair_hash(p, b)
+        else:
+            p = hash((p, bid))
+        arr.data.as_longlongs[have + i - start] = p
     return chain

@@ -650,13 +650,28 @@ cdef class LRUCore:
         return self._cache_obj(b, self._cursor_big(&c, chain))
 
     cdef inline int _cache_int(self, int32_t b, int64_t k) except -1:
-        """Register block ``b`` under the int64 hash ``k`` unless either is taken; 1 if it was."""
-        if self.blk[b].hval != NO_HASH or self._find(k) >= 0:
+        """Register block ``b`` under the int64 hash ``k`` unless either is taken; 1 if it was.
+
+        :meth:`_find` and :meth:`_put` in one walk of ``k``'s probe run: a hash not held ends
+        at the empty slot it is stored in (most registrations: one probe, not two)."""
+        if self.blk[b].hval != NO_HASH:
             return 0
+        cdef uint32_t h = <uint32_t>_mix(<uint64_t>k)
+        cdef uint64_t i = h & self.tmask
+        cdef int32_t o
+        while True:
+            o = self.table[i].block
+            if o < 0:
+                break
+            if self.table[i].h == h and self.blk[o].hval == k:
+                return 0  # held by block o
+            i = (i + 1) & self.tmask
         if self.blk[b].refs <= 0:
             raise RuntimeError(f"caching block {b}, which is not in use")
         self.blk[b].hval = k
-        self._put(k, b)
+        self.table[i].h = h
+        self.table[i].block = b
+        self.num_cached += 1
         return 1
 
     cdef int _cache_obj(self, int32_t b, object h) except -1:

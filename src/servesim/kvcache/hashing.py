@@ -61,14 +61,24 @@ def extend_chain(chain: MutableSequence[int], block_ids: Sequence[int]) -> Mutab
     return chain
 
 
-#: The Python :func:`id_chain` and :func:`extend_chain`, the references of ``kvcache/_hash_core.pyx``.
+def extend_chain_slice(chain: MutableSequence[int], ids: Sequence[int], start: int,
+                       stop: int) -> MutableSequence[int]:
+    """:func:`extend_chain` with the units ``ids[start:stop]``; compiled, a tuple's ids are
+    read in place (no slice, no reference taken on each id)."""
+    return extend_chain(chain, ids[start:stop])
+
+
+#: The Python :func:`id_chain`, :func:`extend_chain` and :func:`extend_chain_slice`, the
+#: references of ``kvcache/_hash_core.pyx``.
 python_id_chain = id_chain
 python_extend_chain = extend_chain
+python_extend_chain_slice = extend_chain_slice
 
 _core = compiled_module("kvcache._hash_core")  # bound at import: servesim/compiled.py's rule
 if _core is not None:
     id_chain = _core.id_chain  # noqa: F811
     extend_chain = _core.extend_chain  # noqa: F811
+    extend_chain_slice = _core.extend_chain_slice  # noqa: F811
 
 
 def block_hashes(

@@ -22,7 +22,23 @@ def first_unlisted(ids, shared) -> int:
     cdef const unsigned char* bits = <bytes>dense
     cdef long long n = len(<bytes>dense), v
     cdef int overflow
-    cdef Py_ssize_t k = 0
+    cdef Py_ssize_t k = 0, i, m
+    cdef PyObject** items
+    if type(ids) is tuple:  # a request's ids, read in place: no iterator, no reference per id
+        items = PySequence_Fast_ITEMS(ids)
+        m = PySequence_Fast_GET_SIZE(ids)
+        for i in range(m):
+            bid = <object>items[i]
+            if PyLong_CheckExact(bid):
+                overflow = 0
+                v = PyLong_AsLongLongAndOverflow(bid, &overflow)
+                if overflow == 0 and 0 <= v < n:
+                    if not bits[v]:
+                        return i
+                    continue
+            if bid not in shared:
+                return i
+        return m
     for bid in ids:
         if PyLong_CheckExact(bid):
             overflow = 0

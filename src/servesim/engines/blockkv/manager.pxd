@@ -7,7 +7,7 @@ from servesim.engines.base cimport Engine
 from servesim.kvcache.block_owner cimport BlockOwner
 
 
-@cython.locals(us=cython.longlong, need=cython.longlong)
+@cython.locals(us=cython.longlong, need=cython.longlong, have=cython.longlong, head=cython.longlong)
 cpdef object extend_unit_chain(Request req, object chain, long long n_blocks, long long block_size)
 
 

@@ -28,7 +28,7 @@ from servesim.engines.host import host_link
 from servesim.errors import ConfigError
 from servesim.kvcache.block_owner import BlockOwner
 from servesim.kvcache.block_pool import block_list
-from servesim.kvcache.hashing import block_content_ids, chain_block_hashes, extend_chain
+from servesim.kvcache.hashing import block_content_ids, chain_block_hashes, extend_chain, extend_chain_slice
 from servesim.kvcache.host_tier import HostTier
 from servesim.kvcache.lru_pool import new_block_pool
 from servesim.metrics.recorder import Status
@@ -41,8 +41,15 @@ def extend_unit_chain(req: Request, chain, n_blocks: int, block_size: int):
     ``block_size`` tokens; returns it."""
     us = req.block_size
     need = (n_blocks * block_size - 1) // us + 1 if n_blocks > 0 else 0  # units
-    if need > len(chain):  # only the units not chained yet: a decode extends by one
-        extend_chain(chain, sequence_block_ids(req, len(chain), need))
+    have = len(chain)
+    if need > have:  # only the units not chained yet: a decode extends by one
+        ids = req.hash_ids
+        head = min(need, len(ids))
+        if have < head:  # the prompt's units: its ids, read in place
+            extend_chain_slice(chain, ids, have, head)
+            have = head
+        if need > have:  # the output's and generated units
+            extend_chain(chain, sequence_block_ids(req, have, need))
     return chain
 
 
