@@ -107,3 +107,24 @@ def test_reduced_slope_runs_use_their_own_reduced_base(monkeypatch):
     # TTFT ∝ 1/mem_eff: slope per unit of time scale = the (reduced) base TTFT
     assert s.ttft_slope["mem"] == pytest.approx(0.95 * 10.0 / DEFAULT_BASE.mem_eff, rel=1e-9)
     assert s.ttft_slope["sched"] == 0.0
+
+
+def test_a_fold_predictor_sees_each_fold_once_under_the_fit_without_it():
+    """``predict`` is called once per held-out fold, with that fold's points and the calibration
+    fitted without them; a point it cannot price is left out of the scores and listed."""
+    sens = _two_gpus_same_values()
+    calls = []
+
+    def predict(cal, points):
+        calls.append((cal, [s.point.id for s in points]))
+        return [None if i == 0 else (s.point.measured_ttft_ms, s.point.measured_tpot_ms)
+                for i, s in enumerate(points)]
+
+    res = cross_validate(sens, "gpu", _fit, predict=predict)
+    assert sorted(ids for _, c in calls for ids in c) == sorted(s.point.id for s in sens)
+    assert len(calls) == 2 and all(c is not None for c, _ in calls)
+    assert res.unpriced == [c[0] for _, c in calls]
+    assert len(res.rows) == len(sens) - 2
+    assert res.score()["ttft_mape"] == 0.0 and res.score()["tpot_mape"] == 0.0
+    inside = in_sample(sens, _fit, predict=predict)
+    assert len(inside.unpriced) == 1 and len(inside.rows) == len(sens) - 1

@@ -326,3 +326,39 @@ def test_a_layout_that_cannot_hold_the_model_is_unsupported_with_its_reason():
     assert p.status.startswith("unsupported: ") and "does not fit" in p.status and "this build" not in p.status
     assert p.config is None
     assert check_point(point_config(row(**SMALL))).status == "ok"
+
+
+def test_cli_cross_validation_simulated_for_real(tmp_path, capsys):
+    """``validate --cv split --simulate``: the held-out rows simulated under the calibration fitted
+    on the fit rows, exactly what ``validate`` gives those rows with that calibration."""
+    from servesim.validate.crossval import fold_of, read_tables
+    from servesim.validate.groupfit import fit_shipped
+    from servesim.validate.points import load_points
+    from servesim.validate.run import validate_points
+
+    pts = tmp_path / "points.csv"
+    _write(pts, [row(id=f"q{i}", **{**SMALL, "concurrency": c, "measured_mean_ttft_ms": 50 + 10 * c,
+                                    "measured_mean_tpot_ms": 8 + 0.2 * c})
+                 for i, c in enumerate([1, 2, 4, 8, 16, 4, 2, 1])])
+    sens = tmp_path / "sens.csv"
+    assert main(["calibrate", "--points", str(pts), "--out", str(tmp_path / "cal.yaml"), "--sensitivities",
+                 str(sens), "--min-group-points", "2", "--no-intervals", "--quiet"]) == 0
+    table = [s for s in read_tables(str(sens), load_points(pts)) if s.status == "ok"]
+    held = [s for s in table if fold_of(s, "split") == "holdout"]
+    assert 0 < len(held) < len(table)  # the ids give both parts
+    out = tmp_path / "cv.csv"
+    capsys.readouterr()
+    assert main(["validate", "--points", str(pts), "--cv", "split", "--sensitivities", str(sens), "--simulate",
+                 "--out", str(out), "--quiet"]) == 0
+    assert f"(simulated; {len(held)} held-out points)" in capsys.readouterr().out
+    with out.open() as f:
+        got = {r["id"]: (float(r["ttft_ms"]), float(r["tpot_ms"])) for r in csv.DictReader(f)}
+    cal = fit_shipped([s for s in table if fold_of(s, "split") != "holdout"])
+    want = {s.point.id: (r.pred_ttft, r.pred_tpot)
+            for s, r in zip(held, validate_points([s.point for s in held], cal))}
+    assert got.keys() == want.keys()
+    for k in got:
+        assert got[k] == pytest.approx(want[k], rel=1e-5)  # the CSV keeps 6 significant digits
+    # without --cv it has nothing to change
+    assert main(["validate", "--points", str(pts), "--simulate", "--quiet"]) == 2
+    assert "--simulate only applies with --cv" in capsys.readouterr().err

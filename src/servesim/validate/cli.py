@@ -34,6 +34,9 @@ def add_subcommands(sub) -> None:
                         "the fit rows, score the held-out ones; all: the three and the in-sample fit)")
     v.add_argument("--sensitivities", help="with --cv: a sensitivities table (servesim calibrate --sensitivities, "
                                            "or a folder of chunks from benchmarks/measure_sensitivities.py)")
+    v.add_argument("--simulate", action="store_true",
+                   help="with --cv: score each held-out row by simulating it for real under its fold's refit, "
+                        "not on the table's linear surrogate (every row runs once per kind; use --processes)")
     v.set_defaults(handler=cmd_validate)
 
     c = sub.add_parser("calibrate", help="fit step-time efficiencies and frontend parameters to measured points")
@@ -77,7 +80,7 @@ def _err(msg: str) -> None:
 def cmd_cross_validate(args: argparse.Namespace) -> int:
     """``servesim validate --cv``: the leave-one-out figures from a sensitivities table."""
     _require_scipy()
-    from servesim.validate.crossval import cross_validate, in_sample, read_tables
+    from servesim.validate.crossval import cross_validate, in_sample, read_tables, simulated_fold, surrogate_fold
     from servesim.validate.groupfit import fit_shipped as fit
     from servesim.validate.points import load_points
 
@@ -89,20 +92,26 @@ def cmd_cross_validate(args: argparse.Namespace) -> int:
     points = load_points(args.points)
     sens = read_tables(args.sensitivities, points)
     log = (lambda m: None) if args.quiet else _err
+    predict, how = (simulated_fold(args.processes), "simulated") if args.simulate else (surrogate_fold, "surrogate")
     kinds = ("family", "gpu", "split") if args.cv == "all" else (args.cv,)
     for kind in kinds:
-        res = cross_validate(sens, kind, fit, say=log)
+        res = cross_validate(sens, kind, fit, predict=predict, say=log)
         title = {"family": "leave one model family out", "gpu": "leave one GPU out",
                  "split": "random split (fit rows → held-out rows)"}[kind]
-        print(f"\n{title} (surrogate; {res.score()['n']} held-out points)")
+        print(f"\n{title} ({how}; {res.score()['n']} held-out points{_unpriced(res)})")
         print(res.format(markdown=args.markdown))
         if args.out:
             _write_cv_rows(res, args.out if len(kinds) == 1 else f"{args.out}.{kind}.csv")
     if args.cv == "all":
-        res = in_sample(sens, fit)
-        print(f"\nin sample (surrogate; {res.score()['n']} points)")
+        res = in_sample(sens, fit, predict=predict)
+        print(f"\nin sample ({how}; {res.score()['n']} points{_unpriced(res)})")
         print(res.format(markdown=args.markdown))
     return 0
+
+
+def _unpriced(res) -> str:
+    """The title's note of held-out points whose simulation failed (left out of the scores)."""
+    return f"; {len(res.unpriced)} not simulated: {', '.join(res.unpriced[:5])}" if res.unpriced else ""
 
 
 def _write_cv_rows(res, path: str) -> None:
@@ -122,6 +131,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return cmd_cross_validate(args)
     if args.sensitivities:
         raise ConfigError("validate --sensitivities only applies with --cv")
+    if args.simulate:
+        raise ConfigError("validate --simulate only applies with --cv (without it every row is simulated anyway)")
     from servesim.perf.calibration import load_calibration
     from servesim.validate.points import load_points
     from servesim.validate.run import format_report, validate_points, write_rows

@@ -97,6 +97,8 @@ class HeldOut:
 class CVResult:
     kind: str
     rows: list[HeldOut] = field(default_factory=list)
+    #: Ids of held-out points the predictor could not price (a simulation that failed).
+    unpriced: list[str] = field(default_factory=list)
 
     def score(self, rows: Sequence[HeldOut] | None = None) -> dict[str, float]:
         """MAPE, share within 20% and mean signed error of TTFT and TPOT over ``rows`` (all)."""
@@ -139,14 +141,38 @@ def surrogate_prediction(cal: Calibration, s: PointSensitivity) -> tuple[float, 
     return s.predict_resolved(a, f, DEFAULT_BASE)
 
 
+#: Predictions of a fold's points under a calibration, in order: (TTFT, TPOT) in ms, or None for a
+#: point that could not be predicted (a simulation that failed).
+FoldPredictor = Callable[[Calibration, list[PointSensitivity]], list[tuple[float, float] | None]]
+
+
+def surrogate_fold(cal: Calibration, points: list[PointSensitivity]) -> list[tuple[float, float] | None]:
+    """:func:`surrogate_prediction` of every point of a fold."""
+    return [surrogate_prediction(cal, s) for s in points]
+
+
+def simulated_fold(processes: int = 1) -> FoldPredictor:
+    """A fold predictor that simulates every point for real under the fold's calibration
+    (``servesim validate``'s run of the points): the figure the surrogate approximates."""
+    from servesim.validate.run import validate_points
+
+    def predict(cal: Calibration, points: list[PointSensitivity]) -> list[tuple[float, float] | None]:
+        rows = validate_points([s.point for s in points], cal, processes=processes)
+        return [(r.pred_ttft, r.pred_tpot) if r.status == "ok" else None for r in rows]
+
+    return predict
+
+
 def cross_validate(sens: Sequence[PointSensitivity], kind: str,
                    fit: Callable[[list[PointSensitivity]], Calibration],
-                   predict: Callable[[Calibration, PointSensitivity], tuple[float, float]] = surrogate_prediction,
+                   predict: FoldPredictor = surrogate_fold,
                    say: Callable[[str], None] = lambda m: None) -> CVResult:
-    """Hold out each fold of ``kind`` in turn, ``fit`` the rest, score the fold with ``predict``.
+    """Hold out each fold of ``kind`` in turn, ``fit`` the rest, score the fold with ``predict``
+    (the surrogate by default; :func:`simulated_fold` simulates the held-out points for real).
 
     ``kind`` ``split`` fits the fit part (:func:`servesim.validate.points.in_fit_part`) and
-    scores the held-out part only: the random split's figure, on the same surrogate.
+    scores the held-out part only: the random split's figure.  A point ``predict`` cannot price
+    is left out of the scores and counted in :attr:`CVResult.unpriced`.
     """
     ok = [s for s in sens if s.status == "ok" and math.isfinite(s.ttft_base) and math.isfinite(s.tpot_base)]
     folds: dict[str, list[PointSensitivity]] = defaultdict(list)
@@ -157,11 +183,13 @@ def cross_validate(sens: Sequence[PointSensitivity], kind: str,
     for name in held:
         train = [s for k, v in folds.items() if k != name for s in v]
         cal = fit(train)
-        for s in folds[name]:
-            ttft, tpot = predict(cal, s)
+        for s, pred in zip(folds[name], predict(cal, folds[name]), strict=True):
+            if pred is None:
+                result.unpriced.append(s.point.id)
+                continue
             p = s.point
             result.rows.append(HeldOut(p.id, name, f"{p.group}/{p.model}@{p.precision}", p.measured_ttft_ms,
-                                       p.measured_tpot_ms, ttft, tpot))
+                                       p.measured_tpot_ms, *pred))
         sc = result.score([r for r in result.rows if r.fold == name])
         say(f"{kind} {name}: {len(train)} points fitted, {len(folds[name])} held out: "
             f"TTFT {sc['ttft_mape']:.1%}, TPOT {sc['tpot_mape']:.1%}")
@@ -169,16 +197,18 @@ def cross_validate(sens: Sequence[PointSensitivity], kind: str,
 
 
 def in_sample(sens: Sequence[PointSensitivity], fit: Callable[[list[PointSensitivity]], Calibration],
-              predict: Callable[[Calibration, PointSensitivity], tuple[float, float]] = surrogate_prediction) -> CVResult:
-    """Every point scored by a fit on all points (the in-sample figure, same surrogate)."""
+              predict: FoldPredictor = surrogate_fold) -> CVResult:
+    """Every point scored by a fit on all points (the in-sample figure; the surrogate by default)."""
     ok = [s for s in sens if s.status == "ok" and math.isfinite(s.ttft_base) and math.isfinite(s.tpot_base)]
     cal = fit(ok)
     result = CVResult("in-sample")
-    for s in ok:
-        ttft, tpot = predict(cal, s)
+    for s, pred in zip(ok, predict(cal, ok), strict=True):
+        if pred is None:
+            result.unpriced.append(s.point.id)
+            continue
         p = s.point
         result.rows.append(HeldOut(p.id, "all", f"{p.group}/{p.model}@{p.precision}", p.measured_ttft_ms,
-                                   p.measured_tpot_ms, ttft, tpot))
+                                   p.measured_tpot_ms, *pred))
     return result
 
 
