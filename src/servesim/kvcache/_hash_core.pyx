@@ -77,6 +77,18 @@ def _agrees() -> bool:
 cdef bint _EXACT = _agrees()
 
 
+cdef inline int64_t _next_unit(int64_t p, object bid) except? -1:
+    """The chain's unit after ``p`` for block id ``bid``: ``hash((p, bid))``, in C for an int that
+    fits in int64 (anything else, numpy ints included, is hashed by Python)."""
+    cdef int overflow = 1
+    cdef int64_t b = 0
+    if PyLong_CheckExact(bid):
+        b = PyLong_AsLongLongAndOverflow(bid, &overflow)
+    if overflow == 0:
+        return _pair_hash(p, b)
+    return hash((p, bid))
+
+
 def id_chain(block_ids, parent=0x5E12E51A) -> list:
     """See ``kvcache/hashing.py:id_chain``."""
     cdef list out = []
@@ -111,8 +123,7 @@ def extend_chain(chain, block_ids):
     """See ``kvcache/hashing.py:extend_chain``; a chain list is extended in place, in C."""
     cdef array.array arr
     cdef Py_ssize_t have, m, i
-    cdef int overflow = 0
-    cdef int64_t p, b
+    cdef int64_t p
     if type(chain) is not array.array or (<array.array>chain).ob_descr.typecode != b'q' or not _EXACT:
         n = len(chain)
         chain.extend(id_chain(block_ids, chain[n - 1] if n else 0x5E12E51A))  # (no wraparound here)
@@ -125,14 +136,7 @@ def extend_chain(chain, block_ids):
     m = len(<list>block_ids)
     array.resize_smart(arr, have + m)
     for i in range(m):
-        bid = (<list>block_ids)[i]
-        overflow = 1
-        if PyLong_CheckExact(bid):  # anything else (numpy ints, ...) is hashed by Python
-            b = PyLong_AsLongLongAndOverflow(bid, &overflow)
-        if overflow == 0:
-            p = _pair_hash(p, b)
-        else:
-            p = hash((p, bid))
+        p = _next_unit(p, (<list>block_ids)[i])
         arr.data.as_longlongs[have + i] = p
     return chain
 
@@ -147,8 +151,7 @@ def extend_chain_slice(chain, ids, Py_ssize_t start, Py_ssize_t stop):
     cdef array.array arr
     cdef Py_ssize_t have, n, i
     cdef PyObject** items
-    cdef int overflow = 0
-    cdef int64_t p, b
+    cdef int64_t p
     if (type(chain) is not array.array or (<array.array>chain).ob_descr.typecode != b'q' or not _EXACT
             or type(ids) is not tuple or start < 0 or stop < 0):
         return extend_chain(chain, ids[start:stop])
@@ -163,13 +166,6 @@ def extend_chain_slice(chain, ids, Py_ssize_t start, Py_ssize_t stop):
     array.resize_smart(arr, have + (stop - start))
     items = PySequence_Fast_ITEMS(ids)  # borrowed: a tuple, held by ``ids``
     for i in range(start, stop):
-        bid = <object>items[i]
-        overflow = 1
-        if PyLong_CheckExact(bid):  # anything else (numpy ints, ...) is hashed by Python
-            b = PyLong_AsLongLongAndOverflow(bid, &overflow)
-        if overflow == 0:
-            p = _pair_hash(p, b)
-        else:
-            p = hash((p, bid))
+        p = _next_unit(p, <object>items[i])
         arr.data.as_longlongs[have + i - start] = p
     return chain

@@ -14,41 +14,35 @@ from cpython.object cimport PyObject
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
 
 
+cdef inline int _listed(object bid, const unsigned char* bits, long long n, object shared) except -1:
+    """1 if ``bid`` is in ``shared``: a byte of its map for an int id inside it, else the set."""
+    cdef int overflow = 0
+    cdef long long v
+    if PyLong_CheckExact(bid):
+        v = PyLong_AsLongLongAndOverflow(bid, &overflow)
+        if overflow == 0 and 0 <= v < n:
+            return bits[v] != 0
+    return bid in shared
+
+
 def first_unlisted(ids, shared) -> int:
     """The position of the first of ``ids`` not in ``shared`` (``len(ids)`` if none)."""
     dense = getattr(shared, "dense", b"")
     if type(dense) is not bytes:
         dense = b""
     cdef const unsigned char* bits = <bytes>dense
-    cdef long long n = len(<bytes>dense), v
-    cdef int overflow
+    cdef long long n = len(<bytes>dense)
     cdef Py_ssize_t k = 0, i, m
     cdef PyObject** items
     if type(ids) is tuple:  # a request's ids, read in place: no iterator, no reference per id
         items = PySequence_Fast_ITEMS(ids)
         m = PySequence_Fast_GET_SIZE(ids)
         for i in range(m):
-            bid = <object>items[i]
-            if PyLong_CheckExact(bid):
-                overflow = 0
-                v = PyLong_AsLongLongAndOverflow(bid, &overflow)
-                if overflow == 0 and 0 <= v < n:
-                    if not bits[v]:
-                        return i
-                    continue
-            if bid not in shared:
+            if not _listed(<object>items[i], bits, n, shared):
                 return i
         return m
     for bid in ids:
-        if PyLong_CheckExact(bid):
-            overflow = 0
-            v = PyLong_AsLongLongAndOverflow(bid, &overflow)
-            if overflow == 0 and 0 <= v < n:
-                if not bits[v]:
-                    return k
-                k += 1
-                continue
-        if bid not in shared:
+        if not _listed(bid, bits, n, shared):
             return k
         k += 1
     return k
