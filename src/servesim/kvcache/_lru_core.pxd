@@ -104,6 +104,8 @@ cdef class LRUCore:
     cdef inline int _uncache(self, int32_t b, list removed) except -1
     cdef inline object _hash_of(self, int32_t b)
     cdef inline void _prefetch_slot(self, int64_t k) noexcept
+    cdef inline uint64_t _probe(self, int64_t k, uint32_t h) noexcept
+    cdef inline void _store(self, uint64_t i, uint32_t h, int32_t b) noexcept
     cdef inline int32_t _find(self, int64_t k) noexcept
     cdef inline void _put(self, int64_t k, int32_t b) noexcept
     cdef void _delete(self, int64_t k) noexcept

@@ -232,27 +232,31 @@ cdef class LRUCore:
         """Start loading the home slot of key ``k``."""
         __builtin_prefetch(&self.table[<uint32_t>_mix(<uint64_t>k) & self.tmask])
 
-    cdef inline int32_t _find(self, int64_t k) noexcept:
-        cdef uint32_t h = <uint32_t>_mix(<uint64_t>k)
+    cdef inline uint64_t _probe(self, int64_t k, uint32_t h) noexcept:
+        """The slot of key ``k`` (mixed hash ``h``): the one holding it, else the empty slot that
+        ends its probe run, where it would be stored."""
         cdef uint64_t i = h & self.tmask
         cdef int32_t b
         while True:
             b = self.table[i].block
-            if b < 0:
-                return -1
-            if self.table[i].h == h and self.blk[b].hval == k:
-                return b
+            if b < 0 or (self.table[i].h == h and self.blk[b].hval == k):
+                return i
             i = (i + 1) & self.tmask
+
+    cdef inline void _store(self, uint64_t i, uint32_t h, int32_t b) noexcept:
+        """Put block ``b`` (its hval already its key, of mixed hash ``h``) in empty slot ``i``."""
+        self.table[i].h = h
+        self.table[i].block = b
+        self.num_cached += 1
+
+    cdef inline int32_t _find(self, int64_t k) noexcept:
+        """The block cached under ``k``, or -1."""
+        return self.table[self._probe(k, <uint32_t>_mix(<uint64_t>k))].block
 
     cdef inline void _put(self, int64_t k, int32_t b) noexcept:
         """Insert ``k`` (absent) -> ``b``; ``b``'s hval is already ``k``."""
         cdef uint32_t h = <uint32_t>_mix(<uint64_t>k)
-        cdef uint64_t i = h & self.tmask
-        while self.table[i].block >= 0:
-            i = (i + 1) & self.tmask
-        self.table[i].h = h
-        self.table[i].block = b
-        self.num_cached += 1
+        self._store(self._probe(k, h), h, b)
 
     cdef void _delete(self, int64_t k) noexcept:
         """Remove ``k`` (present), shifting later entries of its probe run back."""
@@ -652,26 +656,18 @@ cdef class LRUCore:
     cdef inline int _cache_int(self, int32_t b, int64_t k) except -1:
         """Register block ``b`` under the int64 hash ``k`` unless either is taken; 1 if it was.
 
-        :meth:`_find` and :meth:`_put` in one walk of ``k``'s probe run: a hash not held ends
-        at the empty slot it is stored in (most registrations: one probe, not two)."""
+        :meth:`_find` and :meth:`_put` in one walk of ``k``'s probe run (:meth:`_probe`): a hash
+        not held ends at the empty slot it is stored in (most registrations: one probe, not two)."""
         if self.blk[b].hval != NO_HASH:
             return 0
         cdef uint32_t h = <uint32_t>_mix(<uint64_t>k)
-        cdef uint64_t i = h & self.tmask
-        cdef int32_t o
-        while True:
-            o = self.table[i].block
-            if o < 0:
-                break
-            if self.table[i].h == h and self.blk[o].hval == k:
-                return 0  # held by block o
-            i = (i + 1) & self.tmask
+        cdef uint64_t i = self._probe(k, h)
+        if self.table[i].block >= 0:
+            return 0  # held by another block
         if self.blk[b].refs <= 0:
             raise RuntimeError(f"caching block {b}, which is not in use")
         self.blk[b].hval = k
-        self.table[i].h = h
-        self.table[i].block = b
-        self.num_cached += 1
+        self._store(i, h, b)
         return 1
 
     cdef int _cache_obj(self, int32_t b, object h) except -1:
