@@ -176,7 +176,7 @@ class OpModel:
         ab = act_bytes if act_bytes is not None else (wb if quantized else 2.0)
         mem = (np.asarray(n, float) * k * wb / self.stream_ratio(dtype) + m * k * ab
                + m * np.asarray(n, float) * 2.0) / self.bw_eff
-        comp = self.gemm_compute(m, n, k, peak, eff, QUANTIZED_SPLIT_K if quantized else SPLIT_K)
+        comp = self.gemm_compute(m, n, k, peak, eff, self.split_k(dtype))
         t = self.t_kernel + np.maximum(comp, mem)
         if quantized:  # the activation-quantization work: read bf16, write the low-precision copy
             prec = compute_precision(dtype, self.gpu)
