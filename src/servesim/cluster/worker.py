@@ -90,9 +90,9 @@ class Worker:
         starts = None
         if self.fast_forward and plan.decode_only():
             # Consecutive stretches as one where nothing reads the state mid-stretch (a settle
-            # expects one stretch) and the engine's input applies at once.
+            # expects one stretch); an input cuts them as it cuts one (:meth:`truncate`).
             if (self.stretch_plan is not None and self.stretches is not None and plan.ranks is None
-                    and not self.settle_on_input and self.input_lag == 0):
+                    and not self.settle_on_input):
                 steps, starts = self.stretch_plan()
             else:
                 steps = self.engine.decode_stretch_limit()

@@ -30,6 +30,7 @@ def random_engine(rng: random.Random, rec: RequestRecorder, reqs: list[Request])
         enable_prefix_caching=rng.random() < 0.8,
         long_prefill_token_threshold=rng.choice([0, 0, rng.randint(1, 50)]),
         eviction_policy=policy,
+        async_scheduling=rng.random() < 0.3,
     )
     kv = bs * rng.randint(3, 40) + bs
     oracle = NextUseOracle(reqs) if policy == "belady" else None
@@ -44,5 +45,7 @@ def test_random_workloads_keep_invariants(seed: int, n: int) -> None:
 
 def test_fast_forward_equals_step_mode() -> None:
     for seed, bs, kv_blocks, policy in [(1, 16, 60, "lru"), (2, 4, 200, "lfu"), (3, 16, 400, "lru"), (4, 1, 900, "fifo")]:
-        opt = VLLMOptions(block_size=bs, max_num_batched_tokens=256, max_num_seqs=16, eviction_policy=policy)
-        assert_fast_equals_step(VLLMEngine, spread_workload(seed, max_in=300), opt, kv_blocks * bs)
+        for asynchronous in (False, True):
+            opt = VLLMOptions(block_size=bs, max_num_batched_tokens=256, max_num_seqs=16, eviction_policy=policy,
+                              async_scheduling=asynchronous)
+            assert_fast_equals_step(VLLMEngine, spread_workload(seed, max_in=300), opt, kv_blocks * bs)

@@ -15,6 +15,7 @@ cdef class VReq(BlockOwner):  # req, blocks, chain, n_cached: kvcache/block_owne
     cdef public long long sched
     cdef public bint admitted_once
     cdef public long long num_tokens
+    cdef public double arrived
 
 
 cdef class _DecodePrefix:

@@ -45,9 +45,9 @@ class VReq(BlockOwner):
     compiled.)
     """
 
-    __slots__ = ("max_new", "generated", "computed", "sched", "admitted_once", "num_tokens")
+    __slots__ = ("max_new", "generated", "computed", "sched", "admitted_once", "num_tokens", "arrived")
 
-    def __init__(self, req: Request, max_new: int, num_tokens: int = 0) -> None:
+    def __init__(self, req: Request, max_new: int, num_tokens: int = 0, arrived: float = 0.0) -> None:
         self._own(req)  # BlockOwner's fields
         self.max_new = max_new
         self.generated = 0
@@ -58,6 +58,8 @@ class VReq(BlockOwner):
         self.admitted_once = False
         #: Prompt plus sampled tokens (vLLM's num_tokens), kept equal to input + generated.
         self.num_tokens = num_tokens
+        #: When it reached the engine (async scheduling admits what arrived before its view).
+        self.arrived = arrived
 
     def __repr__(self) -> str:
         return (f"VReq(index={self.req.index}, max_new={self.max_new}, generated={self.generated}, "

@@ -2,7 +2,7 @@
 
 Defaults follow vLLM 0.11.0 (``vllm/config/scheduler.py``, ``vllm/config/cache.py``,
 ``vllm/engine/arg_utils.py``, ``vllm/platforms/cuda.py``) as used by the OpenAI server
-(``vllm serve``).  Where vLLM derives a value from the GPU (``None`` here),
+(``vllm serve``), with async scheduling on, as vLLM runs it from 0.14.0.  Where vLLM derives a value from the GPU (``None`` here),
 :func:`resolve_vllm_options` derives it the same way.
 """
 
@@ -31,6 +31,10 @@ class VLLMOptions(BaseModel):
     block_size: int = Field(16, ge=1, description="tokens per KV block")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     eviction_policy: Literal["lru", "lfu", "fifo", "belady"] = "lru"
+    async_scheduling: bool = Field(
+        True, description="the engine core schedules a pass while the previous one runs (vLLM's default from 0.14; "
+                          "false: --no-async-scheduling, or vLLM before 0.14): its CPU time hides behind the GPU's "
+                          "and an arrival joins one pass later")
     # host-memory KV tier (docs/engines.md, "Host KV tier"); off by default
     host_kv_gb: float = Field(0.0, ge=0, description="host memory for KV per worker, GB; 0: no host tier")
     host_link_gbs: float | None = Field(

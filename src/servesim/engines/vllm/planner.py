@@ -24,4 +24,4 @@ def plan_vllm(options: VLLMOptions, facts: PlanInputs) -> EnginePlan:
     def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
         return VLLMEngine(worker_id, recorder, limits, opt, oracle)
 
-    return EnginePlan(memory, settings, opt.max_model_len, make)
+    return EnginePlan(memory, settings, opt.max_model_len, make, overlaps_host=opt.async_scheduling)

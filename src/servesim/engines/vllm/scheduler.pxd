@@ -14,6 +14,10 @@ cdef class VLLMEngine(VLLMDecodeFastPath):
     cdef public object threshold
     cdef public long long _loading
     cdef public object _shared
+    cdef public bint async_lag
+    cdef public double _decided_at
+    cdef public double _last_end
+    cdef public double _cutoff
 
     cpdef add_request(self, Request req, double now, long long kv_ready=*)
     cpdef bint has_work(self)
@@ -36,6 +40,8 @@ cdef class VLLMEngine(VLLMDecodeFastPath):
                    n=cython.longlong, end=cython.longlong, ok=cython.bint, victim=VReq,
                    n_running_sched=cython.Py_ssize_t, batch=_VBatch, whole=cython.bint, plan=PassPlan,
                    pre=_DecodePrefix, prefix=_DecodePrefix)
+    cpdef object _schedule(self, double now)
+    @cython.locals(plan=object)
     cpdef object schedule(self, double now)
 
     @cython.locals(waiting=object, vr=VReq, hit=cython.longlong, hh=cython.longlong, n=cython.longlong,
@@ -44,6 +50,11 @@ cdef class VLLMEngine(VLLMDecodeFastPath):
 
     @cython.locals(batch=_VBatch, pre=_DecodePrefix, m=cython.Py_ssize_t, emitted=list, spec=list, vr=VReq)
     cpdef complete(self, object plan, double end)
+    @cython.locals(k=cython.Py_ssize_t)
+    cpdef complete_stretch(self, object plan, object ends)
+    cpdef bint _unseen_waiting(self)
+    cpdef long long decode_stretch_limit(self)
+    cpdef tuple decode_stretch_plan(self)
 
     @cython.locals(done=list, vr=VReq)
     cpdef _finish_done(self, list reqs, double end)

@@ -41,6 +41,7 @@ not fit its KV cache), so every admitted request can run alone.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Set as AbstractSet
 
@@ -91,6 +92,13 @@ class VLLMEngine(VLLMDecodeFastPath):
         #: The workload's shared block ids (:meth:`use_shared_block_ids`), or None: then every
         #: full block is registered as it fills.
         self._shared: AbstractSet[int] | None = None
+        # Async scheduling (see :meth:`schedule`): the start of the pass in flight, which is when
+        # the pass after it was chosen (inf: none chosen), the end of the last pass, and the
+        # arrival time up to which the pass being chosen sees requests (inf: all of them).
+        self.async_lag = bool(opt.async_scheduling)
+        self._decided_at = math.inf
+        self._last_end = -math.inf
+        self._cutoff = math.inf
 
     # -- arrivals -------------------------------------------------------------------------
     def add_request(self, req: Request, now: float, kv_ready: int = 0) -> None:
@@ -98,7 +106,7 @@ class VLLMEngine(VLLMDecodeFastPath):
             return
         n = req.input_length
         max_new = min(req.output_length, self.max_len - n)
-        vr = VReq(req, max(1, max_new), n)
+        vr = VReq(req, max(1, max_new), n, now)
         if self._shared is not None:
             vr.private_from = self._private_from(req)
         if kv_ready:  # disaggregated decode: admitted by _admit_ready, no prefill pass
@@ -149,6 +157,8 @@ class VLLMEngine(VLLMDecodeFastPath):
         taken: list[VReq] = []
         while self.ready and len(self.running) < self.max_seqs:
             vr = self.ready[0]
+            if vr.arrived > self._cutoff:  # async scheduling: its KV arrived after this pass's view
+                break
             hit = self._lookup(vr)
             if not self._allocate_new(vr, hit, vr.num_tokens - hit * self.bs):
                 break
@@ -239,6 +249,23 @@ class VLLMEngine(VLLMDecodeFastPath):
 
     # -- scheduling -------------------------------------------------------------------------
     def schedule(self, now: float) -> PassPlan | None:
+        """The next pass.  With async scheduling (vLLM's default from 0.14) the engine core
+        chooses pass ``k + 1`` right after launching pass ``k``, from the requests that had
+        arrived by then, and runs it when pass ``k`` ends: a request that arrives while pass
+        ``k`` runs joins pass ``k + 2``.  A core with nothing in flight takes a request at once,
+        and one whose view found nothing to run looks again at once.  (Requests that reach their
+        output length are not scheduled again: the async scheduler counts the token in flight.)"""
+        if not self.async_lag:
+            return self._schedule(now)
+        self._cutoff = now if now > self._last_end else min(self._decided_at, now)
+        plan = self._schedule(now)
+        if plan is None and (self.waiting or self.ready) and self._cutoff < now:
+            self._cutoff = now
+            plan = self._schedule(now)
+        self._decided_at = now if plan is not None else math.inf
+        return plan
+
+    def _schedule(self, now: float) -> PassPlan | None:
         self.pool.now = now
         if self.ready:
             self._admit_ready(now)
@@ -344,6 +371,8 @@ class VLLMEngine(VLLMDecodeFastPath):
         waiting = self.waiting
         while waiting and budget > 0 and len(self.running) < self.max_seqs:
             vr = waiting[0]
+            if vr.arrived > self._cutoff:  # async scheduling: not in the view this pass was chosen from
+                break
             hit = self._lookup(vr)
             hh = self._host_lookup(vr, hit) if self.host is not None else 0
             n = vr.num_tokens - (hit + hh) * self.bs
@@ -371,6 +400,7 @@ class VLLMEngine(VLLMDecodeFastPath):
     # -- commit -----------------------------------------------------------------------------
     def complete(self, plan: PassPlan, end: float) -> None:
         self.pool.now = end
+        self._last_end = end
         self._in_flight = False
         batch: _VBatch = plan.requests
         pre = batch.prefix  # the leading plain decodes: their rows advance in _next_prefix
@@ -433,6 +463,32 @@ class VLLMEngine(VLLMDecodeFastPath):
             self.running = [vr for vr in self.running if vr not in gone]
         for vr in done:
             self._finish_owner(vr, end, "output cut at max_model_len", vr.max_new < vr.req.output_length)
+
+    def complete_stretch(self, plan: PassPlan, ends: np.ndarray) -> None:
+        VLLMDecodeFastPath.complete_stretch(self, plan, ends)
+        k = int(ends.size)
+        self._last_end = ends.item(k - 1)
+        if k > 1:  # the stretch's last pass was chosen when the one before it started
+            self._decided_at = ends.item(k - 2)
+
+    def input_lag_passes(self) -> int:
+        """Async scheduling: the pass after the one in flight is chosen already."""
+        return 1 if self.async_lag else 0
+
+    def _unseen_waiting(self) -> bool:
+        """Async scheduling: requests wait that the view this pass was chosen from did not hold;
+        the next pass's view holds them."""
+        return self.async_lag and bool(self.waiting) and self.waiting[-1].arrived > self._cutoff
+
+    def decode_stretch_limit(self) -> int:
+        if self._unseen_waiting():
+            return 1
+        return VLLMDecodeFastPath.decode_stretch_limit(self)
+
+    def decode_stretch_plan(self) -> tuple:
+        if self._unseen_waiting():  # not a head that failed on blocks: it is looked at next pass
+            return 1, None
+        return VLLMDecodeFastPath.decode_stretch_plan(self)
 
     # -- abort ---------------------------------------------------------------------------------
     def abort(self, index: int, now: float, reason: str = "cancelled by the client") -> bool:
