@@ -223,12 +223,16 @@ def test_trtllm_rows_without_a_script_keep_the_old_rule():
     assert e == {"max_batch_size": 48, "enable_block_reuse": False, "max_num_tokens": 2248}
 
 
-def _vllm(**kw) -> dict:
+def _vllm(*, scheduling: bool = False, **kw) -> dict:
+    """The point's vLLM flags (``async_scheduling`` only with ``scheduling``: its own test)."""
     p = point_config(row(backend="vllm", moe_ep=1, **kw))
     assert p.status == "ok"
     load_config(p.config)
     eng = dict(p.config["deployment"]["engine"])
     assert eng.pop("name") == "vllm"
+    assert isinstance(eng["async_scheduling"], bool)  # always said: vLLM's default changed at 0.14
+    if not scheduling:
+        eng.pop("async_scheduling")
     return eng
 
 
@@ -286,6 +290,30 @@ def test_vllm_rows_without_a_script_keep_the_old_rule():
     # an InferenceX row of a model no vLLM script here covers
     assert _vllm(source=IX, model="Qwen/Qwen3-32B", system="h100_sxm", precision="", gpus=2, attention_tp=2,
                  concurrency=48) == old
+
+
+def test_vllm_schedules_asynchronously_from_014_and_where_the_2025_scripts_asked():
+    """vLLM 0.14.0 turned async scheduling on by default; InferenceX's 2025 gpt-oss and
+    Llama-3.1-70B scripts set ``async-scheduling: true`` in their config.yaml."""
+    from servesim.validate.recipes.vllm import vllm_async_scheduling
+
+    qwen = {"source": "aic_silicon_sample/nvidia", "model": "Qwen/Qwen3-32B", "system": "h100_sxm",
+            "workload": "fixed_lengths_unverified"}
+    assert not vllm_async_scheduling(row(**qwen, backend="vllm", backend_version="0.12.0"))
+    assert vllm_async_scheduling(row(**qwen, backend="vllm", backend_version="0.14.0"))
+    assert vllm_async_scheduling(row(**qwen, backend="vllm", backend_version="v0.19.0"))
+    assert vllm_async_scheduling(row(**qwen, backend="vllm", backend_version="nightly-5b8c30d6",
+                                     measured_date="2026-04-03"))
+    assert not vllm_async_scheduling(row(**qwen, backend="vllm", backend_version="nightly-5b8c30d6",
+                                         measured_date="2025-12-01"))
+    assert not vllm_async_scheduling(row(**qwen, backend="vllm", backend_version=""))
+    gptoss = {"source": IX, "model": "openai/gpt-oss-120b", "system": "h100_sxm", "precision": "fp4",
+              "backend": "vllm", "backend_version": "0.11.2", "measured_date": "2025-12-08"}
+    assert vllm_async_scheduling(row(**gptoss))
+    assert _vllm(**qwen, backend_version="0.15.1", precision="", gpus=2, attention_tp=2, concurrency=8,
+                 scheduling=True)["async_scheduling"] is True
+    assert _vllm(**qwen, backend_version="0.12.0", precision="", gpus=2, attention_tp=2, concurrency=8,
+                 scheduling=True)["async_scheduling"] is False
 
 
 def _vllm_kv(**kw) -> str | None:

@@ -105,14 +105,40 @@ def vllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
 
 def vllm_options(row: dict[str, str]) -> dict[str, Any]:
     """The vLLM engine section of a point (without its name): the InferenceX script's flags where
-    one covers the row, else the README's."""
+    one covers the row, else the README's; async scheduling where the row's vLLM runs it by
+    default (:func:`vllm_async_scheduling`)."""
     opts = vllm_inferencex_options(row)
     if opts is None:
         # rows no InferenceX script covers: the README's flags (max_num_seqs = concurrency,
         # max_num_batched_tokens 8192, no prefix caching, gpu_memory_utilization 0.9)
         opts = {"max_num_seqs": row_int(row, "concurrency"), "max_num_batched_tokens": 8192,
                 "enable_prefix_caching": False, "gpu_memory_utilization": 0.9}
+    opts["async_scheduling"] = vllm_async_scheduling(row)
     return opts
+
+
+#: vLLM 0.14.0 (released 2026-01-20) turned async scheduling on by default (PR 27614; release
+#: notes: "Async scheduling is now enabled by default"), except with pipeline parallelism, the
+#: CPU backend and speculative methods other than MTP / EAGLE, which no row here uses.
+VLLM_ASYNC_DEFAULT_VERSION = (0, 14)
+VLLM_ASYNC_DEFAULT_DATE = "2026-01-20"
+
+
+def vllm_async_scheduling(row: dict[str, str]) -> bool:
+    """Whether the row's vLLM scheduled asynchronously: its version is 0.14 or later, or (a
+    nightly image, no release number) it was measured after 0.14 came out, or its InferenceX
+    launch script asked for it.  The 2025 scripts of gpt-oss (``gptoss_fp4_{b200,h100,h200}_*.sh``)
+    and Llama-3.1-70B (``70b_*_{b200,h100,h200}_*.sh``, until their removal on 2025-10-29) write
+    ``async-scheduling: true`` into the ``config.yaml`` they serve with; later scripts pass no
+    such flag and take the default of their vLLM."""
+    version = _version(row.get("backend_version", ""))
+    if version and version >= VLLM_ASYNC_DEFAULT_VERSION:
+        return True
+    date = (row.get("measured_date") or "").strip()
+    if "nightly" in (row.get("backend_version") or "") and date >= VLLM_ASYNC_DEFAULT_DATE:
+        return True
+    model = (row.get("model") or "").lower()
+    return vllm_inferencex_options(row) is not None and ("gpt-oss" in model or "llama-3.1-70b" in model)
 
 
 def vllm_inferencex_kv_dtype(row: dict[str, str]) -> str | None:
