@@ -53,6 +53,7 @@ class EnginePlan:
     #: model prices the host time of those dispatches (perf/launches.py).
     eager_launch: bool = False
     #: The engine's event loop prepares the next pass on the CPU while the GPU runs this one
-    #: (SGLang's overlap scheduler, vLLM's async scheduling), so a pass takes the longer of the GPU's time and the
-    #: scheduler's CPU time, not their sum (perf/frontend.py, SchedulerOverheadStepTime).
+    #: (SGLang's overlap scheduler, vLLM's async scheduling), so a pass takes the longer of the
+    #: GPU's time and the scheduler's CPU time, not their sum (perf/frontend.py,
+    #: SchedulerOverheadStepTime).
     overlaps_host: bool = False

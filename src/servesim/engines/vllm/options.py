@@ -2,8 +2,8 @@
 
 Defaults follow vLLM 0.11.0 (``vllm/config/scheduler.py``, ``vllm/config/cache.py``,
 ``vllm/engine/arg_utils.py``, ``vllm/platforms/cuda.py``) as used by the OpenAI server
-(``vllm serve``), with async scheduling on, as vLLM runs it from 0.14.0.  Where vLLM derives a value from the GPU (``None`` here),
-:func:`resolve_vllm_options` derives it the same way.
+(``vllm serve``), with async scheduling on, as vLLM runs it from 0.14.0.  Where vLLM derives a
+value from the GPU (``None`` here), :func:`resolve_vllm_options` derives it the same way.
 """
 
 from __future__ import annotations
