@@ -16,10 +16,7 @@ from libc.stdint cimport int64_t, uint64_t
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact, PyLong_FromLongLong
 from cpython cimport array
 from cpython.object cimport Py_SIZE, PyObject
-
-
-cdef extern from "Python.h":
-    PyObject** PySequence_Fast_ITEMS(object o)
+from cpython.sequence cimport PySequence_Fast_ITEMS
 
 cdef uint64_t _MODULUS = (1ULL << 61) - 1  # sys.hash_info.modulus on 64-bit builds
 cdef uint64_t _PRIME_1 = 11400714785074694791ULL

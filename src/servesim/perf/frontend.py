@@ -30,8 +30,8 @@ calibration fits, instead of folding them into GPU efficiency:
   ``scheduler_pass_s + scheduler_per_request_s × requests`` of CPU time to each pass
   (with attention data parallelism, the busiest rank's requests: each rank has its own
   scheduler), unless ``async_scheduling`` hides it behind the GPU.  An engine whose event loop
-  prepares the next pass while the GPU runs this one (SGLang's overlap scheduler: the engine
-  plan's ``overlaps_host``) pays the longer of the two instead of their sum: its CPU time shows
+  prepares the next pass while the GPU runs this one (SGLang's overlap scheduler, vLLM's async
+  scheduling: the engine plan's ``overlaps_host``) pays the longer of the two instead of their sum: its CPU time shows
   only where it exceeds the GPU's, as on a small model's short passes.
 
 All times are seconds.  ``Frontend()`` uses typical defaults; ``Frontend.disabled()`` is

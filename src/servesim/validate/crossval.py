@@ -183,13 +183,7 @@ def cross_validate(sens: Sequence[PointSensitivity], kind: str,
     for name in held:
         train = [s for k, v in folds.items() if k != name for s in v]
         cal = fit(train)
-        for s, pred in zip(folds[name], predict(cal, folds[name]), strict=True):
-            if pred is None:
-                result.unpriced.append(s.point.id)
-                continue
-            p = s.point
-            result.rows.append(HeldOut(p.id, name, f"{p.group}/{p.model}@{p.precision}", p.measured_ttft_ms,
-                                       p.measured_tpot_ms, *pred))
+        _record(result, name, folds[name], predict(cal, folds[name]))
         sc = result.score([r for r in result.rows if r.fold == name])
         say(f"{kind} {name}: {len(train)} points fitted, {len(folds[name])} held out: "
             f"TTFT {sc['ttft_mape']:.1%}, TPOT {sc['tpot_mape']:.1%}")
@@ -202,14 +196,21 @@ def in_sample(sens: Sequence[PointSensitivity], fit: Callable[[list[PointSensiti
     ok = [s for s in sens if s.status == "ok" and math.isfinite(s.ttft_base) and math.isfinite(s.tpot_base)]
     cal = fit(ok)
     result = CVResult("in-sample")
-    for s, pred in zip(ok, predict(cal, ok), strict=True):
+    _record(result, "all", ok, predict(cal, ok))
+    return result
+
+
+def _record(result: CVResult, fold: str, points: Sequence[PointSensitivity],
+            preds: Sequence[tuple[float, float] | None]) -> None:
+    """Add ``points``' predictions to ``result`` as rows of ``fold``; a point without one
+    (a simulation that failed) goes to :attr:`CVResult.unpriced`."""
+    for s, pred in zip(points, preds, strict=True):
         if pred is None:
             result.unpriced.append(s.point.id)
             continue
         p = s.point
-        result.rows.append(HeldOut(p.id, "all", f"{p.group}/{p.model}@{p.precision}", p.measured_ttft_ms,
+        result.rows.append(HeldOut(p.id, fold, f"{p.group}/{p.model}@{p.precision}", p.measured_ttft_ms,
                                    p.measured_tpot_ms, *pred))
-    return result
 
 
 
