@@ -67,6 +67,10 @@ LOSS_SCALE = 0.1
 #: (table dtype, engine) GEMM tables left out of the ceiling fits: they measure work serving does
 #: not do (module docstring).
 EXCLUDED = {("fp8_block", "vllm"), ("fp8", "trtllm")}
+#: the GPU field of the streaming GEMMs' ramp and tail (GPUSpec.stream_ramp_us), fitted on the
+#: bf16 GEMMs (pure weight streaming at small row counts, no quantization step), then held while
+#: the quantized precisions' ceilings, streaming ratios and quantization latencies are fitted.
+RAMP = "stream_ramp_us"
 
 
 def _load(system: str, name: str):
@@ -81,11 +85,15 @@ def _load(system: str, name: str):
 
 
 def _with(gpu, values: dict):
-    """``gpu`` with these ``achievable`` values (``quant_<prec>``: its quant_op_latency_us)."""
-    ach = {k: v for k, v in values.items() if not k.startswith("quant_")}
+    """``gpu`` with these ``achievable`` values (``quant_<prec>``: its quant_op_latency_us;
+    ``stream_ramp_us``: its streaming GEMMs' ramp and tail)."""
+    ach = {k: v for k, v in values.items() if not k.startswith("quant_") and k != RAMP}
     quant = {k[6:]: v for k, v in values.items() if k.startswith("quant_")}
-    return gpu.model_copy(update={"achievable": dict(gpu.achievable) | ach,
-                                  "quant_op_latency_us": dict(gpu.quant_op_latency_us) | quant})
+    update = {"achievable": dict(gpu.achievable) | ach,
+              "quant_op_latency_us": dict(gpu.quant_op_latency_us) | quant}
+    if RAMP in values:
+        update[RAMP] = float(values[RAMP])
+    return gpu.model_copy(update=update)
 
 
 def gemm_rows(system: str, rows: int):
@@ -130,18 +138,22 @@ def fit_gpu(system: str, rows: int) -> tuple[dict, dict]:
     params = AnalyticParams()
     gemm = gemm_rows(system, rows)
     found, report = {}, {}
+    base = gpu.model_copy(update={RAMP: 0.0})  # "before": the op model without the ramp
     for prec, dts in GEMM_SETS.items():
         sets = [s for s in gemm if s[0] in dts]
         if not sets or not gpu.supports(prec):
             continue
-        keys = [prec] + ([f"stream_{'nvfp4' if prec == 'fp4' else prec}", f"quant_{prec}"] if prec != "bf16" else [])
-        x0 = np.array([gpu.ceiling(prec)] + ([1.0, 0.0] if prec != "bf16" else []))
-        lo = [0.1] + ([0.1, 0.0] if prec != "bf16" else [])
-        hi = [1.0] + ([1.0, 30.0] if prec != "bf16" else [])
-        before = _gemm_err(gpu, params, sets, keys, x0)
-        res = least_squares(lambda x: _gemm_err(gpu, params, sets, keys, x), x0, bounds=(lo, hi),
+        if prec == "bf16":  # its compute ceiling is the measured 99th percentile; the ramp is fitted
+            keys, x0, lo, hi = [RAMP], np.array([1.0]), [0.0], [10.0]
+        else:
+            keys = [prec, f"stream_{'nvfp4' if prec == 'fp4' else prec}", f"quant_{prec}"]
+            x0 = np.array([gpu.ceiling(prec), 1.0, 0.0])
+            lo, hi = [0.1, 0.1, 0.0], [1.0, 1.0, 30.0]
+        before = _gemm_err(base, params, sets, [], [])
+        fitted = _with(gpu, found)  # the ramp found on the bf16 GEMMs holds for the others
+        res = least_squares(lambda x: _gemm_err(fitted, params, sets, keys, x), x0, bounds=(lo, hi),
                             loss="soft_l1", f_scale=LOSS_SCALE, x_scale=np.array(hi) / 10)
-        after = _gemm_err(gpu, params, sets, keys, res.x)
+        after = _gemm_err(fitted, params, sets, keys, res.x)
         found.update({k: round(float(v), 3) for k, v in zip(keys, res.x)})
         report[f"gemm/{prec}"] = (before, after)
     gpu2 = _with(gpu, found)
@@ -444,7 +456,11 @@ def main(argv=None) -> int:
             e_b, e_f = np.expm1(b), np.expm1(f)
             print(f"#   {k:<20} median |e| {100 * np.median(np.abs(e_b)):5.1f}% -> {100 * np.median(np.abs(e_f)):5.1f}%"
                   f"   bias {100 * np.median(e_b):+5.1f}% -> {100 * np.median(e_f):+5.1f}%")
-        print("achievable: {" + ", ".join(f"{k}: {v}" for k, v in found.items()) + "}")
+        ramp = found.pop(RAMP, None)
+        print("achievable: {" + ", ".join(f"{k}: {v}" for k, v in found.items() if not k.startswith("quant_")) + "}")
+        print("quant_op_latency_us: {" + ", ".join(f"{k[6:]}: {v}" for k, v in found.items() if k.startswith("quant_")) + "}")
+        if ramp is not None:
+            print(f"{RAMP}: {ramp}")
     return 0
 
 

@@ -38,8 +38,9 @@ def test_protocol():
 
 
 def ideal_gpu():
-    """H100 without wave quantization, kernel latency or measured ceilings: hand-checkable."""
-    return load_gpu("h100_sxm").model_copy(update={"sm_count": None, "kernel_latency_us": 0.0, "achievable": {}})
+    """H100 without wave quantization, kernel latency, streaming ramp or measured ceilings: hand-checkable."""
+    return load_gpu("h100_sxm").model_copy(update={"sm_count": None, "kernel_latency_us": 0.0, "achievable": {},
+                                                   "stream_ramp_us": 0.0})
 
 
 def _gemm(m, n, k, bw, peak):

@@ -57,11 +57,11 @@ def test_a_rate_slows_exactly_the_ops_it_names() -> None:
 def test_a_stream_rate_moves_decode_sized_moe_and_not_prefill_sized() -> None:
     """A MoE kernel's streaming rate prices the expert weights a small batch reads; a prefill-sized
     batch is bound by its math and keeps its time."""
-    gpu, p = load_gpu("b200_sxm"), AnalyticParams()
+    gpu = load_gpu("b200_sxm")  # nvfp4 weights streamed at 0.6 of bf16's: a 1.5 rate stays under the HBM ceiling
+    gpu, p = gpu.model_copy(update={"achievable": dict(gpu.achievable) | {"stream_nvfp4": 0.6}}), AnalyticParams()
     base, fast = OpModel(gpu, p), OpModel(gpu, p, KernelRates({("moe_stream", "fp4"): 1.5}))
     small = (8, 7168, 2048, 8, 384, 4, 1, "nvfp4")
     big = (16384, 7168, 2048, 8, 384, 4, 1, "nvfp4")
-    # the gain stops at the GPU's HBM ceiling (next test): 0.82 of the time with B200's files
     assert float(fast.moe(*small)) < 0.85 * float(base.moe(*small))
     assert float(fast.moe(*big)) == pytest.approx(float(base.moe(*big)), rel=1e-9)
 

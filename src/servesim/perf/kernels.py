@@ -112,6 +112,7 @@ class OpModel:
         self.mem_eff = min(params.mem_eff, gpu.ceiling("hbm"))
         self.bw_eff = self.bw * self.mem_eff
         self.t_kernel = gpu.kernel_latency_us * 1e-6
+        self.t_ramp = gpu.stream_ramp_us * 1e-6
         self.sms = gpu.sm_count or 0
         self.peak_attn = gpu.peak_flops("bf16") * min(1.0, gpu.ceiling("bf16"))
 
@@ -176,6 +177,8 @@ class OpModel:
         ab = act_bytes if act_bytes is not None else (wb if quantized else 2.0)
         mem = (np.asarray(n, float) * k * wb / self.stream_ratio(dtype) + m * k * ab
                + m * np.asarray(n, float) * 2.0) / self.bw_eff
+        if self.t_ramp:  # the streaming kernel's ramp and tail (GPUSpec.stream_ramp_us)
+            mem = mem + self.t_ramp * mem / (mem + self.t_ramp)
         comp = self.gemm_compute(m, n, k, peak, eff, self.split_k(dtype))
         t = self.t_kernel + np.maximum(comp, mem)
         if quantized:  # the activation-quantization work: read bf16, write the low-precision copy
