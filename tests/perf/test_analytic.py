@@ -295,3 +295,27 @@ def test_qk_norm_across_heads_adds_one_small_all_reduce_per_attention_layer():
             ar = float(OpModel(g, across.p, across.kernel_rates).all_reduce(tokens * QK_NORM_BYTES_PER_TOKEN, tp))
             assert ar > 1e-6  # a few microseconds: latency-bound
             assert extra == pytest.approx(m.num_full_layers * ar, rel=1e-9)
+
+
+@pytest.mark.parametrize("dp", [1, 4])
+def test_decode_attention_is_the_op_models_kernel_per_layer(dp):
+    """A pass's decode attention (memory bound: GQA, bf16 KV) is, per layer, the op model's
+    attention kernel without its fixed launches: the KV stream at the decode bandwidth plus the
+    streaming kernel's ramp and tail (``GPUSpec.stream_ramp_us``), each attention-DP rank paying
+    its own ramp on its share; one rank's own requests (``ranks=1``) the same on their sum."""
+    from servesim.perf.kernels import OpModel
+
+    m, g = load_model("meta-llama/Llama-3.1-8B-Instruct"), load_gpu("b200_sxm")
+    assert g.stream_ramp_us > 0
+    st = AnalyticStepTime(m, g, attention_dp=dp)
+    ops = OpModel(g, st.p)
+    n, ctx = 16 * dp, 3000
+    s_full = float(n * ctx)
+    per_rank = n // dp
+    kernel = ops.attention_decode(per_rank, ctx, m.num_attention_heads, m.num_kv_heads, m.head_dim)
+    body = float(kernel) - 5 * ops.t_kernel  # ATTN_KERNELS launches are priced with the layer's fixed work
+    assert st._decode_attn(n, s_full, 0.0) == pytest.approx(m.num_layers * body, rel=1e-9)
+    assert st._decode_attn(per_rank, float(per_rank * ctx), 0.0, 1, 1) == pytest.approx(m.num_layers * body, rel=1e-9)
+    flat = AnalyticStepTime(m, g.model_copy(update={"stream_ramp_us": 0.0}), attention_dp=dp)
+    gain = st._decode_attn(n, s_full, 0.0) - flat._decode_attn(n, s_full, 0.0)
+    assert 0 < gain <= m.num_layers * g.stream_ramp_us * 1e-6

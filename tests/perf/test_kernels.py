@@ -143,12 +143,20 @@ def test_prefill_attention_cached_prefix_and_window(h100):
 
 def test_decode_attention_per_context(h100):
     """Long-context decode reads every request's KV: linear in context at the achievable
-    bandwidth, on top of the op's fixed cost."""
+    bandwidth (plus the streaming kernel's ramp and tail, as a GEMM's), on top of the op's
+    fixed cost."""
     t1 = float(h100.attention_decode(8, 16384, 32, 8, 128))
     t2 = float(h100.attention_decode(8, 32768, 32, 8, 128))
     kv_per_token = 2 * 8 * 128 * 2
-    assert t2 - t1 == pytest.approx(8 * 16384 * kv_per_token / (h100.bw * min(0.9, h100.gpu.ceiling("hbm"))),
-                                    rel=1e-9)
+    bw = h100.bw * min(0.9, h100.gpu.ceiling("hbm"))
+    over = h100.p.attn_decode_ctx_overhead_tokens
+
+    def read(ctx):
+        t = 8 * (ctx + over) * kv_per_token / bw
+        return t + h100.t_ramp * t / (t + h100.t_ramp)
+
+    assert t2 - t1 == pytest.approx(read(32768) - read(16384), rel=1e-9)
+    assert t2 - t1 == pytest.approx(8 * 16384 * kv_per_token / bw, rel=1e-3)  # the ramp has saturated
     assert float(h100.attention_decode(1, 1, 32, 8, 128)) >= ATTN_KERNELS * h100.t_kernel
 
 

@@ -107,12 +107,13 @@ class GPUSpec(_Strict):
     #: op quantizes the activations and lays out their scales (one or more small kernels)
     #: before the GEMM runs.  Measured from the kernel tables' small shapes.
     quant_op_latency_us: dict[str, float] = {}
-    #: a weight-streaming (memory-bound) GEMM's ramp and tail, microseconds: beyond its bytes
-    #: over the bandwidth, the kernel loses time filling its load pipeline and draining its last,
-    #: uneven wave of thread blocks (and, split in K, reducing the partial sums).  The op model
-    #: adds ``ramp · t / (t + ramp)`` to a streaming time ``t``: a small GEMM pays about its own
-    #: streaming time again, a large one ``ramp`` (``OpModel.gemm``).  Measured from the kernel
-    #: tables' bf16 GEMMs (benchmarks/fit_kernel_ceilings.py); 0 where no table measures it.
+    #: a streaming (memory-bound) kernel's ramp and tail, microseconds: beyond its bytes over
+    #: the bandwidth, the kernel loses time filling its load pipeline and draining its last,
+    #: uneven wave of thread blocks (a GEMM split in K also reduces the partial sums).  The op
+    #: model adds ``ramp · t / (t + ramp)`` to a streaming time ``t``: a small kernel pays about
+    #: its own streaming time again, a large one ``ramp`` (``OpModel.gemm``'s weights, decode
+    #: attention's KV per layer).  Measured from the kernel tables' bf16 GEMMs
+    #: (benchmarks/fit_kernel_ceilings.py); 0 where no table measures it.
     stream_ramp_us: float = Field(default=0.0, ge=0)
     #: measured NCCL timing per collective (keys from :data:`NCCL_OPS`); a collective not
     #: listed is priced from the links alone (``OpModel.nccl``).

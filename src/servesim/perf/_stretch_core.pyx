@@ -32,9 +32,14 @@ cdef inline double _max(double a, double b) noexcept nogil:
     return a if (a >= b or a != a) else b
 
 
+cdef inline double _ramped(double mem, double ramp) noexcept nogil:
+    """A KV stream's time with its kernels' ramp and tail (``AnalyticStepTime._decode_attn``)."""
+    return mem + ramp * mem / (mem + ramp) if ramp else mem
+
+
 cdef int _stretch_times(const int64_t* ctx, Py_ssize_t n, Py_ssize_t steps, double base, int64_t window,
                         double overhead, double c_full, double m_full, double c_cap, double m_cap,
-                        double dp, double* o) except -1:
+                        double dp, double r_full, double r_cap, double* o) except -1:
     """Write the ``steps`` durations of :func:`decode_stretch_times` over the ``n`` contexts
     ``ctx`` to ``o``."""
     cdef Py_ssize_t i, s
@@ -62,12 +67,12 @@ cdef int _stretch_times(const int64_t* ctx, Py_ssize_t n, Py_ssize_t steps, doub
             below -= 1
     for s in range(steps):
         x = <double>(total + n * s)
-        t = _max(c_full * (x + overhead), m_full * (x + overhead))
+        t = _max(c_full * (x + overhead), _ramped(m_full * (x + overhead), r_full))
         if window:
             while below > 0 and srt[below - 1] >= window - s:
                 below -= 1
             y = <double>(prefix[below] + below * s + (n - below) * window)
-            t = t + _max(c_cap * (y + overhead), m_cap * (y + overhead))
+            t = t + _max(c_cap * (y + overhead), _ramped(m_cap * (y + overhead), r_cap))
         o[s] = base + t / dp
     free(srt)
     free(prefix)
@@ -126,24 +131,26 @@ cdef inline void _sum_ends_from(double* o, Py_ssize_t steps, bint add_extra, dou
 
 def decode_stretch_times(const int64_t[::1] ctx, Py_ssize_t steps, double base, int64_t window,
                          double overhead, double c_full, double m_full, double c_cap, double m_cap,
-                         double dp):
+                         double dp, double r_full=0.0, double r_cap=0.0):
     """Durations of ``steps`` decode-only passes over contexts ``ctx`` (pass ``s``: ``ctx + s``).
 
-    Pass ``s`` costs ``base`` plus, divided by ``dp``, ``max(c_full * x, m_full * x)`` with
-    ``x = Σ(ctx + s) + overhead`` and, if ``window`` > 0, ``max(c_cap * y, m_cap * y)`` with
+    Pass ``s`` costs ``base`` plus, divided by ``dp``, ``max(c_full * x, ramped(m_full * x))``
+    (``ramped(M) = M + r·M/(M + r)`` with ``r`` = ``r_full``, the KV stream's ramp and tail) with
+    ``x = Σ(ctx + s) + overhead`` and, if ``window`` > 0, ``max(c_cap * y, ramped(m_cap * y))`` with
     ``y = Σ min(ctx + s, window) + overhead``.
     """
     out = np.empty(steps, dtype=np.float64)
     cdef double[::1] o = out
     if steps > 0:
         _stretch_times(&ctx[0] if ctx.shape[0] else NULL, ctx.shape[0], steps, base, window, overhead, c_full,
-                       m_full, c_cap, m_cap, dp, &o[0])
+                       m_full, c_cap, m_cap, dp, r_full, r_cap, &o[0])
     return out
 
 
 def decode_stretch_ends(const int64_t[::1] ctx, Py_ssize_t steps, double base, int64_t window,
                         double overhead, double c_full, double m_full, double c_cap, double m_cap,
-                        double dp, bint add_extra, double extra, double now, bint overlapped=False):
+                        double dp, double r_full, double r_cap, bint add_extra, double extra, double now,
+                        bint overlapped=False):
     """The passes' end times, from ``now``: :func:`decode_stretch_times`, plus ``extra`` each
     when ``add_extra`` (a scheduler overhead; at least ``extra`` each when ``overlapped``),
     summed in order, plus ``now`` — numpy's ``d += extra; e = d.cumsum(); e += now``,
@@ -152,7 +159,7 @@ def decode_stretch_ends(const int64_t[::1] ctx, Py_ssize_t steps, double base, i
     cdef double[::1] o = out
     if steps > 0:
         _stretch_times(&ctx[0] if ctx.shape[0] else NULL, ctx.shape[0], steps, base, window, overhead, c_full,
-                       m_full, c_cap, m_cap, dp, &o[0])
+                       m_full, c_cap, m_cap, dp, r_full, r_cap, &o[0])
         _sum_ends(&o[0], steps, add_extra, extra, now, overlapped)
     return out
 
@@ -190,7 +197,7 @@ cdef class StretchPricer:
     cdef bint add_extra
     cdef bint overlapped
     cdef int64_t window
-    cdef double c_full, m_full, c_cap, m_cap, dp
+    cdef double c_full, m_full, c_cap, m_cap, dp, r_full, r_cap
     #: batch size -> (base, overhead, extra): the terms that depend on it alone
     cdef dict _terms
 
@@ -204,6 +211,9 @@ cdef class StretchPricer:
         self.c_full, self.m_full = model._dec_full
         self.c_cap, self.m_cap = model._dec_cap if model._cap else (0.0, 0.0)
         self.dp = float(model._dp)
+        rf, rc = model._dec_ramp
+        self.r_full = float(rf * model._dp)
+        self.r_cap = float(rc * model._dp) if model._cap else 0.0
         self._terms = {}
 
     cdef tuple _terms_for(self, Py_ssize_t n):
@@ -226,7 +236,8 @@ cdef class StretchPricer:
         cdef double* o = float64_data(out)
         if steps > 0:
             _stretch_times(int64_data(decode_ctx), n, steps, <double>terms[0], self.window, <double>terms[1],
-                           self.c_full, self.m_full, self.c_cap, self.m_cap, self.dp, o)
+                           self.c_full, self.m_full, self.c_cap, self.m_cap, self.dp, self.r_full,
+                           self.r_cap, o)
             _sum_ends(o, steps, self.add_extra, <double>terms[2], now, self.overlapped)
         return out
 
@@ -245,7 +256,8 @@ cdef class StretchPricer:
         cdef double* o = float64_data(out)
         if steps > 0:
             _stretch_times(int64_data(decode_ctx), n, steps, <double>terms[0], self.window, <double>terms[1],
-                           self.c_full, self.m_full, self.c_cap, self.m_cap, self.dp, o)
+                           self.c_full, self.m_full, self.c_cap, self.m_cap, self.dp, self.r_full,
+                           self.r_cap, o)
             _sum_ends_from(o, steps, self.add_extra, <double>terms[2], <double>terms[3], <double>terms[4], now,
                            &starts[0], self.overlapped)
         return out

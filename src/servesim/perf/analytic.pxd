@@ -32,6 +32,7 @@ cdef class AnalyticStepTime:
     cdef public object _pre_cap
     cdef public object _dec_full
     cdef public object _dec_cap
+    cdef public object _dec_ramp
     cdef public object _dec_oh
     cdef public object _dp
     cdef public bint _compiled_stretch
@@ -54,7 +55,7 @@ cdef class AnalyticStepTime:
     cpdef _moe_time(self, t_total)
     cpdef _pass_overhead(self, decode_only, decode_batch)
     cpdef _token_part(self, t_total, n_chunks, n_dec, dtok, decode_only)
-    cpdef _decode_attn(self, n, s_full, s_cap, dtok=*)
+    cpdef _decode_attn(self, n, s_full, s_cap, dtok=*, ranks=*)
     @cython.locals(tot_new=cython.longlong, pairs=cython.double, read=cython.longlong, W=cython.longlong,
                    pairs_cap=cython.double, read_cap=cython.longlong, n=cython.longlong, c=cython.longlong,
                    a=cython.longlong, b=cython.longlong, m=cython.longlong, inside=cython.double,

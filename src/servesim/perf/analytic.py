@@ -246,6 +246,9 @@ class AnalyticStepTime:
         self._dec_full = (n_full_l * full_dec / (pa * p.attn_decode_compute_eff), n_full_l * full_kv / dme)
         self._dec_cap = (n_cap_l * cap_dec / (pa * p.attn_decode_compute_eff), n_cap_l * cap_kv / dme)
         self._dec_oh = p.attn_decode_ctx_overhead_tokens
+        # the KV stream's ramp and tail (GPUSpec.stream_ramp_us), one per attention kernel: the
+        # full and the capped layers' totals on one rank (kernels.OpModel._ramped per layer)
+        self._dec_ramp = (n_full_l * ops.t_ramp, n_cap_l * ops.t_ramp)
         self._dp = dp
         #: Decode stretches priced by ``perf/_stretch_core.pyx`` (bit for bit the numpy result).
         self._compiled_stretch = _core is not None
@@ -407,23 +410,33 @@ class AnalyticStepTime:
         self._cache[key] = t
         return t
 
-    def _decode_attn(self, n: int, s_full, s_cap, dtok: int = 1):
+    def _decode_attn(self, n: int, s_full, s_cap, dtok: int = 1, ranks=None):
         """Decode attention seconds from Σctx and Σmin(ctx, W); works on floats or arrays.
 
         ``dtok`` query tokens per request (speculative verification) multiply the math, not
-        the KV bytes read.
+        the KV bytes read.  The sums are spread evenly over ``ranks`` attention ranks (default:
+        the worker's attention-DP ranks; 1 for one rank's own requests): the time is one rank's,
+        each rank's KV stream paying its ramp and tail per layer (``R·M/(M + R)`` over all
+        ranks with ``R`` the ranks' ramps together, as the ranks' ramps are on ``M / ranks``).
         """
-        dp = self._dp
+        dp = self._dp if ranks is None else ranks
         oh = self._dec_oh * n
         cf, mf = self._dec_full
+        rf, rc = self._dec_ramp
+        rf = rf * dp
         cf = cf * dtok
-        t = np.maximum(cf * (s_full + oh), mf * (s_full + oh)) if isinstance(s_full, np.ndarray) \
-            else max(cf * (s_full + oh), mf * (s_full + oh))
+        mem = mf * (s_full + oh)
+        if rf:
+            mem = mem + rf * mem / (mem + rf)
+        t = np.maximum(cf * (s_full + oh), mem) if isinstance(s_full, np.ndarray) else max(cf * (s_full + oh), mem)
         if self._cap:
             cc, mc = self._dec_cap
+            rc = rc * dp
             cc = cc * dtok
-            t = t + (np.maximum(cc * (s_cap + oh), mc * (s_cap + oh)) if isinstance(s_cap, np.ndarray)
-                     else max(cc * (s_cap + oh), mc * (s_cap + oh)))
+            mem = mc * (s_cap + oh)
+            if rc:
+                mem = mem + rc * mem / (mem + rc)
+            t = t + (np.maximum(cc * (s_cap + oh), mem) if isinstance(s_cap, np.ndarray) else max(cc * (s_cap + oh), mem))
         return t / dp
 
     def _prefill_attn(self, new: list, cached: list) -> float:
@@ -543,8 +556,10 @@ class AnalyticStepTime:
     def _stretch_kernel_args(self, decode_ctx: np.ndarray, steps: int, base: float) -> tuple:
         """The compiled stretch kernels' leading arguments (see ``perf/_stretch_core.pyx``)."""
         cc, mc = self._dec_cap if self._cap else (0.0, 0.0)
+        rf, rc = self._dec_ramp
         return (np.ascontiguousarray(decode_ctx, dtype=np.int64), steps, base, int(self._cap or 0),
-                self._dec_oh * decode_ctx.size, *self._dec_full, cc, mc, float(self._dp))
+                self._dec_oh * decode_ctx.size, *self._dec_full, cc, mc, float(self._dp),
+                float(rf * self._dp), float(rc * self._dp) if self._cap else 0.0)
 
     def decode_stretch_times(self, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
         """``steps`` decode-only passes in closed form; equals :meth:`pass_time` pass by pass."""
@@ -622,7 +637,7 @@ class AnalyticStepTime:
         t = self._rank_local_tokens(sum(new) + n_dec * dtok, n_chunks, n_dec, dtok)
         if n_dec:
             s_full, s_cap = self._ctx_sums(ctx)
-            t = t + self._decode_attn(n_dec, s_full, s_cap, dtok) * self._dp
+            t = t + self._decode_attn(n_dec, s_full, s_cap, dtok, 1)
         if n_chunks:
             t += self._prefill_attn(new, plan.prefill_cached.tolist()) * self._dp
             if self._lin_flop_s:
@@ -664,7 +679,7 @@ class AnalyticStepTime:
             s_cap = (prefix[below] + below * s + (n - below) * W).astype(np.float64)
         else:
             s_cap = np.zeros(steps)
-        return self._decode_attn(n, s_full, s_cap) * self._dp
+        return self._decode_attn(n, s_full, s_cap, 1, 1)
 
     # ------------------------------------------------------------ diagnostics
     def gemm_roofline_terms(self, tokens: int) -> tuple[float, float]:

@@ -13,7 +13,9 @@ measured kernels (``benchmarks/bench_kernels.py``, docs/physics.md).  Shapes are
   tiles, the tiles run in whole waves over the GPU's SMs (``GPUSpec.sm_count``); flash
   attention's query blocks the same way — at the precision's peak times an efficiency that
   never exceeds the GPU's measured ceiling (``GPUSpec.achievable``);
-- memory: bytes moved over HBM at ``mem_eff`` of the bandwidth (capped the same way).
+- memory: bytes moved over HBM at ``mem_eff`` of the bandwidth (capped the same way); a
+  streaming kernel (a GEMM's weights, decode attention's KV) also pays its ramp and tail
+  (``GPUSpec.stream_ramp_us``, :meth:`OpModel._ramped`).
 
 Nothing here is fitted per deployment: the constants are the GPU's facts and the
 :class:`~servesim.perf.analytic_params.AnalyticParams` defaults, which docs/physics.md checks
@@ -116,6 +118,11 @@ class OpModel:
         self.sms = gpu.sm_count or 0
         self.peak_attn = gpu.peak_flops("bf16") * min(1.0, gpu.ceiling("bf16"))
 
+    def _ramped(self, mem):
+        """A streaming time with the kernel's ramp and tail (``GPUSpec.stream_ramp_us``): ``t + r·t/(t + r)``."""
+        r = self.t_ramp
+        return mem + r * mem / (mem + r) if r else mem
+
     # ------------------------------------------------------------------ GEMM
     def gemm_eff(self, dtype: str) -> tuple[float, float]:
         """(peak FLOP/s, efficiency) of a GEMM with ``dtype`` weights on this GPU."""
@@ -177,8 +184,7 @@ class OpModel:
         ab = act_bytes if act_bytes is not None else (wb if quantized else 2.0)
         mem = (np.asarray(n, float) * k * wb / self.stream_ratio(dtype) + m * k * ab
                + m * np.asarray(n, float) * 2.0) / self.bw_eff
-        if self.t_ramp:  # the streaming kernel's ramp and tail (GPUSpec.stream_ramp_us)
-            mem = mem + self.t_ramp * mem / (mem + self.t_ramp)
+        mem = self._ramped(mem)
         comp = self.gemm_compute(m, n, k, peak, eff, self.split_k(dtype))
         t = self.t_kernel + np.maximum(comp, mem)
         if quantized:  # the activation-quantization work: read bf16, write the low-precision copy
@@ -234,7 +240,7 @@ class OpModel:
         kvh = np.asarray(kv_heads, float)
         comp = b * s * 4.0 * heads * head_dim / (self.peak_attn * p.attn_decode_compute_eff)
         mem = b * s * 2.0 * kvh * head_dim * kv_bytes / (self.bw * min(p.attn_decode_mem_eff, self.gpu.ceiling("hbm")))
-        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, mem)
+        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, self._ramped(mem))
 
     def mla_prefill(self, batch, new, cached, heads, qk_nope=128, qk_rope=64, v_dim=128, kv_lora=512,
                     kv_bytes=2.0):
@@ -267,7 +273,7 @@ class OpModel:
         h_pad = np.ceil(h / 64.0) * 64.0
         comp = b * s * 2.0 * h_pad * (2 * kv_lora + qk_rope) / (self.peak_attn * p.attn_decode_compute_eff)
         mem = b * s * (kv_lora + qk_rope) * kv_bytes / (self.bw * min(p.attn_decode_mem_eff, self.gpu.ceiling("hbm")))
-        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, mem)
+        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, self._ramped(mem))
 
     # ------------------------------------------------------------------- MoE
     def moe(self, tokens, hidden, inter, topk, experts, moe_tp=1, ep=1, dtype: str = "bf16",
