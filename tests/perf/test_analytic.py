@@ -319,3 +319,19 @@ def test_decode_attention_is_the_op_models_kernel_per_layer(dp):
     flat = AnalyticStepTime(m, g.model_copy(update={"stream_ramp_us": 0.0}), attention_dp=dp)
     gain = st._decode_attn(n, s_full, 0.0) - flat._decode_attn(n, s_full, 0.0)
     assert 0 < gain <= m.num_layers * g.stream_ramp_us * 1e-6
+
+
+@pytest.mark.parametrize("hidden,heads", [(1024, 8), (512, 8)])
+def test_prefill_attention_is_the_op_models_kernel_per_layer(hidden, heads):
+    """A pass's prefill attention is, per layer, the op model's flash-attention kernel without
+    its fixed launches, thread blocks' fixed work included, at head size 128 and 64 alike."""
+    from servesim.perf.kernels import ATTN_KERNELS, OpModel
+
+    m = parse_config({**TINY, "hidden_size": hidden, "num_attention_heads": heads, "num_key_value_heads": 2},
+                     name="tiny")
+    g = load_gpu("h100_sxm")
+    st = AnalyticStepTime(m, g)
+    ops = OpModel(g, st.p)
+    for n, c in ((300, 0), (2048, 4096)):
+        kernel = float(ops.attention_prefill(1, n, c, heads, 2, m.head_dim)) - ATTN_KERNELS * ops.t_kernel
+        assert st._prefill_attn([n], [c]) == pytest.approx(m.num_layers * kernel, rel=1e-9)

@@ -301,3 +301,23 @@ def test_few_tile_long_k_block_fp8_gemms_match_the_measured_kernels():
     e = np.concatenate(errs)
     med, bias = FEW_TILE_LONG_K_BOUNDS
     assert np.median(np.abs(e)) <= med and abs(np.median(e)) <= bias, (np.median(np.abs(e)), np.median(e))
+
+
+def test_a_prefill_thread_blocks_fixed_work_is_the_same_time_at_any_head_size():
+    """A flash-attention thread block's own work (query load, pipeline fill, final rescale) is
+    ``ATTN_CTA_OVERHEAD_BLOCKS`` key blocks of a 128-wide head whatever its head size: a 64-wide
+    head's blocks pay the same time for it, not half (gpt-oss's heads; the tables' sliding-window
+    prefill ran 30% slower than the model before)."""
+    from servesim.perf.kernels import ATTN_BLOCK, ATTN_CTA_HEAD_DIM, ATTN_CTA_OVERHEAD_BLOCKS
+
+    gpu = load_gpu("h100_sxm").model_copy(update={"sm_count": None, "kernel_latency_us": 0.0})
+    ops = OpModel(gpu, AnalyticParams(attn_prefill_half_tokens=0.0))
+    rate = ops.peak_attn * ops.p.attn_prefill_eff_max
+
+    def causal(n, heads, hd):  # one chunk of n < 128 tokens: its diagonal query block in full
+        return 0.5 * ATTN_BLOCK * (ATTN_BLOCK + 1) * 4.0 * heads * hd / rate
+
+    fixed = ATTN_CTA_OVERHEAD_BLOCKS * ATTN_BLOCK ** 2 * ATTN_CTA_HEAD_DIM * 4.0 / rate  # per head
+    for hd, heads in ((64, 64), (128, 32)):
+        t = float(ops.attention_prefill(1, 100, 0, heads, 8, hd)) - ATTN_KERNELS * ops.t_kernel
+        assert t == pytest.approx(causal(100, heads, hd) + heads * fixed, rel=1e-9)

@@ -131,7 +131,7 @@ cdef inline void _sum_ends_from(double* o, Py_ssize_t steps, bint add_extra, dou
 
 def decode_stretch_times(const int64_t[::1] ctx, Py_ssize_t steps, double base, int64_t window,
                          double overhead, double c_full, double m_full, double c_cap, double m_cap,
-                         double dp, double r_full=0.0, double r_cap=0.0):
+                         double dp, double r_full, double r_cap):
     """Durations of ``steps`` decode-only passes over contexts ``ctx`` (pass ``s``: ``ctx + s``).
 
     Pass ``s`` costs ``base`` plus, divided by ``dp``, ``max(c_full * x, ramped(m_full * x))``

@@ -69,8 +69,9 @@ from servesim.models.arch import ModelArch
 from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.engine_kernels import NO_RATES, KernelRates
 from servesim.perf.expert_balance import expected_busiest_touched
-from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_OVERHEAD_BLOCKS, ATTN_KERNELS, ELEMENTWISE_KERNELS,
-                                   LINEAR_ATTN_DECODE_KERNELS, LINEAR_ATTN_KERNELS, GemmSet, OpModel)
+from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_HEAD_DIM, ATTN_CTA_OVERHEAD_BLOCKS, ATTN_KERNELS,
+                                   ELEMENTWISE_KERNELS, LINEAR_ATTN_DECODE_KERNELS, LINEAR_ATTN_KERNELS, GemmSet,
+                                   OpModel)
 from servesim.perf.launches import eager_ops_per_layer
 from servesim.perf.memory import Layout, attention_params_per_gpu
 from servesim.perf.plan import PassPlan, ends_from_durations
@@ -246,6 +247,10 @@ class AnalyticStepTime:
         self._dec_full = (n_full_l * full_dec / (pa * p.attn_decode_compute_eff), n_full_l * full_kv / dme)
         self._dec_cap = (n_cap_l * cap_dec / (pa * p.attn_decode_compute_eff), n_cap_l * cap_kv / dme)
         self._dec_oh = p.attn_decode_ctx_overhead_tokens
+        # a prefill thread block's fixed work in (query, key) pairs of this model's heads: key
+        # blocks of a 128-wide head (kernels.ATTN_CTA_HEAD_DIM), MLA's in its own
+        self._cta_pairs = ATTN_CTA_OVERHEAD_BLOCKS * ATTN_BLOCK * ATTN_BLOCK * (
+            1.0 if m.is_mla else ATTN_CTA_HEAD_DIM / m.head_dim)
         # the KV stream's ramp and tail (GPUSpec.stream_ramp_us), one per attention kernel: the
         # full and the capped layers' totals on one rank (kernels.OpModel._ramped per layer)
         self._dec_ramp = (n_full_l * ops.t_ramp, n_cap_l * ops.t_ramp)
@@ -455,7 +460,7 @@ class AnalyticStepTime:
         pairs_cap = 0.0
         read_cap = 0
         blk = ATTN_BLOCK
-        extra = ATTN_CTA_OVERHEAD_BLOCKS * blk * blk
+        extra = self._cta_pairs
         ctas = 0
         for i in range(len(new)):  # (indexing: zip's object costs more than a pass's few chunks)
             n, c = new[i], cached[i]
