@@ -303,7 +303,7 @@ def test_decode_attention_is_the_op_models_kernel_per_layer(dp):
     attention kernel without its fixed launches: the KV stream at the decode bandwidth plus the
     streaming kernel's ramp and tail (``GPUSpec.stream_ramp_us``), each attention-DP rank paying
     its own ramp on its share; one rank's own requests (``ranks=1``) the same on their sum."""
-    from servesim.perf.kernels import OpModel
+    from servesim.perf.kernels import ATTN_KERNELS, OpModel
 
     m, g = load_model("meta-llama/Llama-3.1-8B-Instruct"), load_gpu("b200_sxm")
     assert g.stream_ramp_us > 0
@@ -313,7 +313,7 @@ def test_decode_attention_is_the_op_models_kernel_per_layer(dp):
     s_full = float(n * ctx)
     per_rank = n // dp
     kernel = ops.attention_decode(per_rank, ctx, m.num_attention_heads, m.num_kv_heads, m.head_dim)
-    body = float(kernel) - 5 * ops.t_kernel  # ATTN_KERNELS launches are priced with the layer's fixed work
+    body = float(kernel) - ATTN_KERNELS * ops.t_kernel  # the launches are priced with the layer's fixed work
     assert st._decode_attn(n, s_full, 0.0) == pytest.approx(m.num_layers * body, rel=1e-9)
     assert st._decode_attn(per_rank, float(per_rank * ctx), 0.0, 1, 1) == pytest.approx(m.num_layers * body, rel=1e-9)
     flat = AnalyticStepTime(m, g.model_copy(update={"stream_ramp_us": 0.0}), attention_dp=dp)

@@ -56,7 +56,7 @@ ATTN_BLOCK = 128
 #: final softmax rescale and writing the output.  A fixed time per thread block, whatever its
 #: head size: a 64-wide head's key block is half the math of a 128-wide one's, its thread
 #: block's pipeline fill and rescale are not (as key blocks of its own width: GQA prefill
-#: 26.6% → 23.7% median error on the tables, with a sliding window 41.8% → 34.9%, gpt-oss's
+#: 26.5% → 23.5% median error on the tables, with a sliding window 43.7% → 37.3%; the tables'
 #: 64-wide heads −30% → −11% bias).  MLA's prefill keeps it in its own key blocks.
 ATTN_CTA_OVERHEAD_BLOCKS = 2.0
 ATTN_CTA_HEAD_DIM = 128.0
