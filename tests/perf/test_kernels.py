@@ -57,7 +57,7 @@ def test_small_m_gemm_streams_weights_plus_one_kernel(h100):
 
 #: bf16 GEMMs with at most 64 rows (weight streaming) on H200 and B200, every framework's table:
 #: largest median |error| and |bias| with each GPU's fitted ramp; without it the op model is
-#: 12-15% too fast there (median), at 2-30 MB of weights 25-50%.
+#: too fast there (median bias below −8%), at 2-30 MB of weights by 25-50%.
 STREAMING_GEMM_BOUNDS = (0.13, 0.06)
 
 
