@@ -211,9 +211,7 @@ cdef class StretchPricer:
         self.c_full, self.m_full = model._dec_full
         self.c_cap, self.m_cap = model._dec_cap if model._cap else (0.0, 0.0)
         self.dp = float(model._dp)
-        rf, rc = model._dec_ramp
-        self.r_full = float(rf * model._dp)
-        self.r_cap = float(rc * model._dp) if model._cap else 0.0
+        self.r_full, self.r_cap = model.stretch_ramps()
         self._terms = {}
 
     cdef tuple _terms_for(self, Py_ssize_t n):

@@ -71,7 +71,7 @@ from servesim.perf.engine_kernels import NO_RATES, KernelRates
 from servesim.perf.expert_balance import expected_busiest_touched
 from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_HEAD_DIM, ATTN_CTA_OVERHEAD_BLOCKS, ATTN_KERNELS,
                                    ELEMENTWISE_KERNELS, LINEAR_ATTN_DECODE_KERNELS, LINEAR_ATTN_KERNELS, GemmSet,
-                                   OpModel)
+                                   OpModel, ramped)
 from servesim.perf.launches import eager_ops_per_layer
 from servesim.perf.memory import Layout, attention_params_per_gpu
 from servesim.perf.plan import PassPlan, ends_from_durations
@@ -428,19 +428,13 @@ class AnalyticStepTime:
         oh = self._dec_oh * n
         cf, mf = self._dec_full
         rf, rc = self._dec_ramp
-        rf = rf * dp
         cf = cf * dtok
-        mem = mf * (s_full + oh)
-        if rf:
-            mem = mem + rf * mem / (mem + rf)
+        mem = ramped(mf * (s_full + oh), rf * dp)
         t = np.maximum(cf * (s_full + oh), mem) if isinstance(s_full, np.ndarray) else max(cf * (s_full + oh), mem)
         if self._cap:
             cc, mc = self._dec_cap
-            rc = rc * dp
             cc = cc * dtok
-            mem = mc * (s_cap + oh)
-            if rc:
-                mem = mem + rc * mem / (mem + rc)
+            mem = ramped(mc * (s_cap + oh), rc * dp)
             t = t + (np.maximum(cc * (s_cap + oh), mem) if isinstance(s_cap, np.ndarray) else max(cc * (s_cap + oh), mem))
         return t / dp
 
@@ -561,10 +555,14 @@ class AnalyticStepTime:
     def _stretch_kernel_args(self, decode_ctx: np.ndarray, steps: int, base: float) -> tuple:
         """The compiled stretch kernels' leading arguments (see ``perf/_stretch_core.pyx``)."""
         cc, mc = self._dec_cap if self._cap else (0.0, 0.0)
-        rf, rc = self._dec_ramp
         return (np.ascontiguousarray(decode_ctx, dtype=np.int64), steps, base, int(self._cap or 0),
-                self._dec_oh * decode_ctx.size, *self._dec_full, cc, mc, float(self._dp),
-                float(rf * self._dp), float(rc * self._dp) if self._cap else 0.0)
+                self._dec_oh * decode_ctx.size, *self._dec_full, cc, mc, float(self._dp), *self.stretch_ramps())
+
+    def stretch_ramps(self) -> tuple[float, float]:
+        """The compiled stretch kernels' ``(r_full, r_cap)``: the full and capped layers' KV-stream
+        ramps over the worker's attention ranks, as :meth:`_decode_attn` applies them."""
+        rf, rc = self._dec_ramp
+        return float(rf * self._dp), float(rc * self._dp) if self._cap else 0.0
 
     def decode_stretch_times(self, decode_ctx: np.ndarray, steps: int) -> np.ndarray:
         """``steps`` decode-only passes in closed form; equals :meth:`pass_time` pass by pass."""

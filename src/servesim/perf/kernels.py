@@ -110,6 +110,12 @@ def marlin_row_block(rows_per_expert):
     return tm
 
 
+def ramped(t, r: float):
+    """A streaming time ``t`` (seconds; float or array) with a ramp and tail of ``r`` seconds:
+    ``t + r·t/(t + r)``, about ``2t`` while ``t ≪ r`` and ``t + r`` once ``t ≫ r``."""
+    return t + r * t / (t + r) if r else t
+
+
 class OpModel:
     """Per-op costs on one GPU with one parameter set; see module docstring."""
 
@@ -125,9 +131,8 @@ class OpModel:
         self.peak_attn = gpu.peak_flops("bf16") * min(1.0, gpu.ceiling("bf16"))
 
     def _ramped(self, mem):
-        """A streaming time with the kernel's ramp and tail (``GPUSpec.stream_ramp_us``): ``t + r·t/(t + r)``."""
-        r = self.t_ramp
-        return mem + r * mem / (mem + r) if r else mem
+        """A streaming time with the kernel's ramp and tail (``GPUSpec.stream_ramp_us``)."""
+        return ramped(mem, self.t_ramp)
 
     # ------------------------------------------------------------------ GEMM
     def gemm_eff(self, dtype: str) -> tuple[float, float]:
