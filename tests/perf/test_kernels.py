@@ -131,6 +131,34 @@ def test_fp8_only_where_the_gpu_has_fp8_units():
     assert h.gemm_eff("nvfp4")[0] == h.gpu.peak_flops("bf16")  # no fp4 units on Hopper
 
 
+def _key_blocks_by_enumeration(n: int, c: int, w: int) -> int:
+    """Key blocks each 128-row query block of the chunk reaches, counted one block at a time."""
+    from servesim.perf.kernels import ATTN_BLOCK as B
+
+    total = 0
+    for start in range(c, c + n, B):
+        last_key = min(start + B, c + n) - 1
+        first_key = max(0, start - w + 1)
+        total += last_key // B - first_key // B + 1
+    return total
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_window_key_blocks_counts_whole_blocks(seed):
+    """The closed form is the block-by-block count for any chunk, prefix and window (aligned or
+    not), scalars and arrays alike; a 128-token window costs two key blocks per query block."""
+    from servesim.perf.kernels import window_key_blocks
+
+    rng = np.random.default_rng(seed)
+    n = rng.integers(1, 5000, 60)
+    c = np.where(rng.random(60) < 0.3, 0, rng.integers(0, 20000, 60))
+    w = rng.choice([1, 64, 128, 200, 1024, 4096, 100000], 60)
+    want = [_key_blocks_by_enumeration(int(a), int(b), int(x)) for a, b, x in zip(n, c, w)]
+    assert [window_key_blocks(int(a), int(b), int(x)) for a, b, x in zip(n, c, w)] == want
+    assert np.array_equal(window_key_blocks(n.astype(float), c.astype(float), w.astype(float)), np.array(want, float))
+    assert window_key_blocks(4096, 0, 128) == 2 * 32 - 1
+
+
 def test_prefill_attention_cached_prefix_and_window(h100):
     """A chunk after a cached prefix attends to it: more pairs (time grows) and the prefix's
     KV is read; a sliding window caps both."""

@@ -28,6 +28,7 @@ cdef class AnalyticStepTime:
     cdef public object _elem_s
     cdef public object _lm
     cdef public object _cap
+    cdef public bint _cap_window
     cdef public object _pre_full
     cdef public object _pre_cap
     cdef public object _dec_full

@@ -18,8 +18,9 @@ Ops per decoder layer (per GPU of the worker):
 
 - attention projections (GQA q/k/v/o; MLA q_a/q_b/kv_a/kv_b/o; DSA indexer), as GEMMs over
   the pass's tokens; linear-attention in/out projections;
-- prefill attention per chunk: causal pairs ``new × (cached + (new + 1)/2)`` (window- or
-  top-k-capped where the layer is sliding / sparse), reading the chunk's prefix KV;
+- prefill attention per chunk: causal pairs ``new × (cached + (new + 1)/2)`` (top-k-capped
+  where the layer is sparse; a sliding-window layer's whole key blocks,
+  ``kernels.window_key_blocks``), reading the chunk's prefix KV;
 - decode attention: each request reads its own context's KV (window- or top-k-capped), plus
   ``attn_decode_ctx_overhead_tokens`` per request (kernel fixed cost); MLA decode is absorbed
   (reads the latent, computes over ``2·kv_lora_rank + rope`` per head);
@@ -71,7 +72,7 @@ from servesim.perf.engine_kernels import NO_RATES, KernelRates
 from servesim.perf.expert_balance import expected_busiest_touched
 from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_HEAD_DIM, ATTN_CTA_OVERHEAD_BLOCKS, ATTN_KERNELS,
                                    ELEMENTWISE_KERNELS, LINEAR_ATTN_DECODE_KERNELS, LINEAR_ATTN_KERNELS, GemmSet,
-                                   OpModel, ramped)
+                                   OpModel, ramped, window_key_blocks)
 from servesim.perf.launches import eager_ops_per_layer
 from servesim.perf.memory import Layout, attention_params_per_gpu
 from servesim.perf.plan import PassPlan, ends_from_durations
@@ -225,6 +226,9 @@ class AnalyticStepTime:
         idx_bytes = (m.index_head_dim + 4) if m.index_topk else 0.0
         main_kv = kv_layer - idx_bytes
         # "full" terms scale with the whole context, "cap" terms with min(context, W)
+        #: whether the capped layers' cap is a sliding window (their prefill computes whole key
+        #: blocks, kernels.window_key_blocks) rather than sparse attention's top-k keys
+        self._cap_window = not m.index_topk and bool(m.sliding_window)
         if m.index_topk:
             self._cap = m.index_topk
             n_full_l, n_cap_l = m.num_full_layers, m.num_full_layers
@@ -242,7 +246,8 @@ class AnalyticStepTime:
         # the engine's own prefill kernel (perf/engine_kernels.py)
         pa_pre = pa * self.kernel_rates.prefill_attention("mla" if m.is_mla else "gqa")
         self._pre_full = (n_full_l * full_pair / pa_pre, n_full_l * full_kv / self._bw_eff)
-        self._pre_cap = (n_cap_l * cap_pair / pa_pre, n_cap_l * cap_kv / self._bw_eff)
+        pa_cap = pa * self.kernel_rates.prefill_attention("gqa_window") if self._cap_window else pa_pre
+        self._pre_cap = (n_cap_l * cap_pair / pa_cap, n_cap_l * cap_kv / self._bw_eff)
         # decode: (compute s per ctx token, memory s per ctx token) for full and capped parts
         self._dec_full = (n_full_l * full_dec / (pa * p.attn_decode_compute_eff), n_full_l * full_kv / dme)
         self._dec_cap = (n_cap_l * cap_dec / (pa * p.attn_decode_compute_eff), n_cap_l * cap_kv / dme)
@@ -464,10 +469,13 @@ class AnalyticStepTime:
             pairs += q * c + 0.5 * q * (q + 1) + nq * extra
             read += n + c
             if W:
-                a, b = c + 1, c + q  # attended counts of the chunk's first and last (padded) row
-                m = b if b < W else W
-                inside = 0.5 * (a + m) * (m - a + 1) if a <= W else 0.0
-                pairs_cap += inside + (b - (m if m > a - 1 else a - 1)) * W + nq * extra
+                if self._cap_window:
+                    pairs_cap += window_key_blocks(n, c, W) * (blk * blk) + nq * extra
+                else:  # sparse attention's top-k keys, pair by pair
+                    a, b = c + 1, c + q  # attended counts of the chunk's first and last (padded) row
+                    m = b if b < W else W
+                    inside = 0.5 * (a + m) * (m - a + 1) if a <= W else 0.0
+                    pairs_cap += inside + (b - (m if m > a - 1 else a - 1)) * W + nq * extra
                 read_cap += (c + n) if (c + n) < W else W
         eff = self._pre_eff_max
         if self._pre_half:

@@ -32,7 +32,7 @@ from servesim.yaml_io import safe_load
 
 RATES_FILE = Path(__file__).with_name("engine_kernels.yaml")
 #: Ops a rate can apply to, with the formats each names.
-OPS = {"prefill_attention": ("mla", "gqa"), "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
+OPS = {"prefill_attention": ("mla", "gqa", "gqa_window"), "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
        "moe_stream": ("bf16", "fp8", "fp4", "mxfp4", "int4"), "moe_fixed": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
        "linear_attn": ("gdn",), "linear_attn_chain": ("gdn",), "linear_attn_fixed": ("gdn",)}
 #: A rate outside this range is a table or fitting error, not a kernel.
@@ -73,7 +73,10 @@ class KernelRates:
     int4_marlin: bool = False
 
     def prefill_attention(self, kind: str) -> float:
-        """``kind``: ``mla`` or ``gqa`` (softmax attention with grouped key/value heads)."""
+        """``kind``: ``mla``, ``gqa`` (softmax attention with grouped key/value heads) or
+        ``gqa_window`` (its sliding-window kernel: the engines run windowed prefill through other
+        kernels or code paths — TensorRT-LLM's and SGLang's Blackwell ones measure ~30% slower per
+        computed key block than their full-attention kernels, vLLM's FlashAttention the same)."""
         return self.rates.get(("prefill_attention", kind), 1.0)
 
     def moe(self, dtype: str) -> float:
