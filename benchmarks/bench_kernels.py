@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -225,8 +226,11 @@ def collect(rows: int, params: AnalyticParams | None = None, tables: tuple[str, 
             reader = READERS.get(name)
             if reader is None or (tables is not None and name not in tables):
                 continue
-            # each engine's table against the op model as servesim runs it for that engine
-            ops = OpModel(gpu, params, kernel_rates(backend, gpu) if engine_rates else NO_RATES)
+            # each engine's table against the op model as servesim runs it for that engine; a
+            # table's quantized GEMM op quantizes its own bf16 input (none is fed fp8 by a
+            # fused producer, as TensorRT-LLM serves per-tensor fp8), so it is priced with it
+            rates = kernel_rates(backend, gpu) if engine_rates else NO_RATES
+            ops = OpModel(gpu, params, replace(rates, fp8_act_quant_fused=False))
             df = pq.read_table(path).to_pandas()
             df = df[df.latency > 0] if "latency" in df else df
             with np.errstate(all="ignore"):

@@ -4,7 +4,7 @@ import pytest
 
 from servesim.cluster.deployment import infer_weight_dtype
 from servesim.models.arch import load_model
-from servesim.models.quantization import weight_dtype_of
+from servesim.models.quantization import fp8_block_scaled, weight_dtype_of
 
 
 @pytest.mark.parametrize("qc, expected", [
@@ -54,3 +54,21 @@ def test_deepseek_v3_fits_eight_h200_by_default():
     base["deployment"]["weight_dtype"] = "bf16"
     with pytest.raises(ServesimError, match=r"deployment\.weight_dtype, now bf16"):
         servesim.predict(base)
+
+
+@pytest.mark.parametrize("name, block", [
+    ("deepseek-ai/DeepSeek-V3", True),  # its config: quant_method fp8, weight_block_size [128, 128]
+    ("MiniMaxAI/MiniMax-M2.5", True),
+    ("Qwen/Qwen3-235B-A22B-FP8", True),  # Qwen's FP8 release of a bundled bf16 config
+    ("Qwen/Qwen3-32B", False),  # bf16 config: an fp8 deployment of it is per-tensor (ModelOpt)
+    ("nvidia/Llama-3.1-70B-Instruct-FP8", False),
+    ("openai/gpt-oss-120b", False),
+])
+def test_block_scaled_fp8_checkpoints(name, block):
+    """Block-scaled fp8 is read from the config's weight_block_size, or from the name of a
+    block-scaled release of a bundled bf16 config; anything else fp8 is per-tensor."""
+    assert load_model(name).fp8_block_scales is block
+    assert fp8_block_scaled({"quant_method": "fp8", "weight_block_size": [128, 128]})
+    assert not fp8_block_scaled({"quant_method": "fp8"})
+    assert not fp8_block_scaled({"quant_method": "modelopt", "quant_algo": "FP8"})
+    assert not fp8_block_scaled(None)

@@ -248,3 +248,37 @@ def test_kimis_1k_token_int4_prefill_follows_marlins_row_blocks() -> None:
     assert ms == pytest.approx(0.776, rel=0.2)
     tiled = KernelRates(rates.rates, int4_marlin=False)
     assert float(OpModel(gpu, AnalyticParams(), tiled).moe(1024, 7168, 2048, 8, 384, 8, 1, "int4", touched=384)) * 1e3 > ms * 1.5
+
+
+def test_fused_fp8_activation_quantization_drops_exactly_the_quantization_kernel() -> None:
+    """TensorRT-LLM feeds per-tensor fp8 GEMMs activations its producers already quantized: the
+    GEMM loses the quantization kernel (its launch, fixed cost and the copy's traffic) and
+    nothing else; fp4 and bf16 GEMMs and the other engines are unchanged."""
+    gpu, p = load_gpu("h200_sxm"), AnalyticParams()
+    trt = kernel_rates("trtllm", gpu)
+    assert trt.fp8_act_quant_fused
+    assert not kernel_rates("sglang", gpu).fp8_act_quant_fused and not kernel_rates("vllm", gpu).fp8_act_quant_fused
+    base, fused = OpModel(gpu, p), OpModel(gpu, p, KernelRates(fp8_act_quant_fused=True))
+    m, n, k = 16.0, 8192.0, 8192.0
+    quant = base.t_kernel + gpu.quant_op_latency_us["fp8"] * 1e-6 + m * k * (2.0 + 1.0) / base.bw_eff
+    assert float(base.gemm(m, n, k, "fp8")) - float(fused.gemm(m, n, k, "fp8")) == pytest.approx(quant, rel=1e-9)
+    assert float(fused.gemm(m, n, k, "bf16")) == float(base.gemm(m, n, k, "bf16"))
+    b200 = load_gpu("b200_sxm")
+    assert float(OpModel(b200, p, KernelRates(fp8_act_quant_fused=True)).gemm(m, n, k, "nvfp4")) == \
+        float(OpModel(b200, p).gemm(m, n, k, "nvfp4"))
+
+
+def test_block_scaled_fp8_keeps_its_quantization_kernel_under_tensorrt_llm() -> None:
+    """A per-tensor fp8 Llama decode pass is faster under TensorRT-LLM's rates than without the
+    fusion; a block-scaled fp8 checkpoint (DeepSeek) keeps the kernel: the step-time model
+    clears the flag."""
+    gpu = load_gpu("h200_sxm")
+    trt = kernel_rates("trtllm", gpu)
+    llama = load_model("meta-llama/Llama-3.1-70B")
+    plan = PassPlan(decode_ctx=np.full(8, 2048, dtype=np.int64))
+    fused = AnalyticStepTime(llama, gpu, tp=8, weight_dtype="fp8", kernel_rates=trt)
+    unfused = AnalyticStepTime(llama, gpu, tp=8, weight_dtype="fp8",
+                               kernel_rates=KernelRates(dict(trt.rates), fp8_act_quant_fused=False))
+    assert fused.pass_time(plan) < 0.95 * unfused.pass_time(plan)
+    deepseek = AnalyticStepTime(load_model(DEEPSEEK), gpu, tp=8, weight_dtype="fp8", kernel_rates=trt)
+    assert not deepseek.kernel_rates.fp8_act_quant_fused

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import ModelError, did_you_mean
-from servesim.models.quantization import weight_dtype_of
+from servesim.models.quantization import fp8_block_scaled, weight_dtype_of
 
 #: model_type values understood by the parser, by how they are read.
 SUPPORTED_MODEL_TYPES: dict[str, str] = {
@@ -144,6 +144,10 @@ class ModelArch:
     #: Weight precision of the checkpoint from its ``quantization_config`` (models/quantization.py);
     #: "" when the config has none (bf16 weights).
     quantization: str = ""
+    #: Whether the checkpoint's fp8 is block-scaled (128-wide groups, quantized per token group at
+    #: run time: DeepSeek's, Qwen's FP8 releases) rather than per-tensor with static input scales
+    #: (NVIDIA's ModelOpt exports, and servesim's reading of an fp8 deployment of a bf16 config).
+    fp8_block_scales: bool = False
 
     # ------------------------------------------------------------------ kinds
     @property
@@ -416,7 +420,8 @@ def _parse(cfg: dict, top: dict, mtype: str, arch_name: str, name: str, where: s
         num_attention_heads=nq, num_kv_heads=nkv, head_dim=head_dim, intermediate_size=inter,
         vocab_size=vocab, tie_embeddings=tie, max_position_embeddings=max_pos,
         layer_kinds=tuple(kinds), sliding_window=window, config_source=where,
-        quantization=weight_dtype_of(top.get("quantization_config")), **kw,
+        quantization=weight_dtype_of(top.get("quantization_config")),
+        fp8_block_scales=fp8_block_scaled(top.get("quantization_config")), **kw,
     )
 
 
@@ -474,6 +479,11 @@ ALIASES: dict[str, str] = {
     "meta-llama/Llama-2-70b-chat-hf": "meta-llama/Llama-2-70b-hf",
     "nvidia/MiniMax-M2.5-NVFP4": "MiniMaxAI/MiniMax-M2.5",
 }
+
+#: Aliases that name a block-scaled fp8 release of the bundled config (Qwen's and Z.ai's FP8
+#: checkpoints: ``quant_method: fp8`` with ``weight_block_size: [128, 128]`` in their configs).
+BLOCK_FP8_ALIASES = frozenset(name for name in ALIASES if name.endswith("-FP8")
+                              and name.split("/")[0] in ("Qwen", "zai-org"))
 
 
 def _file_for(hf_id: str) -> Path:
@@ -536,7 +546,8 @@ def load_model(name_or_path: str | Path) -> ModelArch:
         canon, bundled = hit
         path = _file_for(bundled)
         arch = parse_config(_read_json(path, path.name), name=canon, source=bundled)
-        return replace(arch, name=canon, config_source=bundled)
+        return replace(arch, name=canon, config_source=bundled,
+                       fp8_block_scales=arch.fp8_block_scales or canon in BLOCK_FP8_ALIASES)
     if looks_like_path:
         raise ModelError(f"model config {s!r}: no such file")
     raise ModelError(

@@ -36,6 +36,12 @@ def weight_dtype_of(quantization_config: Any) -> str:
     return ""
 
 
+def fp8_block_scaled(quantization_config: Any) -> bool:
+    """Whether an fp8 ``quantization_config`` scales its weights per block (``weight_block_size``:
+    DeepSeek-V3, MiniMax-M2.5, Qwen's FP8 releases) rather than per tensor."""
+    return weight_dtype_of(quantization_config) == "fp8" and bool(quantization_config.get("weight_block_size"))
+
+
 def _compressed_tensors_dtype(qc: dict) -> str:
     groups = qc.get("config_groups") or {}
     for group in groups.values() if isinstance(groups, dict) else ():

@@ -60,6 +60,7 @@ Precisions: see :mod:`servesim.perf.precision`.  Attention math runs at the bf16
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -140,9 +141,13 @@ class AnalyticStepTime:
         """``eager_launch``: passes outside a CUDA graph dispatch every operation from Python
         (the engine plan's ``eager_launch``), paying ``eager_op_s`` per operation (perf/launches.py).
         ``kernel_rates``: the serving engine's own kernels' measured rates relative to the op
-        model (perf/engine_kernels.py: its prefill attention and fused-MoE GEMMs)."""
+        model (perf/engine_kernels.py: its prefill attention and fused-MoE GEMMs, and whether
+        its per-tensor fp8 GEMMs get their activations quantized by the producing kernel — not
+        for a checkpoint with block-scaled fp8, quantized per token group in a kernel of its own)."""
         self.model, self.gpu = model, gpu
         self.eager_launch = eager_launch
+        if kernel_rates.fp8_act_quant_fused and model.fp8_block_scales:
+            kernel_rates = replace(kernel_rates, fp8_act_quant_fused=False)
         self.kernel_rates = kernel_rates
         self.layout = Layout(tp=tp, ep=ep, attention_dp=attention_dp)
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype

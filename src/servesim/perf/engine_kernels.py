@@ -54,6 +54,19 @@ MOE_FIXED_RATE_RANGE = (0.1, 10.0)
 #: Marlin picks its row block by the rows an expert gets (``kernels.marlin_row_block``).
 MARLIN_INT4 = frozenset({("vllm", 9), ("vllm", 10), ("sglang", 9)})
 
+#: Engines whose per-tensor fp8 GEMMs take activations already quantized by the kernel that
+#: produced them, so such a GEMM runs no quantization kernel of its own.  A per-tensor fp8
+#: checkpoint (NVIDIA's ModelOpt exports) carries static input scales, and TensorRT-LLM writes
+#: the fp8 copy in the producer's epilogue: its all-reduce fusion ends in residual add, RMSNorm
+#: and fp8 quantization (the q/k/v and gate/up inputs), its context attention writes fp8 output
+#: (the o-projection's input) and its SwiGLU kernel quantizes what it writes (the down
+#: projection's).  Block-scaled fp8 (128-wide groups per token: DeepSeek's, Qwen's FP8 releases)
+#: and NVFP4 still run a quantization kernel before the GEMM there, as everything does in SGLang
+#: and vLLM; the op model prices it (``GPUSpec.quant_op_latency_us`` plus the copy's traffic).
+#: Measured end to end (uncalibrated, InferenceX's TensorRT-LLM Llama-3.1-70B fp8 rows): TPOT
+#: +14% / +13% (H200 / B200, median) with the kernel, +10% / +2% without.
+FUSED_ACTIVATION_QUANT = frozenset({"trtllm"})
+
 
 def rate_range(op: str) -> tuple[float, float]:
     """The range a rate of ``op`` must lie in (:data:`RATE_RANGE`, wider for the gated-delta math
@@ -71,6 +84,10 @@ class KernelRates:
     rates: dict[tuple[str, str], float] = field(default_factory=dict)
     #: Whether the engine's int4 experts run Marlin's fused MoE (:data:`MARLIN_INT4`).
     int4_marlin: bool = False
+    #: Whether the engine's per-tensor fp8 GEMMs get their activations quantized by the
+    #: producing kernel (:data:`FUSED_ACTIVATION_QUANT`): no quantization kernel of their own.
+    #: The step-time model clears it for a checkpoint with block-scaled fp8.
+    fp8_act_quant_fused: bool = False
 
     def prefill_attention(self, kind: str) -> float:
         """``kind``: ``mla``, ``gqa`` (softmax attention with grouped key/value heads) or
@@ -141,4 +158,8 @@ def kernel_rates(engine: str, gpu) -> KernelRates:
     if major is None:
         return NO_RATES
     found = _table().get((engine, major))
-    return KernelRates(dict(found), int4_marlin=(engine, major) in MARLIN_INT4) if found else NO_RATES
+    fused = engine in FUSED_ACTIVATION_QUANT
+    if not found and not fused:
+        return NO_RATES
+    return KernelRates(dict(found or {}), int4_marlin=(engine, major) in MARLIN_INT4,
+                       fp8_act_quant_fused=fused)

@@ -198,8 +198,10 @@ class OpModel:
         mem = self._ramped(mem)
         comp = self.gemm_compute(m, n, k, peak, eff, self.split_k(dtype))
         t = self.t_kernel + np.maximum(comp, mem)
-        if quantized:  # the activation-quantization work: read bf16, write the low-precision copy
-            prec = compute_precision(dtype, self.gpu)
+        prec = compute_precision(dtype, self.gpu) if quantized else ""
+        if quantized and not (prec == "fp8" and self.rates.fp8_act_quant_fused):
+            # the activation-quantization kernel: read bf16, write the low-precision copy (an
+            # engine that writes per-tensor fp8 in the producing kernel's epilogue runs none)
             t = t + self.t_kernel + self.gpu.quant_op_latency_us.get(prec, 0.0) * 1e-6 + m * k * (2.0 + ab) / self.bw_eff
         return t
 
