@@ -101,3 +101,17 @@ def test_every_profile_is_documented():
     for name, prof in BUILTIN_PROFILES.items():
         assert prof.description and prof.origin in ("fitted", "source")
         assert f"`{name}`" in doc, name
+
+
+def test_builtin_fitted_profiles_are_the_shipped_fit():
+    """The built-in values of the fitted profiles (what a run without a calibration file's
+    ``clients:`` section uses: ``perf.calibration: null``, ``validate`` on the bare physics) are
+    the shipped ``default`` calibration's fit, so the two cannot drift apart."""
+    from servesim.perf.calibration import load_calibration
+
+    shipped = load_calibration("default").clients
+    for name, prof in BUILTIN_PROFILES.items():
+        if prof.origin != "fitted":
+            continue
+        for key, value in shipped[name]["frontend"].items():
+            assert prof.values[key] == pytest.approx(value, rel=1e-6), (name, key)
