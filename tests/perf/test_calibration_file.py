@@ -25,12 +25,15 @@ def test_resolve_precedence():
     a, f = cal.resolve("h200_sxm", "sglang")
     assert a == {"mem_eff": 0.65, "gemm_eff_max": 0.5}
     assert f == {"scheduler_pass_s": 0.04}
-    # a GPU without groups of its own takes its nearest same-vendor GPU's (h200_sxm/* here)
+    # a GPU without groups of its own takes its nearest same-vendor GPU's (h200_sxm/* here), but
+    # not its scheduler CPU time (a measured deployment's alone: another node's host CPU)
     a, f = cal.resolve("b200_sxm", "vllm")
-    assert a == {"mem_eff": 0.7, "gemm_eff_max": 0.6} and f == {"scheduler_pass_s": 0.04}
-    # another vendor's GPU never does: the shared values alone
+    assert a == {"mem_eff": 0.7, "gemm_eff_max": 0.6} and f == {}
+    # another vendor's GPU never does: the shared analytic values alone
     a, f = cal.resolve("mi300x", "vllm")
-    assert a == {"mem_eff": 0.7, "gemm_eff_max": 0.6} and f == {"scheduler_pass_s": 0.05}
+    assert a == {"mem_eff": 0.7, "gemm_eff_max": 0.6} and f == {}
+    # a file without groups is the user's own: its shared values apply everywhere
+    assert parse_calibration({"shared": DOC["shared"]}).resolve("mi300x", "vllm")[1] == {"scheduler_pass_s": 0.05}
 
 
 def test_model_groups_apply_on_top_of_gpu_engine():
@@ -45,8 +48,11 @@ def test_model_groups_apply_on_top_of_gpu_engine():
         "h200_sxm/sglang/deepseek-ai/DeepSeek-R1@fp4"
     a, f = cal.resolve("h200_sxm", "sglang", "deepseek-ai/DeepSeek-R1", "fp8")
     assert a == {"mem_eff": 0.5, "gemm_eff_max": 0.5} and f == {"scheduler_pass_s": 0.04}
-    # another model, or no model: the GPU/engine group
-    assert cal.resolve("h200_sxm", "sglang", "Qwen/Qwen3-32B", "fp8") == cal.resolve("h200_sxm", "sglang")
+    # another model, or no model: the GPU/engine group's values; an unmeasured model not its
+    # scheduler CPU time (fitted on other models: what a pass costs the host depends on the model)
+    assert cal.resolve("h200_sxm", "sglang", "Qwen/Qwen3-32B", "fp8")[0] == cal.resolve("h200_sxm", "sglang")[0]
+    assert cal.resolve("h200_sxm", "sglang", "Qwen/Qwen3-32B", "fp8")[1] == {}
+    assert cal.resolve("h200_sxm", "sglang")[1] == {"scheduler_pass_s": 0.04}
     assert cal.group_of("b200_sxm", "vllm", "Qwen/Qwen3-32B") == "h200_sxm/*"
     assert cal.group_of("mi300x", "vllm", "Qwen/Qwen3-32B") == "shared"
 
@@ -70,9 +76,10 @@ def test_model_groups_are_found_by_architecture_and_exact_names_win():
     # a short name finds the canonical id's group
     a, f = cal.resolve("h200_sxm", "sglang", "DeepSeek-R1-0528", "fp8")
     assert a["mem_eff"] == 0.7 and f["scheduler_pass_s"] == 0.2
-    # another architecture, and a model given by a path, keep the GPU/engine group
-    assert cal.resolve("h200_sxm", "sglang", "Qwen/Qwen3-32B", "fp8") == cal.resolve("h200_sxm", "sglang")
-    assert cal.resolve("h200_sxm", "sglang", "/models/my-model", "fp8") == cal.resolve("h200_sxm", "sglang")
+    # another architecture, and a model given by a path, keep the GPU/engine group's values
+    # (not its scheduler CPU time: they are not measured deployments)
+    for other in ("Qwen/Qwen3-32B", "/models/my-model"):
+        assert cal.resolve("h200_sxm", "sglang", other, "fp8") == (cal.resolve("h200_sxm", "sglang")[0], {})
 
 
 def test_roundtrip(tmp_path):

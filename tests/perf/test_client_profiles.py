@@ -54,9 +54,14 @@ def test_switching_gpu_or_engine_never_changes_the_client(tmp_path):
             seen[gpu, engine] = tuple(fe[k] for k in CLIENT_FIELDS)
             assert fe["first_token_overhead_s"] == 0.021 and fe["stream_per_running_s"] == 1e-4
     assert len(set(seen.values())) == 1
-    # the engine's own CPU time does follow its group
+    # the engine's own CPU time follows its group where the file measured the deployment (its
+    # model's group on that GPU), and only there
     cfg = _cfg(client="inferencex", perf={"calibration": str(path)})
     cfg["deployment"] = dict(cfg["deployment"], gpu="h200_sxm", engine="sglang")
+    assert _frontend(cfg)["scheduler_pass_s"] == 0.0
+    doc = yaml.safe_load(path.read_text())
+    doc["groups"]["h200_sxm/sglang/meta-llama/Llama-3.1-8B-Instruct@bf16"] = {"analytic": {"mem_eff": 0.8}}
+    path.write_text(yaml.safe_dump(doc))
     assert _frontend(cfg)["scheduler_pass_s"] == 2e-3
 
 

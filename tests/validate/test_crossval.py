@@ -29,7 +29,9 @@ def test_model_family(model, family):
 
 
 def _two_gpus_same_values():
-    same = _rel(1.2, 1.1, 0.003, 0.02)
+    # no scheduler CPU time: a measured deployment's own, not carried to held-out ones
+    # (Calibration.resolve), so only the transferable values are shared here
+    same = _rel(1.2, 1.1, 0.0, 0.02)
     truth = {f"{gpu}/vllm/{m}": same for gpu in ("h100_sxm", "b200_sxm")
              for m in ("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-32B", "openai/gpt-oss-120b")}
     return _synthetic(truth, n_per_group=6)

@@ -129,8 +129,13 @@ def test_surrogate_is_linear_in_the_knobs():
     at = s.predict_at(b.mem_eff, b.gemm_eff_max, b.scheduler_pass_s, 0.0, b, comm_time_scale=2 * b.comm_time_scale)
     assert at == pytest.approx((ttft, tpot))
     resolved = s.predict_resolved({"comm_time_scale": 2 * b.comm_time_scale},
-                                  {"scheduler_pass_s": b.scheduler_pass_s}, b)
+                                  {"scheduler_pass_s": b.scheduler_pass_s,
+                                   "scheduler_per_request_s": b.scheduler_per_request_s}, b)
     assert resolved == pytest.approx((ttft, tpot))
+    # an engine CPU time the calibration does not set is 0, as a simulation takes it
+    unset = s.predict_resolved({"comm_time_scale": 2 * b.comm_time_scale}, {}, b)
+    assert unset == pytest.approx(s.predict(1.0, 1.0, -b.scheduler_pass_s, 0.0, comm=2.0,
+                                            req_delta_s=-b.scheduler_per_request_s))
 
 
 def test_layer_knob_is_the_sched_slope_times_the_layers():
@@ -225,7 +230,8 @@ def test_small_model_groups_keep_their_parent():
         s.point.row["id"] += "-lonely"
     cal = fit_hierarchy(sens + lonely, DEFAULT_BASE, min_group_points=5, min_model_points=3)
     assert "h200_sxm/vllm/org/Lonely@fp8" not in cal.groups
-    assert cal.resolve("h200_sxm", "vllm", "org/Lonely", "fp8") == cal.resolve("h200_sxm", "vllm")
+    # its GPU/engine group's values; not the engine CPU time fitted on the group's other models
+    assert cal.resolve("h200_sxm", "vllm", "org/Lonely", "fp8") == (cal.resolve("h200_sxm", "vllm")[0], {})
 
 
 def test_a_model_without_a_group_gets_a_firmly_held_gpu_engine_fit():
@@ -393,7 +399,9 @@ def test_req_variant_adds_scheduler_time_per_request_and_old_files_are_refused(t
 def test_model_groups_fit_their_own_per_request_time():
     """Two models under one GPU/engine whose per-request host times differ (sampling over
     vocabularies of different sizes): each model group recovers its own, with its own memory
-    efficiency, while a model without a group gets the GPU/engine value between them."""
+    efficiency, while the GPU/engine group's value lies between them; a model without a group
+    of its own takes none of it (Calibration.measured: another model's host time does not carry
+    over)."""
     truth = {"h200_sxm/sglang/org/A": _rel(1.25, 1.0, 0.001, 0.05, req_s=10e-6),
              "h200_sxm/sglang/org/B": _rel(1.02, 1.0, 0.001, 0.05, req_s=40e-6)}
     cal = fit_hierarchy(_synthetic(truth, n_per_group=20), DEFAULT_BASE, min_group_points=5,
@@ -404,8 +412,9 @@ def test_model_groups_fit_their_own_per_request_time():
         got[model] = (f["scheduler_per_request_s"], a["mem_eff"])
         assert f["scheduler_per_request_s"] == pytest.approx(truth[f"h200_sxm/sglang/{model}"].req_s, rel=0.1)
         assert a["mem_eff"] == pytest.approx(truth[f"h200_sxm/sglang/{model}"].mem_eff, rel=0.05)
-    unseen = cal.resolve("h200_sxm", "sglang", "org/C", "fp8")[1]["scheduler_per_request_s"]
-    assert got["org/A"][0] < unseen < got["org/B"][0]
+    parent = cal.resolve("h200_sxm", "sglang")[1]["scheduler_per_request_s"]
+    assert got["org/A"][0] < parent < got["org/B"][0]
+    assert cal.resolve("h200_sxm", "sglang", "org/C", "fp8")[1] == {}
 
 
 def test_surrogate_at_a_calibrations_values_moves_with_its_per_request_time():
@@ -413,7 +422,8 @@ def test_surrogate_at_a_calibrations_values_moves_with_its_per_request_time():
     s = PointSensitivity(_point(0, "h200_sxm", "sglang", "m"), "ok", ttft_base=100.0, tpot_base=10.0,
                          ttft_slope={"mem": 0.0, "prefill": 0.0, "sched": 0.0, "req": 2e4, "kv": 0.0, "comm": 0.0},
                          tpot_slope={"mem": 0.0, "prefill": 0.0, "sched": 0.0, "req": 1e5, "kv": 0.0, "comm": 0.0})
-    base_a, base_f = {}, {"scheduler_pass_s": DEFAULT_BASE.scheduler_pass_s}
+    base_a, base_f = {}, {"scheduler_pass_s": DEFAULT_BASE.scheduler_pass_s,
+                          "scheduler_per_request_s": DEFAULT_BASE.scheduler_per_request_s}
     assert s.predict_resolved(base_a, base_f, DEFAULT_BASE) == pytest.approx((100.0, 10.0))
     ttft, tpot = s.predict_resolved(base_a, base_f | {"scheduler_per_request_s": 10e-6}, DEFAULT_BASE)
     step = 10e-6 - DEFAULT_BASE.scheduler_per_request_s

@@ -266,7 +266,10 @@ def test_atom_rows_take_the_atom_groups_values_and_sglang_rows_do_not():
     from servesim.perf.calibration import Calibration
     from servesim.validate.run import validate_points
 
-    cal = Calibration(groups={"mi355x/atom": {"frontend": {"scheduler_pass_s": 2.0}}})
+    # the scheduler CPU time marks the group; it applies to a measured deployment (its model's group)
+    cal = Calibration(groups={"mi355x/atom": {"frontend": {"scheduler_pass_s": 2.0}},
+                              "mi355x/atom/deepseek-ai/DeepSeek-V3": {"analytic": {}},
+                              "mi355x/sglang/deepseek-ai/DeepSeek-V3": {"analytic": {}}})
     small = dict(system="mi355x", concurrency=2, num_prompts=4, isl=128, osl=8)
     atom, sglang = (point_config(row(backend=b, **small)) for b in ("atom", "sglang"))
     r_atom, r_sglang = validate_points([atom, sglang], cal)

@@ -115,7 +115,16 @@ class Calibration:
 
         Client-side frontend fields are never taken from the file's shared or group sections
         (a client profile sets them: :func:`servesim.perf.clients.resolve_client`).  A GPU
-        without groups of its own takes its nearest same-vendor GPU's (:meth:`gpu_source`)."""
+        without groups of its own takes its nearest same-vendor GPU's (:meth:`gpu_source`).
+
+        The engine's scheduler CPU time (the engine-side frontend fields) applies only to a
+        deployment the file measured — its model's group on its own GPU — or to any deployment
+        when the file has no groups (hand-written shared values): what that CPU time costs
+        depends on the model served (per-pass graph breaks, sampling over the vocabulary, the
+        tokenizer) and on the node's host CPU, so another model's or another GPU's fit does not
+        carry over, and an unmeasured deployment keeps the engine model's own exposure of it.
+        Held out for real, carrying it over scored TPOT 14.9% / 15.2% (a family / a GPU held
+        out) where leaving it out scores 14.8% / 15.0% (docs/validation.md)."""
         from servesim.perf.clients import CLIENT_FIELDS
 
         analytic = dict(self.shared.get("analytic", {}))
@@ -125,7 +134,20 @@ class Calibration:
             if g:
                 analytic.update(g.get("analytic", {}))
                 frontend.update(g.get("frontend", {}))
+        if not self.measured(gpu, engine, model, precision):
+            return analytic, {}
         return analytic, {k: v for k, v in frontend.items() if k not in CLIENT_FIELDS}
+
+    def measured(self, gpu: str, engine: str, model: str | None = None, precision: str | None = None) -> bool:
+        """Whether the file's groups measured this deployment: its GPU has groups of ``engine``
+        and, when a model is named, that model has a group there (always true for a file
+        without groups, whose shared values are the user's own)."""
+        if not self.groups:
+            return True
+        own = any(k.split("/", 1)[0] == gpu and k.split("/")[1] in (engine, "*") for k in self.groups)
+        if not own:
+            return False
+        return model is None or any(k in self.groups for k in group_keys(gpu, engine, model, precision)[3:])
 
     def error_band(self, gpu: str, engine: str, model: str | None = None,
                    precision: str | None = None) -> dict[str, Any] | None:

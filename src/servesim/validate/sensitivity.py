@@ -223,13 +223,15 @@ class PointSensitivity:
 
     def predict_resolved(self, analytic: dict, frontend: dict, default_base: BaseParams) -> tuple[float, float]:
         """Surrogate (TTFT, TPOT) in ms at the values a calibration resolves for this point
-        (``Calibration.resolve``); a value it does not set stays at the point's base."""
+        (``Calibration.resolve``); an analytic value it does not set stays at the point's base, an
+        engine CPU time it does not set is 0, as a simulation takes it (``FrontendParams``'
+        default: a deployment the file did not measure gets none, ``Calibration.measured``)."""
         b = self.base or default_base
         return self.predict_at(analytic.get("mem_eff", b.mem_eff), analytic.get("gemm_eff_max", b.gemm_eff_max),
-                               frontend.get("scheduler_pass_s", b.scheduler_pass_s),
+                               frontend.get("scheduler_pass_s", 0.0),
                                frontend.get("first_token_overhead_s", 0.0), default_base,
                                graph_layer_overhead_s=analytic.get("graph_layer_overhead_s"),
-                               scheduler_per_request_s=frontend.get("scheduler_per_request_s"),
+                               scheduler_per_request_s=frontend.get("scheduler_per_request_s", 0.0),
                                stream_per_running_s=frontend.get("stream_per_running_s", 0.0),
                                attn_decode_mem_eff=analytic.get("attn_decode_mem_eff"),
                                comm_time_scale=analytic.get("comm_time_scale"))
