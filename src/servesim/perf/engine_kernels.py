@@ -92,8 +92,9 @@ class KernelRates:
     def prefill_attention(self, kind: str) -> float:
         """``kind``: ``mla``, ``gqa`` (softmax attention with grouped key/value heads) or
         ``gqa_window`` (its sliding-window kernel: the engines run windowed prefill through other
-        kernels or code paths — TensorRT-LLM's and SGLang's Blackwell ones measure ~30% slower per
-        computed key block than their full-attention kernels, vLLM's FlashAttention the same)."""
+        kernels or code paths — TensorRT-LLM's runs 30-40% slower per computed key block than its
+        full-attention kernel, vLLM's Blackwell one 20%; SGLang's and vLLM's Hopper
+        FlashAttention-3 need no rate of their own)."""
         return self.rates.get(("prefill_attention", kind), 1.0)
 
     def moe(self, dtype: str) -> float:
