@@ -55,11 +55,17 @@ def best_single_errors(measured: np.ndarray) -> np.ndarray:
     return np.abs(cand[best])
 
 
+def deployments(points: pd.DataFrame):
+    """The rows of each deployment (its architecture and :data:`DEPLOYMENT`), one frame each."""
+    df = points.assign(arch=points.model.map(architecture))
+    for _, group in df.groupby(["arch", *DEPLOYMENT], dropna=False):
+        yield group
+
+
 def floors(points: pd.DataFrame) -> pd.DataFrame:
     """Per row: its deployment's size and each metric's floor error."""
-    df = points.assign(arch=points.model.map(architecture))
     parts = []
-    for _, group in df.groupby(["arch", *DEPLOYMENT], dropna=False):
+    for group in deployments(points):
         part = pd.DataFrame({"id": group.id.values, "backend": group.backend.values, "runs": len(group)})
         for name, col in METRICS.items():
             part[name] = best_single_errors(group[col].to_numpy(float))
@@ -69,9 +75,8 @@ def floors(points: pd.DataFrame) -> pd.DataFrame:
 
 def run_pairs(points: pd.DataFrame) -> pd.DataFrame:
     """Ordered pairs of distinct runs of one deployment: the error of predicting one by the other."""
-    df = points.assign(arch=points.model.map(architecture))
     rows = []
-    for _, group in df.groupby(["arch", *DEPLOYMENT], dropna=False):
+    for group in deployments(points):
         for a, b in itertools.permutations(group.itertuples(index=False), 2):
             errs = {n: abs(getattr(b, c) / getattr(a, c) - 1.0) for n, c in METRICS.items()}
             if any(errs.values()):  # not one run copied into two sources

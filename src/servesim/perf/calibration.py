@@ -103,11 +103,19 @@ class Calibration:
         the file has groups of that engine on it, else the nearest GPU of the same vendor that
         has (:func:`gpu_distance`); ``gpu`` itself when none does (then only the shared values
         apply, which a fitted file keeps at the physical priors, not at another vendor's fit)."""
-        with_engine = {k.split("/", 1)[0] for k in self.groups if k.split("/")[1] in (engine, "*")}
+        with_engine = self._gpus_with_groups(engine)
         if gpu in with_engine:
             return gpu
         near = sorted((gpu_distance(gpu, g), g) for g in with_engine if g != "*")
         return near[0][1] if near and math.isfinite(near[0][0]) else gpu
+
+    def _gpus_with_groups(self, engine: str) -> set[str]:
+        """The GPUs (``*`` included) the file has groups of ``engine`` on."""
+        return {k.split("/", 1)[0] for k in self.groups if k.split("/")[1] in (engine, "*")}
+
+    def _has_model_group(self, gpu: str, engine: str, model: str | None, precision: str | None) -> bool:
+        """Whether ``model`` (any of its names, with or without ``precision``) has a group on ``gpu``."""
+        return any(k in self.groups for k in group_keys(gpu, engine, model, precision)[3:])
 
     def resolve(self, gpu: str, engine: str, model: str | None = None,
                 precision: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -144,10 +152,9 @@ class Calibration:
         without groups, whose shared values are the user's own)."""
         if not self.groups:
             return True
-        own = any(k.split("/", 1)[0] == gpu and k.split("/")[1] in (engine, "*") for k in self.groups)
-        if not own:
+        if gpu not in self._gpus_with_groups(engine):
             return False
-        return model is None or any(k in self.groups for k in group_keys(gpu, engine, model, precision)[3:])
+        return model is None or self._has_model_group(gpu, engine, model, precision)
 
     def error_band(self, gpu: str, engine: str, model: str | None = None,
                    precision: str | None = None) -> dict[str, Any] | None:
@@ -160,8 +167,7 @@ class Calibration:
         if not self.intervals:
             return None
         source = self.gpu_source(gpu, engine)
-        keys = group_keys(source, engine, model, precision)
-        has_model = any(k in self.groups for k in keys[3:])
+        has_model = self._has_model_group(source, engine, model, precision)
         own_gpu = source == gpu and f"{gpu}/{engine}" in self.groups
         situation = "seen" if own_gpu and has_model else "unseen_model" if own_gpu else "unseen_gpu"
         table = self.intervals.get(situation) or {}

@@ -226,7 +226,7 @@ class OpModel:
         # full attention: the padded chunk's (query, key) pairs after the whole prefix; a sliding
         # window: the whole key blocks its query blocks reach (window_key_blocks)
         pairs = np.where(w > 0, window_key_blocks(n, c, np.where(w > 0, w, 1.0)) * blk * blk,
-                         np.maximum(_causal_pairs(q_pad, c), _causal_pairs(n, c))) \
+                         _causal_pairs(q_pad, c)) \
             + nq * ATTN_CTA_OVERHEAD_BLOCKS * blk * blk * ATTN_CTA_HEAD_DIM / np.asarray(head_dim, float)
         eff = p.attn_prefill_eff_max * (n / (n + p.attn_prefill_half_tokens) if p.attn_prefill_half_tokens else 1.0)
         eff = eff * np.where(w > 0, self.rates.prefill_attention("gqa_window"), self.rates.prefill_attention("gqa"))
@@ -267,7 +267,7 @@ class OpModel:
         c = np.asarray(cached, float)
         h = np.asarray(heads, float)
         nq = np.ceil(n / ATTN_BLOCK)
-        pairs = np.maximum(_causal_pairs(nq * ATTN_BLOCK, c), _causal_pairs(n, c)) \
+        pairs = _causal_pairs(nq * ATTN_BLOCK, c) \
             + nq * ATTN_CTA_OVERHEAD_BLOCKS * ATTN_BLOCK * ATTN_BLOCK
         eff = p.attn_prefill_eff_max * (n / (n + p.attn_prefill_half_tokens) if p.attn_prefill_half_tokens else 1.0)
         eff = eff * self.rates.prefill_attention("mla")
