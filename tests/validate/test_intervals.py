@@ -48,6 +48,20 @@ def test_error_bands_cover_each_situation_and_lookup_picks_the_deployments():
     assert Calibration().error_band("h100_sxm", "vllm") is None
 
 
+def test_error_band_situation_agrees_with_what_the_file_measured():
+    """A hand-written file with a model group on a GPU but no GPU/engine group there: the GPU is
+    calibrated for that engine (``measured``), so the band is its, not the unseen-GPU band."""
+    band = {"n": 3, "ttft_lo": -0.1, "ttft_hi": 0.1, "ttft_mape": 0.05, "tpot_lo": -0.1, "tpot_hi": 0.1,
+            "tpot_mape": 0.05}
+    cal = parse_calibration({"version": 1, "groups": {"h200_sxm/vllm/Qwen/Qwen3-32B@fp8": {"analytic": {"mem_eff": 0.8}}},
+                             "intervals": {s: {"*": band} for s in ("seen", "unseen_model", "unseen_gpu")}})
+    for model, situation in (("Qwen/Qwen3-32B", "seen"), ("org/Other", "unseen_model")):
+        assert cal.measured("h200_sxm", "vllm", model, "fp8") == (situation == "seen")
+        assert cal.error_band("h200_sxm", "vllm", model, "fp8")["situation"] == situation
+    assert not cal.measured("h100_sxm", "vllm", "Qwen/Qwen3-32B", "fp8")
+    assert cal.error_band("h100_sxm", "vllm", "Qwen/Qwen3-32B", "fp8")["situation"] == "unseen_gpu"
+
+
 def test_interval_brackets_the_prediction():
     band = {"situation": "seen", "basis": "halves", "group": "g", "coverage": 0.8, "n": 20,
             "ttft_lo": -0.2, "ttft_hi": 0.25, "ttft_mape": 0.1, "tpot_lo": -0.1, "tpot_hi": 0.05, "tpot_mape": 0.04}

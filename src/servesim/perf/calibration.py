@@ -166,10 +166,10 @@ class Calibration:
         of that situation.  None when the file has no intervals."""
         if not self.intervals:
             return None
-        source = self.gpu_source(gpu, engine)
-        has_model = self._has_model_group(source, engine, model, precision)
-        own_gpu = source == gpu and f"{gpu}/{engine}" in self.groups
-        situation = "seen" if own_gpu and has_model else "unseen_model" if own_gpu else "unseen_gpu"
+        # the same test as :meth:`measured`: any group of the engine on this GPU makes it calibrated
+        own_gpu = gpu in self._gpus_with_groups(engine)
+        has_model = own_gpu and self._has_model_group(gpu, engine, model, precision)
+        situation = "seen" if has_model else "unseen_model" if own_gpu else "unseen_gpu"
         table = self.intervals.get(situation) or {}
         key = f"*/{engine}" if situation == "unseen_gpu" else f"{gpu}/{engine}"
         band = table.get(key)
