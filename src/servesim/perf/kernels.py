@@ -232,7 +232,8 @@ class OpModel:
         if quantized and not (prec == "fp8" and self.rates.fp8_act_quant_fused):
             # the activation-quantization kernel: read bf16, write the low-precision copy (an
             # engine that writes per-tensor fp8 in the producing kernel's epilogue runs none)
-            t = t + self.t_kernel + self.gpu.quant_op_latency_us.get(prec, 0.0) * 1e-6 + m * k * (2.0 + ab) / self.bw_eff
+            fixed = self.gpu.quant_op_latency_us.get(prec, 0.0) * 1e-6 * self.rates.gemm_quant(dtype)
+            t = t + self.t_kernel + fixed + m * k * (2.0 + ab) / self.bw_eff
             if dynamic_scale:  # scale cleared, absolute maximum reduced over the activations, scale cast
                 t = t + DYNAMIC_SCALE_KERNELS * self.t_kernel + m * k * 2.0 / self.bw_eff
         return t
