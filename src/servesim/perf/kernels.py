@@ -198,9 +198,9 @@ class OpModel:
         best = np.full(np.broadcast(m, n, k).shape, np.inf)
         sm_rate = peak * eff / self.sms
         for (tm, tn), tf in zip(tiles, _TILE_EFF.get(tiles) or tuple(_tile_factor(*t) for t in tiles)):
-            tiles = np.ceil(m / tm) * np.ceil(n / tn)
+            n_tiles = np.ceil(m / tm) * np.ceil(n / tn)
             for s in splits:
-                units = tiles * s
+                units = n_tiles * s
                 waves = np.ceil(units / self.sms)
                 t = waves * 2.0 * tm * tn * np.ceil(k / s) / (sm_rate * tf)
                 if s > 1:  # partial sums written and reduced in fp32
