@@ -27,7 +27,8 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
   engine's tables best (prefill attention, MLA and GQA; fused-MoE grouped GEMMs per expert
   format, with a second factor on their weight streaming; MXFP4 from the gpt-oss-shaped rows
   of the kernels each engine serves gpt-oss with, :func:`_gptoss_mxfp4_rows`; the chunked
-  gated-delta prefill kernel's math, chain latency and fixed cost, :data:`LINEAR_ATTN_RATES`),
+  gated-delta prefill kernel's math, chain latency and fixed cost, :data:`LINEAR_ATTN_RATES`; the
+  fixed cost of the engine's NVFP4 activation quantization before a dense GEMM, :data:`GEMM_QUANT_RATES`),
   written as ``src/servesim/perf/engine_kernels.yaml`` (perf/engine_kernels.py).
 
 These are per-kernel measurements (physics), not end-to-end results: nothing of
@@ -259,6 +260,14 @@ MXFP4_EP_ONLY_ONE = True
 MXFP4_KERNEL_TABLE = {("vllm", 10): "trtllm"}
 
 
+#: The dense NVFP4 GEMM op's one engine rate, ``gemm_quant``: the fixed cost of the engine's
+#: activation-quantization op beyond its kernel latency (perf/engine_kernels.py), fitted on each
+#: engine's nvfp4 gemm_perf tables with the GPU's ceilings, streaming ratio and pooled
+#: ``quant_op_latency_us`` held.  The GEMM kernel is the same FlashInfer CuTe-DSL one in SGLang's
+#: and vLLM's tables, so their GEMMs get no rate of their own.
+GEMM_QUANT_RATES = ("gemm_quant",)
+
+
 #: Kernel sources of the prefill-attention tables that are an engine's portable fallback, not the
 #: backend it serves with on Hopper or Blackwell (SGLang's and vLLM's Triton attention: 75-82%
 #: slower than FlashAttention-3, TensorRT-LLM's FMHA or FlashInfer's TensorRT-LLM kernels on the
@@ -279,8 +288,15 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
         for engine, by in _gptoss_mxfp4_rows(system, major).items():
             sets.setdefault((engine, major, "moe", "mxfp4"), []).append(
                 (gpu, lambda ops, g: _moe_time(ops, "mxfp4", g) * 1e3, _sample(by, rows)))
-        for name in ("moe_perf", "context_mla_perf", "context_attention_perf", "gdn_perf"):
+        for name in ("moe_perf", "context_mla_perf", "context_attention_perf", "gdn_perf", "gemm_perf"):
             for backend, df in _load(system, name):
+                if name == "gemm_perf":  # the engine's NVFP4 activation-quantization op (GEMM_QUANT_RATES)
+                    g = df[df.gemm_dtype == "nvfp4"]
+                    if len(g):
+                        sets.setdefault((backend, major, "gemm_quant", "fp4"), []).append(
+                            (gpu, lambda ops, g: ops.gemm(g.m.values, g.n.values, g.k.values, "nvfp4") * 1e3,
+                             _sample(g, rows)))
+                    continue
                 if name == "gdn_perf":
                     g = df[(df.phase == "context") & ~df.kernel_source.astype(str).str.contains("conv1d")]
                     if len(g):

@@ -704,7 +704,7 @@ class AnalyticStepTime:
         comp = mem = 0.0
         for count, n, k, dtype in self._attn_gemms.entries + self._mlp_gemms.entries:
             peak, eff = ops.gemm_eff(dtype)
-            comp += count * float(ops.gemm_compute(tokens, n, k, peak, eff, ops.split_k(dtype)))
+            comp += count * float(ops.gemm_compute(tokens, n, k, peak, eff, ops.split_k(dtype), ops.gemm_tiles(dtype)))
             mem += count * (n * k * weight_bytes(dtype) + tokens * (k + n) * 2.0) / ops.bw_eff
         return comp, mem
 

@@ -18,7 +18,12 @@ the GPU's measured HBM ceiling), or for ``moe_fixed`` the fused-MoE layer's kern
 routing, sorting and permutation work and launches: what a handful of tokens is bound by); for
 the gated-delta prefill kernel, ``linear_attn`` multiplies its
 math rate, ``linear_attn_chain`` its per-token chain latency and ``linear_attn_fixed`` its kernel
-count.  1 (no entry) keeps the op model as it is.
+count.  For the dense GEMMs, ``gemm_quant`` multiplies the fixed cost of the engine's NVFP4
+activation-quantization op beyond its kernel latency (``GPUSpec.quant_op_latency_us['fp4']``,
+fitted on all engines' tables pooled): SGLang's and vLLM's NVFP4 GEMM tables time the same
+FlashInfer CuTe-DSL GEMM, yet SGLang's smallest shapes take 3.5-3.9 us on Blackwell and vLLM's
+6-7 us, TensorRT-LLM's 6-7 us — the quantization kernels differ.  1 (no entry) keeps the op
+model as it is.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ RATES_FILE = Path(__file__).with_name("engine_kernels.yaml")
 #: Ops a rate can apply to, with the formats each names.
 OPS = {"prefill_attention": ("mla", "gqa", "gqa_window"), "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
        "moe_stream": ("bf16", "fp8", "fp4", "mxfp4", "int4"), "moe_fixed": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
-       "linear_attn": ("gdn",), "linear_attn_chain": ("gdn",), "linear_attn_fixed": ("gdn",)}
+       "linear_attn": ("gdn",), "linear_attn_chain": ("gdn",), "linear_attn_fixed": ("gdn",),
+       "gemm_quant": ("fp4",)}
 #: A rate outside this range is a table or fitting error, not a kernel.
 RATE_RANGE = (0.1, 3.0)
 #: The gated-delta prefill kernel's math rate spans more: vLLM's FlashInfer kernel runs it on
@@ -109,6 +115,11 @@ class KernelRates:
         """The same kernels' fixed cost (routing, sorting, permutation, launches): a factor on
         their kernel count (``kernels.MOE_KERNELS``), what a handful of tokens is bound by."""
         return self.rates.get(("moe_fixed", _format(dtype)), 1.0)
+
+    def gemm_quant(self, dtype: str) -> float:
+        """The engine's activation-quantization op before a dense GEMM with ``dtype`` weights: a
+        factor on its fixed cost beyond the kernel latency (``GPUSpec.quant_op_latency_us``)."""
+        return self.rates.get(("gemm_quant", _format(dtype)), 1.0)
 
     def linear_attn(self) -> float:
         """The engine's chunked gated-delta (linear attention) prefill kernel: its math."""

@@ -45,6 +45,21 @@ SPLIT_K = (1, 2, 4, 8)
 #: kernel, moving twice the bytes, takes 12 us at K = 64k; nvfp4 on B200 shows the same.  AMD
 #: GPUs, with no kernel tables, take the same rule unmeasured.
 QUANTIZED_SPLIT_K = (1,)
+#: output tiles of the weight-only (mixed-input) GEMMs: bf16 activations times int4 / int8 weights
+#: dequantized in registers (TensorRT-LLM's fpA_intB CUTLASS kernels, Marlin).  Built for small
+#: batches, they also run 16- and 32-row thread-block tiles (TensorRT-LLM's tile configs for these
+#: kernels start at 16×128, one ``mma.m16n8k16`` row block), so a decode-sized ``m`` pads to 16
+#: rows, not 64.  Priced with 64-row tiles, TensorRT-LLM's A100 int4 table was 50-90% too slow at
+#: ``m ≤ 16`` with large weights (the padded tile's math, not the 4-bit weight stream, bound it).
+WEIGHT_ONLY_TILES = ((16, 128), (32, 128), (64, 128), (128, 128))
+#: kernels an op runs besides the quantization kernel and the GEMM when it derives a per-tensor
+#: activation scale at run time (no calibrated ``input_scale``): TensorRT-LLM's dynamic per-tensor
+#: fp8 quantization clears the scale (a memset), reduces the tensor's absolute maximum (one pass
+#: over the bf16 activations) before quantizing, and its linear layer casts the bf16 scale to fp32.
+#: Measured: TensorRT-LLM's fp8 table (its collector loads no ``input_scale``) has a 12 us floor on
+#: every GPU where SGLang's per-token fp8 op takes 4.4-5 us, and keeps ~7 us over it up to
+#: mid-sized shapes.
+DYNAMIC_SCALE_KERNELS = 3
 #: a tile's operand reuse: FLOPs per byte loaded into shared memory is ``2·tm·tn/(tm+tn)/2``;
 #: efficiency follows ``I / (I + TILE_INTENSITY_HALF)`` normalised to the largest tile
 #: (smaller tiles reach less of the peak: 64×64 about 80% of 128×256).
@@ -87,7 +102,7 @@ def _tile_factor(tm: int, tn: int) -> float:
     return f(tm, tn) / f(*GEMM_TILES[-1])
 
 
-_TILE_EFF = tuple(_tile_factor(tm, tn) for tm, tn in GEMM_TILES)
+_TILE_EFF = {tiles: tuple(_tile_factor(tm, tn) for tm, tn in tiles) for tiles in (GEMM_TILES, WEIGHT_ONLY_TILES)}
 
 
 #: Marlin's MoE row blocks, smallest first.  vLLM's ``fused_marlin_moe`` also has 8-row blocks, but
@@ -160,9 +175,20 @@ class OpModel:
         when the output is too small to fill the SMs, fp8 / fp4 kernels do not (:data:`QUANTIZED_SPLIT_K`)."""
         return QUANTIZED_SPLIT_K if self.quantized(dtype) else SPLIT_K
 
-    def gemm_compute(self, m, n, k, peak: float, eff: float, splits: tuple[int, ...] = SPLIT_K):
+    def weight_only(self, dtype: str) -> bool:
+        """Whether GEMMs with ``dtype`` weights are weight-only: weights narrower than bf16
+        multiplied at the bf16 peak (int4, int8_wo; 4-bit formats on GPUs without fp4 units)."""
+        return weight_bytes(dtype) < 2.0 and compute_precision(dtype, self.gpu) == "bf16"
+
+    def gemm_tiles(self, dtype: str) -> tuple[tuple[int, int], ...]:
+        """Output tiles the kernels for ``dtype`` weights choose among (:data:`WEIGHT_ONLY_TILES`
+        for weight-only formats, else :data:`GEMM_TILES`)."""
+        return WEIGHT_ONLY_TILES if self.weight_only(dtype) else GEMM_TILES
+
+    def gemm_compute(self, m, n, k, peak: float, eff: float, splits: tuple[int, ...] = SPLIT_K,
+                     tiles: tuple[tuple[int, int], ...] = GEMM_TILES):
         """Compute seconds of ``[m,k]×[k,n]``: output tiles in waves over the SMs, best tiling
-        (each tile's K loop split ``s`` ways for ``s`` in ``splits``)."""
+        among ``tiles`` (each tile's K loop split ``s`` ways for ``s`` in ``splits``)."""
         m = np.asarray(m, dtype=np.float64)
         n = np.asarray(n, dtype=np.float64)
         k = np.asarray(k, dtype=np.float64)
@@ -171,10 +197,10 @@ class OpModel:
             return flops / (peak * eff)
         best = np.full(np.broadcast(m, n, k).shape, np.inf)
         sm_rate = peak * eff / self.sms
-        for (tm, tn), tf in zip(GEMM_TILES, _TILE_EFF):
-            tiles = np.ceil(m / tm) * np.ceil(n / tn)
+        for (tm, tn), tf in zip(tiles, _TILE_EFF.get(tiles) or tuple(_tile_factor(*t) for t in tiles)):
+            n_tiles = np.ceil(m / tm) * np.ceil(n / tn)
             for s in splits:
-                units = tiles * s
+                units = n_tiles * s
                 waves = np.ceil(units / self.sms)
                 t = waves * 2.0 * tm * tn * np.ceil(k / s) / (sm_rate * tf)
                 if s > 1:  # partial sums written and reduced in fp32
@@ -183,8 +209,12 @@ class OpModel:
         # a padded tile never beats the ideal rate
         return np.maximum(best, flops / (peak * eff))
 
-    def gemm(self, m, n, k, dtype: str = "bf16", act_bytes: float | None = None):
-        """``[m, k] × [k, n]`` with ``dtype`` weights: one kernel, tiles and waves, roofline."""
+    def gemm(self, m, n, k, dtype: str = "bf16", act_bytes: float | None = None, dynamic_scale: bool = False):
+        """``[m, k] × [k, n]`` with ``dtype`` weights: one kernel, tiles and waves, roofline.
+
+        ``dynamic_scale``: a quantized GEMM whose op derives its per-tensor activation scale at run
+        time (:data:`DYNAMIC_SCALE_KERNELS` more kernels and one more pass over the activations);
+        serving uses the checkpoint's static scales, the kernel tables' TensorRT-LLM fp8 op does not."""
         peak, eff = self.gemm_eff(dtype)
         wb = weight_bytes(dtype)
         m = np.asarray(m, dtype=np.float64)
@@ -196,13 +226,16 @@ class OpModel:
         mem = (np.asarray(n, float) * k * wb / self.stream_ratio(dtype) + m * k * ab
                + m * np.asarray(n, float) * 2.0) / self.bw_eff
         mem = self._ramped(mem)
-        comp = self.gemm_compute(m, n, k, peak, eff, self.split_k(dtype))
+        comp = self.gemm_compute(m, n, k, peak, eff, self.split_k(dtype), self.gemm_tiles(dtype))
         t = self.t_kernel + np.maximum(comp, mem)
         prec = compute_precision(dtype, self.gpu) if quantized else ""
         if quantized and not (prec == "fp8" and self.rates.fp8_act_quant_fused):
             # the activation-quantization kernel: read bf16, write the low-precision copy (an
             # engine that writes per-tensor fp8 in the producing kernel's epilogue runs none)
-            t = t + self.t_kernel + self.gpu.quant_op_latency_us.get(prec, 0.0) * 1e-6 + m * k * (2.0 + ab) / self.bw_eff
+            fixed = self.gpu.quant_op_latency_us.get(prec, 0.0) * 1e-6 * self.rates.gemm_quant(dtype)
+            t = t + self.t_kernel + fixed + m * k * (2.0 + ab) / self.bw_eff
+            if dynamic_scale:  # scale cleared, absolute maximum reduced over the activations, scale cast
+                t = t + DYNAMIC_SCALE_KERNELS * self.t_kernel + m * k * 2.0 / self.bw_eff
         return t
 
     # ------------------------------------------------------------- attention

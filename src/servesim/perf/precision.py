@@ -5,7 +5,9 @@ Weight formats (bytes per parameter include block-scale overhead):
 - ``bf16``/``fp16``: 2;  ``fp8``: 1 (128×128 block scales negligible);  ``int8``: 1;
 - ``nvfp4`` (alias ``fp4`` on NVIDIA): 4-bit values + one fp8 scale per 16 → 0.5625;
 - ``mxfp4``: 4-bit values + one 8-bit scale per 32 → 0.53125;
-- ``int4``: weight-only 4-bit, bf16 scale per group of 32 (Kimi-K2.5 / Marlin style) → 0.5625.
+- ``int4``: weight-only 4-bit, bf16 scale per group of 32 (Kimi-K2.5 / Marlin style) → 0.5625;
+- ``int8_wo``: weight-only int8 (W8A16, per-channel scales), multiplied at the bf16 peak — ``int8``
+  is W8A8 (SmoothQuant-style, int8 tensor cores).
 
 Which layers a checkpoint quantizes (:func:`layer_dtypes`):
 
@@ -34,6 +36,7 @@ WEIGHT_BYTES: dict[str, float] = {
     "fp16": 2.0,
     "fp8": 1.0,
     "int8": 1.0,
+    "int8_wo": 1.0,
     "fp4": 0.5625,
     "nvfp4": 0.5625,
     "mxfp4": 0.53125,
@@ -44,7 +47,7 @@ KV_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "auto": 2.0, "fp8": 1.0,
 
 _COMPUTE = {
     "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "int8",
-    "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4", "int4": None,
+    "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4", "int4": None, "int8_wo": None,
 }
 
 
