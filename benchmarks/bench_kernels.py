@@ -16,6 +16,10 @@ Op classes (the table each comes from):
 - ``attn_prefill``, ``attn_prefill_window``: context_attention_perf (no cached prefix in the
   tables), full and sliding-window;
 - ``attn_decode``, ``attn_decode_window``: generation_attention_perf (batch × context);
+- ``attn_prefill_fallback``, ``attn_decode_fallback``: the rows of those two tables measured on an
+  engine's Triton fallback kernels (:data:`FALLBACK_ATTENTION`: the shapes SGLang's and vLLM's
+  main backends do not take; 1.2-2.7x slower than the main backend where both are measured), full
+  and windowed together: reported, not a target — the op model prices the tensor-core flash kernels;
 - ``mla_prefill``, ``mla_decode``: context_mla_perf / generation_mla_perf (DeepSeek shapes);
 - ``moe/<precision>``: moe_perf, balanced routing (``moe_skewed`` for power-law routing:
   reported, not a target — servesim assumes uniform routing);
@@ -53,6 +57,15 @@ GEMM_DTYPES = {"bfloat16": "bf16", "float16": "bf16", "fp8": "fp8", "fp8_block":
                "w4a8_mxfp4_mxfp8_trtllm": "mxfp4", "fp8_static": "fp8"}
 KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "int8": 1.0}
 NCCL_BYTES = {"half": 2.0, "int8": 1.0, "bfloat16": 2.0, "float": 4.0}
+#: Kernel sources of the attention tables that are an engine's portable fallback, not the backend
+#: it serves with on Hopper or Blackwell: SGLang's and vLLM's Triton attention, measured for the
+#: shapes their main backend does not take (head sizes 64 / 192 / 256 / 512, some windows).  On the shapes SGLang's Blackwell tables measure with both (B200, GB200):
+#: Triton prefill takes a median 2.7x TensorRT-LLM's FMHA time (2,584 shapes), Triton decode 1.2x
+#: (quartiles 0.8-2.3x, 2,908 shapes).  The op model prices the kernels an engine serves with, so
+#: these rows are reported as their own classes (``attn_prefill_fallback``, ``attn_decode_fallback``,
+#: windowed rows included), never mixed into the attention classes and never dropped; the
+#: engine-rate fit (fit_kernel_ceilings.py) leaves them out the same way.
+FALLBACK_ATTENTION = "triton"
 # DeepSeek-V3 MLA dimensions (the only MLA model the tables measure)
 MLA = dict(qk_nope=128, qk_rope=64, v_dim=128, kv_lora=512)
 
@@ -89,9 +102,19 @@ def _gemm(ops: OpModel, df, rows):
         yield f"gemm/{dt}", ops.gemm(g.m.values, g.n.values, g.k.values, prec), g.latency.values
 
 
+def _fallback(df):
+    """Rows of an attention table measured on an engine's portable Triton fallback
+    (:data:`FALLBACK_ATTENTION`)."""
+    return df.kernel_source.astype(str).str.contains(FALLBACK_ATTENTION) if "kernel_source" in df \
+        else np.zeros(len(df), bool)
+
+
 def _context_attention(ops, df, rows):
+    fb = _fallback(df)
+    df, fall = df[~fb], df[fb]
     w = df.window_size if "window_size" in df else 0 * df.isl
-    for name, g in (("attn_prefill", df[w == 0]), ("attn_prefill_window", df[w > 0])):
+    for name, g in (("attn_prefill", df[w == 0]), ("attn_prefill_window", df[w > 0]),
+                    ("attn_prefill_fallback", fall)):
         g = _sample(g, rows)
         if not len(g):
             continue
@@ -102,8 +125,11 @@ def _context_attention(ops, df, rows):
 
 
 def _generation_attention(ops, df, rows):
+    fb = _fallback(df)
+    df, fall = df[~fb], df[fb]
     w = df.window_size if "window_size" in df else 0 * df.isl
-    for name, g in (("attn_decode", df[w == 0]), ("attn_decode_window", df[w > 0])):
+    for name, g in (("attn_decode", df[w == 0]), ("attn_decode_window", df[w > 0]),
+                    ("attn_decode_fallback", fall)):
         g = _sample(g, rows)
         if not len(g):
             continue

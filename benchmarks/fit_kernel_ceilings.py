@@ -52,7 +52,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_kernels import GEMM_DTYPES, SYSTEMS, _moe_class, gdn_time, table_files  # noqa: E402
+from bench_kernels import FALLBACK_ATTENTION, GEMM_DTYPES, SYSTEMS, _moe_class, gdn_time, table_files  # noqa: E402
 
 from servesim.hardware import load_gpu  # noqa: E402
 from servesim.perf.analytic_params import AnalyticParams  # noqa: E402
@@ -259,13 +259,6 @@ MXFP4_EP_ONLY_ONE = True
 MXFP4_KERNEL_TABLE = {("vllm", 10): "trtllm"}
 
 
-#: Kernel sources of the prefill-attention tables that are an engine's portable fallback, not the
-#: backend it serves with on Hopper or Blackwell (SGLang's and vLLM's Triton attention: 75-82%
-#: slower than FlashAttention-3, TensorRT-LLM's FMHA or FlashInfer's TensorRT-LLM kernels on the
-#: same shapes).  An engine's prefill rate is fitted on the kernels it serves with.
-FALLBACK_ATTENTION = "triton"
-
-
 def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str], list]:
     """(engine, CUDA major, op, format) → [(gpu, reader, table rows)] from every GPU's tables."""
     from bench_kernels import _context_attention, _context_mla, _sample
@@ -301,6 +294,7 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
                     sets.setdefault((backend, major, "prefill_attention", "mla"), []).append(
                         (gpu, lambda ops, g: next(_context_mla(ops, g, len(g)))[1] * 1e3, _sample(df, rows)))
                 else:  # full attention and sliding windows: each engine's own kernel path
+                    # an engine's rate is fitted on the kernels it serves with, not its Triton fallback
                     df = df[~df.kernel_source.astype(str).str.contains(FALLBACK_ATTENTION)]
                     w = df.window_size if "window_size" in df else 0 * df.isl
                     for fmt, g in (("gqa", df[w == 0]), ("gqa_window", df[w > 0])):
