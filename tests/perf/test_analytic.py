@@ -18,7 +18,7 @@ TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_si
 # a params set with no overheads and perfect efficiencies, so hand computations are exact
 IDEAL = AnalyticParams(gemm_eff_max=1.0, gemm_half_tokens=0.0, moe_eff_scale=1.0, moe_half_tokens=0.0, mem_eff=1.0,
                        attn_prefill_eff_max=1.0, attn_prefill_half_tokens=0.0, attn_decode_mem_eff=1.0,
-                       attn_decode_compute_eff=1.0, attn_decode_ctx_overhead_tokens=0.0,
+                       attn_decode_compute_eff=1.0, attn_decode_ctx_overhead_tokens=0.0, attn_decode_unit_s=0.0,
                        elementwise_bytes_per_token=0.0, pass_overhead_s=0.0, layer_overhead_s=0.0,
                        graph_pass_overhead_s=0.0, graph_layer_overhead_s=0.0)
 
@@ -335,6 +335,28 @@ def test_prefill_attention_is_the_op_models_kernel_per_layer(hidden, heads):
     for n, c in ((300, 0), (2048, 4096)):
         kernel = float(ops.attention_prefill(1, n, c, heads, 2, m.head_dim)) - ATTN_KERNELS * ops.t_kernel
         assert st._prefill_attn([n], [c]) == pytest.approx(m.num_layers * kernel, rel=1e-9)
+
+
+@pytest.mark.parametrize("engine,kv_heads", [("trtllm", 1), ("trtllm", 2), ("vllm", 1)])
+def test_decode_attention_work_units_are_the_op_models(engine, kv_heads):
+    """A pass's GQA decode attention is, per layer, the op model's kernel with its work units: one
+    per (request, KV head) — or, where the engine's kernel does not take the head group
+    (TensorRT-LLM beyond 32 query heads per KV head), one per (request, query head), each
+    streaming its KV head — at short and long context alike."""
+    from servesim.perf.engine_kernels import kernel_rates
+    from servesim.perf.kernels import ATTN_KERNELS, OpModel
+
+    m = parse_config({**TINY, "hidden_size": 64 * 128, "num_attention_heads": 64, "num_key_value_heads": kv_heads},
+                     name="tiny-mqa")
+    g = load_gpu("h200_sxm")
+    rates = kernel_rates(engine, g)
+    st = AnalyticStepTime(m, g, kernel_rates=rates)
+    ops = OpModel(g, st.p, rates)
+    per_query_head = engine == "trtllm" and 64 / kv_heads > 32
+    assert float(ops.decode_streams(64, kv_heads)) == (64 if per_query_head else kv_heads)
+    for n, ctx in ((512, 2), (8, 8000)):
+        body = float(ops.attention_decode(n, ctx, 64, kv_heads, m.head_dim)) - ATTN_KERNELS * ops.t_kernel
+        assert st._decode_attn(n, float(n * ctx), 0.0) == pytest.approx(m.num_layers * body, rel=1e-9)
 
 
 @pytest.mark.parametrize("engine", ["trtllm", "vllm"])

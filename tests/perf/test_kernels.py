@@ -177,7 +177,8 @@ def test_decode_attention_per_context(h100):
     t2 = float(h100.attention_decode(8, 32768, 32, 8, 128))
     kv_per_token = 2 * 8 * 128 * 2
     bw = h100.bw * min(0.9, h100.gpu.ceiling("hbm"))
-    over = h100.p.attn_decode_ctx_overhead_tokens
+    # the last block read whole, and the 8 KV heads' work units as the tokens streamed in them
+    over = h100.p.attn_decode_ctx_overhead_tokens + h100.decode_unit_tokens(8, kv_per_token / bw)
 
     def read(ctx):
         t = 8 * (ctx + over) * kv_per_token / bw
@@ -186,6 +187,44 @@ def test_decode_attention_per_context(h100):
     assert t2 - t1 == pytest.approx(read(32768) - read(16384), rel=1e-9)
     assert t2 - t1 == pytest.approx(8 * 16384 * kv_per_token / bw, rel=1e-3)  # the ramp has saturated
     assert float(h100.attention_decode(1, 1, 32, 8, 128)) >= ATTN_KERNELS * h100.t_kernel
+
+
+def test_decode_attention_work_units_run_over_the_sms(h100):
+    """Every (request, KV head) of decode attention is a work unit that holds an SM for
+    ``attn_decode_unit_s`` beyond its KV stream: at a handful of tokens per request, many
+    requests cost ``requests·KV heads·t_unit/SMs`` more than their bytes (the tables: 1024
+    requests x 8 KV heads at 128 tokens take ~200 us on H200, twice their KV stream)."""
+    flat = OpModel(h100.gpu, AnalyticParams(attn_decode_unit_s=0.0))
+    b, kvh = 1024, 8
+    t, t0 = float(h100.attention_decode(b, 2, 32, kvh, 128)), float(flat.attention_decode(b, 2, 32, kvh, 128))
+    units = b * kvh * h100.p.attn_decode_unit_s / h100.sms
+    assert units > 40e-6
+    assert t - t0 > 0.9 * units  # the ramp shrinks once the stream is long
+    # per KV head, not per query head (the query heads of a group share their unit and stream)
+    assert float(h100.attention_decode(b, 2, 64, kvh, 128)) == pytest.approx(t, rel=1e-9)
+
+
+def test_trtllm_decode_runs_large_head_groups_per_query_head(h100):
+    """TensorRT-LLM's decode kernels take head groups up to 32 query heads per KV head; larger
+    groups run one unit and one KV stream per query head (measured 6-12x the per-KV-head
+    time at groups of 48-128), other engines' kernels any group."""
+    from servesim.perf.engine_kernels import DECODE_HEAD_GROUP_MAX, kernel_rates
+
+    trt = OpModel(h100.gpu, h100.p, kernel_rates("trtllm", h100.gpu))
+    vllm = OpModel(h100.gpu, h100.p, kernel_rates("vllm", h100.gpu))
+    assert DECODE_HEAD_GROUP_MAX["trtllm"] == 32 and "vllm" not in DECODE_HEAD_GROUP_MAX
+    for heads, kvh in ((32, 1), (64, 2)):  # groups of 32: no fallback
+        assert float(trt.attention_decode(64, 4096, heads, kvh, 128)) == \
+            pytest.approx(float(vllm.attention_decode(64, 4096, heads, kvh, 128)), rel=1e-9)
+    slow = float(trt.attention_decode(64, 4096, 64, 1, 128))
+    fast = float(vllm.attention_decode(64, 4096, 64, 1, 128))
+    assert slow > 30 * (fast - ATTN_KERNELS * h100.t_kernel)
+    # 1024 requests of 2 tokens, 64 query heads on 1 KV head: measured 0.59-0.65 ms on H200 at
+    # head sizes 64-256 (TensorRT-LLM generation table), bound by the units at every head size
+    # (the per-KV-head model: 12 us)
+    h200 = load_gpu("h200_sxm")
+    t = OpModel(h200, h100.p, kernel_rates("trtllm", h200)).attention_decode(1024, 2, 64, 1, np.array([64, 128, 256]))
+    assert np.all((t > 0.35e-3) & (t < 0.8e-3)) and t.max() < 1.2 * t.min(), t
 
 
 def test_moe_reads_only_touched_experts(h100):

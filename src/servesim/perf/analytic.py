@@ -22,7 +22,9 @@ Ops per decoder layer (per GPU of the worker):
   where the layer is sparse; a sliding-window layer's whole key blocks,
   ``kernels.window_key_blocks``), reading the chunk's prefix KV;
 - decode attention: each request reads its own context's KV (window- or top-k-capped), plus
-  ``attn_decode_ctx_overhead_tokens`` per request (kernel fixed cost); MLA decode is absorbed
+  ``attn_decode_ctx_overhead_tokens`` per request (kernel fixed cost) and, for GQA, its work
+  units' own time (``attn_decode_unit_s`` per KV head, or per query head where the engine's
+  kernel does not take the group, over the SMs) as the tokens streamed in it; MLA decode is absorbed
   (reads the latent, computes over ``2·kv_lora_rank + rope`` per head);
 - linear attention: per-token recurrent update FLOPs; state read+write per request; the
   chunked prefill kernel also waits on the longest chunk's chunk-to-chunk state chain;
@@ -257,6 +259,19 @@ class AnalyticStepTime:
         self._dec_full = (n_full_l * full_dec / (pa * p.attn_decode_compute_eff), n_full_l * full_kv / dme)
         self._dec_cap = (n_cap_l * cap_dec / (pa * p.attn_decode_compute_eff), n_cap_l * cap_kv / dme)
         self._dec_oh = p.attn_decode_ctx_overhead_tokens
+        if not m.is_mla:
+            # GQA decode's work units (kernels.OpModel.decode_streams / decode_unit_tokens): one
+            # per KV head, or per query head where the engine's kernel does not take the group
+            # (each then streaming its KV head on its own), as the tokens a request streams
+            # in their time
+            kvh = max(1, kv_layer / (2.0 * m.head_dim * kvb))
+            streams = float(ops.decode_streams(nq, kvh))
+            per_tok = kv_layer * streams / kvh
+            if streams != kvh:  # the masked multi-head fallback: no partly used tile
+                self._dec_full = (self._dec_full[0], n_full_l * per_tok / dme)
+                self._dec_cap = (self._dec_cap[0], n_cap_l * per_tok / dme)
+                self._dec_oh = 0.0
+            self._dec_oh += float(ops.decode_unit_tokens(streams, per_tok / dme))
         # a prefill thread block's fixed work in (query, key) pairs of this model's heads: key
         # blocks of a 128-wide head (kernels.ATTN_CTA_HEAD_DIM), MLA's in its own
         self._cta_pairs = ATTN_CTA_OVERHEAD_BLOCKS * ATTN_BLOCK * ATTN_BLOCK * (

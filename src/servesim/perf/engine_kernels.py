@@ -54,6 +54,17 @@ MOE_FIXED_RATE_RANGE = (0.1, 10.0)
 #: Marlin picks its row block by the rows an expert gets (``kernels.marlin_row_block``).
 MARLIN_INT4 = frozenset({("vllm", 9), ("vllm", 10), ("sglang", 9)})
 
+#: Engines whose decode-attention kernel takes query-head groups (query heads per KV head) only
+#: up to a size, and the largest it takes.  TensorRT-LLM's decode attention (XQA on Hopper, its
+#: generated kernels on Blackwell) is compiled for a set of group sizes; a model whose group is
+#: larger falls back to the masked multi-head attention kernel, one thread block per (request,
+#: query head), each streaming its KV head on its own.  Measured (aiconfigurator-core TensorRT-LLM
+#: generation tables, every GPU): groups of 24 and 32 run within -16..-28% of the op model, groups
+#: of 48-128 take 6-12x its time (at 1024 requests of 2 tokens and 64 query heads: 0.6 ms at head
+#: size 64, 128 and 256 alike, 9 ns per (request, query head): one work unit each, not one per KV
+#: head).  SGLang's and vLLM's kernels take any group (their tables: 1.1-2x at groups of 48+).
+DECODE_HEAD_GROUP_MAX = {"trtllm": 32}
+
 #: Engines whose per-tensor fp8 GEMMs take activations already quantized by the kernel that
 #: produced them, so such a GEMM runs no quantization kernel of its own.  A per-tensor fp8
 #: checkpoint (NVIDIA's ModelOpt exports) carries static input scales, and TensorRT-LLM writes
@@ -88,6 +99,9 @@ class KernelRates:
     #: producing kernel (:data:`FUSED_ACTIVATION_QUANT`): no quantization kernel of their own.
     #: The step-time model clears it for a checkpoint with block-scaled fp8.
     fp8_act_quant_fused: bool = False
+    #: The largest query-head group the engine's decode-attention kernel takes (0: any);
+    #: larger groups run one work unit per query head (:data:`DECODE_HEAD_GROUP_MAX`).
+    decode_head_group_max: int = 0
 
     def prefill_attention(self, kind: str) -> float:
         """``kind``: ``mla``, ``gqa`` (softmax attention with grouped key/value heads) or
@@ -160,7 +174,8 @@ def kernel_rates(engine: str, gpu) -> KernelRates:
         return NO_RATES
     found = _table().get((engine, major))
     fused = engine in FUSED_ACTIVATION_QUANT
-    if not found and not fused:
+    group = DECODE_HEAD_GROUP_MAX.get(engine, 0)
+    if not found and not fused and not group:
         return NO_RATES
     return KernelRates(dict(found or {}), int4_marlin=(engine, major) in MARLIN_INT4,
-                       fp8_act_quant_fused=fused)
+                       fp8_act_quant_fused=fused, decode_head_group_max=group)

@@ -245,18 +245,48 @@ class OpModel:
         """One query token per request over ``ctx`` cached tokens (GQA, paged, split-KV).
 
         Each request reads its own KV (window-capped) plus a fixed cost of
-        ``attn_decode_ctx_overhead_tokens`` (its page-table walk and the first, partly used
-        block); the split-KV kernel and its combine are two kernels.
+        ``attn_decode_ctx_overhead_tokens`` (the first, partly used block); the split-KV kernel
+        and its combine are two kernels.  Its work units — one per (request, KV head), the query
+        heads of a group together — each hold an SM for ``attn_decode_unit_s`` beyond their KV
+        stream, ``sm_count`` at a time (:meth:`decode_unit_tokens`).  An engine whose kernel
+        takes head groups only up to ``KernelRates.decode_head_group_max`` runs larger groups
+        one unit and one KV stream per query head, with no partly used tile (that fallback, the
+        masked multi-head kernel, steps through the keys a few at a time).
         """
         p = self.p
         b = np.asarray(batch, float)
         s = np.asarray(ctx, float)
         w = np.asarray(window, float)
-        s = np.where(w > 0, np.minimum(s, np.where(w > 0, w, 1.0)), s) + p.attn_decode_ctx_overhead_tokens
+        h = np.asarray(heads, float)
         kvh = np.asarray(kv_heads, float)
+        streams = self.decode_streams(h, kvh)
+        bw = self.bw * min(p.attn_decode_mem_eff, self.gpu.ceiling("hbm"))
+        per_tok = 2.0 * streams * head_dim * kv_bytes
+        # the masked multi-head fallback steps through keys a few at a time: no tile read whole
+        over = np.where(streams == kvh, p.attn_decode_ctx_overhead_tokens, 0.0)
+        s = np.where(w > 0, np.minimum(s, np.where(w > 0, w, 1.0)), s) + over \
+            + self.decode_unit_tokens(streams, per_tok / bw)
         comp = b * s * 4.0 * heads * head_dim / (self.peak_attn * p.attn_decode_compute_eff)
-        mem = b * s * 2.0 * kvh * head_dim * kv_bytes / (self.bw * min(p.attn_decode_mem_eff, self.gpu.ceiling("hbm")))
+        mem = b * s * per_tok / bw
         return ATTN_KERNELS * self.t_kernel + np.maximum(comp, self._ramped(mem))
+
+    def decode_streams(self, heads, kv_heads):
+        """KV streams (work units) per request of GQA decode attention: one per KV head, or one
+        per query head where the engine's kernel does not take the group
+        (``KernelRates.decode_head_group_max``)."""
+        g = self.rates.decode_head_group_max
+        if not g:
+            return kv_heads
+        return np.where(np.asarray(heads, float) > g * np.asarray(kv_heads, float), heads, kv_heads)
+
+    def decode_unit_tokens(self, units, s_per_token):
+        """The decode-attention work units' own time (``units`` per request, each holding one of
+        the GPU's SMs for ``attn_decode_unit_s``), as the context tokens the request streams in
+        that time (``s_per_token`` seconds per token and layer): ``units·t_unit/SMs / s_per_token``.
+        Zero on a GPU with no SM count."""
+        if not self.sms:
+            return 0.0 * np.asarray(units, float)
+        return np.asarray(units, float) * self.p.attn_decode_unit_s / self.sms / s_per_token
 
     def mla_prefill(self, batch, new, cached, heads, qk_nope=128, qk_rope=64, v_dim=128, kv_lora=512,
                     kv_bytes=2.0):
