@@ -21,6 +21,8 @@ Op classes (the table each comes from):
   main backends do not take; 1.2-2.7x slower than the main backend where both are measured), full
   and windowed together: reported, not a target — the op model prices the tensor-core flash kernels;
 - ``mla_prefill``, ``mla_decode``: context_mla_perf / generation_mla_perf (DeepSeek shapes);
+  ``mla_prefill_fallback``, ``mla_decode_fallback``: their Triton rows (SGLang's L40S tables: Ada
+  has none of the FlashMLA / FlashAttention-3 / trtllm-gen kernels the op model prices);
 - ``moe/<precision>``: moe_perf, balanced routing (``moe_skewed`` for power-law routing:
   reported, not a target — servesim assumes uniform routing);
 - ``allreduce_custom``: the engines' custom all-reduce under CUDA graphs (``OpModel.all_reduce``),
@@ -59,7 +61,7 @@ KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "int8"
 NCCL_BYTES = {"half": 2.0, "int8": 1.0, "bfloat16": 2.0, "float": 4.0}
 #: Kernel sources of the attention tables that are an engine's portable fallback, not the backend
 #: it serves with on Hopper or Blackwell: SGLang's and vLLM's Triton attention, measured for the
-#: shapes their main backend does not take (head sizes 64 / 192 / 256 / 512, some windows).  On the shapes SGLang's Blackwell tables measure with both (B200, GB200):
+#: shapes their main backend does not take (head sizes 64 / 192 / 256 / 512, some windows), and SGLang's MLA on L40S.  On the shapes SGLang's Blackwell tables measure with both (B200, GB200):
 #: Triton prefill takes a median 2.7x TensorRT-LLM's FMHA time (2,584 shapes), Triton decode 1.2x
 #: (quartiles 0.8-2.3x, 2,908 shapes).  The op model prices the kernels an engine serves with, so
 #: these rows are reported as their own classes (``attn_prefill_fallback``, ``attn_decode_fallback``,
@@ -141,18 +143,26 @@ def _generation_attention(ops, df, rows):
 
 
 def _context_mla(ops, df, rows):
-    g = _sample(df, rows)
-    kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
-    yield "mla_prefill", ops.mla_prefill(g.batch_size.values, g.isl.values, 0, g.num_heads.values,
-                                         kv_bytes=kvb, **MLA), g.latency.values
+    fb = _fallback(df)
+    for name, g in (("mla_prefill", df[~fb]), ("mla_prefill_fallback", df[fb])):
+        g = _sample(g, rows)
+        if not len(g):
+            continue
+        kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
+        yield name, ops.mla_prefill(g.batch_size.values, g.isl.values, 0, g.num_heads.values,
+                                    kv_bytes=kvb, **MLA), g.latency.values
 
 
 def _generation_mla(ops, df, rows):
-    g = _sample(df, rows)
-    kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
-    ctx = g.isl.values + g.step.values
-    yield "mla_decode", ops.mla_decode(g.batch_size.values, ctx, g.num_heads.values, qk_rope=MLA["qk_rope"],
-                                       kv_lora=MLA["kv_lora"], kv_bytes=kvb), g.latency.values
+    fb = _fallback(df)
+    for name, g in (("mla_decode", df[~fb]), ("mla_decode_fallback", df[fb])):
+        g = _sample(g, rows)
+        if not len(g):
+            continue
+        kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
+        ctx = g.isl.values + g.step.values
+        yield name, ops.mla_decode(g.batch_size.values, ctx, g.num_heads.values, qk_rope=MLA["qk_rope"],
+                                   kv_lora=MLA["kv_lora"], kv_bytes=kvb), g.latency.values
 
 
 def _moe(ops, df, rows):
