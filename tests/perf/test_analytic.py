@@ -359,6 +359,26 @@ def test_decode_attention_work_units_are_the_op_models(engine, kv_heads):
         assert st._decode_attn(n, float(n * ctx), 0.0) == pytest.approx(m.num_layers * body, rel=1e-9)
 
 
+@pytest.mark.parametrize("tp,kv_dtype", [(2, "bf16"), (1, "fp8")])
+def test_mla_decode_is_the_op_models_kernel_per_layer(tp, kv_dtype):
+    """DeepSeek-V3's decode attention is, per layer, the op model's absorbed MLA kernel: the latent
+    streamed per request, its blocks of 64 query heads (one at TP 2, two at TP 1) each a work unit
+    adding its time whether the kernel's math or its stream bounds it (here its math)."""
+    from servesim.perf.kernels import ATTN_KERNELS, OpModel
+
+    m, g = load_model("deepseek-ai/DeepSeek-V3"), load_gpu("h200_sxm")
+    st = AnalyticStepTime(m, g, tp=tp, kv_dtype=kv_dtype)
+    ops = OpModel(g, st.p)
+    kvb = 2.0 if kv_dtype == "bf16" else 1.0
+    heads = m.num_attention_heads // tp
+    for n, ctx in ((256, 3), (16, 6000)):
+        body = float(ops.mla_decode(n, ctx, heads, m.qk_rope_head_dim, m.kv_lora_rank, kvb)) - ATTN_KERNELS * ops.t_kernel
+        assert st._decode_attn(n, float(n * ctx), 0.0) == pytest.approx(m.num_layers * body, rel=1e-9)
+    flat = OpModel(g, st.p.model_copy(update={"attn_decode_unit_s": 0.0}))
+    units = float(ops.mla_decode(256, 3, heads, kv_bytes=kvb)) - float(flat.mla_decode(256, 3, heads, kv_bytes=kvb))
+    assert units == pytest.approx(256 * (128 // tp // 64) * st.p.attn_decode_unit_s / g.sm_count, rel=1e-6)
+
+
 @pytest.mark.parametrize("engine", ["trtllm", "vllm"])
 def test_sliding_window_prefill_is_the_op_models_windowed_kernel(engine):
     """A pass's prefill attention on a model with sliding-window layers (gpt-oss's pattern:

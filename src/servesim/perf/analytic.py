@@ -75,7 +75,7 @@ from servesim.perf.engine_kernels import NO_RATES, KernelRates
 from servesim.perf.expert_balance import expected_busiest_touched
 from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_HEAD_DIM, ATTN_CTA_OVERHEAD_BLOCKS, ATTN_KERNELS,
                                    ELEMENTWISE_KERNELS, LINEAR_ATTN_DECODE_KERNELS, LINEAR_ATTN_KERNELS, GemmSet,
-                                   OpModel, ramped, window_key_blocks)
+                                   MLA_HEAD_BLOCK, OpModel, ramped, window_key_blocks)
 from servesim.perf.launches import eager_ops_per_layer
 from servesim.perf.memory import Layout, attention_params_per_gpu
 from servesim.perf.plan import PassPlan, ends_from_durations
@@ -259,11 +259,18 @@ class AnalyticStepTime:
         self._dec_full = (n_full_l * full_dec / (pa * p.attn_decode_compute_eff), n_full_l * full_kv / dme)
         self._dec_cap = (n_cap_l * cap_dec / (pa * p.attn_decode_compute_eff), n_cap_l * cap_kv / dme)
         self._dec_oh = p.attn_decode_ctx_overhead_tokens
-        if not m.is_mla:
-            # GQA decode's work units (kernels.OpModel.decode_streams / decode_unit_tokens): one
-            # per KV head, or per query head where the engine's kernel does not take the group
-            # (each then streaming its KV head on its own), as the tokens a request streams
-            # in their time
+        # the decode kernel's work units (kernels.OpModel.decode_unit_tokens) as the tokens a
+        # request takes in their time, at whichever of a layer's KV stream and math bounds it
+        # (one query token: a speculative pass's verified tokens add math, not units)
+        dec_c_tok = full_dec / (pa * p.attn_decode_compute_eff)
+        if m.is_mla:
+            # a request's blocks of query heads (kernels.OpModel.mla_decode), over its layer's
+            # KV (the latent, and the indexer's keys)
+            blocks = math.ceil(nq / MLA_HEAD_BLOCK)
+            self._dec_oh += float(ops.decode_unit_tokens(blocks, max(dec_c_tok, kv_layer / dme)))
+        else:
+            # one per KV head, or per query head where the engine's kernel does not take the
+            # group (kernels.OpModel.decode_streams), each then streaming its KV head on its own
             kvh = max(1, kv_layer / (2.0 * m.head_dim * kvb))
             streams = float(ops.decode_streams(nq, kvh))
             per_tok = kv_layer * streams / kvh
@@ -271,7 +278,7 @@ class AnalyticStepTime:
                 self._dec_full = (self._dec_full[0], n_full_l * per_tok / dme)
                 self._dec_cap = (self._dec_cap[0], n_cap_l * per_tok / dme)
                 self._dec_oh = 0.0
-            self._dec_oh += float(ops.decode_unit_tokens(streams, per_tok / dme))
+            self._dec_oh += float(ops.decode_unit_tokens(streams, max(dec_c_tok, per_tok / dme)))
         # a prefill thread block's fixed work in (query, key) pairs of this model's heads: key
         # blocks of a 128-wide head (kernels.ATTN_CTA_HEAD_DIM), MLA's in its own
         self._cta_pairs = ATTN_CTA_OVERHEAD_BLOCKS * ATTN_BLOCK * ATTN_BLOCK * (

@@ -60,6 +60,9 @@ ATTN_BLOCK = 128
 #: 64-wide heads −30% → −11% bias).  MLA's prefill keeps it in its own key blocks.
 ATTN_CTA_OVERHEAD_BLOCKS = 2.0
 ATTN_CTA_HEAD_DIM = 128.0
+#: query heads an absorbed-MLA decode kernel runs together (FlashMLA and trtllm-gen's MLA kernels:
+#: a 64-row tile of heads per request); fewer heads pad the tile.
+MLA_HEAD_BLOCK = 64.0
 #: fixed cost of one attention op, in kernel latencies: the op as the serving frameworks
 #: run it (rotary embedding, KV-cache write, scheduling metadata, the attention kernel, the
 #: split-KV combine).  Measured: the smallest attention ops of the kernel tables take 11-14 us
@@ -264,9 +267,10 @@ class OpModel:
         per_tok = 2.0 * streams * head_dim * kv_bytes
         # the masked multi-head fallback steps through keys a few at a time: no tile read whole
         over = np.where(streams == kvh, p.attn_decode_ctx_overhead_tokens, 0.0)
+        comp_tok = 4.0 * h * head_dim / (self.peak_attn * p.attn_decode_compute_eff)
         s = np.where(w > 0, np.minimum(s, np.where(w > 0, w, 1.0)), s) + over \
-            + self.decode_unit_tokens(streams, per_tok / bw)
-        comp = b * s * 4.0 * heads * head_dim / (self.peak_attn * p.attn_decode_compute_eff)
+            + self.decode_unit_tokens(streams, np.maximum(comp_tok, per_tok / bw))
+        comp = b * s * comp_tok
         mem = b * s * per_tok / bw
         return ATTN_KERNELS * self.t_kernel + np.maximum(comp, self._ramped(mem))
 
@@ -281,9 +285,10 @@ class OpModel:
 
     def decode_unit_tokens(self, units, s_per_token):
         """The decode-attention work units' own time (``units`` per request, each holding one of
-        the GPU's SMs for ``attn_decode_unit_s``), as the context tokens the request streams in
-        that time (``s_per_token`` seconds per token and layer): ``units·t_unit/SMs / s_per_token``.
-        Zero on a GPU with no SM count."""
+        the GPU's SMs for ``attn_decode_unit_s``), as the context tokens the request takes in that
+        time (``s_per_token``: seconds per token and layer of whichever bounds the kernel, its KV
+        stream or its math, so that the tokens add the units' time in either regime):
+        ``units·t_unit/SMs / s_per_token``.  Zero on a GPU with no SM count."""
         if not self.sms:
             return 0.0 * np.asarray(units, float)
         return np.asarray(units, float) * self.p.attn_decode_unit_s / self.sms / s_per_token
@@ -310,15 +315,24 @@ class OpModel:
         return ATTN_KERNELS * self.t_kernel + np.maximum(comp, mem)
 
     def mla_decode(self, batch, ctx, heads, qk_rope=64, kv_lora=512, kv_bytes=2.0):
-        """Absorbed MLA decode: every head attends over the shared latent (+ rope key)."""
+        """Absorbed MLA decode: every head attends over the shared latent (+ rope key).
+
+        Heads run in blocks of :data:`MLA_HEAD_BLOCK` (FlashMLA / trtllm-gen), each block of a
+        request a work unit holding an SM for ``attn_decode_unit_s`` beyond its latent stream,
+        as GQA decode's units (:meth:`decode_unit_tokens`)."""
         p = self.p
         b = np.asarray(batch, float)
-        s = np.asarray(ctx, float) + p.attn_decode_ctx_overhead_tokens
         h = np.asarray(heads, float)
-        # heads are processed in blocks of 64 (FlashMLA / trtllm-gen): fewer heads pad the block
-        h_pad = np.ceil(h / 64.0) * 64.0
-        comp = b * s * 2.0 * h_pad * (2 * kv_lora + qk_rope) / (self.peak_attn * p.attn_decode_compute_eff)
-        mem = b * s * (kv_lora + qk_rope) * kv_bytes / (self.bw * min(p.attn_decode_mem_eff, self.gpu.ceiling("hbm")))
+        # fewer heads than a block pad it
+        blocks = np.ceil(h / MLA_HEAD_BLOCK)
+        h_pad = blocks * MLA_HEAD_BLOCK
+        bw = self.bw * min(p.attn_decode_mem_eff, self.gpu.ceiling("hbm"))
+        per_tok = (kv_lora + qk_rope) * kv_bytes
+        comp_tok = 2.0 * h_pad * (2 * kv_lora + qk_rope) / (self.peak_attn * p.attn_decode_compute_eff)
+        s = np.asarray(ctx, float) + p.attn_decode_ctx_overhead_tokens \
+            + self.decode_unit_tokens(blocks, np.maximum(comp_tok, per_tok / bw))
+        comp = b * s * comp_tok
+        mem = b * s * per_tok / bw
         return ATTN_KERNELS * self.t_kernel + np.maximum(comp, self._ramped(mem))
 
     # ------------------------------------------------------------------- MoE
