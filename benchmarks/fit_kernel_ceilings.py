@@ -27,7 +27,9 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
   engine's tables best (prefill attention, MLA and GQA; fused-MoE grouped GEMMs per expert
   format, with a second factor on their weight streaming; MXFP4 from the gpt-oss-shaped rows
   of the kernels each engine serves gpt-oss with, :func:`_gptoss_mxfp4_rows`; the chunked
-  gated-delta prefill kernel's math, chain latency and fixed cost, :data:`LINEAR_ATTN_RATES`),
+  gated-delta prefill kernel's math, chain latency and fixed cost, :data:`LINEAR_ATTN_RATES`;
+  decode attention's KV stream rate per cache format, GQA and MLA, bf16 and fp8, from the
+  generation tables without their Triton fallback rows),
   written as ``src/servesim/perf/engine_kernels.yaml`` (perf/engine_kernels.py).
 
 These are per-kernel measurements (physics), not end-to-end results: nothing of
@@ -52,7 +54,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_kernels import FALLBACK_ATTENTION, GEMM_DTYPES, SYSTEMS, _moe_class, gdn_time, table_files  # noqa: E402
+from bench_kernels import FALLBACK_ATTENTION, GEMM_DTYPES, KV_BYTES, MLA, SYSTEMS, _moe_class, gdn_time, table_files  # noqa: E402
 
 from servesim.hardware import load_gpu  # noqa: E402
 from servesim.perf.analytic_params import AnalyticParams  # noqa: E402
@@ -259,6 +261,18 @@ MXFP4_EP_ONLY_ONE = True
 MXFP4_KERNEL_TABLE = {("vllm", 10): "trtllm"}
 
 
+def _decode_time(ops: OpModel, kind: str, g):
+    """Seconds the op model gives each row of a generation-attention (``gqa``) or -MLA table."""
+    kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
+    ctx = g.isl.values + g.step.values
+    if kind == "mla":
+        return ops.mla_decode(g.batch_size.values, ctx, g.num_heads.values, qk_rope=MLA["qk_rope"],
+                              kv_lora=MLA["kv_lora"], kv_bytes=kvb)
+    win = g.window_size.values if "window_size" in g else 0
+    return ops.attention_decode(g.batch_size.values, ctx, g.num_heads.values, g.num_key_value_heads.values,
+                                g.head_dim.values, win, kvb)
+
+
 def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str], list]:
     """(engine, CUDA major, op, format) → [(gpu, reader, table rows)] from every GPU's tables."""
     from bench_kernels import _context_attention, _context_mla, _sample
@@ -272,8 +286,20 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
         for engine, by in _gptoss_mxfp4_rows(system, major).items():
             sets.setdefault((engine, major, "moe", "mxfp4"), []).append(
                 (gpu, lambda ops, g: _moe_time(ops, "mxfp4", g) * 1e3, _sample(by, rows)))
-        for name in ("moe_perf", "context_mla_perf", "context_attention_perf", "gdn_perf"):
+        for name in ("moe_perf", "context_mla_perf", "context_attention_perf", "gdn_perf",
+                     "generation_attention_perf", "generation_mla_perf"):
             for backend, df in _load(system, name):
+                if name in ("generation_attention_perf", "generation_mla_perf"):
+                    # decode attention's KV stream, per cache format (bf16, fp8), full and windowed
+                    # rows together, without the Triton fallback's rows
+                    kind = "mla" if name == "generation_mla_perf" else "gqa"
+                    df = df[~df.kernel_source.astype(str).str.contains(FALLBACK_ATTENTION)]
+                    fp8 = df.kv_cache_dtype.map(KV_BYTES).fillna(2.0) < 2.0
+                    for fmt, g in ((kind, df[~fp8]), (kind + "_fp8", df[fp8])):
+                        if len(g):
+                            sets.setdefault((backend, major, "decode_attention", fmt), []).append(
+                                (gpu, lambda ops, g, k=kind: _decode_time(ops, k, g) * 1e3, _sample(g, rows)))
+                    continue
                 if name == "gdn_perf":
                     g = df[(df.phase == "context") & ~df.kernel_source.astype(str).str.contains("conv1d")]
                     if len(g):

@@ -227,6 +227,27 @@ def test_trtllm_decode_runs_large_head_groups_per_query_head(h100):
     assert np.all((t > 0.35e-3) & (t < 0.8e-3)) and t.max() < 1.2 * t.min(), t
 
 
+def test_decode_attention_streams_each_cache_format_at_the_engines_rate():
+    """Over an fp8 KV cache FlashAttention-3's decode (vLLM, SGLang on Hopper) takes about as
+    long as over a bf16 one (measured fp8 / bf16 on H200 beyond 256 MB: 0.89-0.90), TensorRT-
+    LLM's XQA about the bytes' time (0.60): the fitted per-format stream rates
+    (engine_kernels.yaml, ``decode_attention``) keep both; the stream never passes the nominal
+    bandwidth (Blackwell's bf16 rates exceed the GEMM-measured ceiling)."""
+    from servesim.perf.engine_kernels import kernel_rates
+
+    h200, b200 = load_gpu("h200_sxm"), load_gpu("b200_sxm")
+    ratio = {}
+    for engine in ("vllm", "sglang", "trtllm"):
+        ops = OpModel(h200, AnalyticParams(), kernel_rates(engine, h200))
+        bf16, fp8 = (float(ops.attention_decode(256, 8192, 32, 8, 128, kv_bytes=kb)) for kb in (2.0, 1.0))
+        ratio[engine] = fp8 / bf16
+    assert ratio["vllm"] > 0.8 and ratio["sglang"] > 0.75 and ratio["trtllm"] < 0.65, ratio
+    for engine in ("vllm", "sglang", "trtllm"):
+        ops = OpModel(b200, AnalyticParams(), kernel_rates(engine, b200))
+        assert float(ops.decode_mem_eff("gqa", 2.0)) <= 1.0
+        assert float(ops.decode_mem_eff("gqa", 2.0)) > b200.ceiling("hbm")
+
+
 def test_moe_reads_only_touched_experts(h100):
     """One decode token with top-8 routing reads 8 experts' weights, not 128."""
     one = float(h100.moe(1, 4096, 1536, 8, 128, touched=8))

@@ -249,7 +249,8 @@ class AnalyticStepTime:
             full_kv = cap_kv = kv_layer
             full_dec = cap_dec = dec_flops_tok
         pa = peak_attn
-        dme = bw * min(p.attn_decode_mem_eff, g.ceiling("hbm"))
+        # decode attention's KV stream: the engine's kernel for the cache's format (kernels.OpModel)
+        dme = bw * float(ops.decode_mem_eff("mla" if m.is_mla else "gqa", kvb))
         # the engine's own prefill kernel (perf/engine_kernels.py)
         pa_pre = pa * self.kernel_rates.prefill_attention("mla" if m.is_mla else "gqa")
         self._pre_full = (n_full_l * full_pair / pa_pre, n_full_l * full_kv / self._bw_eff)

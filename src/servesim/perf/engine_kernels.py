@@ -13,7 +13,8 @@ int4 on Blackwell 0.49, vLLM's gpt-oss MXFP4 kernel on Hopper 2.2, SGLang's NVFP
 ``engine_kernels.yaml`` records those rates, one per (engine, CUDA major version, op, format),
 fitted on the engines' kernel tables by ``benchmarks/fit_kernel_ceilings.py --engine-kernels``
 (per-kernel physics; no end-to-end result enters).  A rate multiplies the op's compute
-efficiency, or for ``moe_stream`` the rate the MoE kernel streams expert weights at (never past
+efficiency, or for ``decode_attention`` the rate decode attention streams its KV cache at (per
+cache format, never past the HBM's nominal bandwidth), or for ``moe_stream`` the rate the MoE kernel streams expert weights at (never past
 the GPU's measured HBM ceiling), or for ``moe_fixed`` the fused-MoE layer's kernel count (its
 routing, sorting and permutation work and launches: what a handful of tokens is bound by); for
 the gated-delta prefill kernel, ``linear_attn`` multiplies its
@@ -32,7 +33,8 @@ from servesim.yaml_io import safe_load
 
 RATES_FILE = Path(__file__).with_name("engine_kernels.yaml")
 #: Ops a rate can apply to, with the formats each names.
-OPS = {"prefill_attention": ("mla", "gqa", "gqa_window"), "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
+OPS = {"prefill_attention": ("mla", "gqa", "gqa_window"), "decode_attention": ("gqa", "gqa_fp8", "mla", "mla_fp8"),
+       "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
        "moe_stream": ("bf16", "fp8", "fp4", "mxfp4", "int4"), "moe_fixed": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
        "linear_attn": ("gdn",), "linear_attn_chain": ("gdn",), "linear_attn_fixed": ("gdn",)}
 #: A rate outside this range is a table or fitting error, not a kernel.
@@ -110,6 +112,22 @@ class KernelRates:
         full-attention kernel, vLLM's Blackwell one 20%; SGLang's and vLLM's Hopper
         FlashAttention-3 need no rate of their own)."""
         return self.rates.get(("prefill_attention", kind), 1.0)
+
+    def decode_attention(self, kind: str, kv_bytes):
+        """``kind``: ``gqa`` or ``mla`` decode attention over a KV cache of ``kv_bytes`` per element
+        (an fp8 cache, below 2 bytes, takes the ``<kind>_fp8`` rate): the rate the engine's kernel
+        streams the cache at, relative to ``AnalyticParams.attn_decode_mem_eff`` (capped by the
+        GPU's ceiling); the op model keeps the stream within the HBM's nominal bandwidth.  An fp8
+        cache is its own format: FlashAttention-3's decode on Hopper (SGLang, vLLM) takes about
+        as long over an fp8 cache as over a bf16 one, where TensorRT-LLM's runs it at half the
+        bytes' time.  Works on arrays of ``kv_bytes``."""
+        bf16 = self.rates.get(("decode_attention", kind), 1.0)
+        fp8 = self.rates.get(("decode_attention", kind + "_fp8"), 1.0)
+        if bf16 == fp8:
+            return bf16
+        import numpy as np
+
+        return np.where(np.asarray(kv_bytes, float) < 2.0, fp8, bf16)
 
     def moe(self, dtype: str) -> float:
         """The engine's fused-MoE grouped GEMMs with ``dtype`` expert weights: their math."""

@@ -263,7 +263,7 @@ class OpModel:
         h = np.asarray(heads, float)
         kvh = np.asarray(kv_heads, float)
         streams = self.decode_streams(h, kvh)
-        bw = self.bw * min(p.attn_decode_mem_eff, self.gpu.ceiling("hbm"))
+        bw = self.bw * self.decode_mem_eff("gqa", kv_bytes)
         per_tok = 2.0 * streams * head_dim * kv_bytes
         # the masked multi-head fallback steps through keys a few at a time: no tile read whole
         over = np.where(streams == kvh, p.attn_decode_ctx_overhead_tokens, 0.0)
@@ -273,6 +273,14 @@ class OpModel:
         comp = b * s * comp_tok
         mem = b * s * per_tok / bw
         return ATTN_KERNELS * self.t_kernel + np.maximum(comp, self._ramped(mem))
+
+    def decode_mem_eff(self, kind: str, kv_bytes):
+        """The fraction of the HBM bandwidth decode attention (``kind`` ``gqa`` or ``mla``) streams
+        a cache of ``kv_bytes`` per element at: ``attn_decode_mem_eff`` capped by the GPU's ceiling,
+        times the engine's kernel rate for the format (``KernelRates.decode_attention``), at most
+        the nominal bandwidth."""
+        eff = min(self.p.attn_decode_mem_eff, self.gpu.ceiling("hbm"))
+        return np.minimum(1.0, eff * self.rates.decode_attention(kind, kv_bytes))
 
     def decode_streams(self, heads, kv_heads):
         """KV streams (work units) per request of GQA decode attention: one per KV head, or one
@@ -326,7 +334,7 @@ class OpModel:
         # fewer heads than a block pad it
         blocks = np.ceil(h / MLA_HEAD_BLOCK)
         h_pad = blocks * MLA_HEAD_BLOCK
-        bw = self.bw * min(p.attn_decode_mem_eff, self.gpu.ceiling("hbm"))
+        bw = self.bw * self.decode_mem_eff("mla", kv_bytes)
         per_tok = (kv_lora + qk_rope) * kv_bytes
         comp_tok = 2.0 * h_pad * (2 * kv_lora + qk_rope) / (self.peak_attn * p.attn_decode_compute_eff)
         s = np.asarray(ctx, float) + p.attn_decode_ctx_overhead_tokens \
