@@ -58,7 +58,8 @@ from bench_kernels import FALLBACK_ATTENTION, GEMM_DTYPES, KV_BYTES, MLA, SYSTEM
 
 from servesim.hardware import load_gpu  # noqa: E402
 from servesim.perf.analytic_params import AnalyticParams  # noqa: E402
-from servesim.perf.engine_kernels import MARLIN_INT4, KernelRates, rate_range  # noqa: E402
+from servesim.perf.engine_kernels import (DECODE_HEAD_GROUP_MAX, MARLIN_INT4, PACK_GQA_PREFILL,  # noqa: E402
+                                          KernelRates, rate_range)
 from servesim.perf.kernels import OpModel  # noqa: E402
 
 #: (table dtype, servesim format) pairs that set each key; GEMM tables.
@@ -400,8 +401,12 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
         fitted = (MXFP4_RATES if fmt == "mxfp4" else MOE_RATES) if op == "moe" \
             else LINEAR_ATTN_RATES if op == "linear_attn" else (op,)
 
-        def err(x, parts=parts, fitted=fitted, fmt=fmt, marlin=(engine, major) in MARLIN_INT4):
-            rates = KernelRates({(o, fmt): float(v) for o, v in zip(fitted, x)}, int4_marlin=marlin)
+        # the engine's kernel structure (which kernels it runs) as servesim prices it
+        kinds = dict(int4_marlin=(engine, major) in MARLIN_INT4, decode_head_group_max=DECODE_HEAD_GROUP_MAX.get(engine, 0),
+                     prefill_pack_gqa=(engine, major) in PACK_GQA_PREFILL)
+
+        def err(x, parts=parts, fitted=fitted, fmt=fmt, kinds=kinds):
+            rates = KernelRates({(o, fmt): float(v) for o, v in zip(fitted, x)}, **kinds)
             return np.concatenate([np.log(price(OpModel(gpu, params, rates), g) / g.latency.values)
                                    for gpu, price, g in parts])
 

@@ -218,6 +218,11 @@ class AnalyticStepTime:
         self._attn_fixed = n_soft * ATTN_KERNELS * ops.t_kernel
         self._sms = g.sm_count or 0
         self._heads = max(1, m.num_attention_heads // tp)
+        # query heads a full-attention prefill block packs per KV head (kernels.OpModel
+        # .attention_prefill, KernelRates.prefill_pack_gqa); 1: a block per query head
+        kvh_rank = m.kv_heads_per_gpu(tp) if not m.is_mla else self._heads
+        self._pack = self._heads // kvh_rank if self.kernel_rates.prefill_pack_gqa and not m.is_mla \
+            and self._heads % kvh_rank == 0 else 1
 
         # attention per context token, summed over layers: compute-seconds and byte-seconds
         kvb = kv_bytes(self.kv_dtype)
@@ -488,13 +493,23 @@ class AnalyticStepTime:
         read_cap = 0
         blk = ATTN_BLOCK
         extra = self._cta_pairs
+        gp = self._pack
         ctas = 0
+        ctas_full = 0
         for i in range(len(new)):  # (indexing: zip's object costs more than a pass's few chunks)
             n, c = new[i], cached[i]
             nq = (n + blk - 1) // blk
-            q = nq * blk
             ctas += nq
-            pairs += q * c + 0.5 * q * (q + 1) + nq * extra
+            if gp > 1:  # gp query heads' rows packed per block: pairs per query head
+                nqp = (n * gp + blk - 1) // blk
+                q = nqp * blk
+                ctas_full += nqp
+                pairs += (q * c + 0.5 * q * (q / gp + 1.0) + nqp * extra) / gp
+            else:
+                q = nq * blk
+                ctas_full += nq
+                pairs += q * c + 0.5 * q * (q + 1) + nq * extra
+            q = nq * blk
             read += n + c
             if W:
                 if self._cap_window:
@@ -509,11 +524,16 @@ class AnalyticStepTime:
         if self._pre_half:
             x = tot_new / len(new)
             eff = eff * x / (x + self._pre_half)
+        eff_full = eff
         if self._sms:
             waves_ctas = ctas * self._heads
             eff = eff * waves_ctas / (((waves_ctas + self._sms - 1) // self._sms) * self._sms)
+            waves_ctas = ctas_full * (self._heads // gp)
+            eff_full = eff_full * waves_ctas / (((waves_ctas + self._sms - 1) // self._sms) * self._sms)
+        else:
+            eff_full = eff
         c_full, m_full = self._pre_full
-        t = max(pairs * c_full / eff, read * m_full)
+        t = max(pairs * c_full / eff_full, read * m_full)
         if W:
             c_cap, m_cap = self._pre_cap
             t += max(pairs_cap * c_cap / eff, read_cap * m_cap)

@@ -56,6 +56,16 @@ MOE_FIXED_RATE_RANGE = (0.1, 10.0)
 #: Marlin picks its row block by the rows an expert gets (``kernels.marlin_row_block``).
 MARLIN_INT4 = frozenset({("vllm", 9), ("vllm", 10), ("sglang", 9)})
 
+#: (engine, CUDA major) whose prefill attention packs the query heads sharing a KV head into the
+#: rows of one query block (FlashAttention-3's PackGQA: its heuristic packs whenever the query is
+#: variable-length, as every serving engine calls it, and the model has grouped heads), so a block
+#: holds ``128/g`` tokens of ``g`` heads.  SGLang's and vLLM's FlashAttention-3 on Hopper; measured
+#: (their H100 / H200 context tables): a one-token chunk takes the time of its KV heads' blocks, not
+#: its query heads' — 128 one-token chunks with 48 query heads over 2 KV heads take 19 us on H200,
+#: with 32 over 32 115 us, where per-query-head blocks price both alike.  TensorRT-LLM's FMHA and
+#: the Blackwell kernels are left as they were (packing them does not fit their tables).
+PACK_GQA_PREFILL = frozenset({("sglang", 9), ("vllm", 9)})
+
 #: Engines whose decode-attention kernel takes query-head groups (query heads per KV head) only
 #: up to a size, and the largest it takes.  TensorRT-LLM's decode attention (XQA on Hopper, its
 #: generated kernels on Blackwell) is compiled for a set of group sizes; a model whose group is
@@ -104,6 +114,9 @@ class KernelRates:
     #: The largest query-head group the engine's decode-attention kernel takes (0: any);
     #: larger groups run one work unit per query head (:data:`DECODE_HEAD_GROUP_MAX`).
     decode_head_group_max: int = 0
+    #: Whether the engine's prefill attention packs a KV head's query heads into one query
+    #: block's rows (:data:`PACK_GQA_PREFILL`).
+    prefill_pack_gqa: bool = False
 
     def prefill_attention(self, kind: str) -> float:
         """``kind``: ``mla``, ``gqa`` (softmax attention with grouped key/value heads) or
@@ -193,7 +206,8 @@ def kernel_rates(engine: str, gpu) -> KernelRates:
     found = _table().get((engine, major))
     fused = engine in FUSED_ACTIVATION_QUANT
     group = DECODE_HEAD_GROUP_MAX.get(engine, 0)
-    if not found and not fused and not group:
+    pack = (engine, major) in PACK_GQA_PREFILL
+    if not found and not fused and not group and not pack:
         return NO_RATES
     return KernelRates(dict(found or {}), int4_marlin=(engine, major) in MARLIN_INT4,
-                       fp8_act_quant_fused=fused, decode_head_group_max=group)
+                       fp8_act_quant_fused=fused, decode_head_group_max=group, prefill_pack_gqa=pack)

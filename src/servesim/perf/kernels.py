@@ -214,7 +214,10 @@ class OpModel:
 
         Compute runs over the padded chunk's query blocks (a sliding window's over whole key
         blocks, at the engine's windowed-kernel rate); the query blocks of every (chunk, head)
-        are the thread blocks, run in waves over the SMs.
+        are the thread blocks, run in waves over the SMs.  An engine whose kernel packs the query
+        heads of a KV head into a block's rows (``KernelRates.prefill_pack_gqa``) fills a block
+        with ``128/g`` tokens of ``g`` heads: a short chunk runs one block per KV head, not one per
+        query head.
         Memory: Q and O once, the chunk's keys and values (prefix included) once.
         """
         p = self.p
@@ -224,18 +227,23 @@ class OpModel:
         w = np.asarray(window, float)
         h = np.asarray(heads, float)
         blk = ATTN_BLOCK
-        nq = np.ceil(n / blk)
+        # query heads per KV head packed into one block's rows (KernelRates.prefill_pack_gqa; full
+        # attention): a block holds 128 (token, head) rows, a chunk ceil(n·g/128) blocks per KV head
+        kvh = np.asarray(kv_heads, float)
+        g = np.where((w > 0) | (h % kvh != 0), 1.0, h / kvh) if self.rates.prefill_pack_gqa else 1.0
+        nq = np.ceil(n * g / blk)
         q_pad = nq * blk
-        # full attention: the padded chunk's (query, key) pairs after the whole prefix; a sliding
-        # window: the whole key blocks its query blocks reach (window_key_blocks)
-        pairs = np.where(w > 0, window_key_blocks(n, c, np.where(w > 0, w, 1.0)) * blk * blk,
-                         _causal_pairs(q_pad, c)) \
-            + nq * ATTN_CTA_OVERHEAD_BLOCKS * blk * blk * ATTN_CTA_HEAD_DIM / np.asarray(head_dim, float)
+        # full attention: the padded chunk's (query, key) pairs after the whole prefix, per query
+        # head (packed: its rows' tokens, q_pad/g of them, each block's fixed work shared by its g
+        # heads); a sliding window: the whole key blocks its query blocks reach (window_key_blocks)
+        cta = ATTN_CTA_OVERHEAD_BLOCKS * blk * blk * ATTN_CTA_HEAD_DIM / np.asarray(head_dim, float)
+        pairs = np.where(w > 0, window_key_blocks(n, c, np.where(w > 0, w, 1.0)) * blk * blk + nq * cta,
+                         (q_pad * c + 0.5 * q_pad * (q_pad / g + 1.0) + nq * cta) / g)
         eff = p.attn_prefill_eff_max * (n / (n + p.attn_prefill_half_tokens) if p.attn_prefill_half_tokens else 1.0)
         eff = eff * np.where(w > 0, self.rates.prefill_attention("gqa_window"), self.rates.prefill_attention("gqa"))
         ideal = b * pairs * 4.0 * h * head_dim / (self.peak_attn * eff)
         if self.sms:
-            ctas = b * h * nq
+            ctas = b * h / g * nq
             util = ctas / (np.ceil(ctas / self.sms) * self.sms)
             comp = ideal / util
         else:
