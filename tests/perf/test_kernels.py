@@ -248,6 +248,48 @@ def test_decode_attention_streams_each_cache_format_at_the_engines_rate():
         assert float(ops.decode_mem_eff("gqa", 2.0)) > b200.ceiling("hbm")
 
 
+def test_a_prefill_thread_blocks_fixed_work_is_a_time_per_sm():
+    """A flash-attention thread block's fixed work (loads, pipeline fill, epilogue) lasts the same
+    time on every GPU's SM: on Blackwell, whose SMs compute 1.8x faster, it is 1.8x the key
+    blocks it is on H100; at 2 key blocks everywhere, the Blackwell tables' short chunks read
+    20-50% too fast and their long ones 35-95% too slow."""
+    from servesim.perf.kernels import ATTN_BLOCK, ATTN_CTA_OVERHEAD_BLOCKS
+
+    h100, b200 = (OpModel(load_gpu(n), AnalyticParams()) for n in ("h100_sxm", "b200_sxm"))
+    assert h100.cta_blocks == pytest.approx(ATTN_CTA_OVERHEAD_BLOCKS, rel=1e-9)
+    per_sm = [o.peak_attn / o.sms for o in (h100, b200)]
+    assert b200.cta_blocks / h100.cta_blocks == pytest.approx(per_sm[1] / per_sm[0], rel=1e-9) and per_sm[1] > 1.7 * per_sm[0]
+    t_fixed = [o.cta_blocks * ATTN_BLOCK ** 3 * 4.0 / r for o, r in zip((h100, b200), per_sm)]
+    assert t_fixed[0] == pytest.approx(t_fixed[1], rel=1e-9)
+
+
+def test_blackwell_prefill_attention_matches_short_and_long_chunks():
+    """With the fixed work a time per SM, TensorRT-LLM's B200 context-attention table reads
+    within 30% (median, signed) at short chunks (128-1024 tokens) and long ones (4k+) alike: −24%
+    and +23%; at 2 key blocks everywhere, with its fitted rate then, −30% and +53%."""
+    pytest.importorskip("aiconfigurator_core")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from pathlib import Path
+
+    from aiconfigurator_core.sdk import perf_database
+
+    from servesim.perf.engine_kernels import kernel_rates
+
+    bk = load_benchmark("bench_kernels")
+    root = Path(perf_database.get_systems_paths()[0]) / "data"
+    path = {(b, n): f for b, n, f in bk.table_files(root, "b200_sxm")}[("trtllm", "context_attention_perf")]
+    df = pq.read_table(path).to_pandas()
+    df = df[(df.latency > 0) & (df.window_size == 0)]
+    gpu = load_gpu("b200_sxm")
+    ops = OpModel(gpu, AnalyticParams(), kernel_rates("trtllm", gpu))
+    for part in (df[(df.isl >= 128) & (df.isl <= 1024)], df[df.isl >= 4096]):
+        g = part.sample(min(200, len(part)), random_state=0)
+        kvb = g.kv_cache_dtype.map(bk.KV_BYTES).fillna(2.0).values
+        pred = ops.attention_prefill(g.batch_size.values, g.isl.values, 0, g.num_heads.values,
+                                     g.num_key_value_heads.values, g.head_dim.values, 0, kvb) * 1e3
+        assert abs(np.median(pred / g.latency.values - 1.0)) <= 0.30
+
+
 def test_moe_reads_only_touched_experts(h100):
     """One decode token with top-8 routing reads 8 experts' weights, not 128."""
     one = float(h100.moe(1, 4096, 1536, 8, 128, touched=8))

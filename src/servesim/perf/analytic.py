@@ -73,7 +73,7 @@ from servesim.models.arch import ModelArch
 from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.engine_kernels import NO_RATES, KernelRates
 from servesim.perf.expert_balance import expected_busiest_touched
-from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_HEAD_DIM, ATTN_CTA_OVERHEAD_BLOCKS, ATTN_KERNELS,
+from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_HEAD_DIM, ATTN_KERNELS,
                                    ELEMENTWISE_KERNELS, LINEAR_ATTN_DECODE_KERNELS, LINEAR_ATTN_KERNELS, GemmSet,
                                    MLA_HEAD_BLOCK, OpModel, ramped, window_key_blocks)
 from servesim.perf.launches import eager_ops_per_layer
@@ -287,7 +287,7 @@ class AnalyticStepTime:
             self._dec_oh += float(ops.decode_unit_tokens(streams, max(dec_c_tok, per_tok / dme)))
         # a prefill thread block's fixed work in (query, key) pairs of this model's heads: key
         # blocks of a 128-wide head (kernels.ATTN_CTA_HEAD_DIM), MLA's in its own
-        self._cta_pairs = ATTN_CTA_OVERHEAD_BLOCKS * ATTN_BLOCK * ATTN_BLOCK * (
+        self._cta_pairs = ops.cta_blocks * ATTN_BLOCK * ATTN_BLOCK * (
             1.0 if m.is_mla else ATTN_CTA_HEAD_DIM / m.head_dim)
         # the KV stream's ramp and tail (GPUSpec.stream_ramp_us), one per attention kernel: the
         # full and the capped layers' totals on one rank (kernels.OpModel._ramped per layer)

@@ -60,6 +60,14 @@ ATTN_BLOCK = 128
 #: 64-wide heads −30% → −11% bias).  MLA's prefill keeps it in its own key blocks.
 ATTN_CTA_OVERHEAD_BLOCKS = 2.0
 ATTN_CTA_HEAD_DIM = 128.0
+#: the SM rate the fixed work above is counted at: H100 SXM's attention peak per SM (860.8
+#: TFLOP/s bf16 at its measured ceiling over 132 SMs).  The fixed work is a time (its loads'
+#: and pipeline's latencies), not math: on a GPU whose SMs compute faster it is more key blocks
+#: (:attr:`OpModel.cta_blocks`: 3.6 on B200, 4.0 on GB300; 0.8 on A100, 0.6 on L40S).  Counted
+#: as 2 key blocks on every GPU, the engines' Blackwell prefill rates came out at 0.64-0.85 of the
+#: op model's math with 25-29% median error (SGLang GQA and MLA, TensorRT-LLM MLA) — short chunks
+#: too fast, long ones too slow; at the same time per SM they are 0.83-1.08 and 18-22%.
+ATTN_CTA_REF_SM_FLOPS = 860.778e12 / 132
 #: query heads an absorbed-MLA decode kernel runs together (FlashMLA and trtllm-gen's MLA kernels:
 #: a 64-row tile of heads per request); fewer heads pad the tile.
 MLA_HEAD_BLOCK = 64.0
@@ -132,6 +140,10 @@ class OpModel:
         self.t_ramp = gpu.stream_ramp_us * 1e-6
         self.sms = gpu.sm_count or 0
         self.peak_attn = gpu.peak_flops("bf16") * min(1.0, gpu.ceiling("bf16"))
+        #: a flash-attention thread block's fixed work in key blocks of a 128-wide head on this
+        #: GPU (:data:`ATTN_CTA_REF_SM_FLOPS`); with no SM count, :data:`ATTN_CTA_OVERHEAD_BLOCKS`
+        self.cta_blocks = ATTN_CTA_OVERHEAD_BLOCKS * (self.peak_attn / self.sms / ATTN_CTA_REF_SM_FLOPS
+                                                      if self.sms else 1.0)
 
     def _ramped(self, mem):
         """A streaming time with the kernel's ramp and tail (``GPUSpec.stream_ramp_us``)."""
@@ -236,7 +248,7 @@ class OpModel:
         # full attention: the padded chunk's (query, key) pairs after the whole prefix, per query
         # head (packed: its rows' tokens, q_pad/g of them, each block's fixed work shared by its g
         # heads); a sliding window: the whole key blocks its query blocks reach (window_key_blocks)
-        cta = ATTN_CTA_OVERHEAD_BLOCKS * blk * blk * ATTN_CTA_HEAD_DIM / np.asarray(head_dim, float)
+        cta = self.cta_blocks * blk * blk * ATTN_CTA_HEAD_DIM / np.asarray(head_dim, float)
         pairs = np.where(w > 0, window_key_blocks(n, c, np.where(w > 0, w, 1.0)) * blk * blk + nq * cta,
                          (q_pad * c + 0.5 * q_pad * (q_pad / g + 1.0) + nq * cta) / g)
         eff = p.attn_prefill_eff_max * (n / (n + p.attn_prefill_half_tokens) if p.attn_prefill_half_tokens else 1.0)
@@ -319,7 +331,7 @@ class OpModel:
         h = np.asarray(heads, float)
         nq = np.ceil(n / ATTN_BLOCK)
         pairs = _causal_pairs(nq * ATTN_BLOCK, c) \
-            + nq * ATTN_CTA_OVERHEAD_BLOCKS * ATTN_BLOCK * ATTN_BLOCK
+            + nq * self.cta_blocks * ATTN_BLOCK * ATTN_BLOCK
         eff = p.attn_prefill_eff_max * (n / (n + p.attn_prefill_half_tokens) if p.attn_prefill_half_tokens else 1.0)
         eff = eff * self.rates.prefill_attention("mla")
         comp = b * pairs * 2.0 * h * (qk_nope + qk_rope + v_dim) / (self.peak_attn * eff)
