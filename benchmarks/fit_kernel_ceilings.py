@@ -28,8 +28,8 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
   format, with a second factor on their weight streaming; MXFP4 from the gpt-oss-shaped rows
   of the kernels each engine serves gpt-oss with, :func:`_gptoss_mxfp4_rows`; the chunked
   gated-delta prefill kernel's math, chain latency and fixed cost, :data:`LINEAR_ATTN_RATES`;
-  decode attention's KV stream rate per cache format, GQA and MLA, bf16 and fp8, from the
-  generation tables without their Triton fallback rows),
+  decode attention's KV stream rate and fixed cost per cache format, GQA and MLA, bf16 and fp8,
+  :data:`DECODE_RATES`, from the generation tables without their Triton fallback rows),
   written as ``src/servesim/perf/engine_kernels.yaml`` (perf/engine_kernels.py).
 
 These are per-kernel measurements (physics), not end-to-end results: nothing of
@@ -227,6 +227,10 @@ ONE_NODE_RANKS = 8
 #: Triton in SGLang, TensorRT-LLM's own, FlashInfer's tensor-core kernel in vLLM on Hopper and
 #: Blackwell), fitted together on the context rows of the engine's gdn table.
 LINEAR_ATTN_RATES = ("linear_attn", "linear_attn_chain", "linear_attn_fixed")
+#: Decode attention's rates, fitted together per cache format on the generation tables: the KV
+#: stream's rate and the op's fixed cost (a factor on ``kernels.ATTN_KERNELS``), what long and
+#: short contexts are bound by.
+DECODE_RATES = ("decode_attention", "decode_attention_fixed")
 
 #: MXFP4 experts: only gpt-oss ships them, and each engine serves it with its own MXFP4 kernel,
 #: which the tables measure at gpt-oss's expert shape (hidden 2880, intermediate 2880, top-4 of
@@ -399,7 +403,7 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
         # a MoE kernel has three rates (:data:`MOE_RATES`; gpt-oss's two, :data:`MXFP4_RATES`),
         # the gated-delta prefill three, prefill attention one
         fitted = (MXFP4_RATES if fmt == "mxfp4" else MOE_RATES) if op == "moe" \
-            else LINEAR_ATTN_RATES if op == "linear_attn" else (op,)
+            else LINEAR_ATTN_RATES if op == "linear_attn" else DECODE_RATES if op == "decode_attention" else (op,)
 
         # the engine's kernel structure (which kernels it runs) as servesim prices it
         kinds = dict(int4_marlin=(engine, major) in MARLIN_INT4, decode_head_group_max=DECODE_HEAD_GROUP_MAX.get(engine, 0),
@@ -433,7 +437,8 @@ def kept(e: dict) -> bool:
 
 def write_engine_rates(entries: list[dict], path: Path) -> None:
     lines = ["# Each serving engine's own kernels against servesim's op model, per CUDA major version (9 Hopper,",
-             "# 10 Blackwell): the factor on the op's compute efficiency that fits the engine's measured",
+             "# 10 Blackwell): the factor on the op's compute efficiency (decode_attention: its KV stream's rate;",
+             "# the *_fixed ops: its kernel count) that fits the engine's measured",
              "# per-kernel tables (aiconfigurator-core) best, kept where it lowers the median error of",
              "# those rows.  Written by",
              "#   PYTHONPATH=src python benchmarks/fit_kernel_ceilings.py --engine-kernels --out <this file>",

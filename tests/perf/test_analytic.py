@@ -355,8 +355,11 @@ def test_decode_attention_work_units_are_the_op_models(engine, kv_heads):
     per_query_head = engine == "trtllm" and 64 / kv_heads > 32
     assert float(ops.decode_streams(64, kv_heads)) == (64 if per_query_head else kv_heads)
     for n, ctx in ((512, 2), (8, 8000)):
-        body = float(ops.attention_decode(n, ctx, 64, kv_heads, m.head_dim)) - ATTN_KERNELS * ops.t_kernel
+        body = float(ops.attention_decode(n, ctx, 64, kv_heads, m.head_dim)) - float(ops.decode_fixed("gqa"))
         assert st._decode_attn(n, float(n * ctx), 0.0) == pytest.approx(m.num_layers * body, rel=1e-9)
+    # the op's fixed cost (the engine's factor for a bf16 cache) is the pass's, once per layer
+    assert st._attn_dec_fixed == pytest.approx(m.num_layers * (float(ops.decode_fixed("gqa")) - ATTN_KERNELS * ops.t_kernel),
+                                               abs=1e-15)
 
 
 @pytest.mark.parametrize("tp,kv_dtype", [(2, "bf16"), (1, "fp8")])

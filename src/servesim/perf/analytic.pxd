@@ -44,7 +44,7 @@ cdef class AnalyticStepTime:
     cdef public object _lin_pre_flop_s, _lin_chain_s
     cdef public long long _lin_heads
     cdef public object _ops
-    cdef public object _elem_fixed, _attn_fixed, _heads
+    cdef public object _elem_fixed, _attn_fixed, _attn_dec_fixed, _heads
     cdef public long long _pack
     cdef public long long _sms
     cdef public object _ar_tp, _qk_ar

@@ -216,6 +216,10 @@ class AnalyticStepTime:
         self._lm = GemmSet(ops, [(1, m.vocab_size / tp, h, "bf16")])
         # attention ops' fixed cost per pass (one attention op per layer, whatever the batch)
         self._attn_fixed = n_soft * ATTN_KERNELS * ops.t_kernel
+        # a pass with decode requests runs the engine's decode-attention op, whose fixed cost for
+        # the cache's format differs (kernels.OpModel.decode_fixed): the difference
+        self._attn_dec_fixed = n_soft * (float(ops.decode_fixed("mla" if m.is_mla else "gqa", kv_bytes(self.kv_dtype)))
+                                         - ATTN_KERNELS * ops.t_kernel)
         self._sms = g.sm_count or 0
         self._heads = max(1, m.num_attention_heads // tp)
         # query heads a full-attention prefill block packs per KV head (kernels.OpModel
@@ -436,6 +440,8 @@ class AnalyticStepTime:
             t += self._gemms_time(self._mlp_gemms, t_total)
             t += self._moe_time(t_total)
             t += self._elem_s * t_a + self._elem_fixed + self._attn_fixed
+            if n_dec:
+                t += self._attn_dec_fixed
             # linear attention's recurrent (decode) update: FLOPs and state traffic; the chunked
             # prefill kernel depends on the chunks' lengths (:meth:`_lin_prefill`)
             if self._lin_flop_s and n_dec:
@@ -664,6 +670,8 @@ class AnalyticStepTime:
         if t > 0:
             v += self._gemms_time(self._attn_gemms, t)
             v += self._elem_s * t + self._elem_fixed + self._attn_fixed
+            if n_dec:
+                v += self._attn_dec_fixed
             if self._lin_flop_s and n_dec:
                 v += max(n_dec * dtok * self._lin_flop_s / p.linear_attn_eff, n_dec * self._lin_state_s)
             v += self._ar_time(t)

@@ -14,7 +14,8 @@ int4 on Blackwell 0.49, vLLM's gpt-oss MXFP4 kernel on Hopper 2.2, SGLang's NVFP
 fitted on the engines' kernel tables by ``benchmarks/fit_kernel_ceilings.py --engine-kernels``
 (per-kernel physics; no end-to-end result enters).  A rate multiplies the op's compute
 efficiency, or for ``decode_attention`` the rate decode attention streams its KV cache at (per
-cache format, never past the HBM's nominal bandwidth), or for ``moe_stream`` the rate the MoE kernel streams expert weights at (never past
+cache format, never past the HBM's nominal bandwidth) and for ``decode_attention_fixed`` a
+factor on that op's kernel count, or for ``moe_stream`` the rate the MoE kernel streams expert weights at (never past
 the GPU's measured HBM ceiling), or for ``moe_fixed`` the fused-MoE layer's kernel count (its
 routing, sorting and permutation work and launches: what a handful of tokens is bound by); for
 the gated-delta prefill kernel, ``linear_attn`` multiplies its
@@ -34,6 +35,7 @@ from servesim.yaml_io import safe_load
 RATES_FILE = Path(__file__).with_name("engine_kernels.yaml")
 #: Ops a rate can apply to, with the formats each names.
 OPS = {"prefill_attention": ("mla", "gqa", "gqa_window"), "decode_attention": ("gqa", "gqa_fp8", "mla", "mla_fp8"),
+       "decode_attention_fixed": ("gqa", "gqa_fp8", "mla", "mla_fp8"),
        "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
        "moe_stream": ("bf16", "fp8", "fp4", "mxfp4", "int4"), "moe_fixed": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
        "linear_attn": ("gdn",), "linear_attn_chain": ("gdn",), "linear_attn_fixed": ("gdn",)}
@@ -121,10 +123,26 @@ class KernelRates:
     def prefill_attention(self, kind: str) -> float:
         """``kind``: ``mla``, ``gqa`` (softmax attention with grouped key/value heads) or
         ``gqa_window`` (its sliding-window kernel: the engines run windowed prefill through other
-        kernels or code paths — TensorRT-LLM's runs 30-40% slower per computed key block than its
-        full-attention kernel, vLLM's Blackwell one 20%; SGLang's and vLLM's Hopper
-        FlashAttention-3 need no rate of their own)."""
+        kernels or code paths — TensorRT-LLM's runs 12-39% slower per computed key block than its
+        full-attention kernel (Blackwell, Hopper); SGLang's and vLLM's FlashAttention-3 and vLLM's
+        Blackwell kernel need no rate of their own, or about their full-attention one)."""
         return self.rates.get(("prefill_attention", kind), 1.0)
+
+    def decode_attention_fixed(self, kind: str, kv_bytes):
+        """The same op's fixed cost, a factor on its kernel count (``kernels.ATTN_KERNELS``): its
+        rotary, cache-write, metadata and combine kernels as the engine runs them for the cache's
+        format (SGLang on Blackwell quantizes the query and the new KV for an fp8 cache: 16.6 us
+        where bf16 takes 10.4 on B200; its Hopper decode op is shorter than five kernels)."""
+        return self._per_format("decode_attention_fixed", kind, kv_bytes)
+
+    def _per_format(self, op: str, kind: str, kv_bytes):
+        bf16 = self.rates.get((op, kind), 1.0)
+        fp8 = self.rates.get((op, kind + "_fp8"), 1.0)
+        if bf16 == fp8:
+            return bf16
+        import numpy as np
+
+        return np.where(np.asarray(kv_bytes, float) < 2.0, fp8, bf16)
 
     def decode_attention(self, kind: str, kv_bytes):
         """``kind``: ``gqa`` or ``mla`` decode attention over a KV cache of ``kv_bytes`` per element
@@ -134,13 +152,7 @@ class KernelRates:
         cache is its own format: FlashAttention-3's decode on Hopper (SGLang, vLLM) takes about
         as long over an fp8 cache as over a bf16 one, where TensorRT-LLM's runs it at half the
         bytes' time.  Works on arrays of ``kv_bytes``."""
-        bf16 = self.rates.get(("decode_attention", kind), 1.0)
-        fp8 = self.rates.get(("decode_attention", kind + "_fp8"), 1.0)
-        if bf16 == fp8:
-            return bf16
-        import numpy as np
-
-        return np.where(np.asarray(kv_bytes, float) < 2.0, fp8, bf16)
+        return self._per_format("decode_attention", kind, kv_bytes)
 
     def moe(self, dtype: str) -> float:
         """The engine's fused-MoE grouped GEMMs with ``dtype`` expert weights: their math."""

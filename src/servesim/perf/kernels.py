@@ -64,9 +64,10 @@ ATTN_CTA_HEAD_DIM = 128.0
 #: TFLOP/s bf16 at its measured ceiling over 132 SMs).  The fixed work is a time (its loads'
 #: and pipeline's latencies), not math: on a GPU whose SMs compute faster it is more key blocks
 #: (:attr:`OpModel.cta_blocks`: 3.6 on B200, 4.0 on GB300; 0.8 on A100, 0.6 on L40S).  Counted
-#: as 2 key blocks on every GPU, the engines' Blackwell prefill rates came out at 0.64-0.85 of the
-#: op model's math with 25-29% median error (SGLang GQA and MLA, TensorRT-LLM MLA) — short chunks
-#: too fast, long ones too slow; at the same time per SM they are 0.83-1.08 and 18-22%.
+#: as 2 key blocks on every GPU, the engines' Blackwell prefill rates came out at 0.45-0.85 of the
+#: op model's math (SGLang MLA 28.5% median error, TensorRT-LLM MLA 27.8%, GQA 22.9%) — short
+#: chunks too fast, long ones too slow; at the same time per SM they are 0.73-1.08 or none
+#: (20.7%, 21.0%, 17.9%).
 ATTN_CTA_REF_SM_FLOPS = 860.778e12 / 132
 #: query heads an absorbed-MLA decode kernel runs together (FlashMLA and trtllm-gen's MLA kernels:
 #: a 64-row tile of heads per request); fewer heads pad the tile.
@@ -292,7 +293,12 @@ class OpModel:
             + self.decode_unit_tokens(streams, np.maximum(comp_tok, per_tok / bw))
         comp = b * s * comp_tok
         mem = b * s * per_tok / bw
-        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, self._ramped(mem))
+        return self.decode_fixed("gqa", kv_bytes) + np.maximum(comp, self._ramped(mem))
+
+    def decode_fixed(self, kind: str, kv_bytes=2.0):
+        """Seconds of a decode-attention op's fixed cost: :data:`ATTN_KERNELS` kernel latencies
+        times the engine's factor for the cache's format (``KernelRates.decode_attention_fixed``)."""
+        return ATTN_KERNELS * self.t_kernel * self.rates.decode_attention_fixed(kind, kv_bytes)
 
     def decode_mem_eff(self, kind: str, kv_bytes):
         """The fraction of the HBM bandwidth decode attention (``kind`` ``gqa`` or ``mla``) streams
@@ -361,7 +367,7 @@ class OpModel:
             + self.decode_unit_tokens(blocks, np.maximum(comp_tok, per_tok / bw))
         comp = b * s * comp_tok
         mem = b * s * per_tok / bw
-        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, self._ramped(mem))
+        return self.decode_fixed("mla", kv_bytes) + np.maximum(comp, self._ramped(mem))
 
     # ------------------------------------------------------------------- MoE
     def moe(self, tokens, hidden, inter, topk, experts, moe_tp=1, ep=1, dtype: str = "bf16",
