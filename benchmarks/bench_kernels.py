@@ -16,7 +16,13 @@ Op classes (the table each comes from):
 - ``attn_prefill``, ``attn_prefill_window``: context_attention_perf (no cached prefix in the
   tables), full and sliding-window;
 - ``attn_decode``, ``attn_decode_window``: generation_attention_perf (batch × context);
+- ``attn_prefill_fallback``, ``attn_decode_fallback``: the rows of those two tables measured on an
+  engine's Triton fallback kernels (:data:`FALLBACK_ATTENTION`: the shapes SGLang's and vLLM's
+  main backends do not take; 1.2-2.7x slower than the main backend where both are measured), full
+  and windowed together: reported, not a target — the op model prices the tensor-core flash kernels;
 - ``mla_prefill``, ``mla_decode``: context_mla_perf / generation_mla_perf (DeepSeek shapes);
+  ``mla_prefill_fallback``, ``mla_decode_fallback``: their Triton rows (SGLang's L40S tables: Ada
+  has none of the FlashMLA / FlashAttention-3 / trtllm-gen kernels the op model prices);
 - ``moe/<precision>``: moe_perf, balanced routing (``moe_skewed`` for power-law routing:
   reported, not a target — servesim assumes uniform routing);
 - ``allreduce_custom``: the engines' custom all-reduce under CUDA graphs (``OpModel.all_reduce``),
@@ -73,6 +79,15 @@ GEMM_DTYPES = {"bfloat16": "bf16", "float16": "bf16", "fp8": "fp8", "fp8_block":
                "w4a8_mxfp4_mxfp8_trtllm": "mxfp4", "fp8_static": "fp8", "int8_wo": "int8_wo"}
 KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "int8": 1.0}
 NCCL_BYTES = {"half": 2.0, "int8": 1.0, "bfloat16": 2.0, "float": 4.0}
+#: Kernel sources of the attention tables that are an engine's portable fallback, not the backend
+#: it serves with on Hopper or Blackwell: SGLang's and vLLM's Triton attention, measured for the
+#: shapes their main backend does not take (head sizes 64 / 192 / 256 / 512, some windows), and SGLang's MLA on L40S.  On the shapes SGLang's Blackwell tables measure with both (B200, GB200):
+#: Triton prefill takes a median 2.7x TensorRT-LLM's FMHA time (2,584 shapes), Triton decode 1.2x
+#: (quartiles 0.8-2.3x, 2,908 shapes).  The op model prices the kernels an engine serves with, so
+#: these rows are reported as their own classes (``attn_prefill_fallback``, ``attn_decode_fallback``,
+#: windowed rows included), never mixed into the attention classes and never dropped; the
+#: engine-rate fit (fit_kernel_ceilings.py) leaves them out the same way.
+FALLBACK_ATTENTION = "triton"
 # DeepSeek-V3 MLA dimensions (the only MLA model the tables measure)
 MLA = dict(qk_nope=128, qk_rope=64, v_dim=128, kv_lora=512)
 
@@ -138,9 +153,19 @@ def _gemm(ops: OpModel, df, rows):
                 yield cls, pred[sel], g.latency.values[sel]
 
 
+def _fallback(df):
+    """Rows of an attention table measured on an engine's portable Triton fallback
+    (:data:`FALLBACK_ATTENTION`)."""
+    return df.kernel_source.astype(str).str.contains(FALLBACK_ATTENTION) if "kernel_source" in df \
+        else np.zeros(len(df), bool)
+
+
 def _context_attention(ops, df, rows):
+    fb = _fallback(df)
+    df, fall = df[~fb], df[fb]
     w = df.window_size if "window_size" in df else 0 * df.isl
-    for name, g in (("attn_prefill", df[w == 0]), ("attn_prefill_window", df[w > 0])):
+    for name, g in (("attn_prefill", df[w == 0]), ("attn_prefill_window", df[w > 0]),
+                    ("attn_prefill_fallback", fall)):
         g = _sample(g, rows)
         if not len(g):
             continue
@@ -151,8 +176,11 @@ def _context_attention(ops, df, rows):
 
 
 def _generation_attention(ops, df, rows):
+    fb = _fallback(df)
+    df, fall = df[~fb], df[fb]
     w = df.window_size if "window_size" in df else 0 * df.isl
-    for name, g in (("attn_decode", df[w == 0]), ("attn_decode_window", df[w > 0])):
+    for name, g in (("attn_decode", df[w == 0]), ("attn_decode_window", df[w > 0]),
+                    ("attn_decode_fallback", fall)):
         g = _sample(g, rows)
         if not len(g):
             continue
@@ -164,18 +192,26 @@ def _generation_attention(ops, df, rows):
 
 
 def _context_mla(ops, df, rows):
-    g = _sample(df, rows)
-    kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
-    yield "mla_prefill", ops.mla_prefill(g.batch_size.values, g.isl.values, 0, g.num_heads.values,
-                                         kv_bytes=kvb, **MLA), g.latency.values
+    fb = _fallback(df)
+    for name, g in (("mla_prefill", df[~fb]), ("mla_prefill_fallback", df[fb])):
+        g = _sample(g, rows)
+        if not len(g):
+            continue
+        kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
+        yield name, ops.mla_prefill(g.batch_size.values, g.isl.values, 0, g.num_heads.values,
+                                    kv_bytes=kvb, **MLA), g.latency.values
 
 
 def _generation_mla(ops, df, rows):
-    g = _sample(df, rows)
-    kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
-    ctx = g.isl.values + g.step.values
-    yield "mla_decode", ops.mla_decode(g.batch_size.values, ctx, g.num_heads.values, qk_rope=MLA["qk_rope"],
-                                       kv_lora=MLA["kv_lora"], kv_bytes=kvb), g.latency.values
+    fb = _fallback(df)
+    for name, g in (("mla_decode", df[~fb]), ("mla_decode_fallback", df[fb])):
+        g = _sample(g, rows)
+        if not len(g):
+            continue
+        kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
+        ctx = g.isl.values + g.step.values
+        yield name, ops.mla_decode(g.batch_size.values, ctx, g.num_heads.values, qk_rope=MLA["qk_rope"],
+                                   kv_lora=MLA["kv_lora"], kv_bytes=kvb), g.latency.values
 
 
 def _moe(ops, df, rows):

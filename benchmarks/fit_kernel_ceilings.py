@@ -28,7 +28,9 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
   format, with a second factor on their weight streaming; MXFP4 from the gpt-oss-shaped rows
   of the kernels each engine serves gpt-oss with, :func:`_gptoss_mxfp4_rows`; the chunked
   gated-delta prefill kernel's math, chain latency and fixed cost, :data:`LINEAR_ATTN_RATES`; the
-  fixed cost of the engine's NVFP4 activation quantization before a dense GEMM, :data:`GEMM_QUANT_RATES`),
+  fixed cost of the engine's NVFP4 activation quantization before a dense GEMM, :data:`GEMM_QUANT_RATES`;
+  decode attention's KV stream rate and fixed cost per cache format, GQA and MLA, bf16 and fp8,
+  :data:`DECODE_RATES`, from the generation tables without their Triton fallback rows),
   written as ``src/servesim/perf/engine_kernels.yaml`` (perf/engine_kernels.py).
 
 These are per-kernel measurements (physics), not end-to-end results: nothing of
@@ -53,11 +55,12 @@ import numpy as np
 from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_kernels import GEMM_DTYPES, SYSTEMS, _moe_class, gdn_time, table_files  # noqa: E402
+from bench_kernels import FALLBACK_ATTENTION, GEMM_DTYPES, KV_BYTES, MLA, SYSTEMS, _moe_class, gdn_time, table_files  # noqa: E402
 
 from servesim.hardware import load_gpu  # noqa: E402
 from servesim.perf.analytic_params import AnalyticParams  # noqa: E402
-from servesim.perf.engine_kernels import MARLIN_INT4, KernelRates, rate_range  # noqa: E402
+from servesim.perf.engine_kernels import (DECODE_HEAD_GROUP_MAX, MARLIN_INT4, PACK_GQA_PREFILL,  # noqa: E402
+                                          KernelRates, rate_range)
 from servesim.perf.kernels import OpModel  # noqa: E402
 
 #: (table dtype, servesim format) pairs that set each key; GEMM tables.
@@ -225,6 +228,10 @@ ONE_NODE_RANKS = 8
 #: Triton in SGLang, TensorRT-LLM's own, FlashInfer's tensor-core kernel in vLLM on Hopper and
 #: Blackwell), fitted together on the context rows of the engine's gdn table.
 LINEAR_ATTN_RATES = ("linear_attn", "linear_attn_chain", "linear_attn_fixed")
+#: Decode attention's rates, fitted together per cache format on the generation tables: the KV
+#: stream's rate and the op's fixed cost (a factor on ``kernels.ATTN_KERNELS``), what long and
+#: short contexts are bound by.
+DECODE_RATES = ("decode_attention", "decode_attention_fixed")
 
 #: MXFP4 experts: only gpt-oss ships them, and each engine serves it with its own MXFP4 kernel,
 #: which the tables measure at gpt-oss's expert shape (hidden 2880, intermediate 2880, top-4 of
@@ -268,11 +275,16 @@ MXFP4_KERNEL_TABLE = {("vllm", 10): "trtllm"}
 GEMM_QUANT_RATES = ("gemm_quant",)
 
 
-#: Kernel sources of the prefill-attention tables that are an engine's portable fallback, not the
-#: backend it serves with on Hopper or Blackwell (SGLang's and vLLM's Triton attention: 75-82%
-#: slower than FlashAttention-3, TensorRT-LLM's FMHA or FlashInfer's TensorRT-LLM kernels on the
-#: same shapes).  An engine's prefill rate is fitted on the kernels it serves with.
-FALLBACK_ATTENTION = "triton"
+def _decode_time(ops: OpModel, kind: str, g):
+    """Seconds the op model gives each row of a generation-attention (``gqa``) or -MLA table."""
+    kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
+    ctx = g.isl.values + g.step.values
+    if kind == "mla":
+        return ops.mla_decode(g.batch_size.values, ctx, g.num_heads.values, qk_rope=MLA["qk_rope"],
+                              kv_lora=MLA["kv_lora"], kv_bytes=kvb)
+    win = g.window_size.values if "window_size" in g else 0
+    return ops.attention_decode(g.batch_size.values, ctx, g.num_heads.values, g.num_key_value_heads.values,
+                                g.head_dim.values, win, kvb)
 
 
 def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str], list]:
@@ -288,7 +300,8 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
         for engine, by in _gptoss_mxfp4_rows(system, major).items():
             sets.setdefault((engine, major, "moe", "mxfp4"), []).append(
                 (gpu, lambda ops, g: _moe_time(ops, "mxfp4", g) * 1e3, _sample(by, rows)))
-        for name in ("moe_perf", "context_mla_perf", "context_attention_perf", "gdn_perf", "gemm_perf"):
+        for name in ("moe_perf", "context_mla_perf", "context_attention_perf", "gdn_perf", "gemm_perf",
+                     "generation_attention_perf", "generation_mla_perf"):
             for backend, df in _load(system, name):
                 if name == "gemm_perf":  # the engine's NVFP4 activation-quantization op (GEMM_QUANT_RATES)
                     g = df[df.gemm_dtype == "nvfp4"]
@@ -296,6 +309,20 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
                         sets.setdefault((backend, major, "gemm_quant", "fp4"), []).append(
                             (gpu, lambda ops, g: ops.gemm(g.m.values, g.n.values, g.k.values, "nvfp4") * 1e3,
                              _sample(g, rows)))
+                    continue
+        for name in ("moe_perf", "context_mla_perf", "context_attention_perf", "gdn_perf",
+                     "generation_attention_perf", "generation_mla_perf"):
+            for backend, df in _load(system, name):
+                if name in ("generation_attention_perf", "generation_mla_perf"):
+                    # decode attention's KV stream, per cache format (bf16, fp8), full and windowed
+                    # rows together, without the Triton fallback's rows
+                    kind = "mla" if name == "generation_mla_perf" else "gqa"
+                    df = df[~df.kernel_source.astype(str).str.contains(FALLBACK_ATTENTION)]
+                    fp8 = df.kv_cache_dtype.map(KV_BYTES).fillna(2.0) < 2.0
+                    for fmt, g in ((kind, df[~fp8]), (kind + "_fp8", df[fp8])):
+                        if len(g):
+                            sets.setdefault((backend, major, "decode_attention", fmt), []).append(
+                                (gpu, lambda ops, g, k=kind: _decode_time(ops, k, g) * 1e3, _sample(g, rows)))
                     continue
                 if name == "gdn_perf":
                     g = df[(df.phase == "context") & ~df.kernel_source.astype(str).str.contains("conv1d")]
@@ -317,6 +344,7 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
                     sets.setdefault((backend, major, "prefill_attention", "mla"), []).append(
                         (gpu, lambda ops, g: next(_context_mla(ops, g, len(g)))[1] * 1e3, _sample(df, rows)))
                 else:  # full attention and sliding windows: each engine's own kernel path
+                    # an engine's rate is fitted on the kernels it serves with, not its Triton fallback
                     df = df[~df.kernel_source.astype(str).str.contains(FALLBACK_ATTENTION)]
                     w = df.window_size if "window_size" in df else 0 * df.isl
                     for fmt, g in (("gqa", df[w == 0]), ("gqa_window", df[w > 0])):
@@ -394,10 +422,14 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
         # a MoE kernel has three rates (:data:`MOE_RATES`; gpt-oss's two, :data:`MXFP4_RATES`),
         # the gated-delta prefill three, prefill attention one
         fitted = (MXFP4_RATES if fmt == "mxfp4" else MOE_RATES) if op == "moe" \
-            else LINEAR_ATTN_RATES if op == "linear_attn" else (op,)
+            else LINEAR_ATTN_RATES if op == "linear_attn" else DECODE_RATES if op == "decode_attention" else (op,)
 
-        def err(x, parts=parts, fitted=fitted, fmt=fmt, marlin=(engine, major) in MARLIN_INT4):
-            rates = KernelRates({(o, fmt): float(v) for o, v in zip(fitted, x)}, int4_marlin=marlin)
+        # the engine's kernel structure (which kernels it runs) as servesim prices it
+        kinds = dict(int4_marlin=(engine, major) in MARLIN_INT4, decode_head_group_max=DECODE_HEAD_GROUP_MAX.get(engine, 0),
+                     prefill_pack_gqa=(engine, major) in PACK_GQA_PREFILL)
+
+        def err(x, parts=parts, fitted=fitted, fmt=fmt, kinds=kinds):
+            rates = KernelRates({(o, fmt): float(v) for o, v in zip(fitted, x)}, **kinds)
             return np.concatenate([np.log(price(OpModel(gpu, params, rates), g) / g.latency.values)
                                    for gpu, price, g in parts])
 
@@ -424,7 +456,8 @@ def kept(e: dict) -> bool:
 
 def write_engine_rates(entries: list[dict], path: Path) -> None:
     lines = ["# Each serving engine's own kernels against servesim's op model, per CUDA major version (9 Hopper,",
-             "# 10 Blackwell): the factor on the op's compute efficiency that fits the engine's measured",
+             "# 10 Blackwell): the factor on the op's compute efficiency (decode_attention: its KV stream's rate;",
+             "# the *_fixed ops: its kernel count) that fits the engine's measured",
              "# per-kernel tables (aiconfigurator-core) best, kept where it lowers the median error of",
              "# those rows.  Written by",
              "#   PYTHONPATH=src python benchmarks/fit_kernel_ceilings.py --engine-kernels --out <this file>",

@@ -18,7 +18,7 @@ TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_si
 # a params set with no overheads and perfect efficiencies, so hand computations are exact
 IDEAL = AnalyticParams(gemm_eff_max=1.0, gemm_half_tokens=0.0, moe_eff_scale=1.0, moe_half_tokens=0.0, mem_eff=1.0,
                        attn_prefill_eff_max=1.0, attn_prefill_half_tokens=0.0, attn_decode_mem_eff=1.0,
-                       attn_decode_compute_eff=1.0, attn_decode_ctx_overhead_tokens=0.0,
+                       attn_decode_compute_eff=1.0, attn_decode_ctx_overhead_tokens=0.0, attn_decode_unit_s=0.0,
                        elementwise_bytes_per_token=0.0, pass_overhead_s=0.0, layer_overhead_s=0.0,
                        graph_pass_overhead_s=0.0, graph_layer_overhead_s=0.0)
 
@@ -335,6 +335,77 @@ def test_prefill_attention_is_the_op_models_kernel_per_layer(hidden, heads):
     for n, c in ((300, 0), (2048, 4096)):
         kernel = float(ops.attention_prefill(1, n, c, heads, 2, m.head_dim)) - ATTN_KERNELS * ops.t_kernel
         assert st._prefill_attn([n], [c]) == pytest.approx(m.num_layers * kernel, rel=1e-9)
+
+
+@pytest.mark.parametrize("engine,kv_heads", [("trtllm", 1), ("trtllm", 2), ("vllm", 1)])
+def test_decode_attention_work_units_are_the_op_models(engine, kv_heads):
+    """A pass's GQA decode attention is, per layer, the op model's kernel with its work units: one
+    per (request, KV head) — or, where the engine's kernel does not take the head group
+    (TensorRT-LLM beyond 32 query heads per KV head), one per (request, query head), each
+    streaming its KV head — at short and long context alike."""
+    from servesim.perf.engine_kernels import kernel_rates
+    from servesim.perf.kernels import ATTN_KERNELS, OpModel
+
+    m = parse_config({**TINY, "hidden_size": 64 * 128, "num_attention_heads": 64, "num_key_value_heads": kv_heads},
+                     name="tiny-mqa")
+    g = load_gpu("h200_sxm")
+    rates = kernel_rates(engine, g)
+    st = AnalyticStepTime(m, g, kernel_rates=rates)
+    ops = OpModel(g, st.p, rates)
+    per_query_head = engine == "trtllm" and 64 / kv_heads > 32
+    assert float(ops.decode_streams(64, kv_heads)) == (64 if per_query_head else kv_heads)
+    for n, ctx in ((512, 2), (8, 8000)):
+        body = float(ops.attention_decode(n, ctx, 64, kv_heads, m.head_dim)) - float(ops.decode_fixed("gqa"))
+        assert st._decode_attn(n, float(n * ctx), 0.0) == pytest.approx(m.num_layers * body, rel=1e-9)
+    # the op's fixed cost (the engine's factor for a bf16 cache) is the pass's, once per layer
+    assert st._attn_dec_fixed == pytest.approx(m.num_layers * (float(ops.decode_fixed("gqa")) - ATTN_KERNELS * ops.t_kernel),
+                                               abs=1e-15)
+
+
+@pytest.mark.parametrize("tp,kv_dtype", [(2, "bf16"), (1, "fp8")])
+def test_mla_decode_is_the_op_models_kernel_per_layer(tp, kv_dtype):
+    """DeepSeek-V3's decode attention is, per layer, the op model's absorbed MLA kernel: the latent
+    streamed per request, its blocks of 64 query heads (one at TP 2, two at TP 1) each a work unit
+    adding its time whether the kernel's math or its stream bounds it (here its math)."""
+    from servesim.perf.kernels import ATTN_KERNELS, OpModel
+
+    m, g = load_model("deepseek-ai/DeepSeek-V3"), load_gpu("h200_sxm")
+    st = AnalyticStepTime(m, g, tp=tp, kv_dtype=kv_dtype)
+    ops = OpModel(g, st.p)
+    kvb = 2.0 if kv_dtype == "bf16" else 1.0
+    heads = m.num_attention_heads // tp
+    for n, ctx in ((256, 3), (16, 6000)):
+        body = float(ops.mla_decode(n, ctx, heads, m.qk_rope_head_dim, m.kv_lora_rank, kvb)) - ATTN_KERNELS * ops.t_kernel
+        assert st._decode_attn(n, float(n * ctx), 0.0) == pytest.approx(m.num_layers * body, rel=1e-9)
+    flat = OpModel(g, st.p.model_copy(update={"attn_decode_unit_s": 0.0}))
+    units = float(ops.mla_decode(256, 3, heads, kv_bytes=kvb)) - float(flat.mla_decode(256, 3, heads, kv_bytes=kvb))
+    assert units == pytest.approx(256 * (128 // tp // 64) * st.p.attn_decode_unit_s / g.sm_count, rel=1e-6)
+
+
+@pytest.mark.parametrize("layers,window", [(["full_attention"] * 4, None), (["sliding_attention", "full_attention"] * 2, 128)])
+def test_packed_gqa_prefill_is_the_op_models_kernel_per_layer(layers, window):
+    """Under an engine whose Hopper prefill kernel packs a KV head's query heads into one block
+    (SGLang's FlashAttention-3), a pass's prefill attention is, per layer, the op model's packed
+    kernel — full-attention layers packed, sliding-window layers per query head — and a short
+    chunk costs far less than per-query-head blocks would."""
+    from servesim.perf.engine_kernels import kernel_rates
+    from servesim.perf.kernels import ATTN_KERNELS, OpModel
+
+    cfg = {**TINY, "layer_types": layers} if window is None else {**TINY, "layer_types": layers, "sliding_window": window}
+    m = parse_config(cfg, name="tiny-pack")
+    g = load_gpu("h100_sxm")
+    rates = kernel_rates("sglang", g)
+    assert rates.prefill_pack_gqa and not kernel_rates("trtllm", g).prefill_pack_gqa
+    st = AnalyticStepTime(m, g, kernel_rates=rates)
+    ops = OpModel(g, st.p, rates)
+    nw = 2 if window else 0
+    for n, c in ((1, 0), (300, 0), (2048, 4096)):
+        full, windowed = (float(ops.attention_prefill(1, n, c, 8, 2, m.head_dim, window=w)) - ATTN_KERNELS * ops.t_kernel
+                          for w in (0, window or 0))
+        assert st._prefill_attn([n], [c]) == pytest.approx((4 - nw) * full + nw * windowed, rel=1e-9)
+    unpacked = OpModel(g, st.p)
+    t1 = [float(o.attention_prefill(128, 1, 0, 48, 2, 128)) for o in (ops, unpacked)]
+    assert t1[0] < 0.3 * t1[1]  # measured on H200: 19 us packed (the per-query-head model: 255 us)
 
 
 @pytest.mark.parametrize("engine", ["trtllm", "vllm"])

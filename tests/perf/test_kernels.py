@@ -177,7 +177,8 @@ def test_decode_attention_per_context(h100):
     t2 = float(h100.attention_decode(8, 32768, 32, 8, 128))
     kv_per_token = 2 * 8 * 128 * 2
     bw = h100.bw * min(0.9, h100.gpu.ceiling("hbm"))
-    over = h100.p.attn_decode_ctx_overhead_tokens
+    # the last block read whole, and the 8 KV heads' work units as the tokens streamed in them
+    over = h100.p.attn_decode_ctx_overhead_tokens + h100.decode_unit_tokens(8, kv_per_token / bw)
 
     def read(ctx):
         t = 8 * (ctx + over) * kv_per_token / bw
@@ -186,6 +187,125 @@ def test_decode_attention_per_context(h100):
     assert t2 - t1 == pytest.approx(read(32768) - read(16384), rel=1e-9)
     assert t2 - t1 == pytest.approx(8 * 16384 * kv_per_token / bw, rel=1e-3)  # the ramp has saturated
     assert float(h100.attention_decode(1, 1, 32, 8, 128)) >= ATTN_KERNELS * h100.t_kernel
+
+
+def test_decode_attention_work_units_run_over_the_sms(h100):
+    """Every (request, KV head) of decode attention is a work unit that holds an SM for
+    ``attn_decode_unit_s`` beyond its KV stream: at a handful of tokens per request, many
+    requests cost ``requests·KV heads·t_unit/SMs`` more than their bytes (the tables: 1024
+    requests x 8 KV heads at 128 tokens take ~200 us on H200, twice their KV stream)."""
+    flat = OpModel(h100.gpu, AnalyticParams(attn_decode_unit_s=0.0))
+    b, kvh = 1024, 8
+    t, t0 = float(h100.attention_decode(b, 2, 32, kvh, 128)), float(flat.attention_decode(b, 2, 32, kvh, 128))
+    units = b * kvh * h100.p.attn_decode_unit_s / h100.sms
+    assert units > 40e-6
+    assert t - t0 > 0.9 * units  # the ramp shrinks once the stream is long
+    # per KV head, not per query head (the query heads of a group share their unit and stream)
+    assert float(h100.attention_decode(b, 2, 64, kvh, 128)) == pytest.approx(t, rel=1e-9)
+
+
+def test_trtllm_decode_runs_large_head_groups_per_query_head(h100):
+    """TensorRT-LLM's decode kernels take head groups up to 32 query heads per KV head; larger
+    groups run one unit and one KV stream per query head (measured 6-12x the per-KV-head
+    time at groups of 48-128), other engines' kernels any group."""
+    from servesim.perf.engine_kernels import DECODE_HEAD_GROUP_MAX, KernelRates, kernel_rates
+
+    # the kernels' structure alone (no fitted rates): TensorRT-LLM's head-group limit or none
+    trt = OpModel(h100.gpu, h100.p, KernelRates(decode_head_group_max=DECODE_HEAD_GROUP_MAX["trtllm"]))
+    vllm = OpModel(h100.gpu, h100.p)
+    assert kernel_rates("trtllm", h100.gpu).decode_head_group_max == 32
+    assert DECODE_HEAD_GROUP_MAX["trtllm"] == 32 and "vllm" not in DECODE_HEAD_GROUP_MAX
+    for heads, kvh in ((32, 1), (64, 2)):  # groups of 32: no fallback
+        assert float(trt.attention_decode(64, 4096, heads, kvh, 128)) == \
+            pytest.approx(float(vllm.attention_decode(64, 4096, heads, kvh, 128)), rel=1e-9)
+    slow = float(trt.attention_decode(64, 4096, 64, 1, 128))
+    fast = float(vllm.attention_decode(64, 4096, 64, 1, 128))
+    assert slow > 30 * (fast - ATTN_KERNELS * h100.t_kernel)
+    # 1024 requests of 2 tokens, 64 query heads on 1 KV head: measured 0.59-0.65 ms on H200 at
+    # head sizes 64-256 (TensorRT-LLM generation table), bound by the units at every head size
+    # (the per-KV-head model: 12 us)
+    h200 = load_gpu("h200_sxm")
+    t = OpModel(h200, h100.p, kernel_rates("trtllm", h200)).attention_decode(1024, 2, 64, 1, np.array([64, 128, 256]))
+    assert np.all((t > 0.35e-3) & (t < 0.8e-3)) and t.max() < 1.2 * t.min(), t
+
+
+def test_decode_attention_streams_each_cache_format_at_the_engines_rate():
+    """Over an fp8 KV cache FlashAttention-3's decode (vLLM, SGLang on Hopper) takes about as
+    long as over a bf16 one (measured fp8 / bf16 on H200 beyond 256 MB: 0.89-0.90), TensorRT-
+    LLM's XQA about the bytes' time (0.60): the fitted per-format stream rates
+    (engine_kernels.yaml, ``decode_attention``) keep both; the stream never passes the nominal
+    bandwidth (Blackwell's bf16 rates exceed the GEMM-measured ceiling)."""
+    from servesim.perf.engine_kernels import kernel_rates
+
+    h200, b200 = load_gpu("h200_sxm"), load_gpu("b200_sxm")
+    ratio = {}
+    for engine in ("vllm", "sglang", "trtllm"):
+        ops = OpModel(h200, AnalyticParams(), kernel_rates(engine, h200))
+        bf16, fp8 = (float(ops.attention_decode(256, 8192, 32, 8, 128, kv_bytes=kb)) for kb in (2.0, 1.0))
+        ratio[engine] = fp8 / bf16
+    assert ratio["vllm"] > 0.8 and ratio["sglang"] > 0.75 and ratio["trtllm"] < 0.65, ratio
+    for engine in ("vllm", "sglang", "trtllm"):
+        ops = OpModel(b200, AnalyticParams(), kernel_rates(engine, b200))
+        assert float(ops.decode_mem_eff("gqa", 2.0)) <= 1.0
+        assert float(ops.decode_mem_eff("gqa", 2.0)) > b200.ceiling("hbm")
+
+
+def test_a_prefill_thread_blocks_fixed_work_is_a_time_per_sm():
+    """A flash-attention thread block's fixed work (loads, pipeline fill, epilogue) lasts the same
+    time on every GPU's SM: on Blackwell, whose SMs compute 1.8x faster, it is 1.8x the key
+    blocks it is on H100; at 2 key blocks everywhere, the Blackwell tables' short chunks read
+    20-50% too fast and their long ones 35-95% too slow."""
+    from servesim.perf.kernels import ATTN_BLOCK, ATTN_CTA_OVERHEAD_BLOCKS
+
+    h100, b200 = (OpModel(load_gpu(n), AnalyticParams()) for n in ("h100_sxm", "b200_sxm"))
+    assert h100.cta_blocks == pytest.approx(ATTN_CTA_OVERHEAD_BLOCKS, rel=1e-9)
+    per_sm = [o.peak_attn / o.sms for o in (h100, b200)]
+    assert b200.cta_blocks / h100.cta_blocks == pytest.approx(per_sm[1] / per_sm[0], rel=1e-9) and per_sm[1] > 1.7 * per_sm[0]
+    t_fixed = [o.cta_blocks * ATTN_BLOCK ** 3 * 4.0 / r for o, r in zip((h100, b200), per_sm)]
+    assert t_fixed[0] == pytest.approx(t_fixed[1], rel=1e-9)
+
+
+def test_blackwell_prefill_attention_matches_short_and_long_chunks():
+    """With the fixed work a time per SM, TensorRT-LLM's B200 context-attention table reads
+    within 30% (median, signed) at short chunks (128-1024 tokens) and long ones (4k+) alike: −24%
+    and +23%; at 2 key blocks everywhere, with its fitted rate then, −30% and +53%."""
+    pytest.importorskip("aiconfigurator_core")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from pathlib import Path
+
+    from aiconfigurator_core.sdk import perf_database
+
+    from servesim.perf.engine_kernels import kernel_rates
+
+    bk = load_benchmark("bench_kernels")
+    root = Path(perf_database.get_systems_paths()[0]) / "data"
+    path = {(b, n): f for b, n, f in bk.table_files(root, "b200_sxm")}[("trtllm", "context_attention_perf")]
+    df = pq.read_table(path).to_pandas()
+    df = df[(df.latency > 0) & (df.window_size == 0)]
+    gpu = load_gpu("b200_sxm")
+    ops = OpModel(gpu, AnalyticParams(), kernel_rates("trtllm", gpu))
+    for part in (df[(df.isl >= 128) & (df.isl <= 1024)], df[df.isl >= 4096]):
+        g = part.sample(min(200, len(part)), random_state=0)
+        kvb = g.kv_cache_dtype.map(bk.KV_BYTES).fillna(2.0).values
+        pred = ops.attention_prefill(g.batch_size.values, g.isl.values, 0, g.num_heads.values,
+                                     g.num_key_value_heads.values, g.head_dim.values, 0, kvb) * 1e3
+        assert abs(np.median(pred / g.latency.values - 1.0)) <= 0.30
+
+
+def test_decode_attention_fixed_cost_per_engine_and_cache_format():
+    """The decode-attention op's fixed cost is the engine's for the cache's format (fitted
+    ``decode_attention_fixed``): SGLang's op over an fp8 cache on B200 takes 16.6 us at the
+    smallest shapes where over bf16 it takes 10.4 (its query and KV quantization), vLLM's 9.4
+    and 9.0; the op model reads the same ordering."""
+    from servesim.perf.engine_kernels import kernel_rates
+
+    b200 = load_gpu("b200_sxm")
+    t = {}
+    for engine in ("sglang", "vllm"):
+        ops = OpModel(b200, AnalyticParams(), kernel_rates(engine, b200))
+        t[engine] = [float(ops.attention_decode(1, 16, 8, 1, 128, kv_bytes=kb)) for kb in (2.0, 1.0)]
+    assert t["sglang"][1] > 1.4 * t["sglang"][0] and 13e-6 < t["sglang"][1] < 20e-6, t
+    assert t["vllm"][1] < 1.15 * t["vllm"][0], t
 
 
 def test_moe_reads_only_touched_experts(h100):

@@ -44,7 +44,8 @@ cdef class AnalyticStepTime:
     cdef public object _lin_pre_flop_s, _lin_chain_s
     cdef public long long _lin_heads
     cdef public object _ops
-    cdef public object _elem_fixed, _attn_fixed, _heads
+    cdef public object _elem_fixed, _attn_fixed, _attn_dec_fixed, _heads
+    cdef public long long _pack
     cdef public long long _sms
     cdef public object _ar_tp, _qk_ar
     cdef public dict _ar_memo
@@ -64,7 +65,8 @@ cdef class AnalyticStepTime:
                    x=cython.double, eff=cython.double, c_full=cython.double, m_full=cython.double,
                    t=cython.double, c_cap=cython.double, m_cap=cython.double, i=cython.Py_ssize_t,
                    blk=cython.longlong, extra=cython.double, ctas=cython.longlong, nq=cython.longlong,
-                   q=cython.longlong, waves_ctas=cython.longlong)
+                   q=cython.longlong, waves_ctas=cython.longlong, gp=cython.longlong, nqp=cython.longlong,
+                   ctas_full=cython.longlong, eff_full=cython.double)
     cpdef _prefill_attn(self, list new, list cached)
     @cython.locals(n=cython.longlong, waves=cython.longlong)
     cpdef _lin_prefill(self, list new)

@@ -22,7 +22,9 @@ Ops per decoder layer (per GPU of the worker):
   where the layer is sparse; a sliding-window layer's whole key blocks,
   ``kernels.window_key_blocks``), reading the chunk's prefix KV;
 - decode attention: each request reads its own context's KV (window- or top-k-capped), plus
-  ``attn_decode_ctx_overhead_tokens`` per request (kernel fixed cost); MLA decode is absorbed
+  ``attn_decode_ctx_overhead_tokens`` per request (kernel fixed cost) and, for GQA, its work
+  units' own time (``attn_decode_unit_s`` per KV head, or per query head where the engine's
+  kernel does not take the group, over the SMs) as the tokens streamed in it; MLA decode is absorbed
   (reads the latent, computes over ``2·kv_lora_rank + rope`` per head);
 - linear attention: per-token recurrent update FLOPs; state read+write per request; the
   chunked prefill kernel also waits on the longest chunk's chunk-to-chunk state chain;
@@ -71,9 +73,9 @@ from servesim.models.arch import ModelArch
 from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.engine_kernels import NO_RATES, KernelRates
 from servesim.perf.expert_balance import expected_busiest_touched
-from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_HEAD_DIM, ATTN_CTA_OVERHEAD_BLOCKS, ATTN_KERNELS,
+from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_HEAD_DIM, ATTN_KERNELS,
                                    ELEMENTWISE_KERNELS, LINEAR_ATTN_DECODE_KERNELS, LINEAR_ATTN_KERNELS, GemmSet,
-                                   OpModel, ramped, window_key_blocks)
+                                   MLA_HEAD_BLOCK, OpModel, ramped, window_key_blocks)
 from servesim.perf.launches import eager_ops_per_layer
 from servesim.perf.memory import Layout, attention_params_per_gpu
 from servesim.perf.plan import PassPlan, ends_from_durations
@@ -214,8 +216,17 @@ class AnalyticStepTime:
         self._lm = GemmSet(ops, [(1, m.vocab_size / tp, h, "bf16")])
         # attention ops' fixed cost per pass (one attention op per layer, whatever the batch)
         self._attn_fixed = n_soft * ATTN_KERNELS * ops.t_kernel
+        # a pass with decode requests runs the engine's decode-attention op, whose fixed cost for
+        # the cache's format differs (kernels.OpModel.decode_fixed): the difference
+        self._attn_dec_fixed = n_soft * (float(ops.decode_fixed("mla" if m.is_mla else "gqa", kv_bytes(self.kv_dtype)))
+                                         - ATTN_KERNELS * ops.t_kernel)
         self._sms = g.sm_count or 0
         self._heads = max(1, m.num_attention_heads // tp)
+        # query heads a full-attention prefill block packs per KV head (kernels.OpModel
+        # .attention_prefill, KernelRates.prefill_pack_gqa); 1: a block per query head
+        kvh_rank = m.kv_heads_per_gpu(tp) if not m.is_mla else self._heads
+        self._pack = self._heads // kvh_rank if self.kernel_rates.prefill_pack_gqa and not m.is_mla \
+            and self._heads % kvh_rank == 0 else 1
 
         # attention per context token, summed over layers: compute-seconds and byte-seconds
         kvb = kv_bytes(self.kv_dtype)
@@ -247,7 +258,8 @@ class AnalyticStepTime:
             full_kv = cap_kv = kv_layer
             full_dec = cap_dec = dec_flops_tok
         pa = peak_attn
-        dme = bw * min(p.attn_decode_mem_eff, g.ceiling("hbm"))
+        # decode attention's KV stream: the engine's kernel for the cache's format (kernels.OpModel)
+        dme = bw * float(ops.decode_mem_eff("mla" if m.is_mla else "gqa", kvb))
         # the engine's own prefill kernel (perf/engine_kernels.py)
         pa_pre = pa * self.kernel_rates.prefill_attention("mla" if m.is_mla else "gqa")
         self._pre_full = (n_full_l * full_pair / pa_pre, n_full_l * full_kv / self._bw_eff)
@@ -257,9 +269,29 @@ class AnalyticStepTime:
         self._dec_full = (n_full_l * full_dec / (pa * p.attn_decode_compute_eff), n_full_l * full_kv / dme)
         self._dec_cap = (n_cap_l * cap_dec / (pa * p.attn_decode_compute_eff), n_cap_l * cap_kv / dme)
         self._dec_oh = p.attn_decode_ctx_overhead_tokens
+        # the decode kernel's work units (kernels.OpModel.decode_unit_tokens) as the tokens a
+        # request takes in their time, at whichever of a layer's KV stream and math bounds it
+        # (one query token: a speculative pass's verified tokens add math, not units)
+        dec_c_tok = full_dec / (pa * p.attn_decode_compute_eff)
+        if m.is_mla:
+            # a request's blocks of query heads (kernels.OpModel.mla_decode), over its layer's
+            # KV (the latent, and the indexer's keys)
+            blocks = math.ceil(nq / MLA_HEAD_BLOCK)
+            self._dec_oh += float(ops.decode_unit_tokens(blocks, max(dec_c_tok, kv_layer / dme)))
+        else:
+            # one per KV head, or per query head where the engine's kernel does not take the
+            # group (kernels.OpModel.decode_streams), each then streaming its KV head on its own
+            kvh = max(1, kv_layer / (2.0 * m.head_dim * kvb))
+            streams = float(ops.decode_streams(nq, kvh))
+            per_tok = kv_layer * streams / kvh
+            if streams != kvh:  # the masked multi-head fallback: no partly used tile
+                self._dec_full = (self._dec_full[0], n_full_l * per_tok / dme)
+                self._dec_cap = (self._dec_cap[0], n_cap_l * per_tok / dme)
+                self._dec_oh = 0.0
+            self._dec_oh += float(ops.decode_unit_tokens(streams, max(dec_c_tok, per_tok / dme)))
         # a prefill thread block's fixed work in (query, key) pairs of this model's heads: key
         # blocks of a 128-wide head (kernels.ATTN_CTA_HEAD_DIM), MLA's in its own
-        self._cta_pairs = ATTN_CTA_OVERHEAD_BLOCKS * ATTN_BLOCK * ATTN_BLOCK * (
+        self._cta_pairs = ops.cta_blocks * ATTN_BLOCK * ATTN_BLOCK * (
             1.0 if m.is_mla else ATTN_CTA_HEAD_DIM / m.head_dim)
         # the KV stream's ramp and tail (GPUSpec.stream_ramp_us), one per attention kernel: the
         # full and the capped layers' totals on one rank (kernels.OpModel._ramped per layer)
@@ -408,6 +440,8 @@ class AnalyticStepTime:
             t += self._gemms_time(self._mlp_gemms, t_total)
             t += self._moe_time(t_total)
             t += self._elem_s * t_a + self._elem_fixed + self._attn_fixed
+            if n_dec:
+                t += self._attn_dec_fixed
             # linear attention's recurrent (decode) update: FLOPs and state traffic; the chunked
             # prefill kernel depends on the chunks' lengths (:meth:`_lin_prefill`)
             if self._lin_flop_s and n_dec:
@@ -465,13 +499,23 @@ class AnalyticStepTime:
         read_cap = 0
         blk = ATTN_BLOCK
         extra = self._cta_pairs
+        gp = self._pack
         ctas = 0
+        ctas_full = 0
         for i in range(len(new)):  # (indexing: zip's object costs more than a pass's few chunks)
             n, c = new[i], cached[i]
             nq = (n + blk - 1) // blk
-            q = nq * blk
             ctas += nq
-            pairs += q * c + 0.5 * q * (q + 1) + nq * extra
+            if gp > 1:  # gp query heads' rows packed per block: pairs per query head
+                nqp = (n * gp + blk - 1) // blk
+                q = nqp * blk
+                ctas_full += nqp
+                pairs += (q * c + 0.5 * q * (q / gp + 1.0) + nqp * extra) / gp
+            else:
+                q = nq * blk
+                ctas_full += nq
+                pairs += q * c + 0.5 * q * (q + 1) + nq * extra
+            q = nq * blk
             read += n + c
             if W:
                 if self._cap_window:
@@ -486,11 +530,16 @@ class AnalyticStepTime:
         if self._pre_half:
             x = tot_new / len(new)
             eff = eff * x / (x + self._pre_half)
+        eff_full = eff
         if self._sms:
             waves_ctas = ctas * self._heads
             eff = eff * waves_ctas / (((waves_ctas + self._sms - 1) // self._sms) * self._sms)
+            waves_ctas = ctas_full * (self._heads // gp)
+            eff_full = eff_full * waves_ctas / (((waves_ctas + self._sms - 1) // self._sms) * self._sms)
+        else:
+            eff_full = eff
         c_full, m_full = self._pre_full
-        t = max(pairs * c_full / eff, read * m_full)
+        t = max(pairs * c_full / eff_full, read * m_full)
         if W:
             c_cap, m_cap = self._pre_cap
             t += max(pairs_cap * c_cap / eff, read_cap * m_cap)
@@ -621,6 +670,8 @@ class AnalyticStepTime:
         if t > 0:
             v += self._gemms_time(self._attn_gemms, t)
             v += self._elem_s * t + self._elem_fixed + self._attn_fixed
+            if n_dec:
+                v += self._attn_dec_fixed
             if self._lin_flop_s and n_dec:
                 v += max(n_dec * dtok * self._lin_flop_s / p.linear_attn_eff, n_dec * self._lin_state_s)
             v += self._ar_time(t)

@@ -44,6 +44,14 @@ class AnalyticParams(BaseModel):
     attn_decode_ctx_overhead_tokens: float = Field(
         64.0, ge=0, description="per-request decode-attention fixed cost, as extra context tokens read (half a "
         "128-token KV tile: a request's last tile is read whole)")
+    attn_decode_unit_s: float = Field(
+        0.8e-6, ge=0, description="seconds one decode-attention work unit (one request's KV head with its query-head "
+        "group: a thread block of the split-KV kernel) holds an SM beyond streaming its KV: its page-table "
+        "lookups, the first KV tile's DRAM round trip the pipeline cannot hide, the query load, the partial "
+        "output and log-sum-exp write; units run sm_count at a time. Measured on the generation-attention "
+        "tables: 7-9 ns per (request, KV head) on B200 / B300 (148 SMs: 1.0-1.3 us per unit), 9 ns for "
+        "TensorRT-LLM on H100 / H200 (132 SMs: 1.2 us), 18-20 ns for FlashAttention-3 there (2.5 us with no "
+        "overhead tokens); 0.8 us with attn_decode_ctx_overhead_tokens = 64 fits the tables best")
     elementwise_bytes_per_token: float = Field(
         12.0, ge=0, description="hidden-size multiples of bf16 traffic per token per layer (norms, residual, rope)")
     linear_attn_flops_factor: float = Field(

@@ -13,7 +13,9 @@ int4 on Blackwell 0.49, vLLM's gpt-oss MXFP4 kernel on Hopper 2.2, SGLang's NVFP
 ``engine_kernels.yaml`` records those rates, one per (engine, CUDA major version, op, format),
 fitted on the engines' kernel tables by ``benchmarks/fit_kernel_ceilings.py --engine-kernels``
 (per-kernel physics; no end-to-end result enters).  A rate multiplies the op's compute
-efficiency, or for ``moe_stream`` the rate the MoE kernel streams expert weights at (never past
+efficiency, or for ``decode_attention`` the rate decode attention streams its KV cache at (per
+cache format, never past the HBM's nominal bandwidth) and for ``decode_attention_fixed`` a
+factor on that op's kernel count, or for ``moe_stream`` the rate the MoE kernel streams expert weights at (never past
 the GPU's measured HBM ceiling), or for ``moe_fixed`` the fused-MoE layer's kernel count (its
 routing, sorting and permutation work and launches: what a handful of tokens is bound by); for
 the gated-delta prefill kernel, ``linear_attn`` multiplies its
@@ -37,7 +39,9 @@ from servesim.yaml_io import safe_load
 
 RATES_FILE = Path(__file__).with_name("engine_kernels.yaml")
 #: Ops a rate can apply to, with the formats each names.
-OPS = {"prefill_attention": ("mla", "gqa", "gqa_window"), "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
+OPS = {"prefill_attention": ("mla", "gqa", "gqa_window"), "decode_attention": ("gqa", "gqa_fp8", "mla", "mla_fp8"),
+       "decode_attention_fixed": ("gqa", "gqa_fp8", "mla", "mla_fp8"),
+       "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
        "moe_stream": ("bf16", "fp8", "fp4", "mxfp4", "int4"), "moe_fixed": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
        "linear_attn": ("gdn",), "linear_attn_chain": ("gdn",), "linear_attn_fixed": ("gdn",),
        "gemm_quant": ("fp4",)}
@@ -59,6 +63,27 @@ MOE_FIXED_RATE_RANGE = (0.1, 10.0)
 #: SGLang's Marlin MoE on Hopper; SGLang on Blackwell runs FlashInfer's TensorRT-LLM MoE instead).
 #: Marlin picks its row block by the rows an expert gets (``kernels.marlin_row_block``).
 MARLIN_INT4 = frozenset({("vllm", 9), ("vllm", 10), ("sglang", 9)})
+
+#: (engine, CUDA major) whose prefill attention packs the query heads sharing a KV head into the
+#: rows of one query block (FlashAttention-3's PackGQA: its heuristic packs whenever the query is
+#: variable-length, as every serving engine calls it, and the model has grouped heads), so a block
+#: holds ``128/g`` tokens of ``g`` heads.  SGLang's and vLLM's FlashAttention-3 on Hopper; measured
+#: (their H100 / H200 context tables): a one-token chunk takes the time of its KV heads' blocks, not
+#: its query heads' — 128 one-token chunks with 48 query heads over 2 KV heads take 19 us on H200,
+#: with 32 over 32 115 us, where per-query-head blocks price both alike.  TensorRT-LLM's FMHA and
+#: the Blackwell kernels are left as they were (packing them does not fit their tables).
+PACK_GQA_PREFILL = frozenset({("sglang", 9), ("vllm", 9)})
+
+#: Engines whose decode-attention kernel takes query-head groups (query heads per KV head) only
+#: up to a size, and the largest it takes.  TensorRT-LLM's decode attention (XQA on Hopper, its
+#: generated kernels on Blackwell) is compiled for a set of group sizes; a model whose group is
+#: larger falls back to the masked multi-head attention kernel, one thread block per (request,
+#: query head), each streaming its KV head on its own.  Measured (aiconfigurator-core TensorRT-LLM
+#: generation tables, every GPU): groups of 24 and 32 run within -16..-28% of the op model, groups
+#: of 48-128 take 6-12x its time (at 1024 requests of 2 tokens and 64 query heads: 0.6 ms at head
+#: size 64, 128 and 256 alike, 9 ns per (request, query head): one work unit each, not one per KV
+#: head).  SGLang's and vLLM's kernels take any group (their tables: 1.1-2x at groups of 48+).
+DECODE_HEAD_GROUP_MAX = {"trtllm": 32}
 
 #: Engines whose per-tensor fp8 GEMMs take activations already quantized by the kernel that
 #: produced them, so such a GEMM runs no quantization kernel of its own.  A per-tensor fp8
@@ -94,14 +119,46 @@ class KernelRates:
     #: producing kernel (:data:`FUSED_ACTIVATION_QUANT`): no quantization kernel of their own.
     #: The step-time model clears it for a checkpoint with block-scaled fp8.
     fp8_act_quant_fused: bool = False
+    #: The largest query-head group the engine's decode-attention kernel takes (0: any);
+    #: larger groups run one work unit per query head (:data:`DECODE_HEAD_GROUP_MAX`).
+    decode_head_group_max: int = 0
+    #: Whether the engine's prefill attention packs a KV head's query heads into one query
+    #: block's rows (:data:`PACK_GQA_PREFILL`).
+    prefill_pack_gqa: bool = False
 
     def prefill_attention(self, kind: str) -> float:
         """``kind``: ``mla``, ``gqa`` (softmax attention with grouped key/value heads) or
         ``gqa_window`` (its sliding-window kernel: the engines run windowed prefill through other
-        kernels or code paths — TensorRT-LLM's runs 30-40% slower per computed key block than its
-        full-attention kernel, vLLM's Blackwell one 20%; SGLang's and vLLM's Hopper
-        FlashAttention-3 need no rate of their own)."""
+        kernels or code paths — TensorRT-LLM's runs 12-39% slower per computed key block than its
+        full-attention kernel (Blackwell, Hopper); SGLang's and vLLM's FlashAttention-3 and vLLM's
+        Blackwell kernel need no rate of their own, or about their full-attention one)."""
         return self.rates.get(("prefill_attention", kind), 1.0)
+
+    def decode_attention_fixed(self, kind: str, kv_bytes):
+        """The same op's fixed cost, a factor on its kernel count (``kernels.ATTN_KERNELS``): its
+        rotary, cache-write, metadata and combine kernels as the engine runs them for the cache's
+        format (SGLang on Blackwell quantizes the query and the new KV for an fp8 cache: 16.6 us
+        where bf16 takes 10.4 on B200; its Hopper decode op is shorter than five kernels)."""
+        return self._per_format("decode_attention_fixed", kind, kv_bytes)
+
+    def _per_format(self, op: str, kind: str, kv_bytes):
+        bf16 = self.rates.get((op, kind), 1.0)
+        fp8 = self.rates.get((op, kind + "_fp8"), 1.0)
+        if bf16 == fp8:
+            return bf16
+        import numpy as np
+
+        return np.where(np.asarray(kv_bytes, float) < 2.0, fp8, bf16)
+
+    def decode_attention(self, kind: str, kv_bytes):
+        """``kind``: ``gqa`` or ``mla`` decode attention over a KV cache of ``kv_bytes`` per element
+        (an fp8 cache, below 2 bytes, takes the ``<kind>_fp8`` rate): the rate the engine's kernel
+        streams the cache at, relative to ``AnalyticParams.attn_decode_mem_eff`` (capped by the
+        GPU's ceiling); the op model keeps the stream within the HBM's nominal bandwidth.  An fp8
+        cache is its own format: FlashAttention-3's decode on Hopper (SGLang, vLLM) takes about
+        as long over an fp8 cache as over a bf16 one, where TensorRT-LLM's runs it at half the
+        bytes' time.  Works on arrays of ``kv_bytes``."""
+        return self._per_format("decode_attention", kind, kv_bytes)
 
     def moe(self, dtype: str) -> float:
         """The engine's fused-MoE grouped GEMMs with ``dtype`` expert weights: their math."""
@@ -171,7 +228,9 @@ def kernel_rates(engine: str, gpu) -> KernelRates:
         return NO_RATES
     found = _table().get((engine, major))
     fused = engine in FUSED_ACTIVATION_QUANT
-    if not found and not fused:
+    group = DECODE_HEAD_GROUP_MAX.get(engine, 0)
+    pack = (engine, major) in PACK_GQA_PREFILL
+    if not found and not fused and not group and not pack:
         return NO_RATES
     return KernelRates(dict(found or {}), int4_marlin=(engine, major) in MARLIN_INT4,
-                       fp8_act_quant_fused=fused)
+                       fp8_act_quant_fused=fused, decode_head_group_max=group, prefill_pack_gqa=pack)

@@ -75,6 +75,18 @@ ATTN_BLOCK = 128
 #: 64-wide heads −30% → −11% bias).  MLA's prefill keeps it in its own key blocks.
 ATTN_CTA_OVERHEAD_BLOCKS = 2.0
 ATTN_CTA_HEAD_DIM = 128.0
+#: the SM rate the fixed work above is counted at: H100 SXM's attention peak per SM (860.8
+#: TFLOP/s bf16 at its measured ceiling over 132 SMs).  The fixed work is a time (its loads'
+#: and pipeline's latencies), not math: on a GPU whose SMs compute faster it is more key blocks
+#: (:attr:`OpModel.cta_blocks`: 3.6 on B200, 4.0 on GB300; 0.8 on A100, 0.6 on L40S).  Counted
+#: as 2 key blocks on every GPU, the engines' Blackwell prefill rates came out at 0.45-0.85 of the
+#: op model's math (SGLang MLA 28.5% median error, TensorRT-LLM MLA 27.8%, GQA 22.9%) — short
+#: chunks too fast, long ones too slow; at the same time per SM they are 0.73-1.08 or none
+#: (20.7%, 21.0%, 17.9%).
+ATTN_CTA_REF_SM_FLOPS = 860.778e12 / 132
+#: query heads an absorbed-MLA decode kernel runs together (FlashMLA and trtllm-gen's MLA kernels:
+#: a 64-row tile of heads per request); fewer heads pad the tile.
+MLA_HEAD_BLOCK = 64.0
 #: fixed cost of one attention op, in kernel latencies: the op as the serving frameworks
 #: run it (rotary embedding, KV-cache write, scheduling metadata, the attention kernel, the
 #: split-KV combine).  Measured: the smallest attention ops of the kernel tables take 11-14 us
@@ -144,6 +156,10 @@ class OpModel:
         self.t_ramp = gpu.stream_ramp_us * 1e-6
         self.sms = gpu.sm_count or 0
         self.peak_attn = gpu.peak_flops("bf16") * min(1.0, gpu.ceiling("bf16"))
+        #: a flash-attention thread block's fixed work in key blocks of a 128-wide head on this
+        #: GPU (:data:`ATTN_CTA_REF_SM_FLOPS`); with no SM count, :data:`ATTN_CTA_OVERHEAD_BLOCKS`
+        self.cta_blocks = ATTN_CTA_OVERHEAD_BLOCKS * (self.peak_attn / self.sms / ATTN_CTA_REF_SM_FLOPS
+                                                      if self.sms else 1.0)
 
     def _ramped(self, mem):
         """A streaming time with the kernel's ramp and tail (``GPUSpec.stream_ramp_us``)."""
@@ -244,7 +260,10 @@ class OpModel:
 
         Compute runs over the padded chunk's query blocks (a sliding window's over whole key
         blocks, at the engine's windowed-kernel rate); the query blocks of every (chunk, head)
-        are the thread blocks, run in waves over the SMs.
+        are the thread blocks, run in waves over the SMs.  An engine whose kernel packs the query
+        heads of a KV head into a block's rows (``KernelRates.prefill_pack_gqa``) fills a block
+        with ``128/g`` tokens of ``g`` heads: a short chunk runs one block per KV head, not one per
+        query head.
         Memory: Q and O once, the chunk's keys and values (prefix included) once.
         """
         p = self.p
@@ -254,18 +273,23 @@ class OpModel:
         w = np.asarray(window, float)
         h = np.asarray(heads, float)
         blk = ATTN_BLOCK
-        nq = np.ceil(n / blk)
+        # query heads per KV head packed into one block's rows (KernelRates.prefill_pack_gqa; full
+        # attention): a block holds 128 (token, head) rows, a chunk ceil(n·g/128) blocks per KV head
+        kvh = np.asarray(kv_heads, float)
+        g = np.where((w > 0) | (h % kvh != 0), 1.0, h / kvh) if self.rates.prefill_pack_gqa else 1.0
+        nq = np.ceil(n * g / blk)
         q_pad = nq * blk
-        # full attention: the padded chunk's (query, key) pairs after the whole prefix; a sliding
-        # window: the whole key blocks its query blocks reach (window_key_blocks)
-        pairs = np.where(w > 0, window_key_blocks(n, c, np.where(w > 0, w, 1.0)) * blk * blk,
-                         _causal_pairs(q_pad, c)) \
-            + nq * ATTN_CTA_OVERHEAD_BLOCKS * blk * blk * ATTN_CTA_HEAD_DIM / np.asarray(head_dim, float)
+        # full attention: the padded chunk's (query, key) pairs after the whole prefix, per query
+        # head (packed: its rows' tokens, q_pad/g of them, each block's fixed work shared by its g
+        # heads); a sliding window: the whole key blocks its query blocks reach (window_key_blocks)
+        cta = self.cta_blocks * blk * blk * ATTN_CTA_HEAD_DIM / np.asarray(head_dim, float)
+        pairs = np.where(w > 0, window_key_blocks(n, c, np.where(w > 0, w, 1.0)) * blk * blk + nq * cta,
+                         (q_pad * c + 0.5 * q_pad * (q_pad / g + 1.0) + nq * cta) / g)
         eff = p.attn_prefill_eff_max * (n / (n + p.attn_prefill_half_tokens) if p.attn_prefill_half_tokens else 1.0)
         eff = eff * np.where(w > 0, self.rates.prefill_attention("gqa_window"), self.rates.prefill_attention("gqa"))
         ideal = b * pairs * 4.0 * h * head_dim / (self.peak_attn * eff)
         if self.sms:
-            ctas = b * h * nq
+            ctas = b * h / g * nq
             util = ctas / (np.ceil(ctas / self.sms) * self.sms)
             comp = ideal / util
         else:
@@ -278,18 +302,63 @@ class OpModel:
         """One query token per request over ``ctx`` cached tokens (GQA, paged, split-KV).
 
         Each request reads its own KV (window-capped) plus a fixed cost of
-        ``attn_decode_ctx_overhead_tokens`` (its page-table walk and the first, partly used
-        block); the split-KV kernel and its combine are two kernels.
+        ``attn_decode_ctx_overhead_tokens`` (the first, partly used block); the split-KV kernel
+        and its combine are two kernels.  Its work units — one per (request, KV head), the query
+        heads of a group together — each hold an SM for ``attn_decode_unit_s`` beyond their KV
+        stream, ``sm_count`` at a time (:meth:`decode_unit_tokens`).  An engine whose kernel
+        takes head groups only up to ``KernelRates.decode_head_group_max`` runs larger groups
+        one unit and one KV stream per query head, with no partly used tile (that fallback, the
+        masked multi-head kernel, steps through the keys a few at a time).
         """
         p = self.p
         b = np.asarray(batch, float)
         s = np.asarray(ctx, float)
         w = np.asarray(window, float)
-        s = np.where(w > 0, np.minimum(s, np.where(w > 0, w, 1.0)), s) + p.attn_decode_ctx_overhead_tokens
+        h = np.asarray(heads, float)
         kvh = np.asarray(kv_heads, float)
-        comp = b * s * 4.0 * heads * head_dim / (self.peak_attn * p.attn_decode_compute_eff)
-        mem = b * s * 2.0 * kvh * head_dim * kv_bytes / (self.bw * min(p.attn_decode_mem_eff, self.gpu.ceiling("hbm")))
-        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, self._ramped(mem))
+        streams = self.decode_streams(h, kvh)
+        bw = self.bw * self.decode_mem_eff("gqa", kv_bytes)
+        per_tok = 2.0 * streams * head_dim * kv_bytes
+        # the masked multi-head fallback steps through keys a few at a time: no tile read whole
+        over = np.where(streams == kvh, p.attn_decode_ctx_overhead_tokens, 0.0)
+        comp_tok = 4.0 * h * head_dim / (self.peak_attn * p.attn_decode_compute_eff)
+        s = np.where(w > 0, np.minimum(s, np.where(w > 0, w, 1.0)), s) + over \
+            + self.decode_unit_tokens(streams, np.maximum(comp_tok, per_tok / bw))
+        comp = b * s * comp_tok
+        mem = b * s * per_tok / bw
+        return self.decode_fixed("gqa", kv_bytes) + np.maximum(comp, self._ramped(mem))
+
+    def decode_fixed(self, kind: str, kv_bytes=2.0):
+        """Seconds of a decode-attention op's fixed cost: :data:`ATTN_KERNELS` kernel latencies
+        times the engine's factor for the cache's format (``KernelRates.decode_attention_fixed``)."""
+        return ATTN_KERNELS * self.t_kernel * self.rates.decode_attention_fixed(kind, kv_bytes)
+
+    def decode_mem_eff(self, kind: str, kv_bytes):
+        """The fraction of the HBM bandwidth decode attention (``kind`` ``gqa`` or ``mla``) streams
+        a cache of ``kv_bytes`` per element at: ``attn_decode_mem_eff`` capped by the GPU's ceiling,
+        times the engine's kernel rate for the format (``KernelRates.decode_attention``), at most
+        the nominal bandwidth."""
+        eff = min(self.p.attn_decode_mem_eff, self.gpu.ceiling("hbm"))
+        return np.minimum(1.0, eff * self.rates.decode_attention(kind, kv_bytes))
+
+    def decode_streams(self, heads, kv_heads):
+        """KV streams (work units) per request of GQA decode attention: one per KV head, or one
+        per query head where the engine's kernel does not take the group
+        (``KernelRates.decode_head_group_max``)."""
+        g = self.rates.decode_head_group_max
+        if not g:
+            return kv_heads
+        return np.where(np.asarray(heads, float) > g * np.asarray(kv_heads, float), heads, kv_heads)
+
+    def decode_unit_tokens(self, units, s_per_token):
+        """The decode-attention work units' own time (``units`` per request, each holding one of
+        the GPU's SMs for ``attn_decode_unit_s``), as the context tokens the request takes in that
+        time (``s_per_token``: seconds per token and layer of whichever bounds the kernel, its KV
+        stream or its math, so that the tokens add the units' time in either regime):
+        ``units·t_unit/SMs / s_per_token``.  Zero on a GPU with no SM count."""
+        if not self.sms:
+            return 0.0 * np.asarray(units, float)
+        return np.asarray(units, float) * self.p.attn_decode_unit_s / self.sms / s_per_token
 
     def mla_prefill(self, batch, new, cached, heads, qk_nope=128, qk_rope=64, v_dim=128, kv_lora=512,
                     kv_bytes=2.0):
@@ -301,7 +370,7 @@ class OpModel:
         h = np.asarray(heads, float)
         nq = np.ceil(n / ATTN_BLOCK)
         pairs = _causal_pairs(nq * ATTN_BLOCK, c) \
-            + nq * ATTN_CTA_OVERHEAD_BLOCKS * ATTN_BLOCK * ATTN_BLOCK
+            + nq * self.cta_blocks * ATTN_BLOCK * ATTN_BLOCK
         eff = p.attn_prefill_eff_max * (n / (n + p.attn_prefill_half_tokens) if p.attn_prefill_half_tokens else 1.0)
         eff = eff * self.rates.prefill_attention("mla")
         comp = b * pairs * 2.0 * h * (qk_nope + qk_rope + v_dim) / (self.peak_attn * eff)
@@ -313,16 +382,25 @@ class OpModel:
         return ATTN_KERNELS * self.t_kernel + np.maximum(comp, mem)
 
     def mla_decode(self, batch, ctx, heads, qk_rope=64, kv_lora=512, kv_bytes=2.0):
-        """Absorbed MLA decode: every head attends over the shared latent (+ rope key)."""
+        """Absorbed MLA decode: every head attends over the shared latent (+ rope key).
+
+        Heads run in blocks of :data:`MLA_HEAD_BLOCK` (FlashMLA / trtllm-gen), each block of a
+        request a work unit holding an SM for ``attn_decode_unit_s`` beyond its latent stream,
+        as GQA decode's units (:meth:`decode_unit_tokens`)."""
         p = self.p
         b = np.asarray(batch, float)
-        s = np.asarray(ctx, float) + p.attn_decode_ctx_overhead_tokens
         h = np.asarray(heads, float)
-        # heads are processed in blocks of 64 (FlashMLA / trtllm-gen): fewer heads pad the block
-        h_pad = np.ceil(h / 64.0) * 64.0
-        comp = b * s * 2.0 * h_pad * (2 * kv_lora + qk_rope) / (self.peak_attn * p.attn_decode_compute_eff)
-        mem = b * s * (kv_lora + qk_rope) * kv_bytes / (self.bw * min(p.attn_decode_mem_eff, self.gpu.ceiling("hbm")))
-        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, self._ramped(mem))
+        # fewer heads than a block pad it
+        blocks = np.ceil(h / MLA_HEAD_BLOCK)
+        h_pad = blocks * MLA_HEAD_BLOCK
+        bw = self.bw * self.decode_mem_eff("mla", kv_bytes)
+        per_tok = (kv_lora + qk_rope) * kv_bytes
+        comp_tok = 2.0 * h_pad * (2 * kv_lora + qk_rope) / (self.peak_attn * p.attn_decode_compute_eff)
+        s = np.asarray(ctx, float) + p.attn_decode_ctx_overhead_tokens \
+            + self.decode_unit_tokens(blocks, np.maximum(comp_tok, per_tok / bw))
+        comp = b * s * comp_tok
+        mem = b * s * per_tok / bw
+        return self.decode_fixed("mla", kv_bytes) + np.maximum(comp, self._ramped(mem))
 
     # ------------------------------------------------------------------- MoE
     def moe(self, tokens, hidden, inter, topk, experts, moe_tp=1, ep=1, dtype: str = "bf16",
