@@ -149,7 +149,8 @@ def _moe_class(ops, name, g, prec, balanced):
     for r in g.itertuples():
         touched = min(r.num_experts, r.num_tokens * r.topk) / r.moe_ep_size if balanced else None
         out.append(float(ops.moe(r.num_tokens, r.hidden_size, r.inter_size, r.topk, r.num_experts,
-                                 r.moe_tp_size, r.moe_ep_size, prec, touched=touched)))
+                                 r.moe_tp_size, r.moe_ep_size, prec, touched=touched,
+                                 slots=r.num_tokens * r.topk)))
     yield name, np.asarray(out), g.latency.values
 
 

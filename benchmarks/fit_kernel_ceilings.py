@@ -208,7 +208,7 @@ ENGINE_ROWS = 400
 #: A fused-MoE kernel's three rates (kernels.OpModel.moe): its math (large token counts), its
 #: expert-weight streaming (decode-sized counts) and its fixed cost (a handful of tokens: the
 #: routing, sorting and permutation kernels and the launches, a factor on ``MOE_KERNELS``).
-MOE_RATES = ("moe", "moe_stream", "moe_fixed")
+MOE_RATES = ("moe", "moe_stream", "moe_fixed", "moe_masked")
 #: gpt-oss's MXFP4 kernels keep two rates, fitted from 16 tokens up (:data:`MXFP4_MIN_TOKENS`):
 #: the fixed cost the tables measure on Hopper is vLLM's Triton path (50-80 us a layer), while
 #: InferenceX's H100 / H200 scripts select its Marlin path, which no table measures.

@@ -34,6 +34,7 @@ RATES_FILE = Path(__file__).with_name("engine_kernels.yaml")
 #: Ops a rate can apply to, with the formats each names.
 OPS = {"prefill_attention": ("mla", "gqa", "gqa_window"), "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
        "moe_stream": ("bf16", "fp8", "fp4", "mxfp4", "int4"), "moe_fixed": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
+       "moe_masked": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
        "linear_attn": ("gdn",), "linear_attn_chain": ("gdn",), "linear_attn_fixed": ("gdn",)}
 #: A rate outside this range is a table or fitting error, not a kernel.
 RATE_RANGE = (0.1, 3.0)
@@ -46,6 +47,7 @@ LINEAR_ATTN_RATE_RANGE = (0.1, 10.0)
 #: latencies; 2.4x in vLLM's Marlin int4 path on Blackwell; TensorRT-LLM's Hopper MXFP4 path
 #: measures 4x under expert parallelism, which the gpt-oss rates leave out).
 MOE_FIXED_RATE_RANGE = (0.1, 10.0)
+MOE_MASKED_RATE_RANGE = (0.0, 3.0)
 
 
 #: (engine, CUDA major) whose int4 experts run Marlin's fused MoE (kernel sources of the engines'
@@ -73,6 +75,8 @@ def rate_range(op: str) -> tuple[float, float]:
     and the fused-MoE fixed cost)."""
     if op == "linear_attn":
         return LINEAR_ATTN_RATE_RANGE
+    if op == "moe_masked":
+        return MOE_MASKED_RATE_RANGE
     return MOE_FIXED_RATE_RANGE if op == "moe_fixed" else RATE_RANGE
 
 
@@ -109,6 +113,10 @@ class KernelRates:
         """The same kernels' fixed cost (routing, sorting, permutation, launches): a factor on
         their kernel count (``kernels.MOE_KERNELS``), what a handful of tokens is bound by."""
         return self.rates.get(("moe_fixed", _format(dtype)), 1.0)
+
+    def moe_masked(self, dtype: str) -> float:
+        """The same kernels' traffic per masked (remote-expert) slot of their input."""
+        return self.rates.get(("moe_masked", _format(dtype)), 1.0)
 
     def linear_attn(self) -> float:
         """The engine's chunked gated-delta (linear attention) prefill kernel: its math."""

@@ -293,7 +293,7 @@ class OpModel:
 
     # ------------------------------------------------------------------- MoE
     def moe(self, tokens, hidden, inter, topk, experts, moe_tp=1, ep=1, dtype: str = "bf16",
-            touched=None):
+            touched=None, slots=None):
         """Routed experts on one GPU for ``tokens`` tokens: gate-up and down grouped GEMMs.
 
         ``touched``: experts of this GPU that receive tokens (default: uniform random routing,
@@ -333,7 +333,12 @@ class OpModel:
         wb = weight_bytes(dtype)
         # the engine's kernel may stream faster than the dense GEMMs did, never past the GPU's ceiling
         stream = min(self.stream_ratio(dtype) * self.rates.moe_stream(dtype), self.gpu.ceiling("hbm") / self.mem_eff)
-        mem = (touched * 3.0 * hidden * i_loc * wb / stream + assign * (2.0 * hidden + 3.0 * i_loc) * 2.0) / self.bw_eff \
+        # each (token, top-k) slot of the kernel's input moves its rows: the routed pairs through the
+        # GEMMs and the activation, every slot (remote experts' masked ones too) through the
+        # activation and the weighted sum, at the engine's rate for masked slots (:meth:`KernelRates.moe_masked`)
+        masked = 0.0 if slots is None else np.maximum(np.asarray(slots, float) - assign, 0.0)
+        mem = (touched * 3.0 * hidden * i_loc * wb / stream
+               + (assign + masked * self.rates.moe_masked(dtype)) * (2.0 * hidden + 3.0 * i_loc) * 2.0) / self.bw_eff \
             + touched * p.moe_expert_s
         return MOE_KERNELS * self.rates.moe_fixed(dtype) * self.t_kernel + np.maximum(comp, mem)
 
