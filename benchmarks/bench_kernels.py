@@ -144,14 +144,33 @@ def _moe(ops, df, rows):
 
 def _moe_class(ops, name, g, prec, balanced):
     """Balanced tables spread every token's k experts evenly: ``min(E, tokens·k)`` experts
-    touched; skewed (power-law) ones are priced as uniform random routing."""
+    touched; skewed (power-law) ones are priced as uniform random routing.  Each row as the
+    collectors run it (:func:`moe_row_kwargs`)."""
     out = []
     for r in g.itertuples():
         touched = min(r.num_experts, r.num_tokens * r.topk) / r.moe_ep_size if balanced else None
-        out.append(float(ops.moe(r.num_tokens, r.hidden_size, r.inter_size, r.topk, r.num_experts,
-                                 r.moe_tp_size, r.moe_ep_size, prec, touched=touched,
-                                 slots=r.num_tokens * r.topk)))
+        kw = moe_row_kwargs(r)
+        row_ops = ops if not kw.pop("fp8_per_tensor") else OpModel(ops.gpu, ops.p, replace(ops.rates, fp8_per_tensor=True))
+        out.append(float(row_ops.moe(r.num_tokens, r.hidden_size, r.inter_size, r.topk, r.num_experts,
+                                     r.moe_tp_size, r.moe_ep_size, prec, touched=touched, **kw)))
     yield name, np.asarray(out), g.latency.values
+
+
+def moe_row_kwargs(r) -> dict:
+    """What a moe_perf row measures beyond its shape (``OpModel.moe``'s keywords):
+
+    - ``slots``: every rank's kernel is handed the whole batch, ``num_tokens × topk`` slots,
+      the experts of other ranks masked (aiconfigurator's collectors: SGLang and vLLM pass the
+      global routing with remote experts' ids masked, TensorRT-LLM's MoE module routes the
+      whole batch and keeps its own experts' rows) — the engines' expert parallelism without
+      an all-to-all dispatcher;
+    - ``act_dtype``: ``w4a16_*`` rows keep bf16 activations (weight-only kernels);
+    - ``gated``: TensorRT-LLM labels its squared-ReLU (Nemotron-H) rows ``*_nongated``;
+    - ``fp8_per_tensor``: the ``fp8`` rows are per-tensor-scaled checkpoints (ModelOpt FP8;
+      block-scaled ones are ``fp8_block``), run by the engines' per-tensor kernels."""
+    dt = str(r.moe_dtype)
+    return dict(slots=r.num_tokens * r.topk, act_dtype="bf16" if dt.startswith("w4a16") else None,
+                gated="nongated" not in str(getattr(r, "kernel_source", "")), fp8_per_tensor=dt == "fp8")
 
 
 #: message-size bands the custom all-reduce is also reported in (bytes, upper bounds): decode

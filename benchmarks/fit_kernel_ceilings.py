@@ -196,13 +196,17 @@ def fit_moe_scale(systems: list[str], rows: int) -> tuple[tuple[float, float], n
 
 
 #: servesim expert format → the MoE table dtypes that measure the kernels an engine serves it with
-#: (fp8 MoE checkpoints are block-scaled; gpt-oss's MXFP4 experts run W4A16 on Hopper and with
-#: MXFP8 activations on Blackwell).
+#: (``fp8``: block-scaled checkpoints; ``fp8_tensor``: per-tensor-scaled ones, ModelOpt FP8, run by
+#: other kernels, ``KernelRates.fp8_per_tensor``; gpt-oss's MXFP4 experts run W4A16 on Hopper and
+#: with MXFP8 activations on Blackwell).
 MOE_FORMATS = {"bf16": {9: ("bfloat16",), 10: ("bfloat16",)},
                "fp8": {9: ("fp8_block",), 10: ("fp8_block",)},
+               "fp8_tensor": {9: ("fp8",), 10: ("fp8",)},
                "fp4": {10: ("nvfp4",)},
                "mxfp4": {9: ("w4a16_mxfp4",), 10: ("w4a8_mxfp4_mxfp8",)},
                "int4": {9: ("int4_wo",), 10: ("int4_wo",)}}
+#: A rate format's weight precision where the two differ.
+MOE_PRECISION = {"fp8_tensor": "fp8"}
 #: Rows per (table, GPU) sampled for one engine-rate fit.
 ENGINE_ROWS = 400
 #: A fused-MoE kernel's three rates (kernels.OpModel.moe): its math (large token counts), its
@@ -296,7 +300,8 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
                         g = g[g.moe_tp_size * g.moe_ep_size <= ONE_NODE_RANKS]
                         if len(g):
                             sets.setdefault((backend, major, "moe", fmt), []).append(
-                                (gpu, lambda ops, g, f=fmt: _moe_time(ops, f, g) * 1e3, _sample(g, rows)))
+                                (gpu, lambda ops, g, f=MOE_PRECISION.get(fmt, fmt): _moe_time(ops, f, g) * 1e3,
+                                 _sample(g, rows)))
                 elif name == "context_mla_perf":
                     sets.setdefault((backend, major, "prefill_attention", "mla"), []).append(
                         (gpu, lambda ops, g: next(_context_mla(ops, g, len(g)))[1] * 1e3, _sample(df, rows)))
@@ -381,7 +386,8 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
             else LINEAR_ATTN_RATES if op == "linear_attn" else (op,)
 
         def err(x, parts=parts, fitted=fitted, fmt=fmt, marlin=(engine, major) in MARLIN_INT4):
-            rates = KernelRates({(o, fmt): float(v) for o, v in zip(fitted, x)}, int4_marlin=marlin)
+            rates = KernelRates({(o, fmt): float(v) for o, v in zip(fitted, x)}, int4_marlin=marlin,
+                                fp8_per_tensor=fmt == "fp8_tensor")
             return np.concatenate([np.log(price(OpModel(gpu, params, rates), g) / g.latency.values)
                                    for gpu, price, g in parts])
 

@@ -32,9 +32,9 @@ from servesim.yaml_io import safe_load
 
 RATES_FILE = Path(__file__).with_name("engine_kernels.yaml")
 #: Ops a rate can apply to, with the formats each names.
-OPS = {"prefill_attention": ("mla", "gqa", "gqa_window"), "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
-       "moe_stream": ("bf16", "fp8", "fp4", "mxfp4", "int4"), "moe_fixed": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
-       "moe_masked": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
+OPS = {"prefill_attention": ("mla", "gqa", "gqa_window"), "moe": ("bf16", "fp8", "fp8_tensor", "fp4", "mxfp4", "int4"),
+       "moe_stream": ("bf16", "fp8", "fp8_tensor", "fp4", "mxfp4", "int4"), "moe_fixed": ("bf16", "fp8", "fp8_tensor", "fp4", "mxfp4", "int4"),
+       "moe_masked": ("bf16", "fp8", "fp8_tensor", "fp4", "mxfp4", "int4"),
        "linear_attn": ("gdn",), "linear_attn_chain": ("gdn",), "linear_attn_fixed": ("gdn",)}
 #: A rate outside this range is a table or fitting error, not a kernel.
 RATE_RANGE = (0.1, 3.0)
@@ -92,6 +92,11 @@ class KernelRates:
     #: producing kernel (:data:`FUSED_ACTIVATION_QUANT`): no quantization kernel of their own.
     #: The step-time model clears it for a checkpoint with block-scaled fp8.
     fp8_act_quant_fused: bool = False
+    #: Whether the checkpoint's fp8 experts carry one scale per tensor (ModelOpt FP8, online fp8
+    #: quantization) rather than 128-wide blocks (DeepSeek's, Qwen's FP8 releases): the engines
+    #: run them through other fused-MoE kernels, whose rates are recorded under ``fp8_tensor``.
+    #: The step-time model sets it for an fp8 checkpoint without block scales.
+    fp8_per_tensor: bool = False
 
     def prefill_attention(self, kind: str) -> float:
         """``kind``: ``mla``, ``gqa`` (softmax attention with grouped key/value heads) or
@@ -103,20 +108,24 @@ class KernelRates:
 
     def moe(self, dtype: str) -> float:
         """The engine's fused-MoE grouped GEMMs with ``dtype`` expert weights: their math."""
-        return self.rates.get(("moe", _format(dtype)), 1.0)
+        return self.rates.get(("moe", self._moe_format(dtype)), 1.0)
 
     def moe_stream(self, dtype: str) -> float:
         """The same kernels' expert-weight streaming, which decode-sized MoE is bound by."""
-        return self.rates.get(("moe_stream", _format(dtype)), 1.0)
+        return self.rates.get(("moe_stream", self._moe_format(dtype)), 1.0)
 
     def moe_fixed(self, dtype: str) -> float:
         """The same kernels' fixed cost (routing, sorting, permutation, launches): a factor on
         their kernel count (``kernels.MOE_KERNELS``), what a handful of tokens is bound by."""
-        return self.rates.get(("moe_fixed", _format(dtype)), 1.0)
+        return self.rates.get(("moe_fixed", self._moe_format(dtype)), 1.0)
 
     def moe_masked(self, dtype: str) -> float:
         """The same kernels' traffic per masked (remote-expert) slot of their input."""
-        return self.rates.get(("moe_masked", _format(dtype)), 1.0)
+        return self.rates.get(("moe_masked", self._moe_format(dtype)), 1.0)
+
+    def _moe_format(self, dtype: str) -> str:
+        fmt = _format(dtype)
+        return "fp8_tensor" if fmt == "fp8" and self.fp8_per_tensor else fmt
 
     def linear_attn(self) -> float:
         """The engine's chunked gated-delta (linear attention) prefill kernel: its math."""
