@@ -78,6 +78,14 @@ LINEAR_ATTN_DECODE_KERNELS = 2
 #: down grouped GEMM, weighted sum.  Each engine's kernels scale it by their fixed-cost rate
 #: (``KernelRates.moe_fixed``: their sorting, permutation and launches).
 MOE_KERNELS = 8
+#: a grouped-GEMM output tile's fixed work — filling its load pipeline, the epilogue's
+#: activation or scatter and store — in elements of its K loop.  It is what an expert sliced
+#: thin by tensor parallelism pays: the down projection's K is the expert's slice of the
+#: intermediate size, 64-256 at TP 8-32 (Kimi's 2048 at TP 32: 64).  Measured (aiconfigurator
+#: moe_perf, every engine and format, tensor-parallel rows past 1k tokens, before this term): the
+#: op model was 34% too fast at slices of 64, 28% at 128, 14% at 256 and right from 512 up —
+#: the down GEMM's ``1 + K₀/slice`` slowdown on its third of the FLOPs with K₀ ≈ 100-150.
+MOE_TILE_OVERHEAD_K = 128.0
 
 
 def _tile_factor(tm: int, tn: int) -> float:
@@ -337,7 +345,10 @@ class OpModel:
         else:
             tm = np.where(per_expert <= 16, 16.0, 64.0)
         rows = touched * np.ceil(per_expert / tm) * tm
-        ideal = 2.0 * rows * mats * hidden * i_loc / (peak * eff)
+        # each output tile's fixed work (pipeline fill, epilogue) as MOE_TILE_OVERHEAD_K more of
+        # its K loop: the gate-up GEMM's K is the hidden size, the down GEMM's the expert's slice
+        ideal = 2.0 * rows * ((mats - 1.0) * i_loc * (hidden + MOE_TILE_OVERHEAD_K)
+                              + hidden * (i_loc + MOE_TILE_OVERHEAD_K)) / (peak * eff)
         if p.moe_half_tokens:
             ideal = ideal * (per_expert + p.moe_half_tokens) / per_expert
         comp = ideal
