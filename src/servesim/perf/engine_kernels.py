@@ -94,8 +94,9 @@ class KernelRates:
     fp8_act_quant_fused: bool = False
     #: Whether the checkpoint's fp8 experts carry one scale per tensor (ModelOpt FP8, online fp8
     #: quantization) rather than 128-wide blocks (DeepSeek's, Qwen's FP8 releases): the engines
-    #: run them through other fused-MoE kernels, whose rates are recorded under ``fp8_tensor``.
-    #: The step-time model sets it for an fp8 checkpoint without block scales.
+    #: run them through other fused-MoE kernels, whose rates are recorded under ``fp8_tensor``
+    #: (an engine with none keeps its fp8 rates).  The step-time model sets it for an fp8
+    #: checkpoint without block scales (``ModelArch.fp8_block_scales``).
     fp8_per_tensor: bool = False
 
     def prefill_attention(self, kind: str) -> float:
@@ -108,24 +109,28 @@ class KernelRates:
 
     def moe(self, dtype: str) -> float:
         """The engine's fused-MoE grouped GEMMs with ``dtype`` expert weights: their math."""
-        return self.rates.get(("moe", self._moe_format(dtype)), 1.0)
+        return self._moe_rate("moe", dtype)
 
     def moe_stream(self, dtype: str) -> float:
         """The same kernels' expert-weight streaming, which decode-sized MoE is bound by."""
-        return self.rates.get(("moe_stream", self._moe_format(dtype)), 1.0)
+        return self._moe_rate("moe_stream", dtype)
 
     def moe_fixed(self, dtype: str) -> float:
         """The same kernels' fixed cost (routing, sorting, permutation, launches): a factor on
         their kernel count (``kernels.MOE_KERNELS``), what a handful of tokens is bound by."""
-        return self.rates.get(("moe_fixed", self._moe_format(dtype)), 1.0)
+        return self._moe_rate("moe_fixed", dtype)
 
     def moe_masked(self, dtype: str) -> float:
         """The same kernels' traffic per masked (remote-expert) slot of their input."""
-        return self.rates.get(("moe_masked", self._moe_format(dtype)), 1.0)
+        return self._moe_rate("moe_masked", dtype)
 
-    def _moe_format(self, dtype: str) -> str:
+    def _moe_rate(self, op: str, dtype: str) -> float:
+        """A fused-MoE rate: per-tensor fp8 experts at the engine's per-tensor kernels' rate where
+        its tables measure them, else at its fp8 MoE kernels' (measured on block-scaled weights)."""
         fmt = _format(dtype)
-        return "fp8_tensor" if fmt == "fp8" and self.fp8_per_tensor else fmt
+        if fmt == "fp8" and self.fp8_per_tensor and (op, "fp8_tensor") in self.rates:
+            fmt = "fp8_tensor"
+        return self.rates.get((op, fmt), 1.0)
 
     def linear_attn(self) -> float:
         """The engine's chunked gated-delta (linear attention) prefill kernel: its math."""
