@@ -18,7 +18,11 @@ Op classes (the table each comes from):
 - ``attn_decode``, ``attn_decode_window``: generation_attention_perf (batch × context);
 - ``mla_prefill``, ``mla_decode``: context_mla_perf / generation_mla_perf (DeepSeek shapes);
 - ``moe/<precision>``: moe_perf, balanced routing (``moe_skewed`` for power-law routing:
-  reported, not a target — servesim assumes uniform routing);
+  reported, not a target — servesim assumes uniform routing), each row priced as the collectors
+  ran it (:func:`moe_row_kwargs`: the whole batch handed to every expert-parallel rank, the
+  activations' format, gated or not, per-tensor fp8); ``moe_excluded/<name>``: rows that do not
+  measure what serving runs (:data:`MOE_EXCLUDED`: SGLang's Marlin int4 MoE under expert
+  parallelism, which computes the masked slots as rows of expert 0), reported, not a target;
 - ``allreduce_custom``: the engines' custom all-reduce under CUDA graphs (``OpModel.all_reduce``),
   also by message size (``allreduce_custom/<2MB``, ``/2-70MB``, ``/>70MB``);
 - ``nccl/<op>``: NCCL all_reduce / all_gather / reduce_scatter / alltoall (``OpModel.nccl``);
@@ -131,15 +135,42 @@ def _generation_mla(ops, df, rows):
 
 def _moe(ops, df, rows):
     skew = df.distribution.astype(str).str.startswith("power_law")
-    for dt, g0 in df[~skew].groupby("moe_dtype"):
+    excluded = moe_excluded(df)
+    for dt, g0 in df[~skew & (excluded == "")].groupby("moe_dtype"):
         prec = GEMM_DTYPES.get(dt)
         if prec is None:
             continue
         yield from _moe_class(ops, f"moe/{dt}", _sample(g0, rows), prec, balanced=True)
-    for dt, g0 in df[skew].groupby("moe_dtype"):
+    for dt, g0 in df[skew & (excluded == "")].groupby("moe_dtype"):
         prec = GEMM_DTYPES.get(dt)
         if prec is not None:
             yield from _moe_class(ops, "moe_skewed", _sample(g0, rows // 4), prec, balanced=False)
+    for (why, dt), g0 in df[~skew & (excluded != "")].groupby([excluded[~skew & (excluded != "")], "moe_dtype"]):
+        prec = GEMM_DTYPES.get(dt)
+        if prec is not None:
+            yield from _moe_class(ops, f"moe_excluded/{why}", _sample(g0, rows), prec, balanced=True)
+
+
+#: moe_perf rows that do not measure what serving runs, reported under ``moe_excluded/<name>``
+#: and left out of the fits (benchmarks/fit_kernel_ceilings.py): name → (kernel source, why).
+#: ``sglang_marlin_ep``: SGLang's Marlin int4 MoE under expert parallelism.  The collector hands
+#: rank 0 the whole batch with remote experts' ids masked to −1 and, because Marlin's kernel
+#: indexes the weights by expert id unchecked, clamps them to expert 0 (its weight 0): every
+#: masked slot is computed as a row of local expert 0.  Serving maps remote experts out.  The
+#: tables show it: at 256+ tokens EP 2 costs 0.89 of EP 1 (median), where every other kernel
+#: costs 0.5-0.7.
+MOE_EXCLUDED = {"sglang_marlin_ep": "sglang_marlin_moe"}
+
+
+def moe_excluded(df):
+    """Per moe_perf row: the :data:`MOE_EXCLUDED` name it falls under, "" for the rest."""
+    import pandas as pd
+
+    why = pd.Series("", index=df.index)
+    src = df.kernel_source.astype(str) if "kernel_source" in df else pd.Series("", index=df.index)
+    for name, source in MOE_EXCLUDED.items():
+        why[(src == source) & (df.moe_ep_size > 1)] = name
+    return why
 
 
 def _moe_class(ops, name, g, prec, balanced):

@@ -52,7 +52,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_kernels import GEMM_DTYPES, SYSTEMS, _moe_class, gdn_time, table_files  # noqa: E402
+from bench_kernels import GEMM_DTYPES, SYSTEMS, _moe_class, gdn_time, moe_excluded, table_files  # noqa: E402
 
 from servesim.hardware import load_gpu  # noqa: E402
 from servesim.perf.analytic_params import AnalyticParams  # noqa: E402
@@ -113,7 +113,7 @@ def gemm_rows(system: str, rows: int):
 def moe_rows(system: str, rows: int):
     out = []
     for backend, df in _load(system, "moe_perf"):
-        df = df[~df.distribution.astype(str).str.startswith("power_law")]
+        df = df[~df.distribution.astype(str).str.startswith("power_law") & (moe_excluded(df) == "")]
         for dt, g in df.groupby("moe_dtype"):
             fmt = GEMM_DTYPES.get(dt)
             if fmt is None:
@@ -292,7 +292,7 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
                             (gpu, lambda ops, g: gdn_time(ops, g) * 1e3, _sample(g, rows)))
                     continue
                 if name == "moe_perf":
-                    df = df[~df.distribution.astype(str).str.startswith("power_law")]
+                    df = df[~df.distribution.astype(str).str.startswith("power_law") & (moe_excluded(df) == "")]
                     for fmt, by_major in MOE_FORMATS.items():
                         if fmt == "mxfp4":
                             continue  # _gptoss_mxfp4_rows
