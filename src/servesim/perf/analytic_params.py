@@ -22,14 +22,13 @@ class AnalyticParams(BaseModel):
         0.0, ge=0, description="rows at which an extra GEMM efficiency ramp m/(m + half) is half; 0: none (the "
         "tile and wave model prices small-M GEMMs; kept so older calibration files load)")
     moe_eff_scale: float = Field(
-        0.379, gt=0, le=1, description="grouped-GEMM efficiency relative to dense GEMMs (fitted on the measured MoE "
+        0.261, gt=0, le=1, description="grouped-GEMM efficiency relative to dense GEMMs (fitted on the measured MoE "
         "kernel tables of every NVIDIA GPU, bf16 / fp8 / nvfp4, all frameworks, with moe_expert_s: "
-        "benchmarks/fit_kernel_ceilings.py --moe; 0.261 before kernels.OpModel.moe priced each output tile's fixed "
-        "work, masked slots and non-gated experts of its own)")
+        "benchmarks/fit_kernel_ceilings.py --moe)")
     moe_expert_s: float = Field(
-        1.67e-7, ge=0, description="seconds each touched expert adds to a fused-MoE kernel's weight streaming: the "
+        1.55e-7, ge=0, description="seconds each touched expert adds to a fused-MoE kernel's weight streaming: the "
         "grouped GEMM drains one expert's weight pipeline and fills the next one's (fitted with moe_eff_scale on the "
-        "same tables: 0.167 us; without it the weight streaming rate that fits small experts is too slow for large "
+        "same tables: 0.155 us; without it the weight streaming rate that fits small experts is too slow for large "
         "ones)")
     moe_half_tokens: float = Field(
         0.0, ge=0, description="rows per expert at which an extra grouped-GEMM ramp is half; 0: none (rows are "
