@@ -25,7 +25,8 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
 - each engine's own kernel rates (``--engine-kernels [--out FILE]``): per engine, CUDA major
   version, op and format, the factor on the op model's compute efficiency that fits that
   engine's tables best (prefill attention, MLA and GQA; fused-MoE grouped GEMMs per expert
-  format, with a second factor on their weight streaming; MXFP4 from the gpt-oss-shaped rows
+  format (per-tensor fp8 apart from block-scaled, ``fp8_tensor``), with factors on their weight
+  streaming, fixed cost and masked expert-parallel slots; MXFP4 from the gpt-oss-shaped rows
   of the kernels each engine serves gpt-oss with, :func:`_gptoss_mxfp4_rows`; the chunked
   gated-delta prefill kernel's math, chain latency and fixed cost, :data:`LINEAR_ATTN_RATES`),
   written as ``src/servesim/perf/engine_kernels.yaml`` (perf/engine_kernels.py).
@@ -38,7 +39,8 @@ not pay); TensorRT-LLM's per-tensor fp8 op (its collector loads no ``input_scale
 TensorRT-LLM's FP8 linear quantizes activations dynamically: an amax pass over the whole tensor
 before the quantization and the cuBLASLt GEMM, a 12 µs floor on every GPU from L40S to GB300;
 the per-tensor checkpoints served, ModelOpt FP8, carry static input scales and pay one
-quantization kernel).
+quantization kernel); the MoE rows of ``bench_kernels.MOE_EXCLUDED`` (SGLang's Marlin int4 MoE
+under expert parallelism, whose collector computes every masked slot as a row of expert 0).
 """
 
 from __future__ import annotations
@@ -209,9 +211,10 @@ MOE_FORMATS = {"bf16": {9: ("bfloat16",), 10: ("bfloat16",)},
 MOE_PRECISION = {"fp8_tensor": "fp8"}
 #: Rows per (table, GPU) sampled for one engine-rate fit.
 ENGINE_ROWS = 400
-#: A fused-MoE kernel's three rates (kernels.OpModel.moe): its math (large token counts), its
-#: expert-weight streaming (decode-sized counts) and its fixed cost (a handful of tokens: the
-#: routing, sorting and permutation kernels and the launches, a factor on ``MOE_KERNELS``).
+#: A fused-MoE kernel's four rates (kernels.OpModel.moe): its math (large token counts), its
+#: expert-weight streaming (decode-sized counts), its fixed cost (a handful of tokens: the
+#: routing, sorting and permutation kernels and the launches, a factor on ``MOE_KERNELS``) and
+#: the traffic of its masked slots (the expert-parallel rows: every rank handed the whole batch).
 MOE_RATES = ("moe", "moe_stream", "moe_fixed", "moe_masked")
 #: gpt-oss's MXFP4 kernels keep two rates, fitted from 16 tokens up (:data:`MXFP4_MIN_TOKENS`):
 #: the fixed cost the tables measure on Hopper is vLLM's Triton path (50-80 us a layer), while
@@ -380,7 +383,7 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
     params = AnalyticParams()
     out = []
     for (engine, major, op, fmt), parts in sorted(_engine_sets(systems, rows).items()):
-        # a MoE kernel has three rates (:data:`MOE_RATES`; gpt-oss's two, :data:`MXFP4_RATES`),
+        # a MoE kernel has four rates (:data:`MOE_RATES`; gpt-oss's two, :data:`MXFP4_RATES`),
         # the gated-delta prefill three, prefill attention one
         fitted = (MXFP4_RATES if fmt == "mxfp4" else MOE_RATES) if op == "moe" \
             else LINEAR_ATTN_RATES if op == "linear_attn" else (op,)

@@ -15,7 +15,11 @@ fitted on the engines' kernel tables by ``benchmarks/fit_kernel_ceilings.py --en
 (per-kernel physics; no end-to-end result enters).  A rate multiplies the op's compute
 efficiency, or for ``moe_stream`` the rate the MoE kernel streams expert weights at (never past
 the GPU's measured HBM ceiling), or for ``moe_fixed`` the fused-MoE layer's kernel count (its
-routing, sorting and permutation work and launches: what a handful of tokens is bound by); for
+routing, sorting and permutation work and launches: what a handful of tokens is bound by), or
+for ``moe_masked`` the traffic of a masked slot in its input (a remote expert's, under expert
+parallelism without an all-to-all dispatcher: ``kernels.OpModel.moe``; 0 for a kernel that
+skips them).  Per-tensor-scaled fp8 experts have rates of their own, format ``fp8_tensor``
+(:attr:`KernelRates.fp8_per_tensor`); for
 the gated-delta prefill kernel, ``linear_attn`` multiplies its
 math rate, ``linear_attn_chain`` its per-token chain latency and ``linear_attn_fixed`` its kernel
 count.  1 (no entry) keeps the op model as it is.
@@ -47,6 +51,8 @@ LINEAR_ATTN_RATE_RANGE = (0.1, 10.0)
 #: latencies; 2.4x in vLLM's Marlin int4 path on Blackwell; TensorRT-LLM's Hopper MXFP4 path
 #: measures 4x under expert parallelism, which the gpt-oss rates leave out).
 MOE_FIXED_RATE_RANGE = (0.1, 10.0)
+#: A masked slot's traffic (``moe_masked``) may be none at all: a kernel that permutes only its
+#: own experts' rows skips them.
 MOE_MASKED_RATE_RANGE = (0.0, 3.0)
 
 
@@ -71,8 +77,8 @@ FUSED_ACTIVATION_QUANT = frozenset({"trtllm"})
 
 
 def rate_range(op: str) -> tuple[float, float]:
-    """The range a rate of ``op`` must lie in (:data:`RATE_RANGE`, wider for the gated-delta math
-    and the fused-MoE fixed cost)."""
+    """The range a rate of ``op`` must lie in (:data:`RATE_RANGE`, wider for the gated-delta math,
+    the fused-MoE fixed cost and its masked slots)."""
     if op == "linear_attn":
         return LINEAR_ATTN_RATE_RANGE
     if op == "moe_masked":
