@@ -19,7 +19,8 @@ Op classes (the table each comes from):
 - ``mla_prefill``, ``mla_decode``: context_mla_perf / generation_mla_perf (DeepSeek shapes);
 - ``moe/<precision>``: moe_perf, balanced routing (``moe_skewed`` for power-law routing:
   reported, not a target — servesim assumes uniform routing), each row priced as the collectors
-  ran it (:func:`moe_row_kwargs`: the whole batch handed to every expert-parallel rank, the
+  ran it (:func:`balanced_rank0_experts`: rank 0's experts the balanced routing touches;
+  :func:`moe_row_kwargs`: the whole batch handed to every expert-parallel rank, the
   activations' format, gated or not, per-tensor fp8); ``moe_excluded/<name>``: rows that do not
   measure what serving runs (:data:`MOE_EXCLUDED`: SGLang's Marlin int4 MoE under expert
   parallelism, which computes the masked slots as rows of expert 0), reported, not a target;
@@ -34,6 +35,7 @@ Without aiconfigurator-core installed the script says so and exits 2.
 from __future__ import annotations
 
 import argparse
+import math
 import json
 import sys
 from dataclasses import replace
@@ -179,12 +181,29 @@ def _moe_class(ops, name, g, prec, balanced):
     collectors run it (:func:`moe_row_kwargs`)."""
     out = []
     for r in g.itertuples():
-        touched = min(r.num_experts, r.num_tokens * r.topk) / r.moe_ep_size if balanced else None
+        touched = balanced_rank0_experts(r.num_tokens, r.num_experts, r.topk, r.moe_ep_size) if balanced else None
         kw = moe_row_kwargs(r)
         row_ops = ops if not kw.pop("fp8_per_tensor") else OpModel(ops.gpu, ops.p, replace(ops.rates, fp8_per_tensor=True))
         out.append(float(row_ops.moe(r.num_tokens, r.hidden_size, r.inter_size, r.topk, r.num_experts,
                                      r.moe_tp_size, r.moe_ep_size, prec, touched=touched, **kw)))
     yield name, np.asarray(out), g.latency.values
+
+
+def balanced_rank0_experts(tokens: int, experts: int, topk: int, ep: int) -> float:
+    """Experts of rank 0 (the first ``experts/ep``) that the collectors' balanced routing touches.
+
+    aiconfigurator's ``balanced_logits`` gives token ``i`` the experts ``i + j·s`` (``s = ⌈E/k⌉``,
+    ``j < k``, modulo ``E``) once there are at least ``s`` tokens — every expert touched — and
+    ``⌊i·s/T⌋ + j·s`` below that: each token one expert in each of the ``k`` strides.  A rank's
+    first experts then get their share of the pairs, but a handful of tokens touches a whole
+    expert of rank 0, not ``tokens·k/ep`` of one (one token over 64 ranks: 1, not 0.125)."""
+    local = experts // ep
+    s = math.ceil(experts / topk)
+    if tokens >= s:
+        return float(min(local, experts))
+    i = np.arange(tokens)[:, None]
+    e = np.floor((i * s / tokens + np.arange(topk)[None, :] * s) % experts).astype(int)
+    return float(len(np.unique(e[e < local])))
 
 
 def moe_row_kwargs(r) -> dict:

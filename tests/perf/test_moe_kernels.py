@@ -235,3 +235,15 @@ def test_excluded_rows_stay_out_of_the_engine_rate_fits():
     marlin = [g for _, _, g in sets[("sglang", 9, "moe", "int4")]]
     assert any((g.kernel_source == "sglang_marlin_moe").any() for g in marlin)
     assert np.isfinite(fk._moe_time(OpModel(load_gpu("h200_sxm"), AnalyticParams()), "int4", marlin[0])).all()
+
+
+def test_balanced_routing_gives_rank_0_whole_experts():
+    """The collectors' balanced routing: one token over 64 ranks of DeepSeek's 256 experts
+    touches one of rank 0's experts (the op model's expectation would read an eighth of one);
+    from ``⌈E/k⌉`` tokens up every local expert; without expert parallelism ``min(E, tokens·k)``."""
+    bk = load_benchmark("bench_kernels")
+    assert bk.balanced_rank0_experts(1, 256, 8, 64) == 1
+    assert bk.balanced_rank0_experts(4, 256, 8, 64) == 1
+    assert bk.balanced_rank0_experts(32, 256, 8, 64) == 4
+    for tokens in (1, 3, 16, 31, 32, 500):
+        assert bk.balanced_rank0_experts(tokens, 256, 8, 1) == min(256, tokens * 8)
