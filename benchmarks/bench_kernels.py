@@ -23,7 +23,9 @@ Op classes (the table each comes from):
   :func:`moe_row_kwargs`: the whole batch handed to every expert-parallel rank, the
   activations' format, gated or not, per-tensor fp8); ``moe_excluded/<name>``: rows that do not
   measure what serving runs (:data:`MOE_EXCLUDED`: SGLang's Marlin int4 MoE under expert
-  parallelism, which computes the masked slots as rows of expert 0), reported, not a target;
+  parallelism, which computes the masked slots as rows of expert 0; vLLM 0.24's per-tensor fp8
+  MoE on Hopper through FlashInfer's CUTLASS MoE, 5-7x the same kernel's time in TensorRT-LLM's
+  table), reported, not a target;
 - ``allreduce_custom``: the engines' custom all-reduce under CUDA graphs (``OpModel.all_reduce``),
   also by message size (``allreduce_custom/<2MB``, ``/2-70MB``, ``/>70MB``);
 - ``nccl/<op>``: NCCL all_reduce / all_gather / reduce_scatter / alltoall (``OpModel.nccl``);
@@ -137,7 +139,7 @@ def _generation_mla(ops, df, rows):
 
 def _moe(ops, df, rows):
     skew = df.distribution.astype(str).str.startswith("power_law")
-    excluded = moe_excluded(df)
+    excluded = moe_excluded(df, ops.gpu.cuda_major)
     for dt, g0 in df[~skew & (excluded == "")].groupby("moe_dtype"):
         prec = GEMM_DTYPES.get(dt)
         if prec is None:
@@ -147,31 +149,53 @@ def _moe(ops, df, rows):
         prec = GEMM_DTYPES.get(dt)
         if prec is not None:
             yield from _moe_class(ops, "moe_skewed", _sample(g0, rows // 4), prec, balanced=False)
-    for (why, dt), g0 in df[~skew & (excluded != "")].groupby([excluded[~skew & (excluded != "")], "moe_dtype"]):
-        prec = GEMM_DTYPES.get(dt)
-        if prec is not None:
-            yield from _moe_class(ops, f"moe_excluded/{why}", _sample(g0, rows), prec, balanced=True)
+    for skewed in (False, True):  # both routings of the excluded rows, under their own class
+        sel = (skew if skewed else ~skew) & (excluded != "")
+        for (why, dt), g0 in df[sel].groupby([excluded[sel], "moe_dtype"]):
+            prec = GEMM_DTYPES.get(dt)
+            if prec is not None:
+                yield from _moe_class(ops, f"moe_excluded/{why}", _sample(g0, rows // 4 if skewed else rows), prec,
+                                      balanced=not skewed)
 
 
 #: moe_perf rows that do not measure what serving runs, reported under ``moe_excluded/<name>``
-#: and left out of the fits (benchmarks/fit_kernel_ceilings.py): name → (kernel source, why).
-#: ``sglang_marlin_ep``: SGLang's Marlin int4 MoE under expert parallelism.  The collector hands
-#: rank 0 the whole batch with remote experts' ids masked to −1 and, because Marlin's kernel
-#: indexes the weights by expert id unchecked, clamps them to expert 0 (its weight 0): every
-#: masked slot is computed as a row of local expert 0.  Serving maps remote experts out.  The
-#: tables show it: at 256+ tokens EP 2 costs 0.89 of EP 1 (median), where every other kernel
-#: costs 0.5-0.7.
-MOE_EXCLUDED = {"sglang_marlin_ep": "sglang_marlin_moe"}
+#: and left out of the fits (benchmarks/fit_kernel_ceilings.py): name → (kernel source, the CUDA
+#: major versions it applies on, whether only under expert parallelism).
+#:
+#: - ``sglang_marlin_ep``: SGLang's Marlin int4 MoE under expert parallelism.  The collector
+#:   hands rank 0 the whole batch with remote experts' ids masked to −1 and, because Marlin's
+#:   kernel indexes the weights by expert id unchecked, clamps them to expert 0 (its weight 0):
+#:   every masked slot is computed as a row of local expert 0.  Serving maps remote experts out.
+#:   The tables show it: at 256+ tokens EP 2 costs 0.89 of EP 1 (median), where every other
+#:   kernel costs 0.5-0.7.
+#: - ``vllm_fp8_cutlass_hopper``: vLLM 0.24's per-tensor fp8 (ModelOpt) MoE on H100 / H200, run
+#:   through FlashInfer's CUTLASS MoE.  It measures 5-7x the same op's time in TensorRT-LLM's
+#:   table, which runs the same CUTLASS MoE kernel (H200, hidden 4096, intermediate 1536, top-8
+#:   of 128, one GPU: 0.33 / 4.2 / 8.3 ms at 1 / 64 / 8192 tokens against 0.067 / 0.60 / 2.45),
+#:   and in vLLM 0.19's table (its fused MoE: 0.061 / 0.62 / 2.96 ms), and ~250 us per touched
+#:   expert at 64 tokens (a tenth of the HBM rate), while the same kernel with block-scaled
+#:   weights measures at the op model (14.6% median) and vLLM 0.24's per-tensor fp8 on B200
+#:   (FlashInfer's TensorRT-LLM kernel, 0.36 ms at 64 tokens) matches TensorRT-LLM's (0.38).
+#:   Fitted, its rates (a 6.5x fixed cost, weights streamed at 0.21x) made vLLM's per-tensor fp8
+#:   MoE on Hopper 4x slower than its block-fp8 MoE.
+MOE_EXCLUDED = {"sglang_marlin_ep": ("sglang_marlin_moe", None, True),
+                "vllm_fp8_cutlass_hopper": ("vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts", (9,), False)}
 
 
-def moe_excluded(df):
-    """Per moe_perf row: the :data:`MOE_EXCLUDED` name it falls under, "" for the rest."""
+def moe_excluded(df, cuda_major=None):
+    """Per moe_perf row: the :data:`MOE_EXCLUDED` name it falls under, "" for the rest
+    (``cuda_major``: the GPU generation the table was measured on)."""
     import pandas as pd
 
     why = pd.Series("", index=df.index)
     src = df.kernel_source.astype(str) if "kernel_source" in df else pd.Series("", index=df.index)
-    for name, source in MOE_EXCLUDED.items():
-        why[(src == source) & (df.moe_ep_size > 1)] = name
+    for name, (source, majors, ep_only) in MOE_EXCLUDED.items():
+        if majors is not None and cuda_major not in majors:
+            continue
+        hit = src == source
+        if ep_only:
+            hit &= df.moe_ep_size > 1
+        why[hit] = name
     return why
 
 

@@ -212,13 +212,44 @@ def test_each_moe_row_is_priced_as_the_collector_ran_it():
     assert not bk.moe_row_kwargs(_row(moe_dtype="fp8_block"))["fp8_per_tensor"]
 
 
-def test_sglangs_marlin_rows_under_expert_parallelism_are_reported_apart():
+def test_rows_that_do_not_measure_serving_are_reported_apart():
     import pandas as pd
 
     bk = load_benchmark("bench_kernels")
-    df = pd.DataFrame(dict(kernel_source=["sglang_marlin_moe", "sglang_marlin_moe", "sglang_fused_moe_triton"],
-                           moe_ep_size=[1, 2, 2]))
-    assert bk.moe_excluded(df).tolist() == ["", "sglang_marlin_ep", ""]
+    cutlass = "vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts"
+    df = pd.DataFrame(dict(kernel_source=["sglang_marlin_moe", "sglang_marlin_moe", "sglang_fused_moe_triton",
+                                          cutlass, cutlass], moe_ep_size=[1, 2, 2, 1, 4]))
+    assert bk.moe_excluded(df, 9).tolist() == ["", "sglang_marlin_ep", "", "vllm_fp8_cutlass_hopper",
+                                               "vllm_fp8_cutlass_hopper"]
+    assert bk.moe_excluded(df, 10).tolist() == ["", "sglang_marlin_ep", "", "", ""]
+
+
+def test_vllms_hopper_per_tensor_fp8_rows_measure_5x_the_same_kernel_elsewhere():
+    """The evidence for ``vllm_fp8_cutlass_hopper``: on H200, at one expert shape on one GPU,
+    vLLM 0.24's FlashInfer-CUTLASS per-tensor fp8 MoE takes 5-7x what TensorRT-LLM's table
+    measures for the same CUTLASS MoE kernel and vLLM 0.19's for its fused MoE."""
+    pytest.importorskip("aiconfigurator_core")
+    pytest.importorskip("pyarrow")
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+    from aiconfigurator_core.sdk import perf_database
+
+    root = Path(perf_database.get_systems_paths()[0]) / "data" / "h200_sxm" / "moe"
+
+    def ms(backend, version, tokens):
+        df = pq.read_table(root / backend / version / "moe_perf.parquet").to_pandas()
+        g = df[(df.moe_dtype == "fp8") & (df.hidden_size == 4096) & (df.inter_size == 1536) & (df.topk == 8)
+               & (df.num_experts == 128) & (df.moe_tp_size == 1) & (df.moe_ep_size == 1)
+               & (df.distribution == "balanced") & (df.num_tokens == tokens)]
+        return float(g.latency.median())
+
+    for tokens in (1, 64):
+        cutlass = ms("vllm", "0.24.0", tokens)
+        assert cutlass > 4.5 * ms("trtllm", "1.3.0rc20", tokens)
+        assert cutlass > 4.5 * ms("vllm", "0.19.0", tokens)
+    h200 = load_gpu("h200_sxm")
+    assert ("moe", "fp8_tensor") not in kernel_rates("vllm", h200).rates  # keeps its fp8 rates
 
 
 def test_excluded_rows_stay_out_of_the_engine_rate_fits():
@@ -230,7 +261,7 @@ def test_excluded_rows_stay_out_of_the_engine_rate_fits():
     for (engine, major, op, fmt), parts in sets.items():
         if op == "moe":
             for _, _, g in parts:
-                assert not (fk.moe_excluded(g) != "").any(), (engine, fmt)
+                assert not (fk.moe_excluded(g, major) != "").any(), (engine, fmt)
     # the one-GPU Marlin rows are still fitted
     marlin = [g for _, _, g in sets[("sglang", 9, "moe", "int4")]]
     assert any((g.kernel_source == "sglang_marlin_moe").any() for g in marlin)
