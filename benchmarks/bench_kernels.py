@@ -207,7 +207,8 @@ def _moe_class(ops, name, g, prec, balanced):
     for r in g.itertuples():
         touched = balanced_rank0_experts(r.num_tokens, r.num_experts, r.topk, r.moe_ep_size) if balanced else None
         kw = moe_row_kwargs(r)
-        row_ops = ops if not kw.pop("fp8_per_tensor") else OpModel(ops.gpu, ops.p, replace(ops.rates, fp8_per_tensor=True))
+        per_tensor = kw.pop("fp8_per_tensor")
+        row_ops = OpModel(ops.gpu, ops.p, replace(ops.rates, fp8_per_tensor=True)) if per_tensor else ops
         out.append(float(row_ops.moe(r.num_tokens, r.hidden_size, r.inter_size, r.topk, r.num_experts,
                                      r.moe_tp_size, r.moe_ep_size, prec, touched=touched, **kw)))
     yield name, np.asarray(out), g.latency.values
