@@ -24,7 +24,14 @@ Op classes (the table each comes from):
   ``mla_prefill_fallback``, ``mla_decode_fallback``: their Triton rows (SGLang's L40S tables: Ada
   has none of the FlashMLA / FlashAttention-3 / trtllm-gen kernels the op model prices);
 - ``moe/<precision>``: moe_perf, balanced routing (``moe_skewed`` for power-law routing:
-  reported, not a target — servesim assumes uniform routing);
+  reported, not a target — servesim assumes uniform routing), each row priced as the collectors
+  ran it (:func:`balanced_rank0_experts`: rank 0's experts the balanced routing touches;
+  :func:`moe_row_kwargs`: the whole batch handed to every expert-parallel rank, the
+  activations' format, gated or not, per-tensor fp8); ``moe_excluded/<name>``: rows that do not
+  measure what serving runs (:data:`MOE_EXCLUDED`: SGLang's Marlin int4 MoE under expert
+  parallelism, which computes the masked slots as rows of expert 0; vLLM 0.24's per-tensor fp8
+  MoE on Hopper through FlashInfer's CUTLASS MoE, 5-7x the same kernel's time in TensorRT-LLM's
+  table), reported, not a target;
 - ``allreduce_custom``: the engines' custom all-reduce under CUDA graphs (``OpModel.all_reduce``),
   also by message size (``allreduce_custom/<2MB``, ``/2-70MB``, ``/>70MB``);
 - ``nccl/<op>``: NCCL all_reduce / all_gather / reduce_scatter / alltoall (``OpModel.nccl``);
@@ -56,6 +63,7 @@ Without aiconfigurator-core installed the script says so and exits 2.
 from __future__ import annotations
 
 import argparse
+import math
 import json
 import sys
 from dataclasses import replace
@@ -216,26 +224,113 @@ def _generation_mla(ops, df, rows):
 
 def _moe(ops, df, rows):
     skew = df.distribution.astype(str).str.startswith("power_law")
-    for dt, g0 in df[~skew].groupby("moe_dtype"):
+    excluded = moe_excluded(df, ops.gpu.cuda_major)
+    for dt, g0 in df[~skew & (excluded == "")].groupby("moe_dtype"):
         prec = GEMM_DTYPES.get(dt)
         if prec is None:
             continue
         yield from _moe_class(ops, f"moe/{dt}", _sample(g0, rows), prec, balanced=True)
-    for dt, g0 in df[skew].groupby("moe_dtype"):
+    for dt, g0 in df[skew & (excluded == "")].groupby("moe_dtype"):
         prec = GEMM_DTYPES.get(dt)
         if prec is not None:
             yield from _moe_class(ops, "moe_skewed", _sample(g0, rows // 4), prec, balanced=False)
+    for skewed in (False, True):  # both routings of the excluded rows, under their own class
+        sel = (skew if skewed else ~skew) & (excluded != "")
+        for (why, dt), g0 in df[sel].groupby([excluded[sel], "moe_dtype"]):
+            prec = GEMM_DTYPES.get(dt)
+            if prec is not None:
+                yield from _moe_class(ops, f"moe_excluded/{why}", _sample(g0, rows // 4 if skewed else rows), prec,
+                                      balanced=not skewed)
+
+
+#: moe_perf rows that do not measure what serving runs, reported under ``moe_excluded/<name>``
+#: and left out of the fits (benchmarks/fit_kernel_ceilings.py): name → (kernel source, the CUDA
+#: major versions it applies on, whether only under expert parallelism).
+#:
+#: - ``sglang_marlin_ep``: SGLang's Marlin int4 MoE under expert parallelism.  The collector
+#:   hands rank 0 the whole batch with remote experts' ids masked to −1 and, because Marlin's
+#:   kernel indexes the weights by expert id unchecked, clamps them to expert 0 (its weight 0):
+#:   every masked slot is computed as a row of local expert 0.  Serving maps remote experts out.
+#:   The tables show it: at 256+ tokens EP 2 costs 0.89 of EP 1 (median), where every other
+#:   kernel costs 0.5-0.7.
+#: - ``vllm_fp8_cutlass_hopper``: vLLM 0.24's per-tensor fp8 (ModelOpt) MoE on H100 / H200, run
+#:   through FlashInfer's CUTLASS MoE.  It measures 5-7x the same op's time in TensorRT-LLM's
+#:   table, which runs the same CUTLASS MoE kernel (H200, hidden 4096, intermediate 1536, top-8
+#:   of 128, one GPU: 0.33 / 4.2 / 8.3 ms at 1 / 64 / 8192 tokens against 0.067 / 0.60 / 2.45),
+#:   and in vLLM 0.19's table (its fused MoE: 0.061 / 0.62 / 2.96 ms), and ~250 us per touched
+#:   expert at 64 tokens (a tenth of the HBM rate), while the same kernel with block-scaled
+#:   weights measures at the op model (14.6% median) and vLLM 0.24's per-tensor fp8 on B200
+#:   (FlashInfer's TensorRT-LLM kernel, 0.36 ms at 64 tokens) matches TensorRT-LLM's (0.38).
+#:   Fitted, its rates (a 6.5x fixed cost, weights streamed at 0.21x) made vLLM's per-tensor fp8
+#:   MoE on Hopper 4x slower than its block-fp8 MoE.
+MOE_EXCLUDED = {"sglang_marlin_ep": ("sglang_marlin_moe", None, True),
+                "vllm_fp8_cutlass_hopper": ("vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts", (9,), False)}
+
+
+def moe_excluded(df, cuda_major=None):
+    """Per moe_perf row: the :data:`MOE_EXCLUDED` name it falls under, "" for the rest
+    (``cuda_major``: the GPU generation the table was measured on)."""
+    import pandas as pd
+
+    why = pd.Series("", index=df.index)
+    src = df.kernel_source.astype(str) if "kernel_source" in df else pd.Series("", index=df.index)
+    for name, (source, majors, ep_only) in MOE_EXCLUDED.items():
+        if majors is not None and cuda_major not in majors:
+            continue
+        hit = src == source
+        if ep_only:
+            hit &= df.moe_ep_size > 1
+        why[hit] = name
+    return why
 
 
 def _moe_class(ops, name, g, prec, balanced):
     """Balanced tables spread every token's k experts evenly: ``min(E, tokens·k)`` experts
-    touched; skewed (power-law) ones are priced as uniform random routing."""
+    touched; skewed (power-law) ones are priced as uniform random routing.  Each row as the
+    collectors run it (:func:`moe_row_kwargs`)."""
     out = []
     for r in g.itertuples():
-        touched = min(r.num_experts, r.num_tokens * r.topk) / r.moe_ep_size if balanced else None
-        out.append(float(ops.moe(r.num_tokens, r.hidden_size, r.inter_size, r.topk, r.num_experts,
-                                 r.moe_tp_size, r.moe_ep_size, prec, touched=touched)))
+        touched = balanced_rank0_experts(r.num_tokens, r.num_experts, r.topk, r.moe_ep_size) if balanced else None
+        kw = moe_row_kwargs(r)
+        per_tensor = kw.pop("fp8_per_tensor")
+        row_ops = OpModel(ops.gpu, ops.p, replace(ops.rates, fp8_per_tensor=True)) if per_tensor else ops
+        out.append(float(row_ops.moe(r.num_tokens, r.hidden_size, r.inter_size, r.topk, r.num_experts,
+                                     r.moe_tp_size, r.moe_ep_size, prec, touched=touched, **kw)))
     yield name, np.asarray(out), g.latency.values
+
+
+def balanced_rank0_experts(tokens: int, experts: int, topk: int, ep: int) -> float:
+    """Experts of rank 0 (the first ``experts/ep``) that the collectors' balanced routing touches.
+
+    aiconfigurator's ``balanced_logits`` gives token ``i`` the experts ``i + j·s`` (``s = ⌈E/k⌉``,
+    ``j < k``, modulo ``E``) once there are at least ``s`` tokens — every expert touched — and
+    ``⌊i·s/T⌋ + j·s`` below that: each token one expert in each of the ``k`` strides.  A rank's
+    first experts then get their share of the pairs, but a handful of tokens touches a whole
+    expert of rank 0, not ``tokens·k/ep`` of one (one token over 64 ranks: 1, not 0.125)."""
+    local = experts // ep
+    s = math.ceil(experts / topk)
+    if tokens >= s:
+        return float(min(local, experts))
+    i = np.arange(tokens)[:, None]
+    e = np.floor((i * s / tokens + np.arange(topk)[None, :] * s) % experts).astype(int)
+    return float(len(np.unique(e[e < local])))
+
+
+def moe_row_kwargs(r) -> dict:
+    """What a moe_perf row measures beyond its shape (``OpModel.moe``'s keywords):
+
+    - ``slots``: every rank's kernel is handed the whole batch, ``num_tokens × topk`` slots,
+      the experts of other ranks masked (aiconfigurator's collectors: SGLang and vLLM pass the
+      global routing with remote experts' ids masked, TensorRT-LLM's MoE module routes the
+      whole batch and keeps its own experts' rows) — the engines' expert parallelism without
+      an all-to-all dispatcher;
+    - ``act_dtype``: ``w4a16_*`` rows keep bf16 activations (weight-only kernels);
+    - ``gated``: TensorRT-LLM labels its squared-ReLU (Nemotron-H) rows ``*_nongated``;
+    - ``fp8_per_tensor``: the ``fp8`` rows are per-tensor-scaled checkpoints (ModelOpt FP8;
+      block-scaled ones are ``fp8_block``), run by the engines' per-tensor kernels."""
+    dt = str(r.moe_dtype)
+    return dict(slots=r.num_tokens * r.topk, act_dtype="bf16" if dt.startswith("w4a16") else None,
+                gated="nongated" not in str(getattr(r, "kernel_source", "")), fp8_per_tensor=dt == "fp8")
 
 
 #: message-size bands the custom all-reduce is also reported in (bytes, upper bounds): decode

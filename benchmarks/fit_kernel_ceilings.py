@@ -25,7 +25,8 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
 - each engine's own kernel rates (``--engine-kernels [--out FILE]``): per engine, CUDA major
   version, op and format, the factor on the op model's compute efficiency that fits that
   engine's tables best (prefill attention, MLA and GQA; fused-MoE grouped GEMMs per expert
-  format, with a second factor on their weight streaming; MXFP4 from the gpt-oss-shaped rows
+  format (per-tensor fp8 apart from block-scaled, ``fp8_tensor``), with factors on their weight
+  streaming, fixed cost and masked expert-parallel slots; MXFP4 from the gpt-oss-shaped rows
   of the kernels each engine serves gpt-oss with, :func:`_gptoss_mxfp4_rows`; the chunked
   gated-delta prefill kernel's math, chain latency and fixed cost, :data:`LINEAR_ATTN_RATES`; the
   fixed cost of the engine's NVFP4 activation quantization before a dense GEMM, :data:`GEMM_QUANT_RATES`;
@@ -41,7 +42,10 @@ not pay); TensorRT-LLM's per-tensor fp8 op (its collector loads no ``input_scale
 TensorRT-LLM's FP8 linear quantizes activations dynamically: an amax pass over the whole tensor
 before the quantization and the cuBLASLt GEMM, a 12 µs floor on every GPU from L40S to GB300;
 the per-tensor checkpoints served, ModelOpt FP8, carry static input scales and pay one
-quantization kernel).
+quantization kernel); the MoE rows of ``bench_kernels.MOE_EXCLUDED`` (SGLang's Marlin int4 MoE
+under expert parallelism, whose collector computes every masked slot as a row of expert 0;
+vLLM 0.24's per-tensor fp8 MoE on Hopper through FlashInfer's CUTLASS MoE, 5-7x the same
+kernel's time in TensorRT-LLM's table).
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_kernels import FALLBACK_ATTENTION, GEMM_DTYPES, KV_BYTES, MLA, SYSTEMS, _moe_class, gdn_time, table_files  # noqa: E402
+from bench_kernels import FALLBACK_ATTENTION, GEMM_DTYPES, KV_BYTES, MLA, SYSTEMS, _moe_class, gdn_time, moe_excluded, table_files  # noqa: E402
 
 from servesim.hardware import load_gpu  # noqa: E402
 from servesim.perf.analytic_params import AnalyticParams  # noqa: E402
@@ -116,8 +120,9 @@ def gemm_rows(system: str, rows: int):
 
 def moe_rows(system: str, rows: int):
     out = []
+    major = load_gpu(SYSTEMS[system]).cuda_major
     for backend, df in _load(system, "moe_perf"):
-        df = df[~df.distribution.astype(str).str.startswith("power_law")]
+        df = df[~df.distribution.astype(str).str.startswith("power_law") & (moe_excluded(df, major) == "")]
         for dt, g in df.groupby("moe_dtype"):
             fmt = GEMM_DTYPES.get(dt)
             if fmt is None:
@@ -200,19 +205,24 @@ def fit_moe_scale(systems: list[str], rows: int) -> tuple[tuple[float, float], n
 
 
 #: servesim expert format → the MoE table dtypes that measure the kernels an engine serves it with
-#: (fp8 MoE checkpoints are block-scaled; gpt-oss's MXFP4 experts run W4A16 on Hopper and with
-#: MXFP8 activations on Blackwell).
+#: (``fp8``: block-scaled checkpoints; ``fp8_tensor``: per-tensor-scaled ones, ModelOpt FP8, run by
+#: other kernels, ``KernelRates.fp8_per_tensor``; gpt-oss's MXFP4 experts run W4A16 on Hopper and
+#: with MXFP8 activations on Blackwell).
 MOE_FORMATS = {"bf16": {9: ("bfloat16",), 10: ("bfloat16",)},
                "fp8": {9: ("fp8_block",), 10: ("fp8_block",)},
+               "fp8_tensor": {9: ("fp8",), 10: ("fp8",)},
                "fp4": {10: ("nvfp4",)},
                "mxfp4": {9: ("w4a16_mxfp4",), 10: ("w4a8_mxfp4_mxfp8",)},
                "int4": {9: ("int4_wo",), 10: ("int4_wo",)}}
+#: A rate format's weight precision where the two differ.
+MOE_PRECISION = {"fp8_tensor": "fp8"}
 #: Rows per (table, GPU) sampled for one engine-rate fit.
 ENGINE_ROWS = 400
-#: A fused-MoE kernel's three rates (kernels.OpModel.moe): its math (large token counts), its
-#: expert-weight streaming (decode-sized counts) and its fixed cost (a handful of tokens: the
-#: routing, sorting and permutation kernels and the launches, a factor on ``MOE_KERNELS``).
-MOE_RATES = ("moe", "moe_stream", "moe_fixed")
+#: A fused-MoE kernel's four rates (kernels.OpModel.moe): its math (large token counts), its
+#: expert-weight streaming (decode-sized counts), its fixed cost (a handful of tokens: the
+#: routing, sorting and permutation kernels and the launches, a factor on ``MOE_KERNELS``) and
+#: the traffic of its masked slots (the expert-parallel rows: every rank handed the whole batch).
+MOE_RATES = ("moe", "moe_stream", "moe_fixed", "moe_masked")
 #: gpt-oss's MXFP4 kernels keep two rates, fitted from 16 tokens up (:data:`MXFP4_MIN_TOKENS`):
 #: the fixed cost the tables measure on Hopper is vLLM's Triton path (50-80 us a layer), while
 #: InferenceX's H100 / H200 scripts select its Marlin path, which no table measures.
@@ -331,7 +341,7 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
                             (gpu, lambda ops, g: gdn_time(ops, g) * 1e3, _sample(g, rows)))
                     continue
                 if name == "moe_perf":
-                    df = df[~df.distribution.astype(str).str.startswith("power_law")]
+                    df = df[~df.distribution.astype(str).str.startswith("power_law") & (moe_excluded(df, major) == "")]
                     for fmt, by_major in MOE_FORMATS.items():
                         if fmt == "mxfp4":
                             continue  # _gptoss_mxfp4_rows
@@ -339,7 +349,8 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
                         g = g[g.moe_tp_size * g.moe_ep_size <= ONE_NODE_RANKS]
                         if len(g):
                             sets.setdefault((backend, major, "moe", fmt), []).append(
-                                (gpu, lambda ops, g, f=fmt: _moe_time(ops, f, g) * 1e3, _sample(g, rows)))
+                                (gpu, lambda ops, g, f=MOE_PRECISION.get(fmt, fmt): _moe_time(ops, f, g) * 1e3,
+                                 _sample(g, rows)))
                 elif name == "context_mla_perf":
                     sets.setdefault((backend, major, "prefill_attention", "mla"), []).append(
                         (gpu, lambda ops, g: next(_context_mla(ops, g, len(g)))[1] * 1e3, _sample(df, rows)))
@@ -419,7 +430,7 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
     params = AnalyticParams()
     out = []
     for (engine, major, op, fmt), parts in sorted(_engine_sets(systems, rows).items()):
-        # a MoE kernel has three rates (:data:`MOE_RATES`; gpt-oss's two, :data:`MXFP4_RATES`),
+        # a MoE kernel has four rates (:data:`MOE_RATES`; gpt-oss's two, :data:`MXFP4_RATES`),
         # the gated-delta prefill three, prefill attention one
         fitted = (MXFP4_RATES if fmt == "mxfp4" else MOE_RATES) if op == "moe" \
             else LINEAR_ATTN_RATES if op == "linear_attn" else DECODE_RATES if op == "decode_attention" else (op,)
@@ -429,7 +440,8 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
                      prefill_pack_gqa=(engine, major) in PACK_GQA_PREFILL)
 
         def err(x, parts=parts, fitted=fitted, fmt=fmt, kinds=kinds):
-            rates = KernelRates({(o, fmt): float(v) for o, v in zip(fitted, x)}, **kinds)
+            rates = KernelRates({(o, fmt): float(v) for o, v in zip(fitted, x)}, fp8_per_tensor=fmt == "fp8_tensor",
+                                **kinds)
             return np.concatenate([np.log(price(OpModel(gpu, params, rates), g) / g.latency.values)
                                    for gpu, price, g in parts])
 

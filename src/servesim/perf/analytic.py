@@ -150,6 +150,8 @@ class AnalyticStepTime:
         self.eager_launch = eager_launch
         if kernel_rates.fp8_act_quant_fused and model.fp8_block_scales:
             kernel_rates = replace(kernel_rates, fp8_act_quant_fused=False)
+        if not model.fp8_block_scales:  # fp8 experts, if any, scaled per tensor (KernelRates.fp8_per_tensor)
+            kernel_rates = replace(kernel_rates, fp8_per_tensor=True)
         self.kernel_rates = kernel_rates
         self.layout = Layout(tp=tp, ep=ep, attention_dp=attention_dp)
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype

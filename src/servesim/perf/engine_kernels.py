@@ -17,7 +17,11 @@ efficiency, or for ``decode_attention`` the rate decode attention streams its KV
 cache format, never past the HBM's nominal bandwidth) and for ``decode_attention_fixed`` a
 factor on that op's kernel count, or for ``moe_stream`` the rate the MoE kernel streams expert weights at (never past
 the GPU's measured HBM ceiling), or for ``moe_fixed`` the fused-MoE layer's kernel count (its
-routing, sorting and permutation work and launches: what a handful of tokens is bound by); for
+routing, sorting and permutation work and launches: what a handful of tokens is bound by), or
+for ``moe_masked`` the traffic of a masked slot in its input (a remote expert's, under expert
+parallelism without an all-to-all dispatcher: ``kernels.OpModel.moe``; 0 for a kernel that
+skips them).  Per-tensor-scaled fp8 experts have rates of their own, format ``fp8_tensor``
+(:attr:`KernelRates.fp8_per_tensor`); for
 the gated-delta prefill kernel, ``linear_attn`` multiplies its
 math rate, ``linear_attn_chain`` its per-token chain latency and ``linear_attn_fixed`` its kernel
 count.  For the dense GEMMs, ``gemm_quant`` multiplies the fixed cost of the engine's NVFP4
@@ -41,8 +45,10 @@ RATES_FILE = Path(__file__).with_name("engine_kernels.yaml")
 #: Ops a rate can apply to, with the formats each names.
 OPS = {"prefill_attention": ("mla", "gqa", "gqa_window"), "decode_attention": ("gqa", "gqa_fp8", "mla", "mla_fp8"),
        "decode_attention_fixed": ("gqa", "gqa_fp8", "mla", "mla_fp8"),
-       "moe": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
-       "moe_stream": ("bf16", "fp8", "fp4", "mxfp4", "int4"), "moe_fixed": ("bf16", "fp8", "fp4", "mxfp4", "int4"),
+       "moe": ("bf16", "fp8", "fp8_tensor", "fp4", "mxfp4", "int4"),
+       "moe_stream": ("bf16", "fp8", "fp8_tensor", "fp4", "mxfp4", "int4"),
+       "moe_fixed": ("bf16", "fp8", "fp8_tensor", "fp4", "mxfp4", "int4"),
+       "moe_masked": ("bf16", "fp8", "fp8_tensor", "fp4", "mxfp4", "int4"),
        "linear_attn": ("gdn",), "linear_attn_chain": ("gdn",), "linear_attn_fixed": ("gdn",),
        "gemm_quant": ("fp4",)}
 #: A rate outside this range is a table or fitting error, not a kernel.
@@ -56,6 +62,9 @@ LINEAR_ATTN_RATE_RANGE = (0.1, 10.0)
 #: latencies; 2.4x in vLLM's Marlin int4 path on Blackwell; TensorRT-LLM's Hopper MXFP4 path
 #: measures 4x under expert parallelism, which the gpt-oss rates leave out).
 MOE_FIXED_RATE_RANGE = (0.1, 10.0)
+#: A masked slot's traffic (``moe_masked``) may be none at all: a kernel that permutes only its
+#: own experts' rows skips them.
+MOE_MASKED_RATE_RANGE = (0.0, 3.0)
 
 
 #: (engine, CUDA major) whose int4 experts run Marlin's fused MoE (kernel sources of the engines'
@@ -100,10 +109,12 @@ FUSED_ACTIVATION_QUANT = frozenset({"trtllm"})
 
 
 def rate_range(op: str) -> tuple[float, float]:
-    """The range a rate of ``op`` must lie in (:data:`RATE_RANGE`, wider for the gated-delta math
-    and the fused-MoE fixed cost)."""
+    """The range a rate of ``op`` must lie in (:data:`RATE_RANGE`, wider for the gated-delta math,
+    the fused-MoE fixed cost and its masked slots)."""
     if op == "linear_attn":
         return LINEAR_ATTN_RATE_RANGE
+    if op == "moe_masked":
+        return MOE_MASKED_RATE_RANGE
     return MOE_FIXED_RATE_RANGE if op == "moe_fixed" else RATE_RANGE
 
 
@@ -125,6 +136,12 @@ class KernelRates:
     #: Whether the engine's prefill attention packs a KV head's query heads into one query
     #: block's rows (:data:`PACK_GQA_PREFILL`).
     prefill_pack_gqa: bool = False
+    #: Whether the checkpoint's fp8 experts carry one scale per tensor (ModelOpt FP8, online fp8
+    #: quantization) rather than 128-wide blocks (DeepSeek's, Qwen's FP8 releases): the engines
+    #: run them through other fused-MoE kernels, whose rates are recorded under ``fp8_tensor``
+    #: (an engine with none keeps its fp8 rates).  The step-time model sets it for an fp8
+    #: checkpoint without block scales (``ModelArch.fp8_block_scales``).
+    fp8_per_tensor: bool = False
 
     def prefill_attention(self, kind: str) -> float:
         """``kind``: ``mla``, ``gqa`` (softmax attention with grouped key/value heads) or
@@ -162,16 +179,28 @@ class KernelRates:
 
     def moe(self, dtype: str) -> float:
         """The engine's fused-MoE grouped GEMMs with ``dtype`` expert weights: their math."""
-        return self.rates.get(("moe", _format(dtype)), 1.0)
+        return self._moe_rate("moe", dtype)
 
     def moe_stream(self, dtype: str) -> float:
         """The same kernels' expert-weight streaming, which decode-sized MoE is bound by."""
-        return self.rates.get(("moe_stream", _format(dtype)), 1.0)
+        return self._moe_rate("moe_stream", dtype)
 
     def moe_fixed(self, dtype: str) -> float:
         """The same kernels' fixed cost (routing, sorting, permutation, launches): a factor on
         their kernel count (``kernels.MOE_KERNELS``), what a handful of tokens is bound by."""
-        return self.rates.get(("moe_fixed", _format(dtype)), 1.0)
+        return self._moe_rate("moe_fixed", dtype)
+
+    def moe_masked(self, dtype: str) -> float:
+        """The same kernels' traffic per masked (remote-expert) slot of their input."""
+        return self._moe_rate("moe_masked", dtype)
+
+    def _moe_rate(self, op: str, dtype: str) -> float:
+        """A fused-MoE rate: per-tensor fp8 experts at the engine's per-tensor kernels' rate where
+        its tables measure them, else at its fp8 MoE kernels' (measured on block-scaled weights)."""
+        fmt = _format(dtype)
+        if fmt == "fp8" and self.fp8_per_tensor and (op, "fp8_tensor") in self.rates:
+            fmt = "fp8_tensor"
+        return self.rates.get((op, fmt), 1.0)
 
     def gemm_quant(self, dtype: str) -> float:
         """The engine's activation-quantization op before a dense GEMM with ``dtype`` weights: a

@@ -105,6 +105,14 @@ LINEAR_ATTN_DECODE_KERNELS = 2
 #: down grouped GEMM, weighted sum.  Each engine's kernels scale it by their fixed-cost rate
 #: (``KernelRates.moe_fixed``: their sorting, permutation and launches).
 MOE_KERNELS = 8
+#: a grouped-GEMM output tile's fixed work — filling its load pipeline, the epilogue's
+#: activation or scatter and store — in elements of its K loop.  It is what an expert sliced
+#: thin by tensor parallelism pays: the down projection's K is the expert's slice of the
+#: intermediate size, 64-256 at TP 8-32 (Kimi's 2048 at TP 32: 64).  Measured (aiconfigurator
+#: moe_perf, every engine and format, tensor-parallel rows past 1k tokens, before this term): the
+#: op model was 34% too fast at slices of 64, 28% at 128, 14% at 256 and right from 512 up —
+#: the down GEMM's ``1 + K₀/slice`` slowdown on its third of the FLOPs with K₀ ≈ 100-150.
+MOE_TILE_OVERHEAD_K = 128.0
 
 
 def _tile_factor(tm: int, tn: int) -> float:
@@ -404,13 +412,27 @@ class OpModel:
 
     # ------------------------------------------------------------------- MoE
     def moe(self, tokens, hidden, inter, topk, experts, moe_tp=1, ep=1, dtype: str = "bf16",
-            touched=None):
+            touched=None, slots=None, act_dtype: str | None = None, gated: bool = True):
         """Routed experts on one GPU for ``tokens`` tokens: gate-up and down grouped GEMMs.
 
         ``touched``: experts of this GPU that receive tokens (default: uniform random routing,
         ``local × (1 − (1 − k/E)^tokens)``).  Each touched expert's rows are padded to the
         grouped GEMM's row tile; weights are read for touched experts only, each touched expert
         adding ``moe_expert_s`` to the streaming (its weight pipeline drained and refilled).
+
+        ``slots``: the (token, top-k) entries of the kernel's input, remote experts' masked ones
+        included (default: the ``tokens·k/ep`` pairs routed here, what an all-to-all dispatch
+        delivers).  A rank handed the whole batch with remote experts masked (the engines' plain
+        expert parallelism, and the kernel tables' expert-parallel rows) still moves every
+        masked slot's rows through its activation and weighted sum, at the engine's
+        ``moe_masked`` rate: the floor that stays when expert parallelism divides the GEMMs.
+
+        ``act_dtype``: the activations' format where it decides the tensor-core precision —
+        ``bf16`` for a weight-only kernel (W4A16 MXFP4), which dequantizes the 4-bit weights and
+        multiplies at the bf16 peak whatever units the GPU has for the weights' format.
+
+        ``gated``: gated (SwiGLU: gate and up projections, three matrices an expert) or not
+        (squared ReLU: up and down, two matrices; NVIDIA's Nemotron-H MoE).
         """
         p = self.p
         t = np.asarray(tokens, float)
@@ -423,7 +445,8 @@ class OpModel:
         touched = np.maximum(np.asarray(touched, float), 1e-9)
         per_expert = assign / touched
         i_loc = inter / moe_tp
-        peak, eff = self.gemm_eff(dtype)
+        mats = 3.0 if gated else 2.0  # weight matrices an expert: (gate,) up, down
+        peak, eff = self.gemm_eff("bf16" if act_dtype in ("bf16", "fp16") else dtype)
         eff = eff * p.moe_eff_scale * self.rates.moe(dtype)
         # row tile: small (16) while experts get few rows, 64 beyond (vLLM / SGLang fused-MoE configs);
         # an engine whose int4 experts run Marlin's MoE picks its row block from the average rows
@@ -433,18 +456,26 @@ class OpModel:
         else:
             tm = np.where(per_expert <= 16, 16.0, 64.0)
         rows = touched * np.ceil(per_expert / tm) * tm
-        ideal = 2.0 * rows * 3.0 * hidden * i_loc / (peak * eff)
+        # each output tile's fixed work (pipeline fill, epilogue) as MOE_TILE_OVERHEAD_K more of
+        # its K loop: the gate-up GEMM's K is the hidden size, the down GEMM's the expert's slice
+        ideal = 2.0 * rows * ((mats - 1.0) * i_loc * (hidden + MOE_TILE_OVERHEAD_K)
+                              + hidden * (i_loc + MOE_TILE_OVERHEAD_K)) / (peak * eff)
         if p.moe_half_tokens:
             ideal = ideal * (per_expert + p.moe_half_tokens) / per_expert
         comp = ideal
         if self.sms:  # tiles of the gate-up GEMM (the larger) in waves over the SMs
-            tiles = touched * np.ceil(per_expert / tm) * np.ceil(2.0 * i_loc / 128.0)
+            tiles = touched * np.ceil(per_expert / tm) * np.ceil((mats - 1.0) * i_loc / 128.0)
             comp = comp / (tiles / (np.ceil(tiles / self.sms) * self.sms))
             comp = np.minimum(comp, np.maximum(ideal, 2.0 * ideal))  # never worse than half the SMs idle
         wb = weight_bytes(dtype)
         # the engine's kernel may stream faster than the dense GEMMs did, never past the GPU's ceiling
         stream = min(self.stream_ratio(dtype) * self.rates.moe_stream(dtype), self.gpu.ceiling("hbm") / self.mem_eff)
-        mem = (touched * 3.0 * hidden * i_loc * wb / stream + assign * (2.0 * hidden + 3.0 * i_loc) * 2.0) / self.bw_eff \
+        # each slot's rows: the hidden row in and out, the activation's (gate-)up rows read and
+        # its output written; a masked slot at the engine's rate (zeros written and summed by
+        # the Triton path, skipped by kernels that permute only their own experts' rows)
+        masked = 0.0 if slots is None else np.maximum(np.asarray(slots, float) - assign, 0.0)
+        mem = (touched * mats * hidden * i_loc * wb / stream
+               + (assign + masked * self.rates.moe_masked(dtype)) * (2.0 * hidden + mats * i_loc) * 2.0) / self.bw_eff \
             + touched * p.moe_expert_s
         return MOE_KERNELS * self.rates.moe_fixed(dtype) * self.t_kernel + np.maximum(comp, mem)
 
