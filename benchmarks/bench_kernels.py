@@ -410,7 +410,7 @@ def collect(rows: int, params: AnalyticParams | None = None, tables: tuple[str, 
             # table's quantized GEMM op quantizes its own bf16 input (none is fed fp8 by a
             # fused producer, as TensorRT-LLM serves per-tensor fp8), so it is priced with it
             rates = kernel_rates(backend, gpu) if engine_rates else NO_RATES
-            ops = OpModel(gpu, params, replace(rates, fp8_act_quant_fused=False))
+            ops = OpModel(gpu, params, replace(rates, act_quant_fused=False))
             df = pq.read_table(path).to_pandas()
             df = df[df.latency > 0] if "latency" in df else df
             df.attrs["backend"] = backend

@@ -12,6 +12,7 @@ from servesim.perf import engine_kernels
 from servesim.perf.analytic import AnalyticStepTime
 from servesim.perf.config import build_step_time
 from servesim.perf.engine_kernels import NO_RATES, OPS, KernelRates, kernel_rates, rate_range
+from servesim.perf.precision import weight_bytes
 from servesim.perf.kernels import MOE_KERNELS, OpModel
 from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.plan import PassPlan
@@ -250,22 +251,27 @@ def test_kimis_1k_token_int4_prefill_follows_marlins_row_blocks() -> None:
     assert float(OpModel(gpu, AnalyticParams(), tiled).moe(1024, 7168, 2048, 8, 384, 8, 1, "int4", touched=384)) * 1e3 > ms * 1.5
 
 
-def test_fused_fp8_activation_quantization_drops_exactly_the_quantization_kernel() -> None:
+def test_fused_activation_quantization_drops_exactly_the_quantization_kernel() -> None:
     """TensorRT-LLM feeds per-tensor fp8 GEMMs activations its producers already quantized: the
     GEMM loses the quantization kernel (its launch, fixed cost and the copy's traffic) and
-    nothing else; fp4 and bf16 GEMMs and the other engines are unchanged."""
+    nothing else, and so does an NVFP4 GEMM; bf16 GEMMs and the other engines are unchanged."""
     gpu, p = load_gpu("h200_sxm"), AnalyticParams()
     trt = kernel_rates("trtllm", gpu)
-    assert trt.fp8_act_quant_fused
-    assert not kernel_rates("sglang", gpu).fp8_act_quant_fused and not kernel_rates("vllm", gpu).fp8_act_quant_fused
-    base, fused = OpModel(gpu, p), OpModel(gpu, p, KernelRates(fp8_act_quant_fused=True))
+    assert trt.act_quant_fused
+    assert not kernel_rates("sglang", gpu).act_quant_fused and not kernel_rates("vllm", gpu).act_quant_fused
+    base, fused = OpModel(gpu, p), OpModel(gpu, p, KernelRates(act_quant_fused=True))
     m, n, k = 16.0, 8192.0, 8192.0
     quant = base.t_kernel + gpu.quant_op_latency_us["fp8"] * 1e-6 + m * k * (2.0 + 1.0) / base.bw_eff
     assert float(base.gemm(m, n, k, "fp8")) - float(fused.gemm(m, n, k, "fp8")) == pytest.approx(quant, rel=1e-9)
     assert float(fused.gemm(m, n, k, "bf16")) == float(base.gemm(m, n, k, "bf16"))
+    # NVFP4 too: the GEMM loses its quantization kernel (at the engine's gemm_quant rate), nothing else
     b200 = load_gpu("b200_sxm")
-    assert float(OpModel(b200, p, KernelRates(fp8_act_quant_fused=True)).gemm(m, n, k, "nvfp4")) == \
-        float(OpModel(b200, p).gemm(m, n, k, "nvfp4"))
+    rates = kernel_rates("trtllm", b200)
+    fused4 = OpModel(b200, p, rates)
+    kept4 = OpModel(b200, p, KernelRates(dict(rates.rates), act_quant_fused=False))
+    quant4 = kept4.t_kernel + b200.quant_op_latency_us["fp4"] * 1e-6 * rates.gemm_quant("nvfp4") \
+        + m * k * (2.0 + weight_bytes("nvfp4")) / kept4.bw_eff
+    assert float(kept4.gemm(m, n, k, "nvfp4")) - float(fused4.gemm(m, n, k, "nvfp4")) == pytest.approx(quant4, rel=1e-9)
 
 
 def test_block_scaled_fp8_keeps_its_quantization_kernel_under_tensorrt_llm() -> None:
@@ -278,7 +284,7 @@ def test_block_scaled_fp8_keeps_its_quantization_kernel_under_tensorrt_llm() -> 
     plan = PassPlan(decode_ctx=np.full(8, 2048, dtype=np.int64))
     fused = AnalyticStepTime(llama, gpu, tp=8, weight_dtype="fp8", kernel_rates=trt)
     unfused = AnalyticStepTime(llama, gpu, tp=8, weight_dtype="fp8",
-                               kernel_rates=KernelRates(dict(trt.rates), fp8_act_quant_fused=False))
+                               kernel_rates=KernelRates(dict(trt.rates), act_quant_fused=False))
     assert fused.pass_time(plan) < 0.95 * unfused.pass_time(plan)
     deepseek = AnalyticStepTime(load_model(DEEPSEEK), gpu, tp=8, weight_dtype="fp8", kernel_rates=trt)
-    assert not deepseek.kernel_rates.fp8_act_quant_fused
+    assert not deepseek.kernel_rates.act_quant_fused

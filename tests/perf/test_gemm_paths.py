@@ -165,7 +165,7 @@ def test_engine_nvfp4_quantization_rate_scales_only_the_fp4_quant_ops_fixed_cost
     p = AnalyticParams()
     base = OpModel(gpu, p)
     # (TensorRT-LLM's per-tensor fp8 fusion, a different effect, set aside)
-    sgl, trt = (OpModel(gpu, p, replace(kernel_rates(e, gpu), fp8_act_quant_fused=False)) for e in ("sglang", "trtllm"))
+    sgl, trt = (OpModel(gpu, p, replace(kernel_rates(e, gpu), act_quant_fused=False)) for e in ("sglang", "trtllm"))
     assert sgl.rates.gemm_quant("nvfp4") < 1 < trt.rates.gemm_quant("nvfp4")
     m, n, k = 8, 4096, 4096
     fixed = gpu.quant_op_latency_us["fp4"] * 1e-6

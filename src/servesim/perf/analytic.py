@@ -148,8 +148,8 @@ class AnalyticStepTime:
         for a checkpoint with block-scaled fp8, quantized per token group in a kernel of its own)."""
         self.model, self.gpu = model, gpu
         self.eager_launch = eager_launch
-        if kernel_rates.fp8_act_quant_fused and model.fp8_block_scales:
-            kernel_rates = replace(kernel_rates, fp8_act_quant_fused=False)
+        if kernel_rates.act_quant_fused and model.fp8_block_scales:
+            kernel_rates = replace(kernel_rates, act_quant_fused=False)
         if not model.fp8_block_scales:  # fp8 experts, if any, scaled per tensor (KernelRates.fp8_per_tensor)
             kernel_rates = replace(kernel_rates, fp8_per_tensor=True)
         self.kernel_rates = kernel_rates

@@ -94,18 +94,25 @@ PACK_GQA_PREFILL = frozenset({("sglang", 9), ("vllm", 9)})
 #: head).  SGLang's and vLLM's kernels take any group (their tables: 1.1-2x at groups of 48+).
 DECODE_HEAD_GROUP_MAX = {"trtllm": 32}
 
-#: Engines whose per-tensor fp8 GEMMs take activations already quantized by the kernel that
-#: produced them, so such a GEMM runs no quantization kernel of its own.  A per-tensor fp8
+#: Engines whose per-tensor fp8 and NVFP4 GEMMs take activations already quantized by the kernel
+#: that produced them, so such a GEMM runs no quantization kernel of its own.  A per-tensor fp8
 #: checkpoint (NVIDIA's ModelOpt exports) carries static input scales, and TensorRT-LLM writes
 #: the fp8 copy in the producer's epilogue: its all-reduce fusion ends in residual add, RMSNorm
 #: and fp8 quantization (the q/k/v and gate/up inputs), its context attention writes fp8 output
 #: (the o-projection's input) and its SwiGLU kernel quantizes what it writes (the down
-#: projection's).  Block-scaled fp8 (128-wide groups per token: DeepSeek's, Qwen's FP8 releases)
-#: and NVFP4 still run a quantization kernel before the GEMM there, as everything does in SGLang
-#: and vLLM; the op model prices it (``GPUSpec.quant_op_latency_us`` plus the copy's traffic).
-#: Measured end to end (uncalibrated, InferenceX's TensorRT-LLM Llama-3.1-70B fp8 rows): TPOT
-#: +14% / +13% (H200 / B200, median) with the kernel, +10% / +2% without.
+#: projection's).  Its NVFP4 decoder layers (Llama, DeepSeek, GLM: ``is_nvfp4``) take the same
+#: all-reduce fusion's NVFP4 variant (residual add, RMSNorm, fp4 values and block scales out);
+#: the other GEMMs' inputs are taken as fused the same way (not read in its source: the
+#: end-to-end figures below).  Block-scaled fp8 (128-wide groups per token: DeepSeek's, Qwen's FP8
+#: releases) still runs a quantization kernel before the GEMM there, as everything does in SGLang
+#: and vLLM; the op model prices it (``GPUSpec.quant_op_latency_us`` times the engine's
+#: ``gemm_quant`` rate for NVFP4, plus the copy's traffic).  Measured end to end (uncalibrated):
+#: InferenceX's TensorRT-LLM Llama-3.1-70B fp8 rows, TPOT +14% / +13% (H200 / B200, median) with
+#: the kernel, +10% / +2% without; the 134 TensorRT-LLM NVFP4 rows on B200, TPOT bias +11.4%
+#: with the kernel at TensorRT-LLM's measured op cost, +3.8% without.
 FUSED_ACTIVATION_QUANT = frozenset({"trtllm"})
+#: The compute precisions whose activation quantization such an engine fuses.
+FUSED_QUANT_PRECISIONS = frozenset({"fp8", "fp4"})
 
 
 def rate_range(op: str) -> tuple[float, float]:
@@ -126,10 +133,11 @@ class KernelRates:
     rates: dict[tuple[str, str], float] = field(default_factory=dict)
     #: Whether the engine's int4 experts run Marlin's fused MoE (:data:`MARLIN_INT4`).
     int4_marlin: bool = False
-    #: Whether the engine's per-tensor fp8 GEMMs get their activations quantized by the
-    #: producing kernel (:data:`FUSED_ACTIVATION_QUANT`): no quantization kernel of their own.
-    #: The step-time model clears it for a checkpoint with block-scaled fp8.
-    fp8_act_quant_fused: bool = False
+    #: Whether the engine's per-tensor fp8 and NVFP4 GEMMs get their activations quantized by
+    #: the producing kernel (:data:`FUSED_ACTIVATION_QUANT`): no quantization kernel of their own
+    #: (:data:`FUSED_QUANT_PRECISIONS`).  The step-time model clears it for a checkpoint with
+    #: block-scaled fp8.
+    act_quant_fused: bool = False
     #: The largest query-head group the engine's decode-attention kernel takes (0: any);
     #: larger groups run one work unit per query head (:data:`DECODE_HEAD_GROUP_MAX`).
     decode_head_group_max: int = 0
@@ -262,4 +270,4 @@ def kernel_rates(engine: str, gpu) -> KernelRates:
     if not found and not fused and not group and not pack:
         return NO_RATES
     return KernelRates(dict(found or {}), int4_marlin=(engine, major) in MARLIN_INT4,
-                       fp8_act_quant_fused=fused, decode_head_group_max=group, prefill_pack_gqa=pack)
+                       act_quant_fused=fused, decode_head_group_max=group, prefill_pack_gqa=pack)

@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from servesim.hardware.gpu import NCCL_OPS, GPUSpec
-from servesim.perf.engine_kernels import NO_RATES, KernelRates
+from servesim.perf.engine_kernels import FUSED_QUANT_PRECISIONS, NO_RATES, KernelRates
 from servesim.perf.precision import compute_precision, weight_bytes
 
 #: GEMM output tiles (rows, cols) the kernel libraries choose among (CUTLASS / cuBLAS
@@ -253,9 +253,9 @@ class OpModel:
         comp = self.gemm_compute(m, n, k, peak, eff, self.split_k(dtype), self.gemm_tiles(dtype))
         t = self.t_kernel + np.maximum(comp, mem)
         prec = compute_precision(dtype, self.gpu) if quantized else ""
-        if quantized and not (prec == "fp8" and self.rates.fp8_act_quant_fused):
+        if quantized and not (prec in FUSED_QUANT_PRECISIONS and self.rates.act_quant_fused):
             # the activation-quantization kernel: read bf16, write the low-precision copy (an
-            # engine that writes per-tensor fp8 in the producing kernel's epilogue runs none)
+            # engine that writes per-tensor fp8 / NVFP4 in the producing kernel's epilogue runs none)
             fixed = self.gpu.quant_op_latency_us.get(prec, 0.0) * 1e-6 * self.rates.gemm_quant(dtype)
             t = t + self.t_kernel + fixed + m * k * (2.0 + ab) / self.bw_eff
             if dynamic_scale:  # scale cleared, absolute maximum reduced over the activations, scale cast
