@@ -93,7 +93,9 @@ def test_a_handful_of_tokens_pays_the_engines_moe_fixed_cost(hidden, inter, expe
     plain = float(OpModel(gpu, AnalyticParams()).moe(*args, touched=topk)) * 1e3
     rated = float(OpModel(gpu, AnalyticParams(), kernel_rates("vllm", gpu)).moe(*args, touched=topk)) * 1e3
     assert kernel_rates("vllm", gpu).moe_fixed("fp8") > 1.5
-    assert plain < 0.65 * measured_ms
+    # without the engine's fixed cost the op model reads 56-70% of the table (the touched experts'
+    # slices streamed on their column tiles' SMs, kernels.MOE_SM_STREAM_BPS, are part of it)
+    assert plain < 0.75 * measured_ms
     assert rated == pytest.approx(measured_ms, rel=0.25)
 
 

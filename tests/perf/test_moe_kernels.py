@@ -92,10 +92,11 @@ def test_tensorrt_llms_moe_skips_most_masked_slots():
 # ------------------------------------------------------------------ gated / non-gated experts
 def test_non_gated_experts_have_two_matrices():
     ops = OpModel(load_gpu("h200_sxm"), AnalyticParams())
-    # decode: one expert's weights read, two matrices of three
+    # decode: eight experts' weights read (their column tiles cover the SMs: the HBM rate), two
+    # matrices of three
     k = MOE_KERNELS * ops.t_kernel
-    one_g = float(ops.moe(1, 4096, 2048, 1, 64, touched=1)) - k
-    one_n = float(ops.moe(1, 4096, 2048, 1, 64, touched=1, gated=False)) - k
+    one_g = float(ops.moe(1, 4096, 2048, 8, 64, touched=8)) - k
+    one_n = float(ops.moe(1, 4096, 2048, 8, 64, touched=8, gated=False)) - k
     assert one_n < 0.8 * one_g
     # prefill: the math of two matrices of three
     big_g = float(ops.moe(65536, 4096, 2048, 8, 64)) - k
@@ -278,3 +279,55 @@ def test_balanced_routing_gives_rank_0_whole_experts():
     assert bk.balanced_rank0_experts(32, 256, 8, 64) == 4
     for tokens in (1, 3, 16, 31, 32, 500):
         assert bk.balanced_rank0_experts(tokens, 256, 8, 1) == min(256, tokens * 8)
+
+
+# ------------------------------------------------------------------ per-SM weight streaming
+def test_few_thin_experts_stream_on_their_tiles_sms_only():
+    """One token through DeepSeek's experts at TP 32 on B200: 8 touched experts, one 128-column
+    gate-up tile each, so 8 SMs stream the gate-up weights at MOE_SM_STREAM_BPS each, not the HBM
+    rate; a full prefill's tiles cover every SM and stream at the HBM rate."""
+    import servesim.perf.kernels as K
+
+    gpu = load_gpu("b200_sxm")
+    ops = OpModel(gpu, AnalyticParams())
+    assert K.MOE_SM_STREAM_BPS == pytest.approx(K.MOE_SM_BYTES_IN_FLIGHT / K.MOE_HBM_LATENCY_S)
+    assert 40e9 < K.MOE_SM_STREAM_BPS < 160e9  # 64 KiB in flight over 0.4-1.6 us
+    fixed = MOE_KERNELS * ops.t_kernel
+    thin = float(ops.moe(1, 7168, 2048, 8, 256, 32, 1, "nvfp4", touched=8)) - fixed
+    w_gu = 8 * 2 * 7168 * 64 * 0.5625  # nvfp4: 4.5 bits a weight
+    assert thin > w_gu / (8 * K.MOE_SM_STREAM_BPS)
+    try:
+        saved, K.MOE_SM_STREAM_BPS = K.MOE_SM_STREAM_BPS, 0.0
+        flat = float(ops.moe(1, 7168, 2048, 8, 256, 32, 1, "nvfp4", touched=8)) - fixed
+        big_flat = float(ops.moe(16384, 7168, 2048, 8, 256, 1, 1, "nvfp4"))
+    finally:
+        K.MOE_SM_STREAM_BPS = saved
+    assert thin > 2.0 * flat
+    assert float(ops.moe(16384, 7168, 2048, 8, 256, 1, 1, "nvfp4")) == pytest.approx(big_flat, rel=1e-9)
+
+
+def test_the_small_token_floor_past_one_node_is_the_tiles_sms():
+    """Blackwell NVFP4 MoE tables, 1-8 tokens over 64+ ranks (SGLang and vLLM, B200): priced with
+    every touched expert streamed at the HBM rate the op model reads 25-35% under the tables;
+    streamed on their tiles' SMs within 20% (median)."""
+    import servesim.perf.kernels as K
+
+    bk = load_benchmark("bench_kernels")
+    gpu = load_gpu("b200_sxm")
+    g = _table("b200_sxm", moe_dtype="nvfp4")
+    g = g[(g.num_tokens <= 8) & (g.moe_tp_size * g.moe_ep_size >= 64)]
+    assert len(g) > 50
+
+    def median_err():
+        errs = []
+        for engine, rows in g.groupby("backend"):
+            ops = OpModel(gpu, AnalyticParams(), kernel_rates(engine, gpu))
+            errs.append(next(bk._moe_class(ops, "", rows, "nvfp4", True))[1] * 1e3 / rows.latency.values - 1)
+        return float(np.median(np.concatenate(errs)))
+
+    assert abs(median_err()) < 0.2
+    try:
+        saved, K.MOE_SM_STREAM_BPS = K.MOE_SM_STREAM_BPS, 0.0
+        assert median_err() < -0.25
+    finally:
+        K.MOE_SM_STREAM_BPS = saved
