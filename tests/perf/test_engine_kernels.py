@@ -26,7 +26,9 @@ def test_shipped_rates_are_in_range_and_name_known_engines_ops_and_formats() -> 
         assert engine in ("sglang", "vllm", "trtllm") and major in (9, 10)
         for (op, fmt), rate in rates.items():
             lo, hi = rate_range(op)
-            assert fmt in OPS[op] and lo <= rate <= hi
+            base, _, path = fmt.partition("@")  # a fused-MoE kernel path's own rates: <format>@<path>
+            assert base in OPS[op] and lo <= rate <= hi
+            assert not path or (op.startswith("moe") and path in engine_kernels.MOE_KERNEL_PATHS)
 
 
 def test_sglang_prefills_mla_on_hopper_slower_than_tensorrt_llm() -> None:

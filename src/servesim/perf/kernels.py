@@ -430,7 +430,8 @@ class OpModel:
 
     # ------------------------------------------------------------------- MoE
     def moe(self, tokens, hidden, inter, topk, experts, moe_tp=1, ep=1, dtype: str = "bf16",
-            touched=None, slots=None, act_dtype: str | None = None, gated: bool = True):
+            touched=None, slots=None, act_dtype: str | None = None, gated: bool = True,
+            kernel: str | None = None):
         """Routed experts on one GPU for ``tokens`` tokens: gate-up and down grouped GEMMs.
 
         ``touched``: experts of this GPU that receive tokens (default: uniform random routing,
@@ -451,6 +452,12 @@ class OpModel:
 
         ``gated``: gated (SwiGLU: gate and up projections, three matrices an expert) or not
         (squared ReLU: up and down, two matrices; NVIDIA's Nemotron-H MoE).
+
+        ``kernel``: the fused-MoE kernel path the engine runs this model's experts with
+        (``engine_kernels.MOE_KERNEL_PATHS``) where it is not the one the engine's rates for the
+        format describe (``engine_kernels.MOE_DEFAULT_PATH``): that path's rates; ``marlin`` also
+        takes Marlin's row blocks.  None: the format's rates (int4 experts of an engine whose int4
+        runs Marlin take Marlin's row blocks).
         """
         p = self.p
         t = np.asarray(tokens, float)
@@ -465,11 +472,12 @@ class OpModel:
         i_loc = inter / moe_tp
         mats = 3.0 if gated else 2.0  # weight matrices an expert: (gate,) up, down
         peak, eff = self.gemm_eff("bf16" if act_dtype in ("bf16", "fp16") else dtype)
-        eff = eff * p.moe_eff_scale * self.rates.moe(dtype)
+        r = self.rates
+        eff = eff * p.moe_eff_scale * r.moe(dtype, kernel)
         # row tile: small (16) while experts get few rows, 64 beyond (vLLM / SGLang fused-MoE configs);
         # an engine whose int4 experts run Marlin's MoE picks its row block from the average rows
         # of a local expert (:func:`marlin_row_block`)
-        if self.rates.int4_marlin and dtype.lower() == "int4":
+        if r.moe_marlin(dtype, kernel):
             tm = marlin_row_block(assign / local)
         else:
             tm = np.where(per_expert <= 16, 16.0, 64.0)
@@ -487,7 +495,7 @@ class OpModel:
             comp = np.minimum(comp, np.maximum(ideal, 2.0 * ideal))  # never worse than half the SMs idle
         wb = weight_bytes(dtype)
         # the engine's kernel may stream faster than the dense GEMMs did, never past the GPU's ceiling
-        stream = min(self.stream_ratio(dtype) * self.rates.moe_stream(dtype), self.gpu.ceiling("hbm") / self.mem_eff)
+        stream = min(self.stream_ratio(dtype) * r.moe_stream(dtype, kernel), self.gpu.ceiling("hbm") / self.mem_eff)
         # each slot's rows: the hidden row in and out, the activation's (gate-)up rows read and
         # its output written; a masked slot at the engine's rate (zeros written and summed by
         # the Triton path, skipped by kernels that permute only their own experts' rows)
@@ -504,9 +512,9 @@ class OpModel:
                 + w_dn / np.minimum(bw_w, np.minimum(cols_dn, self.sms) * MOE_SM_STREAM_BPS)
         else:
             t_w = touched * mats * hidden * i_loc * wb / bw_w
-        mem = t_w + (assign + masked * self.rates.moe_masked(dtype)) * (2.0 * hidden + mats * i_loc) * 2.0 / self.bw_eff \
+        mem = t_w + (assign + masked * r.moe_masked(dtype, kernel)) * (2.0 * hidden + mats * i_loc) * 2.0 / self.bw_eff \
             + touched * p.moe_expert_s
-        return MOE_KERNELS * self.rates.moe_fixed(dtype) * self.t_kernel + np.maximum(comp, mem)
+        return MOE_KERNELS * r.moe_fixed(dtype, kernel) * self.t_kernel + np.maximum(comp, mem)
 
     # ------------------------------------------------------------ collectives
     def _link(self, ranks):
