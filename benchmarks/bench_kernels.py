@@ -27,7 +27,10 @@ Op classes (the table each comes from):
   reported, not a target — servesim assumes uniform routing), each row priced as the collectors
   ran it (:func:`balanced_rank0_experts`: rank 0's experts the balanced routing touches;
   :func:`moe_row_kwargs`: the whole batch handed to every expert-parallel rank, the
-  activations' format, gated or not, per-tensor fp8); ``moe_excluded/<name>``: rows that do not
+  activations' format, gated or not, per-tensor fp8, the kernel path its kernel source names);
+  ``moe_path/<precision>@<path>``: the rows of ``moe/<precision>`` run on a kernel path other than
+  the engine's default for the format (``engine_kernels.MOE_DEFAULT_PATH``), also reported on their
+  own (each path is priced with its own rates); ``moe_excluded/<name>``: rows that do not
   measure what serving runs (:data:`MOE_EXCLUDED`: SGLang's Marlin int4 MoE under expert
   parallelism, which computes the masked slots as rows of expert 0; vLLM 0.24's per-tensor fp8
   MoE on Hopper through FlashInfer's CUTLASS MoE, 5-7x the same kernel's time in TensorRT-LLM's

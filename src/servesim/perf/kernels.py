@@ -128,8 +128,8 @@ MOE_HBM_LATENCY_S = 0.8e-6
 #: parallelism (DeepSeek's 2048-wide expert at TP 32: one 128-column gate-up tile an expert) —
 #: streams its weights on those tiles' SMs only, below the HBM rate: 148 SMs × 82 GB/s is
 #: 12 TB/s, 8 SMs 0.66.  Measured (aiconfigurator moe_perf, Blackwell NVFP4 and MXFP4 × MXFP8,
-#: 1-8 tokens over 16-256 ranks): the tables hold an 18-25 us floor where the op model, streaming
-#: those experts at the HBM rate, gave 12-17 us.
+#: 1-8 tokens over 64-256 ranks): the tables hold a 19-23 us floor (median) that the op model,
+#: streaming those experts at the HBM rate, read 28-29% under; with this limit 12-14% under.
 MOE_SM_STREAM_BPS = MOE_SM_BYTES_IN_FLIGHT / MOE_HBM_LATENCY_S
 
 
