@@ -25,8 +25,10 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
 - each engine's own kernel rates (``--engine-kernels [--out FILE]``): per engine, CUDA major
   version, op and format, the factor on the op model's compute efficiency that fits that
   engine's tables best (prefill attention, MLA and GQA; fused-MoE grouped GEMMs per expert
-  format (per-tensor fp8 apart from block-scaled, ``fp8_tensor``), with factors on their weight
-  streaming, fixed cost and masked expert-parallel slots; MXFP4 from the gpt-oss-shaped rows
+  format (per-tensor fp8 apart from block-scaled, ``fp8_tensor``) and kernel path (the rows of a
+  path other than the engine's default for the format, ``engine_kernels.MOE_DEFAULT_PATH``, under
+  ``<format>@<path>``; Marlin with MXFP4 weights takes the engine's Marlin int4 rates, no fit of
+  its own), with factors on their weight streaming, fixed cost and masked expert-parallel slots; MXFP4 from the gpt-oss-shaped rows
   of the kernels each engine serves gpt-oss with, :func:`_gptoss_mxfp4_rows`; the chunked
   gated-delta prefill kernel's math, chain latency and fixed cost, :data:`LINEAR_ATTN_RATES`; the
   fixed cost of the engine's NVFP4 activation quantization before a dense GEMM, :data:`GEMM_QUANT_RATES`;

@@ -21,7 +21,9 @@ routing, sorting and permutation work and launches: what a handful of tokens is 
 for ``moe_masked`` the traffic of a masked slot in its input (a remote expert's, under expert
 parallelism without an all-to-all dispatcher: ``kernels.OpModel.moe``; 0 for a kernel that
 skips them).  Per-tensor-scaled fp8 experts have rates of their own, format ``fp8_tensor``
-(:attr:`KernelRates.fp8_per_tensor`); for
+(:attr:`KernelRates.fp8_per_tensor`), and so does each fused-MoE kernel path an engine runs
+besides its default one for a format, format ``<format>@<path>`` (:data:`MOE_DEFAULT_PATH`,
+``kernels.OpModel.moe(kernel=...)``); for
 the gated-delta prefill kernel, ``linear_attn`` multiplies its
 math rate, ``linear_attn_chain`` its per-token chain latency and ``linear_attn_fixed`` its kernel
 count.  For the dense GEMMs, ``gemm_quant`` multiplies the fixed cost of the engine's NVFP4
