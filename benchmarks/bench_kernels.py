@@ -27,7 +27,10 @@ Op classes (the table each comes from):
   reported, not a target — servesim assumes uniform routing), each row priced as the collectors
   ran it (:func:`balanced_rank0_experts`: rank 0's experts the balanced routing touches;
   :func:`moe_row_kwargs`: the whole batch handed to every expert-parallel rank, the
-  activations' format, gated or not, per-tensor fp8); ``moe_excluded/<name>``: rows that do not
+  activations' format, gated or not, per-tensor fp8, the kernel path its kernel source names);
+  ``moe_path/<precision>@<path>``: the rows of ``moe/<precision>`` run on a kernel path other than
+  the engine's default for the format (``engine_kernels.MOE_DEFAULT_PATH``), also reported on their
+  own (each path is priced with its own rates); ``moe_excluded/<name>``: rows that do not
   measure what serving runs (:data:`MOE_EXCLUDED`: SGLang's Marlin int4 MoE under expert
   parallelism, which computes the masked slots as rows of expert 0; vLLM 0.24's per-tensor fp8
   MoE on Hopper through FlashInfer's CUTLASS MoE, 5-7x the same kernel's time in TensorRT-LLM's
@@ -223,24 +226,32 @@ def _generation_mla(ops, df, rows):
 
 
 def _moe(ops, df, rows):
+    backend = df.attrs.get("backend")
     skew = df.distribution.astype(str).str.startswith("power_law")
     excluded = moe_excluded(df, ops.gpu.cuda_major)
     for dt, g0 in df[~skew & (excluded == "")].groupby("moe_dtype"):
         prec = GEMM_DTYPES.get(dt)
         if prec is None:
             continue
-        yield from _moe_class(ops, f"moe/{dt}", _sample(g0, rows), prec, balanced=True)
+        g0 = _sample(g0, rows)
+        name, pred, meas = next(_moe_class(ops, f"moe/{dt}", g0, prec, balanced=True, backend=backend))
+        yield name, pred, meas
+        # the rows of a kernel path other than the engine's default for the format, also on their own
+        paths = np.array([str(moe_kernel_path(k, dt, backend, ops.gpu.cuda_major)) for k in
+                          (g0.kernel_source if "kernel_source" in g0 else [""] * len(g0))])
+        for path in sorted(set(paths) - {"None"}):
+            yield f"moe_path/{dt}@{path}", pred[paths == path], meas[paths == path]
     for dt, g0 in df[skew & (excluded == "")].groupby("moe_dtype"):
         prec = GEMM_DTYPES.get(dt)
         if prec is not None:
-            yield from _moe_class(ops, "moe_skewed", _sample(g0, rows // 4), prec, balanced=False)
+            yield from _moe_class(ops, "moe_skewed", _sample(g0, rows // 4), prec, balanced=False, backend=backend)
     for skewed in (False, True):  # both routings of the excluded rows, under their own class
         sel = (skew if skewed else ~skew) & (excluded != "")
         for (why, dt), g0 in df[sel].groupby([excluded[sel], "moe_dtype"]):
             prec = GEMM_DTYPES.get(dt)
             if prec is not None:
                 yield from _moe_class(ops, f"moe_excluded/{why}", _sample(g0, rows // 4 if skewed else rows), prec,
-                                      balanced=not skewed)
+                                      balanced=not skewed, backend=backend)
 
 
 #: moe_perf rows that do not measure what serving runs, reported under ``moe_excluded/<name>``
@@ -284,14 +295,15 @@ def moe_excluded(df, cuda_major=None):
     return why
 
 
-def _moe_class(ops, name, g, prec, balanced):
+def _moe_class(ops, name, g, prec, balanced, backend=None):
     """Balanced tables spread every token's k experts evenly: ``min(E, tokens·k)`` experts
     touched; skewed (power-law) ones are priced as uniform random routing.  Each row as the
-    collectors run it (:func:`moe_row_kwargs`)."""
+    collectors run it (:func:`moe_row_kwargs`; ``backend``: the engine whose table it is, whose
+    kernel path the row's kernel source names)."""
     out = []
     for r in g.itertuples():
         touched = balanced_rank0_experts(r.num_tokens, r.num_experts, r.topk, r.moe_ep_size) if balanced else None
-        kw = moe_row_kwargs(r)
+        kw = moe_row_kwargs(r, backend, ops.gpu.cuda_major)
         per_tensor = kw.pop("fp8_per_tensor")
         row_ops = OpModel(ops.gpu, ops.p, replace(ops.rates, fp8_per_tensor=True)) if per_tensor else ops
         out.append(float(row_ops.moe(r.num_tokens, r.hidden_size, r.inter_size, r.topk, r.num_experts,
@@ -316,7 +328,31 @@ def balanced_rank0_experts(tokens: int, experts: int, topk: int, ep: int) -> flo
     return float(len(np.unique(e[e < local])))
 
 
-def moe_row_kwargs(r) -> dict:
+#: kernel-source keywords → fused-MoE kernel path (``engine_kernels.MOE_KERNEL_PATHS``), first match.
+MOE_PATH_KEYWORDS = (("marlin", "marlin"), ("cutlass", "cutlass"), ("triton", "triton"), ("trtllm", "trtllm"),
+                     ("torch_flow", "trtllm"), ("cutedsl", "trtllm"))
+
+
+def moe_kernel_path(kernel_source: str, table_dtype: str, backend: str | None, cuda_major: int | None) -> str | None:
+    """The kernel path of a moe_perf row where it is not the one the engine's rates for its format
+    describe (``engine_kernels.MOE_DEFAULT_PATH``), else None.  A W4A16 MXFP4 row on Blackwell runs
+    the bf16-activation kernel (``trtllm_a16``), not the MXFP8-activation one served there.  An
+    engine and format with one path in its tables has no default listed: None."""
+    from servesim.perf.engine_kernels import MOE_DEFAULT_PATH
+
+    src = str(kernel_source)
+    path = next((p for key, p in MOE_PATH_KEYWORDS if key in src), None)
+    fmt = {"bfloat16": "bf16", "fp8_block": "fp8", "fp8": "fp8_tensor", "nvfp4": "fp4", "int4_wo": "int4"}.get(
+        table_dtype, "mxfp4" if "mxfp4" in table_dtype else table_dtype)
+    if path == "trtllm" and table_dtype.startswith("w4a16") and cuda_major == 10:
+        path = "trtllm_a16"
+    if path == "marlin" and fmt != "int4":
+        return path  # Marlin with other 4-bit weights: the engine's Marlin rates, its row blocks
+    default = MOE_DEFAULT_PATH.get((backend, cuda_major, fmt))
+    return None if default is None or path == default or path is None else path
+
+
+def moe_row_kwargs(r, backend: str | None = None, cuda_major: int | None = None) -> dict:
     """What a moe_perf row measures beyond its shape (``OpModel.moe``'s keywords):
 
     - ``slots``: every rank's kernel is handed the whole batch, ``num_tokens × topk`` slots,
@@ -327,10 +363,14 @@ def moe_row_kwargs(r) -> dict:
     - ``act_dtype``: ``w4a16_*`` rows keep bf16 activations (weight-only kernels);
     - ``gated``: TensorRT-LLM labels its squared-ReLU (Nemotron-H) rows ``*_nongated``;
     - ``fp8_per_tensor``: the ``fp8`` rows are per-tensor-scaled checkpoints (ModelOpt FP8;
-      block-scaled ones are ``fp8_block``), run by the engines' per-tensor kernels."""
+      block-scaled ones are ``fp8_block``), run by the engines' per-tensor kernels;
+    - ``kernel``: the kernel path the row's kernel source names, where it is not the engine's
+      default for the format (:func:`moe_kernel_path`; ``backend``, ``cuda_major``: whose table)."""
     dt = str(r.moe_dtype)
+    src = str(getattr(r, "kernel_source", ""))
     return dict(slots=r.num_tokens * r.topk, act_dtype="bf16" if dt.startswith("w4a16") else None,
-                gated="nongated" not in str(getattr(r, "kernel_source", "")), fp8_per_tensor=dt == "fp8")
+                gated="nongated" not in src, fp8_per_tensor=dt == "fp8",
+                kernel=moe_kernel_path(src, dt, backend, cuda_major))
 
 
 #: message-size bands the custom all-reduce is also reported in (bytes, upper bounds): decode

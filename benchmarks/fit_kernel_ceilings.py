@@ -25,8 +25,10 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
 - each engine's own kernel rates (``--engine-kernels [--out FILE]``): per engine, CUDA major
   version, op and format, the factor on the op model's compute efficiency that fits that
   engine's tables best (prefill attention, MLA and GQA; fused-MoE grouped GEMMs per expert
-  format (per-tensor fp8 apart from block-scaled, ``fp8_tensor``), with factors on their weight
-  streaming, fixed cost and masked expert-parallel slots; MXFP4 from the gpt-oss-shaped rows
+  format (per-tensor fp8 apart from block-scaled, ``fp8_tensor``) and kernel path (the rows of a
+  path other than the engine's default for the format, ``engine_kernels.MOE_DEFAULT_PATH``, under
+  ``<format>@<path>``; Marlin with MXFP4 weights takes the engine's Marlin int4 rates, no fit of
+  its own), with factors on their weight streaming, fixed cost and masked expert-parallel slots; MXFP4 from the gpt-oss-shaped rows
   of the kernels each engine serves gpt-oss with, :func:`_gptoss_mxfp4_rows`; the chunked
   gated-delta prefill kernel's math, chain latency and fixed cost, :data:`LINEAR_ATTN_RATES`; the
   fixed cost of the engine's NVFP4 activation quantization before a dense GEMM, :data:`GEMM_QUANT_RATES`;
@@ -59,7 +61,8 @@ import numpy as np
 from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_kernels import FALLBACK_ATTENTION, GEMM_DTYPES, KV_BYTES, MLA, SYSTEMS, _moe_class, gdn_time, moe_excluded, table_files  # noqa: E402
+from bench_kernels import (FALLBACK_ATTENTION, GEMM_DTYPES, KV_BYTES, MLA, SYSTEMS, _moe_class, gdn_time,  # noqa: E402
+                           moe_excluded, moe_kernel_path, table_files)
 
 from servesim.hardware import load_gpu  # noqa: E402
 from servesim.perf.analytic_params import AnalyticParams  # noqa: E402
@@ -137,9 +140,16 @@ def _gemm_err(gpu, params, sets, keys, x):
     return np.concatenate([np.log(ops.gemm(m, n, k, fmt) / lat) for _, fmt, m, n, k, lat in sets])
 
 
-def _moe_time(ops, fmt, g):
-    """Seconds the op model gives each balanced-routing MoE row of ``g`` (bench_kernels' pricing)."""
-    return next(_moe_class(ops, "", g, fmt, balanced=True))[1]
+def _moe_time(ops, fmt, g, backend=None):
+    """Seconds the op model gives each balanced-routing MoE row of ``g`` (bench_kernels' pricing;
+    ``backend``: the engine whose table it is, whose kernel paths its rows name)."""
+    return next(_moe_class(ops, "", g, fmt, balanced=True, backend=backend))[1]
+
+
+def _moe_paths(g, backend, major) -> np.ndarray:
+    """Each row's kernel path off the engine's default for its format (``"None"`` on it)."""
+    src = g.kernel_source.astype(str) if "kernel_source" in g else [""] * len(g)
+    return np.array([str(moe_kernel_path(k, dt, backend, major)) for k, dt in zip(src, g.moe_dtype.astype(str))])
 
 
 def fit_gpu(system: str, rows: int) -> tuple[dict, dict]:
@@ -347,10 +357,24 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
                             continue  # _gptoss_mxfp4_rows
                         g = df[df.moe_dtype.isin(by_major.get(major, ()))]
                         g = g[g.moe_tp_size * g.moe_ep_size <= ONE_NODE_RANKS]
-                        if len(g):
-                            sets.setdefault((backend, major, "moe", fmt), []).append(
-                                (gpu, lambda ops, g, f=MOE_PRECISION.get(fmt, fmt): _moe_time(ops, f, g) * 1e3,
-                                 _sample(g, rows)))
+                        # each kernel path its own rates: the engine's default path for the
+                        # format under the format, another under ``<format>@<path>``
+                        paths = _moe_paths(g, backend, major)
+                        for path in sorted(set(paths)):
+                            gp = g[paths == path]
+                            key = fmt if path == "None" else f"{fmt}@{path}"
+                            if len(gp) and not (path == "marlin" and fmt != "int4"):
+                                sets.setdefault((backend, major, "moe", key), []).append(
+                                    (gpu, lambda ops, g, f=MOE_PRECISION.get(fmt, fmt), b=backend:
+                                     _moe_time(ops, f, g, b) * 1e3, _sample(gp, rows)))
+                    # the W4A16 MXFP4 kernels that are not an engine's gpt-oss kernel on this GPU
+                    # (Blackwell's bf16-activation kernels): their own path's rates
+                    g = df[df.moe_dtype.isin(("w4a16_mxfp4",)) & (df.moe_tp_size * df.moe_ep_size <= ONE_NODE_RANKS)]
+                    paths = _moe_paths(g, backend, major)
+                    for path in sorted(set(paths) - {"None", "marlin"}):
+                        gp = g[paths == path]
+                        sets.setdefault((backend, major, "moe", f"mxfp4@{path}"), []).append(
+                            (gpu, lambda ops, g, b=backend: _moe_time(ops, "mxfp4", g, b) * 1e3, _sample(gp, rows)))
                 elif name == "context_mla_perf":
                     sets.setdefault((backend, major, "prefill_attention", "mla"), []).append(
                         (gpu, lambda ops, g: next(_context_mla(ops, g, len(g)))[1] * 1e3, _sample(df, rows)))
@@ -440,7 +464,7 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
                      prefill_pack_gqa=(engine, major) in PACK_GQA_PREFILL)
 
         def err(x, parts=parts, fitted=fitted, fmt=fmt, kinds=kinds):
-            rates = KernelRates({(o, fmt): float(v) for o, v in zip(fitted, x)}, fp8_per_tensor=fmt == "fp8_tensor",
+            rates = KernelRates({(o, fmt): float(v) for o, v in zip(fitted, x)}, fp8_per_tensor=fmt.startswith("fp8_tensor"),
                                 **kinds)
             return np.concatenate([np.log(price(OpModel(gpu, params, rates), g) / g.latency.values)
                                    for gpu, price, g in parts])

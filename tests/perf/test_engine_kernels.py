@@ -27,7 +27,9 @@ def test_shipped_rates_are_in_range_and_name_known_engines_ops_and_formats() -> 
         assert engine in ("sglang", "vllm", "trtllm") and major in (9, 10)
         for (op, fmt), rate in rates.items():
             lo, hi = rate_range(op)
-            assert fmt in OPS[op] and lo <= rate <= hi
+            base, _, path = fmt.partition("@")  # a fused-MoE kernel path's own rates: <format>@<path>
+            assert base in OPS[op] and lo <= rate <= hi
+            assert not path or (op.startswith("moe") and path in engine_kernels.MOE_KERNEL_PATHS)
 
 
 def test_sglang_prefills_mla_on_hopper_slower_than_tensorrt_llm() -> None:
@@ -94,7 +96,9 @@ def test_a_handful_of_tokens_pays_the_engines_moe_fixed_cost(hidden, inter, expe
     plain = float(OpModel(gpu, AnalyticParams()).moe(*args, touched=topk)) * 1e3
     rated = float(OpModel(gpu, AnalyticParams(), kernel_rates("vllm", gpu)).moe(*args, touched=topk)) * 1e3
     assert kernel_rates("vllm", gpu).moe_fixed("fp8") > 1.5
-    assert plain < 0.65 * measured_ms
+    # without the engine's fixed cost the op model reads 56-70% of the table (the touched experts'
+    # slices streamed on their column tiles' SMs, kernels.MOE_SM_STREAM_BPS, are part of it)
+    assert plain < 0.75 * measured_ms
     assert rated == pytest.approx(measured_ms, rel=0.25)
 
 

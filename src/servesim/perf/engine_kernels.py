@@ -21,7 +21,9 @@ routing, sorting and permutation work and launches: what a handful of tokens is 
 for ``moe_masked`` the traffic of a masked slot in its input (a remote expert's, under expert
 parallelism without an all-to-all dispatcher: ``kernels.OpModel.moe``; 0 for a kernel that
 skips them).  Per-tensor-scaled fp8 experts have rates of their own, format ``fp8_tensor``
-(:attr:`KernelRates.fp8_per_tensor`); for
+(:attr:`KernelRates.fp8_per_tensor`), and so does each fused-MoE kernel path an engine runs
+besides its default one for a format, format ``<format>@<path>`` (:data:`MOE_DEFAULT_PATH`,
+``kernels.OpModel.moe(kernel=...)``); for
 the gated-delta prefill kernel, ``linear_attn`` multiplies its
 math rate, ``linear_attn_chain`` its per-token chain latency and ``linear_attn_fixed`` its kernel
 count.  For the dense GEMMs, ``gemm_quant`` multiplies the fixed cost of the engine's NVFP4
@@ -65,6 +67,28 @@ MOE_FIXED_RATE_RANGE = (0.1, 10.0)
 #: A masked slot's traffic (``moe_masked``) may be none at all: a kernel that permutes only its
 #: own experts' rows skips them.
 MOE_MASKED_RATE_RANGE = (0.0, 3.0)
+
+
+#: Fused-MoE kernel paths (the families of the tables' ``kernel_source``): the engines' Triton
+#: fused MoE (SGLang's and vLLM's, OpenAI's Triton MXFP4 kernels), Marlin's mixed-input MoE, FlashInfer's
+#: CUTLASS MoE, the TensorRT-LLM-generated MoE kernels (FlashInfer's ``trtllm`` MoE, TensorRT-LLM's
+#: own Blackwell MoE), and ``trtllm_a16``: those kernels with bf16 activations on a GPU with fp4
+#: units (W4A16 MXFP4 on Blackwell: another kernel than the MXFP8-activation one served there).
+MOE_KERNEL_PATHS = ("triton", "marlin", "cutlass", "trtllm", "trtllm_a16")
+#: (engine, CUDA major, format) → the kernel path the rates of that format describe, where the
+#: engine's table measures more than one: the path most of its table's models run.  An engine
+#: picks the path per model (aiconfigurator's collectors pin the backend the engine serves each
+#: model with: SGLang's per-model ``sglang_moe_backends`` of its case plans, vLLM's own backend
+#: selection), so a model on another path takes that path's rates (``OpModel.moe(kernel=...)``,
+#: format ``<format>@<path>`` in engine_kernels.yaml).  Measured (aiconfigurator moe_perf,
+#: SGLang 0.5.14's bf16 MoE on B200 / B300 / GB200 / GB300): priced with one rate fitted on both,
+#: its Triton rows took 1.9-2.4x the priced time and its FlashInfer TensorRT-LLM rows 0.87-0.93x
+#: (median per GPU); with a rate each, 15.8% and 13.5% median error on one node's layouts.
+MOE_DEFAULT_PATH = {("sglang", 9, "bf16"): "triton", ("sglang", 10, "bf16"): "trtllm",
+                    ("sglang", 10, "fp8"): "trtllm", ("sglang", 9, "mxfp4"): "triton", ("sglang", 10, "mxfp4"): "trtllm",
+                    ("vllm", 9, "fp8"): "triton", ("vllm", 10, "bf16"): "trtllm",
+                    ("vllm", 10, "fp8_tensor"): "trtllm", ("vllm", 10, "fp4"): "trtllm",
+                    ("vllm", 9, "mxfp4"): "triton", ("vllm", 10, "mxfp4"): "trtllm"}
 
 
 #: (engine, CUDA major) whose int4 experts run Marlin's fused MoE (kernel sources of the engines'
@@ -185,29 +209,47 @@ class KernelRates:
         bytes' time.  Works on arrays of ``kv_bytes``."""
         return self._per_format("decode_attention", kind, kv_bytes)
 
-    def moe(self, dtype: str) -> float:
-        """The engine's fused-MoE grouped GEMMs with ``dtype`` expert weights: their math."""
-        return self._moe_rate("moe", dtype)
+    def moe(self, dtype: str, kernel: str | None = None) -> float:
+        """The engine's fused-MoE grouped GEMMs with ``dtype`` expert weights: their math
+        (``kernel``: the kernel path, :meth:`_moe_rate`)."""
+        return self._moe_rate("moe", dtype, kernel)
 
-    def moe_stream(self, dtype: str) -> float:
+    def moe_stream(self, dtype: str, kernel: str | None = None) -> float:
         """The same kernels' expert-weight streaming, which decode-sized MoE is bound by."""
-        return self._moe_rate("moe_stream", dtype)
+        return self._moe_rate("moe_stream", dtype, kernel)
 
-    def moe_fixed(self, dtype: str) -> float:
+    def moe_fixed(self, dtype: str, kernel: str | None = None) -> float:
         """The same kernels' fixed cost (routing, sorting, permutation, launches): a factor on
         their kernel count (``kernels.MOE_KERNELS``), what a handful of tokens is bound by."""
-        return self._moe_rate("moe_fixed", dtype)
+        return self._moe_rate("moe_fixed", dtype, kernel)
 
-    def moe_masked(self, dtype: str) -> float:
+    def moe_masked(self, dtype: str, kernel: str | None = None) -> float:
         """The same kernels' traffic per masked (remote-expert) slot of their input."""
-        return self._moe_rate("moe_masked", dtype)
+        return self._moe_rate("moe_masked", dtype, kernel)
 
-    def _moe_rate(self, op: str, dtype: str) -> float:
+    def moe_marlin(self, dtype: str, kernel: str | None = None) -> bool:
+        """Whether these experts run Marlin's fused MoE (its row blocks, ``kernels.marlin_row_block``):
+        the ``marlin`` path, or int4 experts of an engine whose int4 runs Marlin."""
+        return kernel == "marlin" or (kernel is None and self.int4_marlin and _format(dtype) == "int4")
+
+    def _moe_rate(self, op: str, dtype: str, kernel: str | None = None) -> float:
         """A fused-MoE rate: per-tensor fp8 experts at the engine's per-tensor kernels' rate where
-        its tables measure them, else at its fp8 MoE kernels' (measured on block-scaled weights)."""
+        its tables measure them, else at its fp8 MoE kernels' (measured on block-scaled weights).
+
+        ``kernel``: the fused-MoE kernel path (:data:`MOE_KERNEL_PATHS`) where the engine runs this
+        model's experts through another kernel than the one its rates for the format describe
+        (:data:`MOE_DEFAULT_PATH`): that path's own rates (format ``<format>@<path>``) where its
+        tables measure them; Marlin's are the engine's int4 rates where its int4 experts run
+        Marlin (the same kernel, another 4-bit weight type); else the format's."""
         fmt = _format(dtype)
-        if fmt == "fp8" and self.fp8_per_tensor and (op, "fp8_tensor") in self.rates:
+        if fmt == "fp8" and self.fp8_per_tensor and ((op, "fp8_tensor") in self.rates
+                                                     or (op, f"fp8_tensor@{kernel}") in self.rates):
             fmt = "fp8_tensor"
+        if kernel is not None:
+            if (op, f"{fmt}@{kernel}") in self.rates:
+                return self.rates[(op, f"{fmt}@{kernel}")]
+            if kernel == "marlin" and self.int4_marlin:
+                return self.rates.get((op, "int4"), 1.0)
         return self.rates.get((op, fmt), 1.0)
 
     def gemm_quant(self, dtype: str) -> float:
@@ -248,7 +290,8 @@ def _table() -> dict[tuple[str, int], dict[tuple[str, str], float]]:
             engine, major, op, fmt, rate = e["engine"], int(e["cuda_major"]), e["op"], e["format"], float(e["rate"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{at}: expected engine, cuda_major, op, format and rate ({exc})") from None
-        if op not in OPS or fmt not in OPS[op]:
+        base, _, path = str(fmt).partition("@")
+        if op not in OPS or base not in OPS[op] or (path and (not op.startswith("moe") or path not in MOE_KERNEL_PATHS)):
             raise ConfigError(f"{at}: op {op!r} / format {fmt!r}; expected one of {OPS}")
         lo, hi = rate_range(op)
         if not lo <= rate <= hi:

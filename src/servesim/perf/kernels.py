@@ -113,6 +113,24 @@ MOE_KERNELS = 8
 #: op model was 34% too fast at slices of 64, 28% at 128, 14% at 256 and right from 512 up —
 #: the down GEMM's ``1 + K₀/slice`` slowdown on its third of the FLOPs with K₀ ≈ 100-150.
 MOE_TILE_OVERHEAD_K = 128.0
+#: weight columns (output columns of a grouped GEMM, one expert's) one thread block streams: the
+#: 128-wide weight tiles of the fused-MoE kernels (Triton's BLOCK_SIZE_N 128 at large batch, the
+#: TensorRT-LLM-generated kernels' 128-row weight tile with tokens on the narrow side, CUTLASS's).
+MOE_WEIGHT_TILE = 128.0
+#: bytes of weight one SM keeps in flight while streaming a tile's K loop: a 4-stage load pipeline
+#: of 16 KiB weight stages (128 columns × 128 fp8 or × 64 bf16 elements), 64 KiB of the SM's
+#: 228 KiB shared memory.
+MOE_SM_BYTES_IN_FLIGHT = 65536.0
+#: HBM load latency under load on Hopper / Blackwell (about 0.6-1 us).
+MOE_HBM_LATENCY_S = 0.8e-6
+#: what one SM can stream by Little's law (bytes in flight / latency: 82 GB/s).  A grouped GEMM
+#: with fewer weight-column tiles than SMs — a few experts touched, each sliced thin by tensor
+#: parallelism (DeepSeek's 2048-wide expert at TP 32: one 128-column gate-up tile an expert) —
+#: streams its weights on those tiles' SMs only, below the HBM rate: 148 SMs × 82 GB/s is
+#: 12 TB/s, 8 SMs 0.66.  Measured (aiconfigurator moe_perf, Blackwell NVFP4 and MXFP4 × MXFP8,
+#: 1-8 tokens over 64-256 ranks): the tables hold a 19-23 us floor (median) that the op model,
+#: streaming those experts at the HBM rate, read 28-29% under; with this limit 12-14% under.
+MOE_SM_STREAM_BPS = MOE_SM_BYTES_IN_FLIGHT / MOE_HBM_LATENCY_S
 
 
 def _tile_factor(tm: int, tn: int) -> float:
@@ -412,7 +430,8 @@ class OpModel:
 
     # ------------------------------------------------------------------- MoE
     def moe(self, tokens, hidden, inter, topk, experts, moe_tp=1, ep=1, dtype: str = "bf16",
-            touched=None, slots=None, act_dtype: str | None = None, gated: bool = True):
+            touched=None, slots=None, act_dtype: str | None = None, gated: bool = True,
+            kernel: str | None = None):
         """Routed experts on one GPU for ``tokens`` tokens: gate-up and down grouped GEMMs.
 
         ``touched``: experts of this GPU that receive tokens (default: uniform random routing,
@@ -433,6 +452,12 @@ class OpModel:
 
         ``gated``: gated (SwiGLU: gate and up projections, three matrices an expert) or not
         (squared ReLU: up and down, two matrices; NVIDIA's Nemotron-H MoE).
+
+        ``kernel``: the fused-MoE kernel path the engine runs this model's experts with
+        (``engine_kernels.MOE_KERNEL_PATHS``) where it is not the one the engine's rates for the
+        format describe (``engine_kernels.MOE_DEFAULT_PATH``): that path's rates; ``marlin`` also
+        takes Marlin's row blocks.  None: the format's rates (int4 experts of an engine whose int4
+        runs Marlin take Marlin's row blocks).
         """
         p = self.p
         t = np.asarray(tokens, float)
@@ -447,11 +472,12 @@ class OpModel:
         i_loc = inter / moe_tp
         mats = 3.0 if gated else 2.0  # weight matrices an expert: (gate,) up, down
         peak, eff = self.gemm_eff("bf16" if act_dtype in ("bf16", "fp16") else dtype)
-        eff = eff * p.moe_eff_scale * self.rates.moe(dtype)
+        r = self.rates
+        eff = eff * p.moe_eff_scale * r.moe(dtype, kernel)
         # row tile: small (16) while experts get few rows, 64 beyond (vLLM / SGLang fused-MoE configs);
         # an engine whose int4 experts run Marlin's MoE picks its row block from the average rows
         # of a local expert (:func:`marlin_row_block`)
-        if self.rates.int4_marlin and dtype.lower() == "int4":
+        if r.moe_marlin(dtype, kernel):
             tm = marlin_row_block(assign / local)
         else:
             tm = np.where(per_expert <= 16, 16.0, 64.0)
@@ -469,15 +495,26 @@ class OpModel:
             comp = np.minimum(comp, np.maximum(ideal, 2.0 * ideal))  # never worse than half the SMs idle
         wb = weight_bytes(dtype)
         # the engine's kernel may stream faster than the dense GEMMs did, never past the GPU's ceiling
-        stream = min(self.stream_ratio(dtype) * self.rates.moe_stream(dtype), self.gpu.ceiling("hbm") / self.mem_eff)
+        stream = min(self.stream_ratio(dtype) * r.moe_stream(dtype, kernel), self.gpu.ceiling("hbm") / self.mem_eff)
         # each slot's rows: the hidden row in and out, the activation's (gate-)up rows read and
         # its output written; a masked slot at the engine's rate (zeros written and summed by
         # the Triton path, skipped by kernels that permute only their own experts' rows)
         masked = 0.0 if slots is None else np.maximum(np.asarray(slots, float) - assign, 0.0)
-        mem = (touched * mats * hidden * i_loc * wb / stream
-               + (assign + masked * self.rates.moe_masked(dtype)) * (2.0 * hidden + mats * i_loc) * 2.0) / self.bw_eff \
+        # each GEMM's weights stream through the SMs holding its column tiles: a grouped GEMM with
+        # fewer weight-column tiles than SMs streams at most MOE_SM_STREAM_BPS per tile's SM
+        bw_w = self.bw_eff * stream
+        if self.sms and MOE_SM_STREAM_BPS:
+            cols_gu = touched * np.ceil((mats - 1.0) * i_loc / MOE_WEIGHT_TILE)
+            cols_dn = touched * np.ceil(hidden / MOE_WEIGHT_TILE)
+            w_gu = touched * (mats - 1.0) * hidden * i_loc * wb
+            w_dn = touched * hidden * i_loc * wb
+            t_w = w_gu / np.minimum(bw_w, np.minimum(cols_gu, self.sms) * MOE_SM_STREAM_BPS) \
+                + w_dn / np.minimum(bw_w, np.minimum(cols_dn, self.sms) * MOE_SM_STREAM_BPS)
+        else:
+            t_w = touched * mats * hidden * i_loc * wb / bw_w
+        mem = t_w + (assign + masked * r.moe_masked(dtype, kernel)) * (2.0 * hidden + mats * i_loc) * 2.0 / self.bw_eff \
             + touched * p.moe_expert_s
-        return MOE_KERNELS * self.rates.moe_fixed(dtype) * self.t_kernel + np.maximum(comp, mem)
+        return MOE_KERNELS * r.moe_fixed(dtype, kernel) * self.t_kernel + np.maximum(comp, mem)
 
     # ------------------------------------------------------------ collectives
     def _link(self, ranks):
