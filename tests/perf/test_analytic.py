@@ -70,14 +70,17 @@ def test_tiny_prefill_attention_flops_by_hand():
     pairs = n * c + n * (n + 1) / 2 + 4 * F * 128 * 128
     flops = pairs * 4 * 8 * 128 * 4  # 4 FLOPs × heads × head_dim per pair, 4 layers
     read = (n + c) * 4 * 2 * 2 * 128 * 2
-    assert st._prefill_attn([n], [c]) == pytest.approx(max(flops / 989.4e12, read / 3350e9), rel=1e-12)
+    # each new token's query read and output write (8 heads × 128 × bf16 each) and its K and V
+    # (2 KV heads × 128) read in bf16 and written to the cache, 4 layers, after the math
+    tok = 4 * (2 * 8 * 128 * 2 + 2 * 2 * 128 * (2 + 2)) / 3350e9
+    assert st._prefill_attn([n], [c]) == pytest.approx(max(flops / 989.4e12, read / 3350e9) + n * tok, rel=1e-12)
     # two chunks are each their own causal triangle over their own prefix
     pairs2 = pairs + n * (n + 1) / 2 + 4 * F * 128 * 128
     read2 = read + n * 4 * 2 * 2 * 128 * 2
     two = st._prefill_attn([n, n], [c, 0])
-    assert two == pytest.approx(max(pairs2 * 4 * 8 * 128 * 4 / 989.4e12, read2 / 3350e9), rel=1e-12)
-    # a 100-token chunk computes a whole 128-row block
-    assert st._prefill_attn([100], [0]) == st._prefill_attn([128], [0])
+    assert two == pytest.approx(max(pairs2 * 4 * 8 * 128 * 4 / 989.4e12, read2 / 3350e9) + 2 * n * tok, rel=1e-12)
+    # a 100-token chunk computes a whole 128-row block; only its own tokens' traffic is less
+    assert st._prefill_attn([100], [0]) == pytest.approx(st._prefill_attn([128], [0]) - 28 * tok, rel=1e-12)
 
 
 def test_distinct_experts_formula():

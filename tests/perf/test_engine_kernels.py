@@ -111,16 +111,26 @@ def test_a_stream_rate_never_streams_past_the_gpus_hbm_ceiling() -> None:
 
 def test_build_step_time_prices_sglangs_mla_prefill_with_its_rate() -> None:
     """An 8k-token DeepSeek prefill on H200: the step-time model SGLang gets spends more on
-    attention than one without engine rates, by the MLA rate's share of the attention."""
+    attention than one without engine rates, by the MLA rate's share of the attention's math
+    (the new tokens' own traffic is no kernel's math: the same in both)."""
     arch, gpu = load_model(DEEPSEEK), load_gpu("h200_sxm")
     perf = {"model": "analytic", "calibration": None}
     sg = build_step_time(perf, arch, gpu, tp=8, weight_dtype="fp8", kv_dtype="fp8", engine="sglang")
     plain = AnalyticStepTime(arch, gpu, tp=8, weight_dtype="fp8", kv_dtype="fp8", params=sg.p)
     rate = kernel_rates("sglang", gpu).prefill_attention("mla")
     attn_sg, attn_plain = sg._prefill_attn([8192], [0]), plain._prefill_attn([8192], [0])
-    assert attn_sg == pytest.approx(attn_plain / rate, rel=0.02)
-    plan = PassPlan(prefill_new=np.array([8192]), prefill_cached=np.array([0]))
-    assert sg.pass_time(plan) > plain.pass_time(plan)
+    exposed = 8192 * sg._pre_tok  # the new tokens' own traffic, not the kernel's math
+    assert exposed == 8192 * plain._pre_tok > 0
+    assert attn_sg - exposed == pytest.approx((attn_plain - exposed) / rate, rel=0.02)
+    # the pass prices its chunk's attention so: the two passes differ by the attention's
+    # difference plus the same other-op difference (SGLang's MoE and GEMM rates) at any prefix
+    rest = []
+    for cached in (0, 8192):
+        plan = PassPlan(prefill_new=np.array([8192]), prefill_cached=np.array([cached]))
+        rest.append(sg.pass_time(plan) - plain.pass_time(plan)
+                    - (sg._prefill_attn([8192], [cached]) - plain._prefill_attn([8192], [cached])))
+    assert rest[0] == pytest.approx(rest[1], rel=1e-6, abs=1e-9)
+    assert sg.pass_time(plan) > plain.pass_time(plan)  # after an 8k prefix the attention decides
 
 
 def test_a_bad_rates_file_names_the_entry(tmp_path, monkeypatch) -> None:

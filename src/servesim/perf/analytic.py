@@ -75,7 +75,8 @@ from servesim.perf.engine_kernels import NO_RATES, KernelRates
 from servesim.perf.expert_balance import expected_busiest_touched
 from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_HEAD_DIM, ATTN_KERNELS,
                                    ELEMENTWISE_KERNELS, LINEAR_ATTN_DECODE_KERNELS, LINEAR_ATTN_KERNELS, GemmSet,
-                                   MLA_HEAD_BLOCK, OpModel, ramped, window_key_blocks)
+                                   MLA_HEAD_BLOCK, OpModel, prefill_exposed_bytes, ramped,
+                                   window_key_blocks)
 from servesim.perf.launches import eager_ops_per_layer
 from servesim.perf.memory import Layout, attention_params_per_gpu
 from servesim.perf.plan import PassPlan, ends_from_durations
@@ -267,6 +268,14 @@ class AnalyticStepTime:
         self._pre_full = (n_full_l * full_pair / pa_pre, n_full_l * full_kv / self._bw_eff)
         pa_cap = pa * self.kernel_rates.prefill_attention("gqa_window") if self._cap_window else pa_pre
         self._pre_cap = (n_cap_l * cap_pair / pa_cap, n_cap_l * cap_kv / self._bw_eff)
+        # each new token's query read, output write and KV-cache write, added to the prefill
+        # attention's math (kernels.prefill_exposed_bytes), seconds over all attention layers
+        if m.is_mla:
+            q_w, o_w = nq * (m.qk_nope_head_dim + m.qk_rope_head_dim), nq * m.v_head_dim
+        else:
+            q_w = o_w = nq * m.head_dim
+        n_attn_l = n_full_l if m.index_topk else n_full_l + n_cap_l
+        self._pre_tok = n_attn_l * float(prefill_exposed_bytes(q_w, o_w, main_kv / kvb, kvb)) / self._bw_eff
         # decode: (compute s per ctx token, memory s per ctx token) for full and capped parts
         self._dec_full = (n_full_l * full_dec / (pa * p.attn_decode_compute_eff), n_full_l * full_kv / dme)
         self._dec_cap = (n_cap_l * cap_dec / (pa * p.attn_decode_compute_eff), n_cap_l * cap_kv / dme)
@@ -489,7 +498,8 @@ class AnalyticStepTime:
 
         As :meth:`servesim.perf.kernels.OpModel.attention_prefill`: each chunk's queries in
         whole 128-row blocks (the diagonal blocks computed in full), each block with its own
-        fixed work, the blocks of all chunks and heads run in waves over the SMs.
+        fixed work, the blocks of all chunks and heads run in waves over the SMs; the new tokens'
+        query, output and KV-cache traffic added (``_pre_tok``).
         """
         tot_new = sum(new)
         if tot_new <= 0:
@@ -545,7 +555,7 @@ class AnalyticStepTime:
         if W:
             c_cap, m_cap = self._pre_cap
             t += max(pairs_cap * c_cap / eff, read_cap * m_cap)
-        return t / self._dp
+        return (t + tot_new * self._pre_tok) / self._dp
 
     def pass_time(self, plan: PassPlan) -> float:
         if plan.ranks is not None:  # attention DP with per-rank compositions
