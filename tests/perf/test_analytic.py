@@ -389,8 +389,9 @@ def test_mla_decode_is_the_op_models_kernel_per_layer(tp, kv_dtype):
 def test_packed_gqa_prefill_is_the_op_models_kernel_per_layer(layers, window):
     """Under an engine whose Hopper prefill kernel packs a KV head's query heads into one block
     (SGLang's FlashAttention-3), a pass's prefill attention is, per layer, the op model's packed
-    kernel — full-attention layers packed, sliding-window layers per query head — and a short
-    chunk costs far less than per-query-head blocks would."""
+    kernel — full-attention and sliding-window layers alike packed (the windowed ones over the
+    key blocks their packed blocks reach, kernels.packed_window_key_blocks) — and a short chunk
+    costs far less than per-query-head blocks would."""
     from servesim.perf.engine_kernels import kernel_rates
     from servesim.perf.kernels import ATTN_KERNELS, OpModel
 

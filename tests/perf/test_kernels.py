@@ -510,3 +510,37 @@ def test_prefill_new_tokens_own_traffic_adds_to_the_math():
         pred = ops.attention_prefill(g.batch_size.values, g.isl.values, 0, g.num_heads.values,
                                      g.num_key_value_heads.values, g.head_dim.values, 0, kvb) * 1e3
         assert abs(np.median(pred / g.latency.values - 1.0)) <= 0.16, engine
+
+
+def test_packed_windowed_prefill_counts_the_key_blocks_of_its_packed_query_blocks():
+    """Under a sliding window a kernel that packs ``g`` query heads per block (FlashAttention-3)
+    computes, per KV head, the key blocks its ``ceil(n·g/128)`` blocks of ``128/g`` tokens reach:
+    the count averaged over where a block's keys start in a key block matches the block-by-block
+    count averaged over prefixes; 64-token chunks of 64 query heads over 8 KV heads under a
+    128-token window run 4 packed blocks per KV head (one key block each), not 64 blocks of one
+    query head: half the unpacked math (under two thirds of the op's time), and no less than the same chunks under full
+    attention, whose diagonal blocks are counted in pairs rather than whole key blocks."""
+    from servesim.perf.engine_kernels import KernelRates
+    from servesim.perf.kernels import packed_window_key_blocks
+
+    def counted(n, c, w, g):  # block by block: keys from max(0, t0 − w + 1) to the block's last token
+        total = 0
+        for m in range(-(-n * g // 128)):
+            t0, t1 = c + (128 * m) // g, min(c + (128 * m + 127) // g, c + n - 1)
+            total += t1 // 128 - max(0, t0 - w + 1) // 128 + 1
+        return total
+
+    for n, w, g in ((512, 128, 8), (2048, 128, 4), (3000, 1024, 8), (700, 512, 2)):
+        prefixes = range(1000, 1128)  # every start within a key block
+        mean = np.mean([counted(n, c, w, g) for c in prefixes])
+        model = np.mean([packed_window_key_blocks(n, c, w, g) for c in prefixes])
+        assert model == pytest.approx(mean, rel=0.02), (n, w, g)
+    assert packed_window_key_blocks(np.array([512.0]), 1000.0, 128.0, 8.0)[0] == \
+        pytest.approx(packed_window_key_blocks(512, 1000, 128, 8), rel=1e-12)
+
+    gpu = load_gpu("h200_sxm")
+    ops = OpModel(gpu, AnalyticParams(), KernelRates(prefill_pack_gqa=True))
+    windowed, full = (float(ops.attention_prefill(64, 64, 0, 64, 8, 64, window=w)) for w in (128, 0))
+    assert full <= windowed < 1.25 * full
+    unpacked = float(OpModel(gpu, AnalyticParams()).attention_prefill(64, 64, 0, 64, 8, 64, window=128))
+    assert unpacked > 1.5 * windowed

@@ -75,8 +75,8 @@ from servesim.perf.engine_kernels import NO_RATES, KernelRates
 from servesim.perf.expert_balance import expected_busiest_touched
 from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_HEAD_DIM, ATTN_KERNELS,
                                    ELEMENTWISE_KERNELS, LINEAR_ATTN_DECODE_KERNELS, LINEAR_ATTN_KERNELS, GemmSet,
-                                   MLA_HEAD_BLOCK, OpModel, prefill_exposed_bytes, ramped,
-                                   window_key_blocks)
+                                   MLA_HEAD_BLOCK, OpModel, packed_window_key_blocks, prefill_exposed_bytes,
+                                   ramped, window_key_blocks)
 from servesim.perf.launches import eager_ops_per_layer
 from servesim.perf.memory import Layout, attention_params_per_gpu
 from servesim.perf.plan import PassPlan, ends_from_durations
@@ -530,7 +530,9 @@ class AnalyticStepTime:
             q = nq * blk
             read += n + c
             if W:
-                if self._cap_window:
+                if self._cap_window and gp > 1:  # packed as the full-attention layers' blocks
+                    pairs_cap += (packed_window_key_blocks(n, c, W, gp) * (blk * blk) + nqp * extra) / gp
+                elif self._cap_window:
                     pairs_cap += window_key_blocks(n, c, W) * (blk * blk) + nq * extra
                 else:  # sparse attention's top-k keys, pair by pair
                     a, b = c + 1, c + q  # attended counts of the chunk's first and last (padded) row
@@ -554,7 +556,7 @@ class AnalyticStepTime:
         t = max(pairs * c_full / eff_full, read * m_full)
         if W:
             c_cap, m_cap = self._pre_cap
-            t += max(pairs_cap * c_cap / eff, read_cap * m_cap)
+            t += max(pairs_cap * c_cap / (eff_full if self._cap_window else eff), read_cap * m_cap)
         return (t + tot_new * self._pre_tok) / self._dp
 
     def pass_time(self, plan: PassPlan) -> float:
