@@ -284,14 +284,16 @@ class OpModel:
         h = np.asarray(heads, float)
         blk = ATTN_BLOCK
         # query heads per KV head packed into one block's rows (KernelRates.prefill_pack_gqa; full
-        # attention): a block holds 128 (token, head) rows, a chunk ceil(n·g/128) blocks per KV head
+        # and windowed attention): a block holds 128 (token, head) rows, a chunk ceil(n·g/128)
+        # blocks per KV head
         kvh = np.asarray(kv_heads, float)
         g = np.where(h % kvh != 0, 1.0, h / kvh) if self.rates.prefill_pack_gqa else np.ones_like(h)
         nq = np.ceil(n * g / blk)
         q_pad = nq * blk
         # full attention: the padded chunk's (query, key) pairs after the whole prefix, per query
         # head (packed: its rows' tokens, q_pad/g of them, each block's fixed work shared by its g
-        # heads); a sliding window: the whole key blocks its query blocks reach (window_key_blocks)
+        # heads); a sliding window: the whole key blocks its query blocks reach (window_key_blocks,
+        # packed_window_key_blocks), per query head
         cta = self.cta_blocks * blk * blk * ATTN_CTA_HEAD_DIM / np.asarray(head_dim, float)
         w1 = np.where(w > 0, w, 1.0)
         wkb = np.where(g > 1, packed_window_key_blocks(n, c, w1, g), window_key_blocks(n, c, w1))
