@@ -78,9 +78,10 @@ MARLIN_INT4 = frozenset({("vllm", 9), ("vllm", 10), ("sglang", 9)})
 #: variable-length, as every serving engine calls it, and the model has grouped heads, with or
 #: without a sliding window), so a block holds ``128/g`` tokens of ``g`` heads.  SGLang's and
 #: vLLM's FlashAttention-3 on Hopper; measured (their H100 / H200 context tables): a one-token
-#: chunk takes the time of its KV heads' blocks, not its query heads' — 128 one-token chunks with 48 query heads over 2 KV heads take 19 us on H200,
-#: with 32 over 32 115 us, where per-query-head blocks price both alike.  TensorRT-LLM's FMHA and
-#: the Blackwell kernels are left as they were (packing them does not fit their tables).
+#: chunk takes the time of its KV heads' blocks, not its query heads' — 128 one-token chunks with
+#: 48 query heads over 2 KV heads take 19 us on H200, with 32 over 32 115 us, where per-query-head
+#: blocks price both alike.  TensorRT-LLM's FMHA and the Blackwell kernels are left as they were
+#: (packing them does not fit their tables).
 PACK_GQA_PREFILL = frozenset({("sglang", 9), ("vllm", 9)})
 
 #: Engines whose decode-attention kernel takes query-head groups (query heads per KV head) only
