@@ -35,7 +35,7 @@ cdef class AnalyticStepTime:
     cdef public object _dec_full
     cdef public object _dec_cap
     cdef public object _dec_ramp
-    cdef public double _cta_pairs
+    cdef public double _cta_pairs, _cta_pairs_cap
     cdef public object _dec_oh
     cdef public object _dp
     cdef public bint _compiled_stretch

@@ -302,8 +302,12 @@ class AnalyticStepTime:
             self._dec_oh += float(ops.decode_unit_tokens(streams, max(dec_c_tok, per_tok / dme)))
         # a prefill thread block's fixed work in (query, key) pairs of this model's heads: key
         # blocks of a 128-wide head (kernels.ATTN_CTA_HEAD_DIM), MLA's in its own
-        self._cta_pairs = ops.cta_blocks * ATTN_BLOCK * ATTN_BLOCK * (
-            1.0 if m.is_mla else ATTN_CTA_HEAD_DIM / m.head_dim)
+        # (times the engine kernel's own, KernelRates.prefill_attention_fixed; the windowed layers'
+        # kernel its own)
+        cta_pairs = ops.cta_blocks * ATTN_BLOCK * ATTN_BLOCK * (1.0 if m.is_mla else ATTN_CTA_HEAD_DIM / m.head_dim)
+        self._cta_pairs = cta_pairs * self.kernel_rates.prefill_attention_fixed("mla" if m.is_mla else "gqa")
+        self._cta_pairs_cap = cta_pairs * self.kernel_rates.prefill_attention_fixed("gqa_window") \
+            if self._cap_window else self._cta_pairs
         # the KV stream's ramp and tail (GPUSpec.stream_ramp_us), one per attention kernel: the
         # full and the capped layers' totals on one rank (kernels.OpModel._ramped per layer)
         self._dec_ramp = (n_full_l * ops.t_ramp, n_cap_l * ops.t_ramp)
@@ -511,6 +515,7 @@ class AnalyticStepTime:
         read_cap = 0
         blk = ATTN_BLOCK
         extra = self._cta_pairs
+        extra_cap = self._cta_pairs_cap
         gp = self._pack
         ctas = 0
         ctas_full = 0
@@ -531,9 +536,9 @@ class AnalyticStepTime:
             read += n + c
             if W:
                 if self._cap_window and gp > 1:  # packed as the full-attention layers' blocks
-                    pairs_cap += (packed_window_key_blocks(n, c, W, gp) * (blk * blk) + nqp * extra) / gp
+                    pairs_cap += (packed_window_key_blocks(n, c, W, gp) * (blk * blk) + nqp * extra_cap) / gp
                 elif self._cap_window:
-                    pairs_cap += window_key_blocks(n, c, W) * (blk * blk) + nq * extra
+                    pairs_cap += window_key_blocks(n, c, W) * (blk * blk) + nq * extra_cap
                 else:  # sparse attention's top-k keys, pair by pair
                     a, b = c + 1, c + q  # attended counts of the chunk's first and last (padded) row
                     m = b if b < W else W

@@ -294,7 +294,8 @@ class OpModel:
         # head (packed: its rows' tokens, q_pad/g of them, each block's fixed work shared by its g
         # heads); a sliding window: the whole key blocks its query blocks reach (window_key_blocks,
         # packed_window_key_blocks), per query head
-        cta = self.cta_blocks * blk * blk * ATTN_CTA_HEAD_DIM / np.asarray(head_dim, float)
+        cta = self.cta_blocks * blk * blk * ATTN_CTA_HEAD_DIM / np.asarray(head_dim, float) \
+            * np.where(w > 0, self.rates.prefill_attention_fixed("gqa_window"), self.rates.prefill_attention_fixed("gqa"))
         w1 = np.where(w > 0, w, 1.0)
         wkb = np.where(g > 1, packed_window_key_blocks(n, c, w1, g), window_key_blocks(n, c, w1))
         pairs = np.where(w > 0, wkb * blk * blk + nq * cta, q_pad * c + 0.5 * q_pad * (q_pad / g + 1.0) + nq * cta) / g
@@ -385,7 +386,7 @@ class OpModel:
         h = np.asarray(heads, float)
         nq = np.ceil(n / ATTN_BLOCK)
         pairs = _causal_pairs(nq * ATTN_BLOCK, c) \
-            + nq * self.cta_blocks * ATTN_BLOCK * ATTN_BLOCK
+            + nq * self.cta_blocks * self.rates.prefill_attention_fixed("mla") * ATTN_BLOCK * ATTN_BLOCK
         eff = p.attn_prefill_eff_max * (n / (n + p.attn_prefill_half_tokens) if p.attn_prefill_half_tokens else 1.0)
         eff = eff * self.rates.prefill_attention("mla")
         comp = b * pairs * 2.0 * h * (qk_nope + qk_rope + v_dim) / (self.peak_attn * eff)
