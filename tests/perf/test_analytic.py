@@ -417,7 +417,8 @@ def test_sliding_window_prefill_is_the_op_models_windowed_kernel(engine):
     """A pass's prefill attention on a model with sliding-window layers (gpt-oss's pattern:
     alternating 128-token windows and full attention) is, per layer, the op model's kernel of
     each kind — the windowed layers at whole key blocks and at the engine's windowed-kernel
-    rate — for chunks with and without a cached prefix."""
+    rate — for chunks with and without a cached prefix, and a chunk whose whole context fits
+    the window at the full kernel (nothing to mask)."""
     from servesim.perf.engine_kernels import kernel_rates
     from servesim.perf.kernels import ATTN_KERNELS, OpModel
 
@@ -428,9 +429,11 @@ def test_sliding_window_prefill_is_the_op_models_windowed_kernel(engine):
     assert rates.prefill_attention("gqa_window") != rates.prefill_attention("gqa")
     st = AnalyticStepTime(m, g, kernel_rates=rates)
     ops = OpModel(g, st.p, rates)
-    for n, c in ((300, 0), (2048, 4096), (100, 70)):
+    for n, c in ((300, 0), (2048, 4096), (100, 70), (100, 20)):
         full, windowed = (float(ops.attention_prefill(1, n, c, 8, 2, m.head_dim, window=w)) - ATTN_KERNELS * ops.t_kernel
                           for w in (0, 128))
         if c > 1000:  # a window far shorter than the context: far fewer key blocks
             assert windowed < 0.2 * full
+        if n + c <= 128:  # a window over the whole context masks nothing: the full kernel
+            assert windowed == full
         assert st._prefill_attn([n], [c]) == pytest.approx(2 * full + 2 * windowed, rel=1e-9)

@@ -31,7 +31,7 @@ cdef class AnalyticStepTime:
     cdef public bint _cap_window
     cdef public object _pre_full
     cdef public object _pre_cap
-    cdef public double _pre_tok
+    cdef public double _pre_tok, _pre_cap_causal
     cdef public object _dec_full
     cdef public object _dec_cap
     cdef public object _dec_ramp

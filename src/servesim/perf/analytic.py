@@ -268,6 +268,9 @@ class AnalyticStepTime:
         self._pre_full = (n_full_l * full_pair / pa_pre, n_full_l * full_kv / self._bw_eff)
         pa_cap = pa * self.kernel_rates.prefill_attention("gqa_window") if self._cap_window else pa_pre
         self._pre_cap = (n_cap_l * cap_pair / pa_cap, n_cap_l * cap_kv / self._bw_eff)
+        # a sliding window over a chunk's whole context is causal attention: those chunks' windowed
+        # layers at the full-attention kernel's rate (kernels.OpModel.attention_prefill)
+        self._pre_cap_causal = n_cap_l * cap_pair / pa_pre
         # each new token's query read, output write and KV-cache write, added to the prefill
         # attention's math (kernels.prefill_exposed_bytes), seconds over all attention layers
         if m.is_mla:
@@ -512,6 +515,7 @@ class AnalyticStepTime:
         read = 0
         W = self._cap or 0
         pairs_cap = 0.0
+        pairs_cover = 0.0  # windowed layers' chunks whose window covers their context: causal
         read_cap = 0
         blk = ATTN_BLOCK
         extra = self._cta_pairs
@@ -527,15 +531,18 @@ class AnalyticStepTime:
                 nqp = (n * gp + blk - 1) // blk
                 q = nqp * blk
                 ctas_full += nqp
-                pairs += (q * c + 0.5 * q * (q / gp + 1.0) + nqp * extra) / gp
+                inc = (q * c + 0.5 * q * (q / gp + 1.0) + nqp * extra) / gp
             else:
                 q = nq * blk
                 ctas_full += nq
-                pairs += q * c + 0.5 * q * (q + 1) + nq * extra
+                inc = q * c + 0.5 * q * (q + 1) + nq * extra
+            pairs += inc
             q = nq * blk
             read += n + c
             if W:
-                if self._cap_window and gp > 1:  # packed as the full-attention layers' blocks
+                if self._cap_window and c + n <= W:  # as kernels.OpModel.attention_prefill
+                    pairs_cover += inc
+                elif self._cap_window and gp > 1:  # packed as the full-attention layers' blocks
                     pairs_cap += (packed_window_key_blocks(n, c, W, gp) * (blk * blk) + nqp * extra_cap) / gp
                 elif self._cap_window:
                     pairs_cap += window_key_blocks(n, c, W) * (blk * blk) + nq * extra_cap
@@ -561,7 +568,8 @@ class AnalyticStepTime:
         t = max(pairs * c_full / eff_full, read * m_full)
         if W:
             c_cap, m_cap = self._pre_cap
-            t += max(pairs_cap * c_cap / (eff_full if self._cap_window else eff), read_cap * m_cap)
+            t += max(pairs_cap * c_cap / (eff_full if self._cap_window else eff)
+                     + pairs_cover * self._pre_cap_causal / eff_full, read_cap * m_cap)
         return (t + tot_new * self._pre_tok) / self._dp
 
     def pass_time(self, plan: PassPlan) -> float:

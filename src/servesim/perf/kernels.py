@@ -267,7 +267,10 @@ class OpModel:
         """Causal flash attention of ``batch`` chunks of ``new`` tokens after ``cached`` ones.
 
         Compute runs over the padded chunk's query blocks (a sliding window's over whole key
-        blocks, at the engine's windowed-kernel rate); the query blocks of every (chunk, head)
+        blocks, at the engine's windowed-kernel rate; a window over the chunk's whole context,
+        ``window ≥ cached + new``, masks nothing: causal attention through the full kernel —
+        TensorRT-LLM's Hopper table at 8k-token windows read 50-125% too slow at its windowed
+        rate); the query blocks of every (chunk, head)
         are the thread blocks, run in waves over the SMs.  An engine whose kernel packs the query
         heads of a KV head into a block's rows (``KernelRates.prefill_pack_gqa``) fills a block
         with ``128/g`` tokens of ``g`` heads: a short chunk runs one block per KV head, not one per
@@ -281,6 +284,7 @@ class OpModel:
         n = np.asarray(new, float)
         c = np.asarray(cached, float)
         w = np.asarray(window, float)
+        w = np.where(w >= n + c, 0.0, w)  # a window over the whole context is causal attention
         h = np.asarray(heads, float)
         blk = ATTN_BLOCK
         # query heads per KV head packed into one block's rows (KernelRates.prefill_pack_gqa; full
