@@ -252,6 +252,10 @@ LINEAR_ATTN_RATES = ("linear_attn", "linear_attn_chain", "linear_attn_fixed")
 #: stream's rate and the op's fixed cost (a factor on ``kernels.ATTN_KERNELS``), what long and
 #: short contexts are bound by.
 DECODE_RATES = ("decode_attention", "decode_attention_fixed")
+#: Prefill attention's rates, fitted together per format on the context tables: the kernel's math
+#: and its thread blocks' fixed work (a factor on ``kernels.ATTN_CTA_OVERHEAD_BLOCKS``), what long
+#: and short chunks are bound by.
+PREFILL_RATES = ("prefill_attention", "prefill_attention_fixed")
 
 #: MXFP4 experts: only gpt-oss ships them, and each engine serves it with its own MXFP4 kernel,
 #: which the tables measure at gpt-oss's expert shape (hidden 2880, intermediate 2880, top-4 of
@@ -457,7 +461,8 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
         # a MoE kernel has four rates (:data:`MOE_RATES`; gpt-oss's two, :data:`MXFP4_RATES`),
         # the gated-delta prefill three, prefill attention one
         fitted = (MXFP4_RATES if fmt == "mxfp4" else MOE_RATES) if op == "moe" \
-            else LINEAR_ATTN_RATES if op == "linear_attn" else DECODE_RATES if op == "decode_attention" else (op,)
+            else LINEAR_ATTN_RATES if op == "linear_attn" else DECODE_RATES if op == "decode_attention" \
+            else PREFILL_RATES if op == "prefill_attention" else (op,)
 
         # the engine's kernel structure (which kernels it runs) as servesim prices it
         kinds = dict(int4_marlin=(engine, major) in MARLIN_INT4, decode_head_group_max=DECODE_HEAD_GROUP_MAX.get(engine, 0),
@@ -493,7 +498,8 @@ def kept(e: dict) -> bool:
 def write_engine_rates(entries: list[dict], path: Path) -> None:
     lines = ["# Each serving engine's own kernels against servesim's op model, per CUDA major version (9 Hopper,",
              "# 10 Blackwell): the factor on the op's compute efficiency (decode_attention: its KV stream's rate;",
-             "# the *_fixed ops: its kernel count) that fits the engine's measured",
+             "# the *_fixed ops: its kernel count; prefill_attention_fixed: its thread blocks' fixed work)",
+             "# that fits the engine's measured",
              "# per-kernel tables (aiconfigurator-core) best, kept where it lowers the median error of",
              "# those rows.  Written by",
              "#   PYTHONPATH=src python benchmarks/fit_kernel_ceilings.py --engine-kernels --out <this file>",

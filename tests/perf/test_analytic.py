@@ -70,14 +70,17 @@ def test_tiny_prefill_attention_flops_by_hand():
     pairs = n * c + n * (n + 1) / 2 + 4 * F * 128 * 128
     flops = pairs * 4 * 8 * 128 * 4  # 4 FLOPs × heads × head_dim per pair, 4 layers
     read = (n + c) * 4 * 2 * 2 * 128 * 2
-    assert st._prefill_attn([n], [c]) == pytest.approx(max(flops / 989.4e12, read / 3350e9), rel=1e-12)
+    # each new token's query read and output write (8 heads × 128 × bf16 each) and its K and V
+    # (2 KV heads × 128) read in bf16 and written to the cache, 4 layers, after the math
+    tok = 4 * (2 * 8 * 128 * 2 + 2 * 2 * 128 * (2 + 2)) / 3350e9
+    assert st._prefill_attn([n], [c]) == pytest.approx(max(flops / 989.4e12, read / 3350e9) + n * tok, rel=1e-12)
     # two chunks are each their own causal triangle over their own prefix
     pairs2 = pairs + n * (n + 1) / 2 + 4 * F * 128 * 128
     read2 = read + n * 4 * 2 * 2 * 128 * 2
     two = st._prefill_attn([n, n], [c, 0])
-    assert two == pytest.approx(max(pairs2 * 4 * 8 * 128 * 4 / 989.4e12, read2 / 3350e9), rel=1e-12)
-    # a 100-token chunk computes a whole 128-row block
-    assert st._prefill_attn([100], [0]) == st._prefill_attn([128], [0])
+    assert two == pytest.approx(max(pairs2 * 4 * 8 * 128 * 4 / 989.4e12, read2 / 3350e9) + 2 * n * tok, rel=1e-12)
+    # a 100-token chunk computes a whole 128-row block; only its own tokens' traffic is less
+    assert st._prefill_attn([100], [0]) == pytest.approx(st._prefill_attn([128], [0]) - 28 * tok, rel=1e-12)
 
 
 def test_distinct_experts_formula():
@@ -386,8 +389,9 @@ def test_mla_decode_is_the_op_models_kernel_per_layer(tp, kv_dtype):
 def test_packed_gqa_prefill_is_the_op_models_kernel_per_layer(layers, window):
     """Under an engine whose Hopper prefill kernel packs a KV head's query heads into one block
     (SGLang's FlashAttention-3), a pass's prefill attention is, per layer, the op model's packed
-    kernel — full-attention layers packed, sliding-window layers per query head — and a short
-    chunk costs far less than per-query-head blocks would."""
+    kernel — full-attention and sliding-window layers alike packed (the windowed ones over the
+    key blocks their packed blocks reach, kernels.packed_window_key_blocks) — and a short chunk
+    costs far less than per-query-head blocks would."""
     from servesim.perf.engine_kernels import kernel_rates
     from servesim.perf.kernels import ATTN_KERNELS, OpModel
 
@@ -413,7 +417,8 @@ def test_sliding_window_prefill_is_the_op_models_windowed_kernel(engine):
     """A pass's prefill attention on a model with sliding-window layers (gpt-oss's pattern:
     alternating 128-token windows and full attention) is, per layer, the op model's kernel of
     each kind — the windowed layers at whole key blocks and at the engine's windowed-kernel
-    rate — for chunks with and without a cached prefix."""
+    rate — for chunks with and without a cached prefix, and a chunk whose whole context fits
+    the window at the full kernel (nothing to mask)."""
     from servesim.perf.engine_kernels import kernel_rates
     from servesim.perf.kernels import ATTN_KERNELS, OpModel
 
@@ -424,9 +429,11 @@ def test_sliding_window_prefill_is_the_op_models_windowed_kernel(engine):
     assert rates.prefill_attention("gqa_window") != rates.prefill_attention("gqa")
     st = AnalyticStepTime(m, g, kernel_rates=rates)
     ops = OpModel(g, st.p, rates)
-    for n, c in ((300, 0), (2048, 4096), (100, 70)):
+    for n, c in ((300, 0), (2048, 4096), (100, 70), (100, 20)):
         full, windowed = (float(ops.attention_prefill(1, n, c, 8, 2, m.head_dim, window=w)) - ATTN_KERNELS * ops.t_kernel
                           for w in (0, 128))
         if c > 1000:  # a window far shorter than the context: far fewer key blocks
             assert windowed < 0.2 * full
+        if n + c <= 128:  # a window over the whole context masks nothing: the full kernel
+            assert windowed == full
         assert st._prefill_attn([n], [c]) == pytest.approx(2 * full + 2 * windowed, rel=1e-9)

@@ -31,10 +31,11 @@ cdef class AnalyticStepTime:
     cdef public bint _cap_window
     cdef public object _pre_full
     cdef public object _pre_cap
+    cdef public double _pre_tok, _pre_cap_causal
     cdef public object _dec_full
     cdef public object _dec_cap
     cdef public object _dec_ramp
-    cdef public double _cta_pairs
+    cdef public double _cta_pairs, _cta_pairs_cap
     cdef public object _dec_oh
     cdef public object _dp
     cdef public bint _compiled_stretch

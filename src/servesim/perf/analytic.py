@@ -75,7 +75,8 @@ from servesim.perf.engine_kernels import NO_RATES, KernelRates
 from servesim.perf.expert_balance import expected_busiest_touched
 from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_HEAD_DIM, ATTN_KERNELS,
                                    ELEMENTWISE_KERNELS, LINEAR_ATTN_DECODE_KERNELS, LINEAR_ATTN_KERNELS, GemmSet,
-                                   MLA_HEAD_BLOCK, OpModel, ramped, window_key_blocks)
+                                   MLA_HEAD_BLOCK, OpModel, packed_window_key_blocks, prefill_exposed_bytes,
+                                   ramped, window_key_blocks)
 from servesim.perf.launches import eager_ops_per_layer
 from servesim.perf.memory import Layout, attention_params_per_gpu
 from servesim.perf.plan import PassPlan, ends_from_durations
@@ -267,6 +268,17 @@ class AnalyticStepTime:
         self._pre_full = (n_full_l * full_pair / pa_pre, n_full_l * full_kv / self._bw_eff)
         pa_cap = pa * self.kernel_rates.prefill_attention("gqa_window") if self._cap_window else pa_pre
         self._pre_cap = (n_cap_l * cap_pair / pa_cap, n_cap_l * cap_kv / self._bw_eff)
+        # a sliding window over a chunk's whole context is causal attention: those chunks' windowed
+        # layers at the full-attention kernel's rate (kernels.OpModel.attention_prefill)
+        self._pre_cap_causal = n_cap_l * cap_pair / pa_pre
+        # each new token's query read, output write and KV-cache write, added to the prefill
+        # attention's math (kernels.prefill_exposed_bytes), seconds over all attention layers
+        if m.is_mla:
+            q_w, o_w = nq * (m.qk_nope_head_dim + m.qk_rope_head_dim), nq * m.v_head_dim
+        else:
+            q_w = o_w = nq * m.head_dim
+        n_attn_l = n_full_l if m.index_topk else n_full_l + n_cap_l
+        self._pre_tok = n_attn_l * float(prefill_exposed_bytes(q_w, o_w, main_kv / kvb, kvb)) / self._bw_eff
         # decode: (compute s per ctx token, memory s per ctx token) for full and capped parts
         self._dec_full = (n_full_l * full_dec / (pa * p.attn_decode_compute_eff), n_full_l * full_kv / dme)
         self._dec_cap = (n_cap_l * cap_dec / (pa * p.attn_decode_compute_eff), n_cap_l * cap_kv / dme)
@@ -293,8 +305,12 @@ class AnalyticStepTime:
             self._dec_oh += float(ops.decode_unit_tokens(streams, max(dec_c_tok, per_tok / dme)))
         # a prefill thread block's fixed work in (query, key) pairs of this model's heads: key
         # blocks of a 128-wide head (kernels.ATTN_CTA_HEAD_DIM), MLA's in its own
-        self._cta_pairs = ops.cta_blocks * ATTN_BLOCK * ATTN_BLOCK * (
-            1.0 if m.is_mla else ATTN_CTA_HEAD_DIM / m.head_dim)
+        # (times the engine kernel's own, KernelRates.prefill_attention_fixed; the windowed layers'
+        # kernel its own)
+        cta_pairs = ops.cta_blocks * ATTN_BLOCK * ATTN_BLOCK * (1.0 if m.is_mla else ATTN_CTA_HEAD_DIM / m.head_dim)
+        self._cta_pairs = cta_pairs * self.kernel_rates.prefill_attention_fixed("mla" if m.is_mla else "gqa")
+        self._cta_pairs_cap = cta_pairs * self.kernel_rates.prefill_attention_fixed("gqa_window") \
+            if self._cap_window else self._cta_pairs
         # the KV stream's ramp and tail (GPUSpec.stream_ramp_us), one per attention kernel: the
         # full and the capped layers' totals on one rank (kernels.OpModel._ramped per layer)
         self._dec_ramp = (n_full_l * ops.t_ramp, n_cap_l * ops.t_ramp)
@@ -489,7 +505,8 @@ class AnalyticStepTime:
 
         As :meth:`servesim.perf.kernels.OpModel.attention_prefill`: each chunk's queries in
         whole 128-row blocks (the diagonal blocks computed in full), each block with its own
-        fixed work, the blocks of all chunks and heads run in waves over the SMs.
+        fixed work, the blocks of all chunks and heads run in waves over the SMs; the new tokens'
+        query, output and KV-cache traffic added (``_pre_tok``).
         """
         tot_new = sum(new)
         if tot_new <= 0:
@@ -498,9 +515,11 @@ class AnalyticStepTime:
         read = 0
         W = self._cap or 0
         pairs_cap = 0.0
+        pairs_cover = 0.0  # windowed layers' chunks whose window covers their context: causal
         read_cap = 0
         blk = ATTN_BLOCK
         extra = self._cta_pairs
+        extra_cap = self._cta_pairs_cap
         gp = self._pack
         ctas = 0
         ctas_full = 0
@@ -512,16 +531,21 @@ class AnalyticStepTime:
                 nqp = (n * gp + blk - 1) // blk
                 q = nqp * blk
                 ctas_full += nqp
-                pairs += (q * c + 0.5 * q * (q / gp + 1.0) + nqp * extra) / gp
+                inc = (q * c + 0.5 * q * (q / gp + 1.0) + nqp * extra) / gp
             else:
                 q = nq * blk
                 ctas_full += nq
-                pairs += q * c + 0.5 * q * (q + 1) + nq * extra
+                inc = q * c + 0.5 * q * (q + 1) + nq * extra
+            pairs += inc
             q = nq * blk
             read += n + c
             if W:
-                if self._cap_window:
-                    pairs_cap += window_key_blocks(n, c, W) * (blk * blk) + nq * extra
+                if self._cap_window and c + n <= W:  # as kernels.OpModel.attention_prefill
+                    pairs_cover += inc
+                elif self._cap_window and gp > 1:  # packed as the full-attention layers' blocks
+                    pairs_cap += (packed_window_key_blocks(n, c, W, gp) * (blk * blk) + nqp * extra_cap) / gp
+                elif self._cap_window:
+                    pairs_cap += window_key_blocks(n, c, W) * (blk * blk) + nq * extra_cap
                 else:  # sparse attention's top-k keys, pair by pair
                     a, b = c + 1, c + q  # attended counts of the chunk's first and last (padded) row
                     m = b if b < W else W
@@ -544,8 +568,9 @@ class AnalyticStepTime:
         t = max(pairs * c_full / eff_full, read * m_full)
         if W:
             c_cap, m_cap = self._pre_cap
-            t += max(pairs_cap * c_cap / eff, read_cap * m_cap)
-        return t / self._dp
+            t += max(pairs_cap * c_cap / (eff_full if self._cap_window else eff)
+                     + pairs_cover * self._pre_cap_causal / eff_full, read_cap * m_cap)
+        return (t + tot_new * self._pre_tok) / self._dp
 
     def pass_time(self, plan: PassPlan) -> float:
         if plan.ranks is not None:  # attention DP with per-rank compositions

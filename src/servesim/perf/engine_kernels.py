@@ -45,7 +45,8 @@ from servesim.yaml_io import safe_load
 
 RATES_FILE = Path(__file__).with_name("engine_kernels.yaml")
 #: Ops a rate can apply to, with the formats each names.
-OPS = {"prefill_attention": ("mla", "gqa", "gqa_window"), "decode_attention": ("gqa", "gqa_fp8", "mla", "mla_fp8"),
+OPS = {"prefill_attention": ("mla", "gqa", "gqa_window"), "prefill_attention_fixed": ("mla", "gqa", "gqa_window"),
+       "decode_attention": ("gqa", "gqa_fp8", "mla", "mla_fp8"),
        "decode_attention_fixed": ("gqa", "gqa_fp8", "mla", "mla_fp8"),
        "moe": ("bf16", "fp8", "fp8_tensor", "fp4", "mxfp4", "int4"),
        "moe_stream": ("bf16", "fp8", "fp8_tensor", "fp4", "mxfp4", "int4"),
@@ -99,12 +100,13 @@ MARLIN_INT4 = frozenset({("vllm", 9), ("vllm", 10), ("sglang", 9)})
 
 #: (engine, CUDA major) whose prefill attention packs the query heads sharing a KV head into the
 #: rows of one query block (FlashAttention-3's PackGQA: its heuristic packs whenever the query is
-#: variable-length, as every serving engine calls it, and the model has grouped heads), so a block
-#: holds ``128/g`` tokens of ``g`` heads.  SGLang's and vLLM's FlashAttention-3 on Hopper; measured
-#: (their H100 / H200 context tables): a one-token chunk takes the time of its KV heads' blocks, not
-#: its query heads' — 128 one-token chunks with 48 query heads over 2 KV heads take 19 us on H200,
-#: with 32 over 32 115 us, where per-query-head blocks price both alike.  TensorRT-LLM's FMHA and
-#: the Blackwell kernels are left as they were (packing them does not fit their tables).
+#: variable-length, as every serving engine calls it, and the model has grouped heads, with or
+#: without a sliding window), so a block holds ``128/g`` tokens of ``g`` heads.  SGLang's and
+#: vLLM's FlashAttention-3 on Hopper; measured (their H100 / H200 context tables): a one-token
+#: chunk takes the time of its KV heads' blocks, not its query heads' — 128 one-token chunks with
+#: 48 query heads over 2 KV heads take 19 us on H200, with 32 over 32 115 us, where per-query-head
+#: blocks price both alike.  TensorRT-LLM's FMHA and the Blackwell kernels are left as they were
+#: (packing them does not fit their tables).
 PACK_GQA_PREFILL = frozenset({("sglang", 9), ("vllm", 9)})
 
 #: Engines whose decode-attention kernel takes query-head groups (query heads per KV head) only
@@ -182,6 +184,14 @@ class KernelRates:
         full-attention kernel (Blackwell, Hopper); SGLang's and vLLM's FlashAttention-3 and vLLM's
         Blackwell kernel need no rate of their own, or about their full-attention one)."""
         return self.rates.get(("prefill_attention", kind), 1.0)
+
+    def prefill_attention_fixed(self, kind: str) -> float:
+        """The same kernel's fixed work per thread block (query load, pipeline fill, final rescale
+        and output store: ``kernels.ATTN_CTA_OVERHEAD_BLOCKS`` key blocks, a time per SM), a factor
+        fitted with :meth:`prefill_attention` on the context tables: a persistent kernel that
+        loads its next tile while it finishes the last (FlashAttention-3's tile scheduler) hides
+        part of it; what short and long chunks are bound by."""
+        return self.rates.get(("prefill_attention_fixed", kind), 1.0)
 
     def decode_attention_fixed(self, kind: str, kv_bytes):
         """The same op's fixed cost, a factor on its kernel count (``kernels.ATTN_KERNELS``): its

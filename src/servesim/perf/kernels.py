@@ -285,32 +285,42 @@ class OpModel:
         """Causal flash attention of ``batch`` chunks of ``new`` tokens after ``cached`` ones.
 
         Compute runs over the padded chunk's query blocks (a sliding window's over whole key
-        blocks, at the engine's windowed-kernel rate); the query blocks of every (chunk, head)
+        blocks, at the engine's windowed-kernel rate; a window over the chunk's whole context,
+        ``window ≥ cached + new``, masks nothing: causal attention through the full kernel —
+        TensorRT-LLM's Hopper table at 8k-token windows read 50-125% too slow at its windowed
+        rate); the query blocks of every (chunk, head)
         are the thread blocks, run in waves over the SMs.  An engine whose kernel packs the query
         heads of a KV head into a block's rows (``KernelRates.prefill_pack_gqa``) fills a block
         with ``128/g`` tokens of ``g`` heads: a short chunk runs one block per KV head, not one per
         query head.
-        Memory: Q and O once, the chunk's keys and values (prefix included) once.
+        Memory: the chunk's keys and values (prefix included) once, streamed under the math;
+        the new tokens' own traffic (:func:`prefill_exposed_bytes`: Q read, O written, the new K
+        and V copied into the cache) added to it.
         """
         p = self.p
         b = np.asarray(batch, float)
         n = np.asarray(new, float)
         c = np.asarray(cached, float)
         w = np.asarray(window, float)
+        w = np.where(w >= n + c, 0.0, w)  # a window over the whole context is causal attention
         h = np.asarray(heads, float)
         blk = ATTN_BLOCK
         # query heads per KV head packed into one block's rows (KernelRates.prefill_pack_gqa; full
-        # attention): a block holds 128 (token, head) rows, a chunk ceil(n·g/128) blocks per KV head
+        # and windowed attention): a block holds 128 (token, head) rows, a chunk ceil(n·g/128)
+        # blocks per KV head
         kvh = np.asarray(kv_heads, float)
-        g = np.where((w > 0) | (h % kvh != 0), 1.0, h / kvh) if self.rates.prefill_pack_gqa else 1.0
+        g = np.where(h % kvh != 0, 1.0, h / kvh) if self.rates.prefill_pack_gqa else np.ones_like(h)
         nq = np.ceil(n * g / blk)
         q_pad = nq * blk
         # full attention: the padded chunk's (query, key) pairs after the whole prefix, per query
         # head (packed: its rows' tokens, q_pad/g of them, each block's fixed work shared by its g
-        # heads); a sliding window: the whole key blocks its query blocks reach (window_key_blocks)
-        cta = self.cta_blocks * blk * blk * ATTN_CTA_HEAD_DIM / np.asarray(head_dim, float)
-        pairs = np.where(w > 0, window_key_blocks(n, c, np.where(w > 0, w, 1.0)) * blk * blk + nq * cta,
-                         (q_pad * c + 0.5 * q_pad * (q_pad / g + 1.0) + nq * cta) / g)
+        # heads); a sliding window: the whole key blocks its query blocks reach (window_key_blocks,
+        # packed_window_key_blocks), per query head
+        cta = self.cta_blocks * blk * blk * ATTN_CTA_HEAD_DIM / np.asarray(head_dim, float) \
+            * np.where(w > 0, self.rates.prefill_attention_fixed("gqa_window"), self.rates.prefill_attention_fixed("gqa"))
+        w1 = np.where(w > 0, w, 1.0)
+        wkb = np.where(g > 1, packed_window_key_blocks(n, c, w1, g), window_key_blocks(n, c, w1))
+        pairs = np.where(w > 0, wkb * blk * blk + nq * cta, q_pad * c + 0.5 * q_pad * (q_pad / g + 1.0) + nq * cta) / g
         eff = p.attn_prefill_eff_max * (n / (n + p.attn_prefill_half_tokens) if p.attn_prefill_half_tokens else 1.0)
         eff = eff * np.where(w > 0, self.rates.prefill_attention("gqa_window"), self.rates.prefill_attention("gqa"))
         ideal = b * pairs * 4.0 * h * head_dim / (self.peak_attn * eff)
@@ -321,8 +331,9 @@ class OpModel:
         else:
             comp = ideal
         read = np.where(w > 0, np.minimum(n + c, np.where(w > 0, w + n, 1.0)), n + c)
-        mem = b * (read * 2.0 * kv_heads * head_dim * kv_bytes + n * 2.0 * h * head_dim * 2.0) / self.bw_eff
-        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, mem)
+        mem = b * read * 2.0 * kv_heads * head_dim * kv_bytes / self.bw_eff
+        exposed = b * n * prefill_exposed_bytes(h * head_dim, h * head_dim, 2.0 * kvh * head_dim, kv_bytes) / self.bw_eff
+        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, mem) + exposed
 
     def attention_decode(self, batch, ctx, heads, kv_heads, head_dim, window=0, kv_bytes=2.0):
         """One query token per request over ``ctx`` cached tokens (GQA, paged, split-KV).
@@ -388,7 +399,8 @@ class OpModel:
 
     def mla_prefill(self, batch, new, cached, heads, qk_nope=128, qk_rope=64, v_dim=128, kv_lora=512,
                     kv_bytes=2.0):
-        """MLA prefill (keys and values expanded per head: q·k over nope+rope dims, then ·v)."""
+        """MLA prefill (keys and values expanded per head: q·k over nope+rope dims, then ·v); the new
+        tokens' query, output and latent-cache write added to the math as in :meth:`attention_prefill`."""
         p = self.p
         b = np.asarray(batch, float)
         n = np.asarray(new, float)
@@ -396,16 +408,17 @@ class OpModel:
         h = np.asarray(heads, float)
         nq = np.ceil(n / ATTN_BLOCK)
         pairs = _causal_pairs(nq * ATTN_BLOCK, c) \
-            + nq * self.cta_blocks * ATTN_BLOCK * ATTN_BLOCK
+            + nq * self.cta_blocks * self.rates.prefill_attention_fixed("mla") * ATTN_BLOCK * ATTN_BLOCK
         eff = p.attn_prefill_eff_max * (n / (n + p.attn_prefill_half_tokens) if p.attn_prefill_half_tokens else 1.0)
         eff = eff * self.rates.prefill_attention("mla")
         comp = b * pairs * 2.0 * h * (qk_nope + qk_rope + v_dim) / (self.peak_attn * eff)
         if self.sms:
             ctas = b * h * nq
             comp = comp / (ctas / (np.ceil(ctas / self.sms) * self.sms))
-        mem = b * ((n + c) * (kv_lora + qk_rope) * kv_bytes + n * h * (qk_nope + qk_rope + v_dim) * 2.0
-                   + (n + c) * h * (qk_nope + v_dim) * 2.0) / self.bw_eff
-        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, mem)
+        mem = b * ((n + c) * (kv_lora + qk_rope) * kv_bytes + (n + c) * h * (qk_nope + v_dim) * 2.0) / self.bw_eff
+        exposed = b * n * prefill_exposed_bytes(h * (qk_nope + qk_rope), h * v_dim, kv_lora + qk_rope, kv_bytes) \
+            / self.bw_eff
+        return ATTN_KERNELS * self.t_kernel + np.maximum(comp, mem) + exposed
 
     def mla_decode(self, batch, ctx, heads, qk_rope=64, kv_lora=512, kv_bytes=2.0):
         """Absorbed MLA decode: every head attends over the shared latent (+ rope key).
@@ -643,6 +656,26 @@ def collective_steps(op: str, ranks):
     return 2.0 * (r - 1.0) if op == "all_reduce" else r - 1.0
 
 
+def prefill_exposed_bytes(q_width, o_width, kv_width, kv_bytes):
+    """Bytes per new token of a prefill attention op that do not hide under its math: the query
+    read (``q_width`` bf16 values per token over all its heads) and the output written
+    (``o_width``), and the new keys and values (``kv_width`` values per token: ``2·kv_heads·
+    head_dim``, or MLA's latent and rope key) read in bf16 and written into the cache at
+    ``kv_bytes``.
+
+    The cache write is its own kernel before the attention kernel (vLLM's reshape-and-cache,
+    SGLang's KV-buffer store, TensorRT-LLM's QKV preprocessing, which also applies the rotary
+    embedding in place), so nothing overlaps it.  A flash-attention thread block loads its
+    query tile before its first Q·Kᵀ and stores its output after its last P·V: with few key
+    blocks per query block (a chunk of up to a few hundred tokens) there is no math for those
+    to stream under, and beyond that they are a vanishing share of the time.  Counted inside
+    ``max(math, memory)`` the op model priced the tables' chunks of 128-512 tokens 11-26% too
+    fast on every engine and GPU (within one 128-row block a 32-token chunk takes ~2× a
+    1-token chunk's time at 256 sequences: H200 SGLang 57 → 112 µs with the same blocks).
+    Takes numbers or numpy arrays."""
+    return q_width * 2.0 + o_width * 2.0 + kv_width * (2.0 + kv_bytes)
+
+
 def window_key_blocks(n, c, w):
     """Key blocks a flash-attention kernel computes for a chunk of ``n`` queries after ``c``
     cached tokens when each query sees only its last ``w`` keys (``w > 0``), summed over the
@@ -667,6 +700,30 @@ def window_key_blocks(n, c, w):
     f = (c - w + 1) // blk
     j0 = lo(hi(-f, 0), nq)  # query blocks still inside the causal triangle
     return j0 * (a + 1) + 0.5 * j0 * (j0 - 1) + (nq - j0) * (a + 1 - f) - short
+
+
+def packed_window_key_blocks(n, c, w, g):
+    """Key blocks a windowed flash-attention kernel that packs ``g`` query heads of a KV head
+    into each :data:`ATTN_BLOCK`-row query block computes for a chunk of ``n`` queries after ``c``
+    cached tokens under a window of ``w`` keys, summed over the chunk's ``ceil(n·g/128)`` blocks
+    (per KV head; :func:`window_key_blocks` is the unpacked count, ``g = 1``).
+
+    A packed block holds ``r = 128/g`` consecutive tokens (FlashAttention-3 packs under a local
+    window as under full causal attention: always for the variable-length calls serving makes);
+    the block starting at token ``t`` reaches ``r + min(t, w − 1)`` keys, which cover
+    ``(keys − 1)/128 + 1`` key blocks on average over where the span starts in a key block
+    (its tokens are not aligned to the key blocks for ``g > 1``); the last block's keys end at
+    the chunk's end.  Per query head it is a ``g``-th of the unpacked count at short chunks:
+    the tables' windowed prefill on Hopper read 28-44% too slow at chunks of up to 64 tokens
+    with a block per query head.  Takes Python numbers (the pass, per chunk) or numpy arrays."""
+    blk = ATTN_BLOCK
+    arrays = any(isinstance(x, np.ndarray) for x in (n, c, w, g))
+    lo, hi = (np.minimum, np.maximum) if arrays else (min, max)
+    r = blk / g
+    nq = -((-n * g) // blk)
+    k = lo(hi(-((c - w + 1) // r), 0), nq)  # blocks whose first token is within w − 1 of the start
+    reach = k * c + 0.5 * r * k * (k - 1) + (nq - k) * (w - 1)  # Σ min(t, w − 1) over the blocks
+    return nq * (1.0 + (r - 1.0) / blk) + (reach - (nq * r - n)) / blk
 
 
 def _causal_pairs(n, c):
