@@ -35,12 +35,17 @@ Ops per decoder layer (per GPU of the worker):
   each touched expert costing ``moe_expert_s`` on top of its weights' bytes;
   with expert parallelism the layer reads the weights of the rank that touches the most of its
   local experts (:func:`expected_busiest_touched`: 4 decode tokens × 8 of 256 experts touch
-  6.6 of the busiest of 8 ranks' 32 experts, 3.8 on average); shared experts; dense layers;
+  6.6 of the busiest of 8 ranks' 32 experts, 3.8 on average), and unless the engine dispatches
+  by all-to-all (``moe_all_to_all``) each rank's kernel runs over the whole batch's
+  ``tokens × k`` slots, the remote experts' masked (``OpModel.moe(slots=...)``, at the engine's
+  ``moe_masked`` rate); shared experts; dense layers;
 - elementwise (norms, residuals, activation, rope) as memory traffic plus their kernels;
 - tensor-parallel all-reduce (2 per layer): one-shot or two-shot, latency + bandwidth against
   the message size and TP (``OpModel.all_reduce``); a model whose q/k norms span every head
   (MiniMax-M2) adds one small all-reduce per attention layer; with attention data parallelism,
-  expert-parallel all-to-all (dispatch + combine) instead of the MLP all-reduce; every
+  instead of the MLP all-reduce, the tokens' way to the experts and back: an all-gather of the
+  ranks' hidden states and a reduce-scatter of the outputs (the bytes of one all-reduce), or
+  where the engine dispatches by all-to-all, the expert-parallel dispatch + combine; every
   collective's time times ``comm_time_scale`` (1 by default: GEMM efficiency that falls
   with TP is modelled by tile and wave quantization, not absorbed here).
 
@@ -139,15 +144,23 @@ class AnalyticStepTime:
         attention_dp: int = 1,
         eager_launch: bool = False,
         kernel_rates: KernelRates = NO_RATES,
+        moe_all_to_all: bool = False,
     ) -> None:
         """``eager_launch``: passes outside a CUDA graph dispatch every operation from Python
         (the engine plan's ``eager_launch``), paying ``eager_op_s`` per operation (perf/launches.py).
         ``kernel_rates``: the serving engine's own kernels' measured rates relative to the op
         model (perf/engine_kernels.py: its prefill attention and fused-MoE GEMMs, and whether
         its per-tensor fp8 GEMMs get their activations quantized by the producing kernel — not
-        for a checkpoint with block-scaled fp8, quantized per token group in a kernel of its own)."""
+        for a checkpoint with block-scaled fp8, quantized per token group in a kernel of its own).
+        ``moe_all_to_all``: under expert parallelism the engine sends each token only to its
+        routed experts' ranks (the engine plan's ``moe_all_to_all``: DeepEP, pplx, TensorRT-LLM's
+        NVLink all-to-all).  False: every expert-parallel rank runs its fused MoE over the whole
+        batch — replicated by tensor parallelism, or all-gathered from the attention-DP ranks —
+        with the remote experts' ids masked (SGLang's StandardDispatcher, vLLM's expert map and
+        its all-gather / reduce-scatter all2all manager, TensorRT-LLM without all-to-all)."""
         self.model, self.gpu = model, gpu
         self.eager_launch = eager_launch
+        self.moe_all_to_all = moe_all_to_all
         if kernel_rates.fp8_act_quant_fused and model.fp8_block_scales:
             kernel_rates = replace(kernel_rates, fp8_act_quant_fused=False)
         if not model.fp8_block_scales:  # fp8 experts, if any, scaled per tensor (KernelRates.fp8_per_tensor)
@@ -207,8 +220,12 @@ class AnalyticStepTime:
         if nm:
             E, k = m.num_experts, m.experts_per_token
             self._moe_log_miss = math.log1p(-k / E) if k < E else -math.inf
+            # the (token, top-k) slots of each rank's kernel input per token of the pass: the
+            # routed pairs only (None) where an all-to-all delivers them, else every token's k
+            # slots, the remote experts' masked (the whole batch on every expert-parallel rank)
+            masked = lay.ep > 1 and not self.moe_all_to_all
             self._moe = dict(E=E, k=k, local=E / lay.ep, ep=lay.ep, moe_tp=lay.moe_tp, layers=nm, busiest={},
-                             memo={}, dtype=dt["routed_experts"])
+                             memo={}, dtype=dt["routed_experts"], slots_per_token=float(k) if masked else None)
         else:
             self._moe = None
         # elementwise: norms, residual adds, activation (traffic per token and their kernels)
@@ -348,11 +365,19 @@ class AnalyticStepTime:
         # and k's in one call)
         self._qk_ar = n_soft if tp > 1 and m.qk_norm_across_heads else 0
         self._ar_memo: dict[float, float] = {}
+        # with attention DP, the MoE layers' tokens go to the experts and back per layer: by the
+        # expert-parallel all-to-all's dispatch and combine where the engine has one; otherwise
+        # every rank gathers all ranks' hidden states and scatters the summed outputs back
+        # (vLLM's AgRsAll2AllManager all_gatherv / reduce_scatterv, TensorRT-LLM's allgather /
+        # reducescatter, SGLang's DP-attention gather and scatter), together the bytes of an
+        # all-reduce of the gathered batch — as the dense layers of an attention-DP worker, which
+        # run tensor-parallel over all its GPUs.  (dp == 1: the tensor-parallel all-reduce after
+        # the MLP, counted in _ar_tp, is the expert-parallel combine.)
         if dp == 1:
             self._a2a = (0.0, 0.0)
         else:
             dense = ar(gpus, m.num_dense_layers)
-            if nm and lay.ep > 1:
+            if nm and lay.ep > 1 and self.moe_all_to_all:
                 k = m.experts_per_token
                 fixed = 2 * nm * (p.alltoall_fixed_s * p.comm_time_scale + lat_s * math.log2(gpus))
                 per_tok = 2 * nm * k * (lay.ep - 1) / lay.ep * h * 2.0 / link / gpus
@@ -394,7 +419,11 @@ class AnalyticStepTime:
     def _moe_time(self, t_total: int) -> float:
         """Routed experts over ``t_total`` tokens (kernels.OpModel.moe per layer): only the
         experts the pass touches load weights; with expert parallelism the layer waits for the
-        rank with the most touched experts.  Memoised per token count."""
+        rank with the most touched experts, and without an all-to-all dispatch each rank's kernel
+        takes all ``t_total × k`` slots, the remote experts' masked (``slots_per_token``; with
+        attention DP the gathered batch is the pass's ``t_total`` tokens).  A function of
+        ``t_total`` alone, so decode stretches (``_token_part``'s base) price it as passes do.
+        Memoised per token count."""
         moe = self._moe
         if moe is None or t_total <= 0:
             return 0.0
@@ -413,8 +442,10 @@ class AnalyticStepTime:
                 hit = busiest[t_total] = expected_busiest_touched(moe["E"], frac, moe["ep"], moe["k"])
             touched = hit
         m = self.model
+        spt = moe["slots_per_token"]
         v = moe["layers"] * float(self._ops.moe(t_total, m.hidden_size, m.moe_intermediate_size, moe["k"], moe["E"],
-                                                moe["moe_tp"], self.layout.ep, moe["dtype"], touched=touched))
+                                                moe["moe_tp"], self.layout.ep, moe["dtype"], touched=touched,
+                                                slots=None if spt is None else t_total * spt))
         if len(memo) > 100_000:
             memo.clear()
         memo[t_total] = v
