@@ -91,7 +91,7 @@ def test_dp_attention_masked_moe_grows_with_the_gathered_batch():
         shared_masked = masked.rank_shared_time(gathered, per_rank, True, per_rank)
         shared_a2a = a2a.rank_shared_time(gathered, per_rank, True, per_rank)
         # the rest of the shared layers (router, shared experts, dense layers, overhead) is the same
-        rest = [st_ - st._moe_time(gathered) - st._a2a[0] - st._a2a[1] * gathered
+        rest = [st_ - st._moe_time(gathered) - st._a2a[0] - st._a2a[1] * gathered - st._gather_time(gathered)
                 for st, st_ in ((masked, shared_masked), (a2a, shared_a2a))]
         assert rest[0] == pytest.approx(rest[1], rel=1e-9)
         assert masked._moe_time(gathered) > a2a._moe_time(gathered)
@@ -101,19 +101,32 @@ def test_dp_attention_masked_moe_grows_with_the_gathered_batch():
 
 
 def test_dp_attention_collectives_follow_the_dispatch():
-    """Gathered: an all-gather of the ranks' hidden states and a reduce-scatter back per MoE layer,
-    the bytes of an all-reduce of the gathered batch (as the dense layers'); all-to-all: the
-    expert-parallel dispatch and combine of each token's k copies."""
+    """Gathered: per MoE layer an NCCL all-gather of the ranks' hidden states and a reduce-scatter
+    back (vLLM's AgRsAll2AllManager, TensorRT-LLM's allgather / reducescatter) at the GPU's
+    measured laws, sized by the gathered batch; all-to-all: the expert-parallel dispatch and
+    combine of each token's k copies.  Both keep the dense layers' all-reduces."""
     masked = _st(tp=1, dp=8, a2a=False)
     a2a = _st(tp=1, dp=8, a2a=True)
     m, p = masked.model, masked.p
     link = masked.gpu.scale_up.bandwidth_gbs * 1e9 * p.comm_eff / p.comm_time_scale
     h, g, nm, k = m.hidden_size, 8, m.num_moe_layers, m.experts_per_token
     dense = m.num_dense_layers * 2 * (g - 1) / g * h * 2 / link
-    assert masked._a2a[1] == pytest.approx(nm * 2 * (g - 1) / g * h * 2 / link + dense, rel=1e-12)
+    assert masked._a2a[1] == pytest.approx(dense, rel=1e-12)
     assert a2a._a2a[1] == pytest.approx(2 * nm * k * (g - 1) / g * h * 2 / link / g + dense, rel=1e-12)
+    assert a2a._gather_time(256) == 0.0
+    ops = masked._ops
+    for tokens in (8, 256, 4096):
+        nbytes = tokens * h * 2.0
+        want = nm * (float(ops.all_gather(nbytes, g)) + float(ops.nccl("reduce_scatter", nbytes, g)))
+        assert masked._gather_time(tokens) == pytest.approx(want, rel=1e-12)
+    # the shared part of an attention-DP pass carries it, sized by the busiest rank's tokens
+    shared = masked.rank_shared_time(100, 30, True, 30)
+    assert shared - masked._moe_time(100) - masked._gemms_time(masked._mlp_gemms, 100) - masked._a2a[0] \
+        - masked._a2a[1] * 240 - masked._pass_overhead(True, 30) == pytest.approx(masked._gather_time(240), rel=1e-9)
     # without attention DP the tensor-parallel all-reduce after the MoE is the combine either way
-    assert _st(a2a=False)._a2a == _st(a2a=True)._a2a == (0.0, 0.0)
+    single = (_st(a2a=False), _st(a2a=True))
+    assert single[0]._a2a == single[1]._a2a == (0.0, 0.0)
+    assert single[0]._gather_time(256) == single[1]._gather_time(256) == 0.0
 
 
 @pytest.mark.parametrize("a2a", [False, True])

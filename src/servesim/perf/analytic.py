@@ -43,9 +43,9 @@ Ops per decoder layer (per GPU of the worker):
 - tensor-parallel all-reduce (2 per layer): one-shot or two-shot, latency + bandwidth against
   the message size and TP (``OpModel.all_reduce``); a model whose q/k norms span every head
   (MiniMax-M2) adds one small all-reduce per attention layer; with attention data parallelism,
-  instead of the MLP all-reduce, the tokens' way to the experts and back: an all-gather of the
-  ranks' hidden states and a reduce-scatter of the outputs (the bytes of one all-reduce), or
-  where the engine dispatches by all-to-all, the expert-parallel dispatch + combine; every
+  instead of the MLP all-reduce, the tokens' way to the experts and back: under expert
+  parallelism an NCCL all-gather of the ranks' hidden states and a reduce-scatter of the
+  outputs, or where the engine dispatches by all-to-all, the dispatch + combine; every
   collective's time times ``comm_time_scale`` (1 by default: GEMM efficiency that falls
   with TP is modelled by tile and wave quantization, not absorbed here).
 
@@ -366,13 +366,14 @@ class AnalyticStepTime:
         self._qk_ar = n_soft if tp > 1 and m.qk_norm_across_heads else 0
         self._ar_memo: dict[float, float] = {}
         # with attention DP, the MoE layers' tokens go to the experts and back per layer: by the
-        # expert-parallel all-to-all's dispatch and combine where the engine has one; otherwise
-        # every rank gathers all ranks' hidden states and scatters the summed outputs back
-        # (vLLM's AgRsAll2AllManager all_gatherv / reduce_scatterv, TensorRT-LLM's allgather /
-        # reducescatter, SGLang's DP-attention gather and scatter), together the bytes of an
-        # all-reduce of the gathered batch — as the dense layers of an attention-DP worker, which
-        # run tensor-parallel over all its GPUs.  (dp == 1: the tensor-parallel all-reduce after
-        # the MLP, counted in _ar_tp, is the expert-parallel combine.)
+        # expert-parallel all-to-all's dispatch and combine where the engine has one; otherwise,
+        # under expert parallelism, every rank gathers all ranks' hidden states and scatters the
+        # summed outputs back — NCCL collectives at their measured law (:meth:`_gather_time`):
+        # vLLM's AgRsAll2AllManager all_gatherv / reduce_scatterv (pynccl), TensorRT-LLM's
+        # allgather / reducescatter.  (dp == 1: the tensor-parallel all-reduce after the MLP,
+        # counted in _ar_tp, is the expert-parallel combine.)
+        self._gather_layers = 0
+        self._gather_memo: dict[float, float] = {}
         if dp == 1:
             self._a2a = (0.0, 0.0)
         else:
@@ -382,6 +383,9 @@ class AnalyticStepTime:
                 fixed = 2 * nm * (p.alltoall_fixed_s * p.comm_time_scale + lat_s * math.log2(gpus))
                 per_tok = 2 * nm * k * (lay.ep - 1) / lay.ep * h * 2.0 / link / gpus
                 self._a2a = (fixed + dense[0], per_tok + dense[1])
+            elif nm and lay.ep > 1:
+                self._gather_layers = nm
+                self._a2a = dense
             else:
                 moe_ar = ar(gpus, nm)
                 self._a2a = (moe_ar[0] + dense[0], moe_ar[1] + dense[1])
@@ -414,6 +418,25 @@ class AnalyticStepTime:
             if self._qk_ar:
                 hit += self._qk_ar * float(self._ops.all_reduce(tokens * QK_NORM_BYTES_PER_TOKEN, tp))
             self._ar_memo[tokens] = hit
+        return hit
+
+    def _gather_time(self, tokens) -> float:
+        """The gathered expert-parallel MoE layers' way there and back for ``tokens`` gathered
+        tokens (attention DP without an all-to-all): per MoE layer an NCCL all-gather of the
+        ranks' bf16 hidden states over the worker's GPUs and a reduce-scatter of the outputs
+        (``OpModel.all_gather`` / ``nccl('reduce_scatter')``, the GPU's measured laws).
+        Memoised; 0 for other layouts."""
+        if not self._gather_layers or tokens <= 0:
+            return 0.0
+        hit = self._gather_memo.get(tokens)
+        if hit is None:
+            if len(self._gather_memo) > 100_000:
+                self._gather_memo.clear()
+            ops, gpus = self._ops, self.layout.gpus
+            nbytes = tokens * self.model.hidden_size * 2.0
+            hit = self._gather_layers * (float(ops.all_gather(nbytes, gpus))
+                                         + float(ops.nccl("reduce_scatter", nbytes, gpus)))
+            self._gather_memo[tokens] = hit
         return hit
 
     def _moe_time(self, t_total: int) -> float:
@@ -480,7 +503,7 @@ class AnalyticStepTime:
             if self._lin_flop_s and n_dec:
                 t += max(n_dec * dtok / dp * self._lin_flop_s / p.linear_attn_eff, n_dec / dp * self._lin_state_s)
             # communication
-            t += self._ar_time(t_a) + self._a2a[0] + self._a2a[1] * t_total
+            t += self._ar_time(t_a) + self._a2a[0] + self._a2a[1] * t_total + self._gather_time(t_total)
         # LM head: one row per prefill chunk (approximation) plus each decode token
         n_logits = (n_chunks + n_dec * dtok) / dp
         if n_logits > 0:
@@ -724,7 +747,7 @@ class AnalyticStepTime:
         v = 0.0
         if t_total > 0:
             v += self._gemms_time(self._mlp_gemms, t_total) + self._moe_time(t_total)
-            v += self._a2a[0] + self._a2a[1] * t_busiest * self._dp
+            v += self._a2a[0] + self._a2a[1] * t_busiest * self._dp + self._gather_time(t_busiest * self._dp)
         return v + self._pass_overhead(decode_only, max_rank_decode)
 
     def rank_local_time(self, plan: PassPlan) -> float:
