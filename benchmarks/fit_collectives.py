@@ -46,7 +46,7 @@ from bench_kernels import NCCL_BYTES, SYSTEMS, table_files  # noqa: E402
 
 from servesim.hardware import load_gpu  # noqa: E402
 from servesim.hardware.gpu import NCCL_OPS  # noqa: E402
-from servesim.perf.kernels import collective_steps, collective_volume  # noqa: E402
+from servesim.perf.collective_laws import collective_steps, collective_volume  # noqa: E402
 
 LOSS_SCALE = 0.1
 

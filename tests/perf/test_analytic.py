@@ -164,8 +164,9 @@ def test_expert_parallel_decode_waits_for_the_busiest_rank():
     touched experts, not the average rank's; once every expert is touched (large batches) the
     two are the same."""
     model, gpu = load_model("deepseek-v3"), load_gpu("b200")
-    st = AnalyticStepTime(model, gpu, tp=8, ep=8, weight_dtype="fp8", kv_dtype="fp8")
-    average = AnalyticStepTime(model, gpu, tp=8, ep=8, weight_dtype="fp8", kv_dtype="fp8")
+    # routed pairs only (an all-to-all dispatch): the masked slots are another test's
+    st = AnalyticStepTime(model, gpu, tp=8, ep=8, weight_dtype="fp8", kv_dtype="fp8", moe_all_to_all=True)
+    average = AnalyticStepTime(model, gpu, tp=8, ep=8, weight_dtype="fp8", kv_dtype="fp8", moe_all_to_all=True)
     average._moe["ep"] = 1  # the average rank: local × P(touched) experts
     frac = 1 - (1 - 8 / 256) ** 4
     # weight-bound decode of 4 tokens: 6.6 experts on the busiest of 8 ranks, 3.8 on average
@@ -390,7 +391,7 @@ def test_packed_gqa_prefill_is_the_op_models_kernel_per_layer(layers, window):
     """Under an engine whose Hopper prefill kernel packs a KV head's query heads into one block
     (SGLang's FlashAttention-3), a pass's prefill attention is, per layer, the op model's packed
     kernel — full-attention and sliding-window layers alike packed (the windowed ones over the
-    key blocks their packed blocks reach, kernels.packed_window_key_blocks) — and a short chunk
+    key blocks their packed blocks reach, attention_blocks.packed_window_key_blocks) — and a short chunk
     costs far less than per-query-head blocks would."""
     from servesim.perf.engine_kernels import kernel_rates
     from servesim.perf.kernels import ATTN_KERNELS, OpModel

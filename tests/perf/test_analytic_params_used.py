@@ -18,11 +18,11 @@ from servesim.perf.analytic import AnalyticStepTime
 from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.plan import PassPlan
 
-DEPLOYMENTS = (  # (model, gpu, tp, ep, attention dp, weight dtype, eager launch)
-    ("meta-llama/Llama-3.1-70B", "h100", 2, 1, 1, "fp8", False),
-    ("Qwen/Qwen3-30B-A3B", "h200", 2, 2, 1, "bf16", True),  # as SGLang / TensorRT-LLM run it
-    ("Qwen/Qwen3-Next-80B-A3B-Instruct", "b200", 1, 1, 1, "bf16", False),
-    ("deepseek-ai/DeepSeek-V3", "h200", 1, 8, 8, "fp8", False),  # MLA decode, all-to-all dispatch
+DEPLOYMENTS = (  # (model, gpu, tp, ep, attention dp, weight dtype, eager launch, all-to-all dispatch)
+    ("meta-llama/Llama-3.1-70B", "h100", 2, 1, 1, "fp8", False, False),
+    ("Qwen/Qwen3-30B-A3B", "h200", 2, 2, 1, "bf16", True, False),  # as SGLang / TensorRT-LLM run it
+    ("Qwen/Qwen3-Next-80B-A3B-Instruct", "b200", 1, 1, 1, "bf16", False, False),
+    ("deepseek-ai/DeepSeek-V3", "h200", 1, 8, 8, "fp8", False, True),  # MLA decode, all-to-all dispatch
 )
 
 PLANS = (
@@ -37,9 +37,9 @@ PLANS = (
 
 def _times(params: AnalyticParams) -> list[float]:
     out = []
-    for model, gpu, tp, ep, dp, wdt, eager in DEPLOYMENTS:
+    for model, gpu, tp, ep, dp, wdt, eager, a2a in DEPLOYMENTS:
         st = AnalyticStepTime(load_model(model), load_gpu(gpu), tp=tp, ep=ep, weight_dtype=wdt, params=params,
-                              attention_dp=dp, eager_launch=eager)
+                              attention_dp=dp, eager_launch=eager, moe_all_to_all=a2a)
         out.extend(st.pass_time(plan) for plan in PLANS)
     return out
 

@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from servesim.hardware import load_gpu
 from servesim.hardware.gpu import NCCL_OPS, CollectiveLaw
 from servesim.perf.analytic_params import AnalyticParams
-from servesim.perf.kernels import OpModel, collective_steps, collective_volume
+from servesim.perf.collective_laws import collective_steps, collective_volume
+from servesim.perf.kernels import OpModel
 
 from benchscripts import load_benchmark
 

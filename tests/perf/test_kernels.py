@@ -10,7 +10,8 @@ import pytest
 
 from servesim.hardware import load_gpu
 from servesim.perf.analytic_params import AnalyticParams
-from servesim.perf.kernels import ATTN_KERNELS, GemmSet, OpModel
+from servesim.perf.gemm_set import GemmSet
+from servesim.perf.kernels import ATTN_KERNELS, OpModel
 
 from benchscripts import load_benchmark
 
@@ -147,7 +148,7 @@ def _key_blocks_by_enumeration(n: int, c: int, w: int) -> int:
 def test_window_key_blocks_counts_whole_blocks(seed):
     """The closed form is the block-by-block count for any chunk, prefix and window (aligned or
     not), scalars and arrays alike; a 128-token window costs two key blocks per query block."""
-    from servesim.perf.kernels import window_key_blocks
+    from servesim.perf.attention_blocks import window_key_blocks
 
     rng = np.random.default_rng(seed)
     n = rng.integers(1, 5000, 60)
@@ -488,7 +489,7 @@ def test_prefill_new_tokens_own_traffic_adds_to_the_math():
     from aiconfigurator_core.sdk import perf_database
 
     from servesim.perf.engine_kernels import kernel_rates
-    from servesim.perf.kernels import prefill_exposed_bytes
+    from servesim.perf.attention_blocks import prefill_exposed_bytes
 
     gpu = load_gpu("h200_sxm").model_copy(update={"sm_count": None})
     ops = OpModel(gpu, AnalyticParams(attn_prefill_half_tokens=0.0), kernel_rates("sglang", gpu))
@@ -522,7 +523,7 @@ def test_packed_windowed_prefill_counts_the_key_blocks_of_its_packed_query_block
     each), not 64 blocks of one query head: half the unpacked math (under two thirds of the op's
     time).  A window over the chunk's whole context masks nothing: priced as full attention."""
     from servesim.perf.engine_kernels import KernelRates
-    from servesim.perf.kernels import packed_window_key_blocks
+    from servesim.perf.attention_blocks import packed_window_key_blocks
 
     def counted(n, c, w, g):  # block by block: keys from max(0, t0 − w + 1) to the block's last token
         total = 0

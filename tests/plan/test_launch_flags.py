@@ -52,3 +52,15 @@ def test_files_for_a_disaggregated_deployment(tmp_path):
     extra = yaml.safe_load((tmp_path / "launch" / "trtllm_decode_extra.yaml").read_text())
     assert extra["scheduler_config"] == {"capacity_scheduler_policy": "MAX_UTILIZATION"}
     assert "cache_transceiver_config" in extra
+
+
+def test_expert_parallel_dispatch_backends_become_flags():
+    """The all-to-all backends servesim prices (docs/physics.md, "Expert parallelism") are launched
+    with them; the engines' defaults (gathered batches, masked experts) add no flag."""
+    assert "--moe-a2a-backend" not in " ".join(sglang_command(DEP, "serve"))
+    dep = {**DEP, "engine": {**DEP["engine"], "moe_a2a_backend": "deepep"}}
+    assert "--ep-size 8 --moe-a2a-backend deepep" in " ".join(sglang_command(dep, "serve"))
+    vdep = {**DEP, "engine": {"name": "vllm"}}
+    assert "--all2all-backend" not in " ".join(vllm_command(vdep, "serve"))
+    vdep["engine"]["all2all_backend"] = "deepep_low_latency"
+    assert "--enable-expert-parallel --all2all-backend deepep_low_latency" in " ".join(vllm_command(vdep, "serve"))

@@ -57,3 +57,11 @@ class EnginePlan:
     #: GPU's time and the scheduler's CPU time, not their sum (perf/frontend.py,
     #: SchedulerOverheadStepTime).
     overlaps_host: bool = False
+    #: Expert parallelism dispatches each token only to the ranks of its routed experts (an
+    #: all-to-all: DeepEP, pplx, TensorRT-LLM's NVLink all-to-all), so a rank's fused MoE sees
+    #: only its routed (token, expert) pairs.  False (and always without expert parallelism):
+    #: every expert-parallel rank runs its fused MoE over the whole batch — the tensor-parallel
+    #: replicated batch, or with attention DP the batch all-gathered from the ranks — with the
+    #: remote experts' ids masked, and the step-time model prices those masked slots
+    #: (perf/analytic.py, ``AnalyticStepTime(moe_all_to_all=...)``).
+    moe_all_to_all: bool = False

@@ -16,6 +16,7 @@ cdef class AnalyticStepTime:
     cdef public object kv_dtype
     cdef public object p
     cdef public bint eager_launch
+    cdef public bint moe_all_to_all
     cdef public object kernel_rates
     cdef public double _gemm_eff_max, _gemm_half, _pre_eff_max, _pre_half
     cdef public dict _cache
@@ -51,12 +52,15 @@ cdef class AnalyticStepTime:
     cdef public object _ar_tp, _qk_ar
     cdef public dict _ar_memo
     cdef public object _a2a
+    cdef public object _gather_layers
+    cdef public dict _gather_memo
     cdef public object _L
     cdef public object _graph_oh, _eager_oh, _graph_max_batch, _request_oh
 
     cpdef double _gemms_time(self, gemms, double tokens) except? -1.0
     cpdef double _ar_time(self, double tokens) except? -1.0
     cpdef _moe_time(self, t_total)
+    cpdef _gather_time(self, tokens)
     cpdef _pass_overhead(self, decode_only, decode_batch)
     cpdef _token_part(self, t_total, n_chunks, n_dec, dtok, decode_only)
     cpdef _decode_attn(self, n, s_full, s_cap, dtok=*, ranks=*)

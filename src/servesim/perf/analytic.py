@@ -20,7 +20,7 @@ Ops per decoder layer (per GPU of the worker):
   the pass's tokens; linear-attention in/out projections;
 - prefill attention per chunk: causal pairs ``new × (cached + (new + 1)/2)`` (top-k-capped
   where the layer is sparse; a sliding-window layer's whole key blocks,
-  ``kernels.window_key_blocks``), reading the chunk's prefix KV;
+  ``attention_blocks.window_key_blocks``), reading the chunk's prefix KV;
 - decode attention: each request reads its own context's KV (window- or top-k-capped), plus
   ``attn_decode_ctx_overhead_tokens`` per request (kernel fixed cost) and, for GQA, its work
   units' own time (``attn_decode_unit_s`` per KV head, or per query head where the engine's
@@ -35,12 +35,17 @@ Ops per decoder layer (per GPU of the worker):
   each touched expert costing ``moe_expert_s`` on top of its weights' bytes;
   with expert parallelism the layer reads the weights of the rank that touches the most of its
   local experts (:func:`expected_busiest_touched`: 4 decode tokens × 8 of 256 experts touch
-  6.6 of the busiest of 8 ranks' 32 experts, 3.8 on average); shared experts; dense layers;
+  6.6 of the busiest of 8 ranks' 32 experts, 3.8 on average), and unless the engine dispatches
+  by all-to-all (``moe_all_to_all``) each rank's kernel runs over the whole batch's
+  ``tokens × k`` slots, the remote experts' masked (``OpModel.moe(slots=...)``, at the engine's
+  ``moe_masked`` rate); shared experts; dense layers;
 - elementwise (norms, residuals, activation, rope) as memory traffic plus their kernels;
 - tensor-parallel all-reduce (2 per layer): one-shot or two-shot, latency + bandwidth against
   the message size and TP (``OpModel.all_reduce``); a model whose q/k norms span every head
   (MiniMax-M2) adds one small all-reduce per attention layer; with attention data parallelism,
-  expert-parallel all-to-all (dispatch + combine) instead of the MLP all-reduce; every
+  instead of the MLP all-reduce, the tokens' way to the experts and back: under expert
+  parallelism an NCCL all-gather of the ranks' hidden states and a reduce-scatter of the
+  outputs, or where the engine dispatches by all-to-all, the dispatch + combine; every
   collective's time times ``comm_time_scale`` (1 by default: GEMM efficiency that falls
   with TP is modelled by tile and wave quantization, not absorbed here).
 
@@ -73,10 +78,11 @@ from servesim.models.arch import ModelArch
 from servesim.perf.analytic_params import AnalyticParams
 from servesim.perf.engine_kernels import NO_RATES, KernelRates
 from servesim.perf.expert_balance import expected_busiest_touched
-from servesim.perf.kernels import (ATTN_BLOCK, ATTN_CTA_HEAD_DIM, ATTN_KERNELS,
-                                   ELEMENTWISE_KERNELS, LINEAR_ATTN_DECODE_KERNELS, LINEAR_ATTN_KERNELS, GemmSet,
-                                   MLA_HEAD_BLOCK, OpModel, packed_window_key_blocks, prefill_exposed_bytes,
-                                   ramped, window_key_blocks)
+from servesim.perf.attention_blocks import (ATTN_BLOCK, packed_window_key_blocks, prefill_exposed_bytes,
+                                            window_key_blocks)
+from servesim.perf.gemm_set import GemmSet
+from servesim.perf.kernels import (ATTN_CTA_HEAD_DIM, ATTN_KERNELS, ELEMENTWISE_KERNELS, LINEAR_ATTN_DECODE_KERNELS,
+                                   LINEAR_ATTN_KERNELS, MLA_HEAD_BLOCK, OpModel, ramped)
 from servesim.perf.launches import eager_ops_per_layer
 from servesim.perf.memory import Layout, attention_params_per_gpu
 from servesim.perf.plan import PassPlan, ends_from_durations
@@ -140,15 +146,23 @@ class AnalyticStepTime:
         attention_dp: int = 1,
         eager_launch: bool = False,
         kernel_rates: KernelRates = NO_RATES,
+        moe_all_to_all: bool = False,
     ) -> None:
         """``eager_launch``: passes outside a CUDA graph dispatch every operation from Python
         (the engine plan's ``eager_launch``), paying ``eager_op_s`` per operation (perf/launches.py).
         ``kernel_rates``: the serving engine's own kernels' measured rates relative to the op
         model (perf/engine_kernels.py: its prefill attention and fused-MoE GEMMs, and whether
         its per-tensor fp8 GEMMs get their activations quantized by the producing kernel — not
-        for a checkpoint with block-scaled fp8, quantized per token group in a kernel of its own)."""
+        for a checkpoint with block-scaled fp8, quantized per token group in a kernel of its own).
+        ``moe_all_to_all``: under expert parallelism the engine sends each token only to its
+        routed experts' ranks (the engine plan's ``moe_all_to_all``: DeepEP, pplx, TensorRT-LLM's
+        NVLink all-to-all).  False: every expert-parallel rank runs its fused MoE over the whole
+        batch — replicated by tensor parallelism, or all-gathered from the attention-DP ranks —
+        with the remote experts' ids masked (SGLang's StandardDispatcher, vLLM's expert map and
+        its all-gather / reduce-scatter all2all manager, TensorRT-LLM without all-to-all)."""
         self.model, self.gpu = model, gpu
         self.eager_launch = eager_launch
+        self.moe_all_to_all = moe_all_to_all
         if kernel_rates.act_quant_fused and model.fp8_block_scales:
             kernel_rates = replace(kernel_rates, act_quant_fused=False)
         if not model.fp8_block_scales:  # fp8 experts, if any, scaled per tensor (KernelRates.fp8_per_tensor)
@@ -181,7 +195,7 @@ class AnalyticStepTime:
         L = m.num_layers
         n_soft = m.num_full_layers + m.num_sliding_layers
 
-        # GEMMs by real shape, (layers, n, k, dtype) per GEMM (kernels.GemmSet): the attention
+        # GEMMs by real shape, (layers, n, k, dtype) per GEMM (gemm_set.GemmSet): the attention
         # group runs on each attention rank's tokens, the MLP group on the whole pass's
         attn_g: list[tuple[float, float, float, str]] = []
         mlp_g: list[tuple[float, float, float, str]] = []
@@ -208,8 +222,12 @@ class AnalyticStepTime:
         if nm:
             E, k = m.num_experts, m.experts_per_token
             self._moe_log_miss = math.log1p(-k / E) if k < E else -math.inf
+            # the (token, top-k) slots of each rank's kernel input per token of the pass: the
+            # routed pairs only (None) where an all-to-all delivers them, else every token's k
+            # slots, the remote experts' masked (the whole batch on every expert-parallel rank)
+            masked = lay.ep > 1 and not self.moe_all_to_all
             self._moe = dict(E=E, k=k, local=E / lay.ep, ep=lay.ep, moe_tp=lay.moe_tp, layers=nm, busiest={},
-                             memo={}, dtype=dt["routed_experts"])
+                             memo={}, dtype=dt["routed_experts"], slots_per_token=float(k) if masked else None)
         else:
             self._moe = None
         # elementwise: norms, residual adds, activation (traffic per token and their kernels)
@@ -246,7 +264,7 @@ class AnalyticStepTime:
         main_kv = kv_layer - idx_bytes
         # "full" terms scale with the whole context, "cap" terms with min(context, W)
         #: whether the capped layers' cap is a sliding window (their prefill computes whole key
-        #: blocks, kernels.window_key_blocks) rather than sparse attention's top-k keys
+        #: blocks, attention_blocks.window_key_blocks) rather than sparse attention's top-k keys
         self._cap_window = not m.index_topk and bool(m.sliding_window)
         if m.index_topk:
             self._cap = m.index_topk
@@ -272,7 +290,7 @@ class AnalyticStepTime:
         # layers at the full-attention kernel's rate (kernels.OpModel.attention_prefill)
         self._pre_cap_causal = n_cap_l * cap_pair / pa_pre
         # each new token's query read, output write and KV-cache write, added to the prefill
-        # attention's math (kernels.prefill_exposed_bytes), seconds over all attention layers
+        # attention's math (attention_blocks.prefill_exposed_bytes), seconds over all attention layers
         if m.is_mla:
             q_w, o_w = nq * (m.qk_nope_head_dim + m.qk_rope_head_dim), nq * m.v_head_dim
         else:
@@ -364,15 +382,27 @@ class AnalyticStepTime:
         # and k's in one call)
         self._qk_ar = n_soft if tp > 1 and m.qk_norm_across_heads else 0
         self._ar_memo: dict[float, float] = {}
+        # with attention DP, the MoE layers' tokens go to the experts and back per layer: by the
+        # expert-parallel all-to-all's dispatch and combine where the engine has one; otherwise,
+        # under expert parallelism, every rank gathers all ranks' hidden states and scatters the
+        # summed outputs back — NCCL collectives at their measured law (:meth:`_gather_time`):
+        # vLLM's AgRsAll2AllManager all_gatherv / reduce_scatterv (pynccl), TensorRT-LLM's
+        # allgather / reducescatter.  (dp == 1: the tensor-parallel all-reduce after the MLP,
+        # counted in _ar_tp, is the expert-parallel combine.)
+        self._gather_layers = 0
+        self._gather_memo: dict[float, float] = {}
         if dp == 1:
             self._a2a = (0.0, 0.0)
         else:
             dense = ar(gpus, m.num_dense_layers)
-            if nm and lay.ep > 1:
+            if nm and lay.ep > 1 and self.moe_all_to_all:
                 k = m.experts_per_token
                 fixed = 2 * nm * (p.alltoall_fixed_s * p.comm_time_scale + lat_s * math.log2(gpus))
                 per_tok = 2 * nm * k * (lay.ep - 1) / lay.ep * h * 2.0 / link / gpus
                 self._a2a = (fixed + dense[0], per_tok + dense[1])
+            elif nm and lay.ep > 1:
+                self._gather_layers = nm
+                self._a2a = dense
             else:
                 moe_ar = ar(gpus, nm)
                 self._a2a = (moe_ar[0] + dense[0], moe_ar[1] + dense[1])
@@ -387,7 +417,7 @@ class AnalyticStepTime:
 
     # --------------------------------------------------------------- pricing
     def _gemms_time(self, gemms, tokens: float) -> float:
-        """Seconds of a :class:`~servesim.perf.kernels.GemmSet` at ``tokens`` rows."""
+        """Seconds of a :class:`~servesim.perf.gemm_set.GemmSet` at ``tokens`` rows."""
         return gemms.time(tokens)
 
     def _ar_time(self, tokens: float) -> float:
@@ -407,10 +437,33 @@ class AnalyticStepTime:
             self._ar_memo[tokens] = hit
         return hit
 
+    def _gather_time(self, tokens) -> float:
+        """The gathered expert-parallel MoE layers' way there and back for ``tokens`` gathered
+        tokens (attention DP without an all-to-all): per MoE layer an NCCL all-gather of the
+        ranks' bf16 hidden states over the worker's GPUs and a reduce-scatter of the outputs
+        (``OpModel.all_gather`` / ``nccl('reduce_scatter')``, the GPU's measured laws).
+        Memoised; 0 for other layouts."""
+        if not self._gather_layers or tokens <= 0:
+            return 0.0
+        hit = self._gather_memo.get(tokens)
+        if hit is None:
+            if len(self._gather_memo) > 100_000:
+                self._gather_memo.clear()
+            ops, gpus = self._ops, self.layout.gpus
+            nbytes = tokens * self.model.hidden_size * 2.0
+            hit = self._gather_layers * (float(ops.all_gather(nbytes, gpus))
+                                         + float(ops.nccl("reduce_scatter", nbytes, gpus)))
+            self._gather_memo[tokens] = hit
+        return hit
+
     def _moe_time(self, t_total: int) -> float:
         """Routed experts over ``t_total`` tokens (kernels.OpModel.moe per layer): only the
         experts the pass touches load weights; with expert parallelism the layer waits for the
-        rank with the most touched experts.  Memoised per token count."""
+        rank with the most touched experts, and without an all-to-all dispatch each rank's kernel
+        takes all ``t_total × k`` slots, the remote experts' masked (``slots_per_token``; with
+        attention DP the gathered batch is the pass's ``t_total`` tokens).  A function of
+        ``t_total`` alone, so decode stretches (``_token_part``'s base) price it as passes do.
+        Memoised per token count."""
         moe = self._moe
         if moe is None or t_total <= 0:
             return 0.0
@@ -429,8 +482,10 @@ class AnalyticStepTime:
                 hit = busiest[t_total] = expected_busiest_touched(moe["E"], frac, moe["ep"], moe["k"])
             touched = hit
         m = self.model
+        spt = moe["slots_per_token"]
         v = moe["layers"] * float(self._ops.moe(t_total, m.hidden_size, m.moe_intermediate_size, moe["k"], moe["E"],
-                                                moe["moe_tp"], self.layout.ep, moe["dtype"], touched=touched))
+                                                moe["moe_tp"], self.layout.ep, moe["dtype"], touched=touched,
+                                                slots=None if spt is None else t_total * spt))
         if len(memo) > 100_000:
             memo.clear()
         memo[t_total] = v
@@ -465,7 +520,7 @@ class AnalyticStepTime:
             if self._lin_flop_s and n_dec:
                 t += max(n_dec * dtok / dp * self._lin_flop_s / p.linear_attn_eff, n_dec / dp * self._lin_state_s)
             # communication
-            t += self._ar_time(t_a) + self._a2a[0] + self._a2a[1] * t_total
+            t += self._ar_time(t_a) + self._a2a[0] + self._a2a[1] * t_total + self._gather_time(t_total)
         # LM head: one row per prefill chunk (approximation) plus each decode token
         n_logits = (n_chunks + n_dec * dtok) / dp
         if n_logits > 0:
@@ -718,7 +773,7 @@ class AnalyticStepTime:
         v = 0.0
         if t_total > 0:
             v += self._gemms_time(self._mlp_gemms, t_total) + self._moe_time(t_total)
-            v += self._a2a[0] + self._a2a[1] * t_busiest * self._dp
+            v += self._a2a[0] + self._a2a[1] * t_busiest * self._dp + self._gather_time(t_busiest * self._dp)
         return v + self._pass_overhead(decode_only, max_rank_decode)
 
     def rank_local_time(self, plan: PassPlan) -> float:

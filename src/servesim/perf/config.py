@@ -217,6 +217,7 @@ def build_step_time(
     engine: str = "",
     resolved: ResolvedPerf | None = None,
     eager_launch: bool = False,
+    moe_all_to_all: bool = False,
 ) -> StepTimeModel:
     """The step-time model a perf config describes, for one worker's layout (GPU work only).
 
@@ -224,6 +225,8 @@ def build_step_time(
     absent they are resolved here for ``gpu.name``/``engine``.  ``eager_launch``: the engine
     runs passes outside CUDA graphs in PyTorch eager mode (its plan says so).  The frontend's
     scheduler CPU time is added by :meth:`servesim.perf.frontend.Frontend.wrap_step_time`, not here.
+    ``moe_all_to_all``: the engine's expert parallelism dispatches routed tokens by all-to-all
+    (its plan says so; else each expert-parallel rank's fused MoE runs over the whole batch).
     """
     if perf_cfg is None or isinstance(perf_cfg, dict):
         perf_cfg = parse_perf_config(perf_cfg)
@@ -240,5 +243,5 @@ def build_step_time(
         resolved = resolve_perf(perf_cfg, gpu.name, engine)
     return AnalyticStepTime(arch, gpu, tp=tp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                             params=_analytic_params(resolved.analytic), attention_dp=attention_dp,
-                            eager_launch=eager_launch,
+                            eager_launch=eager_launch, moe_all_to_all=moe_all_to_all,
                             kernel_rates=kernel_rates(engine, gpu))

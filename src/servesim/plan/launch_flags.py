@@ -50,6 +50,8 @@ def vllm_command(pool: dict, role: str) -> list[str]:
         cmd += ["--data-parallel-size", str(pool["attention_dp"])]
     if pool.get("ep", 1) > 1:
         cmd += ["--enable-expert-parallel"]
+        if e.get("all2all_backend") not in (None, "allgather_reducescatter"):
+            cmd += ["--all2all-backend", e["all2all_backend"]]
     for key, flag in (("max_num_seqs", "--max-num-seqs"), ("max_num_batched_tokens", "--max-num-batched-tokens"),
                       ("max_model_len", "--max-model-len"), ("block_size", "--block-size"),
                       ("gpu_memory_utilization", "--gpu-memory-utilization"),
@@ -80,6 +82,8 @@ def sglang_command(pool: dict, role: str) -> list[str]:
         cmd += ["--dp-size", str(dp), "--enable-dp-attention"]
     if pool.get("ep", 1) > 1:
         cmd += ["--ep-size", str(pool["ep"])]
+        if e.get("moe_a2a_backend") not in (None, "none"):
+            cmd += ["--moe-a2a-backend", e["moe_a2a_backend"]]
     for key, flag in (("page_size", "--page-size"), ("schedule_policy", "--schedule-policy"),
                       ("chunked_prefill_size", "--chunked-prefill-size"), ("max_prefill_tokens", "--max-prefill-tokens"),
                       ("max_running_requests", "--max-running-requests"), ("mem_fraction_static", "--mem-fraction-static"),

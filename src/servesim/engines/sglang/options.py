@@ -38,6 +38,10 @@ class SGLangOptions(BaseModel):
         "dispatched from Python (perf/launches.py)")
     load_balance_method: Literal["round_robin", "shortest_queue"] = Field(
         "round_robin", description="attention DP (deployment.attention_dp > 1): how arrivals are placed on ranks")
+    moe_a2a_backend: Literal["none", "deepep", "mooncake", "mori", "nixl", "flashinfer"] = Field(
+        "none", description="expert parallelism (deployment.ep > 1): SGLang's --moe-a2a-backend; none: every rank's "
+        "fused MoE runs over the whole (with DP attention, all-gathered) batch, remote experts masked; another: "
+        "an all-to-all dispatcher sends each rank only its routed tokens")
     # host-memory KV tier (docs/engines.md, "Host KV tier"); off by default
     host_kv_gb: float = Field(0.0, ge=0, description="host memory for KV per worker, GB; 0: no host tier")
     host_link_gbs: float | None = Field(

@@ -93,5 +93,11 @@ def plan_sglang(options: SGLangOptions, facts: PlanInputs) -> EnginePlan:
         settings["max_running_requests"] = eng.max_running
         return eng
 
+    # expert parallelism without --moe-a2a-backend: SGLang's StandardDispatcher (layers/moe/
+    # token_dispatcher/standard.py) hands the fused MoE the layer's whole batch (with DP attention
+    # the ranks' tokens gathered before the MLP), remote experts' ids mapped to -1 for the Triton
+    # runner or left global for the FlashInfer runners, which skip them inside the kernel; DeepEP
+    # and the other a2a backends send each rank only its routed tokens
     return EnginePlan(memory, settings, context, make, eager_launch=not opt.enable_piecewise_cuda_graph,
-                      overlaps_host=not opt.disable_overlap_schedule)
+                      overlaps_host=not opt.disable_overlap_schedule,
+                      moe_all_to_all=layout.ep > 1 and opt.moe_a2a_backend != "none")

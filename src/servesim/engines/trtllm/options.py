@@ -61,6 +61,11 @@ class TRTLLMOptions(BaseModel):
         50, ge=0, description="attention DP balance: iterations a context waits for the other ranks")
     attention_dp_batching_wait_iters: int = Field(
         10, ge=0, description="attention DP balance: further iterations to gather contexts once every rank has one")
+    moe_alltoall: bool | None = Field(
+        None, description="attention DP with expert parallelism: whether the fused MoE's tokens go by all-to-all "
+        "(each rank gets its routed tokens) rather than all-gather / reduce-scatter (each rank the whole batch); "
+        "None: TensorRT-LLM's own choice, all-to-all when attention DP > 1, expert parallelism without MoE tensor "
+        "parallelism and NVLink between the ranks (TRTLLMGenFusedMoE.select_alltoall_method_type)")
     # batch waiting (PyExecutor _waiting_requests; not applied with attention DP)
     batch_wait_timeout_iters: int = Field(
         0, ge=0, description="batch waiting (on only when this and batch_wait_max_tokens_ratio are both > 0): "

@@ -30,4 +30,24 @@ def plan_trtllm(options: TRTLLMOptions, facts: PlanInputs) -> EnginePlan:
     # ops (attention with RoPE and the KV write, the fused MoE, all-reduce fused with the norm), so
     # the per-operation dispatch perf/launches.py counts from SGLang's model code does not carry
     # over (applied to TensorRT-LLM it made Llama and Qwen predictions worse; docs/validation.md).
-    return EnginePlan(memory, settings, context, make)
+    return EnginePlan(memory, settings, context, make, moe_all_to_all=trtllm_moe_alltoall(opt, facts))
+
+
+def trtllm_moe_alltoall(opt: TRTLLMOptions, facts: PlanInputs) -> bool:
+    """Whether TensorRT-LLM's fused MoE gets its tokens by all-to-all (``opt.moe_alltoall``, or
+    TensorRT-LLM's own choice where None).
+
+    Without attention DP every rank holds the whole batch and its MoE kernel permutes only its
+    own experts' rows (the remote ones masked).  With attention DP,
+    ``TRTLLMGenFusedMoE.select_alltoall_method_type`` (``_torch/modules/fused_moe/``) picks its
+    NVLink all-to-all when the MoE is not tensor-parallel and ``MnnvlMemory.supports_mnnvl()``
+    holds (every NVLink of the GPU up: an NVSwitch board or an NVL72 rack), else the
+    all-gather / reduce-scatter path, which hands each rank the whole gathered batch.
+    """
+    lay = facts.layout
+    if lay.ep <= 1 or lay.attention_dp <= 1:
+        return False
+    if opt.moe_alltoall is not None:
+        return opt.moe_alltoall
+    link = facts.gpu.scale_up
+    return lay.moe_tp == 1 and link.kind == "nvlink" and lay.gpus <= link.domain_size

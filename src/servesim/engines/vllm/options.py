@@ -35,6 +35,12 @@ class VLLMOptions(BaseModel):
         True, description="the engine core schedules a pass while the previous one runs (vLLM's default from 0.14; "
                           "false: --no-async-scheduling, or vLLM before 0.14): its CPU time hides behind the GPU's "
                           "and an arrival joins one pass later")
+    all2all_backend: Literal["allgather_reducescatter", "naive", "pplx", "deepep_high_throughput",
+                             "deepep_low_latency", "mori", "nixl_ep", "flashinfer_all2allv",
+                             "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided"] = Field(
+        "allgather_reducescatter", description="expert parallelism with data parallelism (deployment.ep > 1, "
+        "attention_dp > 1): vLLM's --all2all-backend; allgather_reducescatter (the default) and naive hand every rank "
+        "the whole gathered batch, remote experts masked; the others dispatch each rank only its routed tokens")
     # host-memory KV tier (docs/engines.md, "Host KV tier"); off by default
     host_kv_gb: float = Field(0.0, ge=0, description="host memory for KV per worker, GB; 0: no host tier")
     host_link_gbs: float | None = Field(

@@ -24,4 +24,12 @@ def plan_vllm(options: VLLMOptions, facts: PlanInputs) -> EnginePlan:
     def make(worker_id: int, recorder: RequestRecorder, limits: EngineLimits) -> Engine:
         return VLLMEngine(worker_id, recorder, limits, opt, oracle)
 
-    return EnginePlan(memory, settings, opt.max_model_len, make, overlaps_host=opt.async_scheduling)
+    # expert parallelism: without data parallelism vLLM's FusedMoE runs each rank's experts over
+    # the tensor-parallel batch through its expert map (remote experts -1) and all-reduces; with it,
+    # the all2all manager (distributed/device_communicators/all2all.py) either gathers the ranks'
+    # batches (AgRsAll2AllManager, the default, and the naive broadcast one) or dispatches routed
+    # tokens (DeepEP, pplx, MoRI, NIXL-EP, FlashInfer's all-to-alls)
+    lay = facts.layout
+    a2a = lay.ep > 1 and lay.attention_dp > 1 and opt.all2all_backend not in ("allgather_reducescatter", "naive")
+    return EnginePlan(memory, settings, opt.max_model_len, make, overlaps_host=opt.async_scheduling,
+                      moe_all_to_all=a2a)
