@@ -349,3 +349,17 @@ def test_prefill_thread_blocks_fixed_work_is_each_engines_own() -> None:
                 g.head_dim.values, 0, kvb) * 1e3
             bias.append(float(np.median(pred / g.latency.values - 1.0)))
         assert lo <= bias[0] <= hi and abs(bias[0]) < abs(bias[1]) - 0.08, (engine, bias)
+
+
+def test_prefill_math_rates_never_lift_efficiency_past_the_ceiling() -> None:
+    """Every recorded prefill-attention math rate keeps ``rate × attn_prefill_eff_max`` at or under
+    1: an engine's kernel reaches at most the GPU's measured ceiling (a freely fitted rate of 1.91
+    stood in for FlashAttention-3's unmodelled 192-row tiles)."""
+    from servesim.perf.analytic_params import AnalyticParams
+
+    lo, hi = rate_range("prefill_attention")
+    assert hi * AnalyticParams().attn_prefill_eff_max == pytest.approx(1.0)
+    for table in engine_kernels._table().values():
+        for (op, _fmt), rate in table.items():
+            if op == "prefill_attention":
+                assert lo <= rate <= hi

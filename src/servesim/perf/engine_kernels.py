@@ -41,6 +41,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from servesim.errors import ConfigError
+from servesim.perf.analytic_params import AnalyticParams
 from servesim.yaml_io import safe_load
 
 RATES_FILE = Path(__file__).with_name("engine_kernels.yaml")
@@ -60,6 +61,11 @@ RATE_RANGE = (0.1, 3.0)
 #: tensor cores, at ~7.7 times (Hopper) the rate of the FLA-style Triton kernels the op model's
 #: default (``AnalyticParams.linear_attn_eff``) describes.
 LINEAR_ATTN_RATE_RANGE = (0.1, 10.0)
+#: A prefill-attention kernel's math rate at most brings its efficiency to the GPU's measured
+#: ceiling: ``rate × attn_prefill_eff_max ≤ 1`` (fitted freely, SGLang's Hopper windowed kernel
+#: took 1.91, 1.24× the ceiling: what FlashAttention-3's 192-row query tiles for 64-wide heads
+#: buy, which the op model's 128-row blocks do not count, and no rate may stand in for).
+PREFILL_RATE_RANGE = (0.1, 1.0 / AnalyticParams().attn_prefill_eff_max)
 #: A fused-MoE layer's fixed cost spans more too: its routing, sorting and permutation kernels
 #: and launches take 40-65 us on H200 in vLLM's block-fp8 path (2x ``MOE_KERNELS`` kernel
 #: latencies; 2.4x in vLLM's Marlin int4 path on Blackwell; TensorRT-LLM's Hopper MXFP4 path
@@ -148,6 +154,8 @@ def rate_range(op: str) -> tuple[float, float]:
         return LINEAR_ATTN_RATE_RANGE
     if op == "moe_masked":
         return MOE_MASKED_RATE_RANGE
+    if op == "prefill_attention":
+        return PREFILL_RATE_RANGE
     return MOE_FIXED_RATE_RANGE if op == "moe_fixed" else RATE_RANGE
 
 
