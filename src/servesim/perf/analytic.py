@@ -617,8 +617,6 @@ class AnalyticStepTime:
             eff = eff * waves_ctas / (((waves_ctas + self._sms - 1) // self._sms) * self._sms)
             waves_ctas = ctas_full * (self._heads // gp)
             eff_full = eff_full * waves_ctas / (((waves_ctas + self._sms - 1) // self._sms) * self._sms)
-        else:
-            eff_full = eff
         c_full, m_full = self._pre_full
         t = max(pairs * c_full / eff_full, read * m_full)
         if W:
