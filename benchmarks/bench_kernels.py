@@ -3,8 +3,9 @@
 Run: PYTHONPATH=src python benchmarks/bench_kernels.py [--rows 300] [--json FILE] [--by-gpu]
 
 For every GPU system the package ships that servesim knows (NVIDIA: H100, H200, B200, B300,
-GB200, GB300, A100, L40S), every serving framework's newest table of each kind, every
-precision and shape in it (at most ``--rows`` rows per table and op class, drawn with a
+GB200, GB300, A100, L40S), every serving framework's tables of each kind, every
+precision and shape any of their versions measured, each at the newest version that measured it
+(:func:`table_frames`; at most ``--rows`` rows per table and op class, drawn with a
 fixed seed), the same op is priced with :class:`servesim.perf.kernels.OpModel` at the
 default :class:`~servesim.perf.analytic_params.AnalyticParams` (the uncalibrated physics), and the
 relative error ``predicted / measured − 1`` is summarised per op class: count, median and
@@ -119,6 +120,54 @@ def table_files(root: Path, system: str) -> list[tuple[str, str, Path]]:
         if key not in newest or vk > newest[key][0]:
             newest[key] = (vk, f)
     return [(b, n, f) for (b, n), (_, f) in sorted(newest.items())]
+
+
+def _precision_columns(df) -> list[str]:
+    """A table's precision columns (``gemm_dtype``, ``moe_dtype``, ``kv_cache_dtype``, ...)."""
+    return [c for c in df.columns if c.endswith("_dtype")]
+
+
+def table_frames(root: Path, system: str, names: tuple[str, ...] | None = None) -> list[tuple[str, str, object]]:
+    """(backend, table name, rows) for every table kind and framework of a system: each
+    precision the table's versions measured, from the newest version that measured it (rows
+    with a positive latency, each with its ``version``; ``names``: only these tables).
+
+    A newer engine version's collector does not always re-measure every precision an older one
+    did (TensorRT-LLM 1.3.0rc23's B200 MoE table holds MXFP4 rows only, rc20's bf16, fp8 and
+    NVFP4 too): the newest file alone would drop whole precisions from the comparison and from
+    the engine-rate fit.  One version per precision keeps each precision's rows one kernel
+    generation (an older version's other shapes of a precision a newer one measured are left
+    out).  A table without precision columns comes from its newest version."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    files: dict[tuple[str, str], list[tuple[tuple, str, Path]]] = {}
+    for f in sorted((root / system).glob("*/*/*/*.parquet")):
+        backend, version, name = f.parts[-3], f.parts[-2], f.stem
+        if names is None or name in names:
+            files.setdefault((backend, name), []).append((_version_key(version), version, f))
+    out = []
+    for (backend, name), versions in sorted(files.items()):
+        versions.sort(key=lambda v: v[0], reverse=True)
+        frames, taken, cols = [], None, None
+        for _, version, f in versions:
+            df = pq.read_table(f).to_pandas()
+            df = df[df.latency > 0] if "latency" in df else df
+            if cols is None:
+                cols = _precision_columns(df)
+            elif not cols or any(c not in df.columns for c in cols):
+                continue
+            df = df.assign(version=version)
+            if cols:
+                key = pd.MultiIndex.from_frame(df[cols].astype(str))
+                if taken is not None:
+                    df, key = df[~key.isin(taken)], key[~key.isin(taken)]
+                taken = key.unique() if taken is None else taken.append(key.unique())
+            frames.append(df)
+        frames = [f for f in frames if len(f)]
+        if frames:
+            out.append((backend, name, pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]))
+    return out
 
 
 def _sample(df, rows: int, seed: int = 0):
@@ -329,7 +378,8 @@ def balanced_rank0_experts(tokens: int, experts: int, topk: int, ep: int) -> flo
 
 
 #: kernel-source keywords → fused-MoE kernel path (``engine_kernels.MOE_KERNEL_PATHS``), first match.
-MOE_PATH_KEYWORDS = (("marlin", "marlin"), ("cutlass", "cutlass"), ("triton", "triton"), ("trtllm", "trtllm"),
+MOE_PATH_KEYWORDS = (("marlin", "marlin"), ("cutlass", "cutlass"), ("triton", "triton"), ("deepgemm", "deepgemm"),
+                     ("trtllm", "trtllm"),
                      ("torch_flow", "trtllm"), ("cutedsl", "trtllm"))
 
 
@@ -432,7 +482,6 @@ def collect(rows: int, params: AnalyticParams | None = None, tables: tuple[str, 
     """Every compared kernel: {cls, gpu, backend, pred_ms, meas_ms} records (``tables``: only
     these table names, e.g. ``("gemm_perf",)``; ``systems``: only these GPU systems;
     ``engine_rates``: price each engine's table with its own kernel rates, perf/engine_kernels.py)."""
-    import pyarrow.parquet as pq
     from aiconfigurator_core.sdk import perf_database
 
     root = Path(perf_database.get_systems_paths()[0]) / "data"
@@ -442,17 +491,15 @@ def collect(rows: int, params: AnalyticParams | None = None, tables: tuple[str, 
         if systems is not None and system not in systems:
             continue
         gpu = load_gpu(gpu_name)
-        for backend, name, path in table_files(root, system):
+        for backend, name, df in table_frames(root, system, tuple(READERS) if tables is None else tables):
             reader = READERS.get(name)
-            if reader is None or (tables is not None and name not in tables):
+            if reader is None:
                 continue
             # each engine's table against the op model as servesim runs it for that engine; a
             # table's quantized GEMM op quantizes its own bf16 input (none is fed fp8 by a
             # fused producer, as TensorRT-LLM serves per-tensor fp8), so it is priced with it
             rates = kernel_rates(backend, gpu) if engine_rates else NO_RATES
             ops = OpModel(gpu, params, replace(rates, act_quant_fused=False))
-            df = pq.read_table(path).to_pandas()
-            df = df[df.latency > 0] if "latency" in df else df
             df.attrs["backend"] = backend
             with np.errstate(all="ignore"):
                 for cls, pred, meas in reader(ops, df, rows):

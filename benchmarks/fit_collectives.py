@@ -23,8 +23,8 @@ tables' PCIe collectives cross the host); their files keep no ``nccl:`` block, a
 ``custom_all_reduce:`` line either (42% median error).
 
 The serving engines' own custom all-reduce (the pass's tensor-parallel all-reduce under CUDA
-graphs: SGLang's, vLLM's and TensorRT-LLM's ``custom_allreduce_perf`` tables, each engine's
-newest, pooled per GPU) is fitted to the same law with one hop per doubling of ranks
+graphs: SGLang's, vLLM's and TensorRT-LLM's ``custom_allreduce_perf`` tables, each precision
+from each engine's newest version measuring it, pooled per GPU) is fitted to the same law with one hop per doubling of ranks
 (``steps = log2(r)``: the one-/two-shot kernels signal every peer at once) and printed as the
 ``custom_all_reduce:`` line of the GPU's file (``OpModel.all_reduce``).  Only the ranks of one
 host are fitted (4 GPUs on a GB200/GB300 compute tray, 8 on an HGX board): beyond them the
@@ -42,7 +42,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_kernels import NCCL_BYTES, SYSTEMS, table_files  # noqa: E402
+from bench_kernels import NCCL_BYTES, SYSTEMS, table_frames  # noqa: E402
 
 from servesim.hardware import load_gpu  # noqa: E402
 from servesim.hardware.gpu import NCCL_OPS  # noqa: E402
@@ -57,28 +57,24 @@ HOST_GPUS = {"gb200": 4, "gb300": 4}
 
 
 def _tables(system: str, table: str):
-    """The newest ``table`` of each framework of ``system`` (DataFrames with a ``backend`` column)."""
+    """``table`` of each framework of ``system``, each precision from the newest version that
+    measured it (bench_kernels.table_frames; one DataFrame with a ``backend`` column)."""
     import pandas as pd
-    import pyarrow.parquet as pq
     from aiconfigurator_core.sdk import perf_database
 
     root = Path(perf_database.get_systems_paths()[0]) / "data"
-    out = []
-    for backend, name, path in table_files(root, system):
-        if name == table:
-            df = pq.read_table(path).to_pandas()
-            out.append(df[df.latency > 0].assign(backend=backend))
+    out = [df.assign(backend=backend) for backend, _, df in table_frames(root, system, (table,))]
     return pd.concat(out, ignore_index=True) if out else None
 
 
 def nccl_table(system: str):
-    """The newest ``nccl_perf`` table of ``system`` (a DataFrame), or None."""
+    """The first framework's ``nccl_perf`` table of ``system`` (a DataFrame), or None."""
     df = _tables(system, "nccl_perf")
     return None if df is None else df[df.backend == df.backend.iloc[0]]
 
 
 def custom_allreduce_table(system: str):
-    """Every framework's newest custom all-reduce table of ``system``, CUDA-graph rows only, or None."""
+    """Every framework's custom all-reduce table of ``system``, CUDA-graph rows only, or None."""
     df = _tables(system, "custom_allreduce_perf")
     if df is None:
         return None

@@ -62,7 +62,7 @@ from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import (FALLBACK_ATTENTION, GEMM_DTYPES, KV_BYTES, MLA, SYSTEMS, _moe_class, gdn_time,  # noqa: E402
-                           moe_excluded, moe_kernel_path, table_files)
+                           moe_excluded, moe_kernel_path, table_frames)
 
 from servesim.hardware import load_gpu  # noqa: E402
 from servesim.perf.analytic_params import AnalyticParams  # noqa: E402
@@ -85,14 +85,13 @@ RAMP = "stream_ramp_us"
 
 
 def _load(system: str, name: str):
-    import pyarrow.parquet as pq
+    """(backend, rows) of each framework's ``name`` table: each precision from the newest
+    version that measured it (bench_kernels.table_frames)."""
     from aiconfigurator_core.sdk import perf_database
 
     root = Path(perf_database.get_systems_paths()[0]) / "data"
-    for backend, table, path in table_files(root, system):
-        if table == name:
-            df = pq.read_table(path).to_pandas()
-            yield backend, df[df.latency > 0]
+    for backend, _, df in table_frames(root, system, (name,)):
+        yield backend, df
 
 
 def _with(gpu, values: dict):
