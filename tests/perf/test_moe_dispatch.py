@@ -170,20 +170,65 @@ def test_trtllm_dispatch(gpu, opts, tp, ep, dp, expected):
     assert plan_trtllm(TRTLLMOptions(**opts), _facts(gpu, tp, ep, dp)).moe_all_to_all is expected
 
 
-def test_deployment_passes_the_engines_dispatch_to_the_step_time_model():
+def _deployed_step_time(engine: dict) -> AnalyticStepTime:
+    """The analytic step-time model a DeepSeek-V3 deployment on eight B200s builds for ``engine``."""
     from servesim.cluster.deployment import build_deployment
     from servesim.config.load import load_config
 
-    def inner(step_time):
-        while not isinstance(step_time, AnalyticStepTime):
-            step_time = step_time.inner
-        return step_time
-
     cfg = {"workload": {"kind": "synthetic", "num_requests": 4, "arrival": {"process": "poisson", "rate": 1.0},
                         "input": {"dist": "fixed", "value": 100}, "output": {"dist": "fixed", "value": 10}},
-           "deployment": {"model": MODEL, "gpu": "b200", "engine": {"name": "sglang"}, "tp": 8, "ep": 8,
+           "deployment": {"model": MODEL, "gpu": "b200", "engine": engine, "tp": 8, "ep": 8,
                           "weight_dtype": "fp4", "kv_dtype": "fp8"},
            "output": {"dir": None}}
-    assert not inner(build_deployment(load_config(cfg)).step_time).moe_all_to_all
-    cfg["deployment"]["engine"]["moe_a2a_backend"] = "deepep"
-    assert inner(build_deployment(load_config(cfg)).step_time).moe_all_to_all
+    step_time = build_deployment(load_config(cfg)).step_time
+    while not isinstance(step_time, AnalyticStepTime):
+        step_time = step_time.inner
+    return step_time
+
+
+def test_deployment_passes_the_engines_dispatch_to_the_step_time_model():
+    assert not _deployed_step_time({"name": "sglang"}).moe_all_to_all
+    assert _deployed_step_time({"name": "sglang", "moe_a2a_backend": "deepep"}).moe_all_to_all
+
+
+# ------------------------------------------------------------------ the fused MoE's kernel path
+def test_trtllm_moe_backend_sets_the_kernel_path_the_pass_prices():
+    """TensorRT-LLM's ``moe_config.backend`` picks its fused MoE's kernels; the pass prices the
+    routed experts with that path's measured rates: on Blackwell the TRTLLM backend's NVFP4
+    kernels (the format's rates) are faster at decode sizes than CUTLASS's (``fp4@cutlass``), as
+    TensorRT-LLM's B200 table times them (about half at 8-64 tokens; the fitted rates give 0.73-0.85
+    of CUTLASS's time on DeepSeek's experts there)."""
+    g = load_gpu("b200_sxm")
+    plans = {b: plan_trtllm(TRTLLMOptions(moe_backend=b), _facts("b200_sxm", 8, 8, 1)) for b in
+             ("CUTLASS", "TRTLLM", "DEEPGEMM", "TRITON")}
+    assert TRTLLMOptions().moe_backend == "CUTLASS"  # TensorRT-LLM's default
+    assert [plans[b].moe_kernel for b in ("CUTLASS", "TRTLLM", "DEEPGEMM", "TRITON")] == \
+        ["cutlass", "trtllm", "deepgemm", None]
+    rates = kernel_rates("trtllm", g)
+    assert rates.moe_fixed("fp4", "cutlass") != rates.moe_fixed("fp4")
+
+    def st(kernel):
+        return AnalyticStepTime(load_model(MODEL), g, tp=8, ep=8, weight_dtype="fp4", kv_dtype="fp8",
+                                kernel_rates=rates, moe_kernel=kernel)
+
+    cutlass, trtllm, default = st("cutlass"), st("trtllm"), st(None)
+    for t in (8, 64):
+        assert trtllm._moe_time(t) == default._moe_time(t)  # the format's rates describe TRTLLM's kernels
+        assert trtllm._moe_time(t) < 0.9 * cutlass._moe_time(t)
+    # DeepGEMM's block-fp8 kernels have rates of their own; TRTLLM's block-fp8 kernels, which no
+    # table times, keep the op model
+    fp8 = {k: AnalyticStepTime(load_model(MODEL), g, tp=8, ep=8, weight_dtype="fp8", kv_dtype="fp8",
+                               kernel_rates=rates, moe_kernel=k)._moe_time(64) for k in ("deepgemm", "trtllm")}
+    no_rates = AnalyticStepTime(load_model(MODEL), g, tp=8, ep=8, weight_dtype="fp8", kv_dtype="fp8",
+                                moe_kernel="trtllm")._moe_time(64)
+    assert fp8["trtllm"] == no_rates and fp8["deepgemm"] != no_rates
+    # a path the tables do not time for the format takes the format's rates (bf16 has CUTLASS only)
+    bf16 = [AnalyticStepTime(load_model(MODEL), g, tp=8, ep=8, weight_dtype="bf16", kv_dtype="fp8",
+                             kernel_rates=rates, moe_kernel=k)._moe_time(64) for k in ("cutlass", None)]
+    assert bf16[0] == bf16[1]
+
+
+def test_deployment_passes_the_engines_moe_kernel_to_the_step_time_model():
+    assert _deployed_step_time({"name": "trtllm"}).moe_kernel == "cutlass"
+    assert _deployed_step_time({"name": "trtllm", "moe_backend": "TRTLLM"}).moe_kernel == "trtllm"
+    assert _deployed_step_time({"name": "sglang"}).moe_kernel is None

@@ -165,7 +165,8 @@ def test_trtllm_deepseek_flags_follow_the_launch_scripts():
     # max(8192, round_up_64(conc + isl + 64)); no --max_batch_size (TensorRT-LLM's default)
     e = _trt(source=IX, system="b200_sxm", precision="fp8", concurrency=128)
     assert e == {"enable_block_reuse": False, "max_num_tokens": 8192, "free_gpu_memory_fraction": 0.8,
-                 "batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8, "stream_interval": 10}
+                 "batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8, "stream_interval": 10,
+                 "moe_backend": "TRTLLM"}
     e = _trt(source=IX, system="b200_sxm", precision="fp8", concurrency=256, isl=8192, osl=1024,
              gpus=4, attention_tp=4, moe_ep=4)
     assert e["max_num_tokens"] == 8192 + 256 + 64 and e["free_gpu_memory_fraction"] == 0.75
@@ -183,6 +184,10 @@ def test_trtllm_deepseek_flags_follow_the_launch_scripts():
     # attention DP: the scripts' ADP balance
     e = _trt(source=IX, system="b200_sxm", precision="fp4", attention_tp=1, attention_dp=8)
     assert e["attention_dp_enable_balance"] is True and e["attention_dp_timeout_iters"] == 60
+    # the MoE backend (tests/validate/test_recipes_trtllm_moe.py has the rules): CUTLASS with
+    # attention DP on the fp4 script from 2026-02-03, the H200 script's CUTLASS
+    assert e["moe_backend"] == "CUTLASS"
+    assert _trt(source=IX, system="h200_sxm", precision="fp8")["moe_backend"] == "CUTLASS"
 
 
 def test_trtllm_gptoss_and_llama_flags_follow_the_launch_scripts():

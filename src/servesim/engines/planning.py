@@ -65,3 +65,7 @@ class EnginePlan:
     #: remote experts' ids masked, and the step-time model prices those masked slots
     #: (perf/analytic.py, ``AnalyticStepTime(moe_all_to_all=...)``).
     moe_all_to_all: bool = False
+    #: The fused-MoE kernel path the engine runs the routed experts on
+    #: (``perf/engine_kernels.py:MOE_KERNEL_PATHS``), or None for the path the engine's rates for
+    #: the experts' format describe (``MOE_DEFAULT_PATH``): TensorRT-LLM's ``moe_config.backend``.
+    moe_kernel: str | None = None

@@ -17,6 +17,7 @@ cdef class AnalyticStepTime:
     cdef public object p
     cdef public bint eager_launch
     cdef public bint moe_all_to_all
+    cdef public object moe_kernel
     cdef public object kernel_rates
     cdef public double _gemm_eff_max, _gemm_half, _pre_eff_max, _pre_half
     cdef public dict _cache

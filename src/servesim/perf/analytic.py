@@ -147,6 +147,7 @@ class AnalyticStepTime:
         eager_launch: bool = False,
         kernel_rates: KernelRates = NO_RATES,
         moe_all_to_all: bool = False,
+        moe_kernel: str | None = None,
     ) -> None:
         """``eager_launch``: passes outside a CUDA graph dispatch every operation from Python
         (the engine plan's ``eager_launch``), paying ``eager_op_s`` per operation (perf/launches.py).
@@ -159,10 +160,14 @@ class AnalyticStepTime:
         NVLink all-to-all).  False: every expert-parallel rank runs its fused MoE over the whole
         batch — replicated by tensor parallelism, or all-gathered from the attention-DP ranks —
         with the remote experts' ids masked (SGLang's StandardDispatcher, vLLM's expert map and
-        its all-gather / reduce-scatter all2all manager, TensorRT-LLM without all-to-all)."""
+        its all-gather / reduce-scatter all2all manager, TensorRT-LLM without all-to-all).
+        ``moe_kernel``: the fused-MoE kernel path the engine runs the routed experts on (the engine
+        plan's ``moe_kernel``, e.g. TensorRT-LLM's CUTLASS or TRTLLM backend), priced with that
+        path's rates (``kernels.OpModel.moe(kernel=...)``); None: the path the format's rates describe."""
         self.model, self.gpu = model, gpu
         self.eager_launch = eager_launch
         self.moe_all_to_all = moe_all_to_all
+        self.moe_kernel = moe_kernel
         if kernel_rates.act_quant_fused and model.fp8_block_scales:
             kernel_rates = replace(kernel_rates, act_quant_fused=False)
         if not model.fp8_block_scales:  # fp8 experts, if any, scaled per tensor (KernelRates.fp8_per_tensor)
@@ -227,7 +232,8 @@ class AnalyticStepTime:
             # slots, the remote experts' masked (the whole batch on every expert-parallel rank)
             masked = lay.ep > 1 and not self.moe_all_to_all
             self._moe = dict(E=E, k=k, local=E / lay.ep, ep=lay.ep, moe_tp=lay.moe_tp, layers=nm, busiest={},
-                             memo={}, dtype=dt["routed_experts"], slots_per_token=float(k) if masked else None)
+                             memo={}, dtype=dt["routed_experts"], slots_per_token=float(k) if masked else None,
+                             kernel=self.moe_kernel)
         else:
             self._moe = None
         # elementwise: norms, residual adds, activation (traffic per token and their kernels)
@@ -485,7 +491,7 @@ class AnalyticStepTime:
         spt = moe["slots_per_token"]
         v = moe["layers"] * float(self._ops.moe(t_total, m.hidden_size, m.moe_intermediate_size, moe["k"], moe["E"],
                                                 moe["moe_tp"], self.layout.ep, moe["dtype"], touched=touched,
-                                                slots=None if spt is None else t_total * spt))
+                                                slots=None if spt is None else t_total * spt, kernel=moe["kernel"]))
         if len(memo) > 100_000:
             memo.clear()
         memo[t_total] = v

@@ -218,6 +218,7 @@ def build_step_time(
     resolved: ResolvedPerf | None = None,
     eager_launch: bool = False,
     moe_all_to_all: bool = False,
+    moe_kernel: str | None = None,
 ) -> StepTimeModel:
     """The step-time model a perf config describes, for one worker's layout (GPU work only).
 
@@ -227,6 +228,7 @@ def build_step_time(
     scheduler CPU time is added by :meth:`servesim.perf.frontend.Frontend.wrap_step_time`, not here.
     ``moe_all_to_all``: the engine's expert parallelism dispatches routed tokens by all-to-all
     (its plan says so; else each expert-parallel rank's fused MoE runs over the whole batch).
+    ``moe_kernel``: the fused-MoE kernel path the engine runs (its plan's; None: the format's own).
     """
     if perf_cfg is None or isinstance(perf_cfg, dict):
         perf_cfg = parse_perf_config(perf_cfg)
@@ -243,5 +245,5 @@ def build_step_time(
         resolved = resolve_perf(perf_cfg, gpu.name, engine)
     return AnalyticStepTime(arch, gpu, tp=tp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                             params=_analytic_params(resolved.analytic), attention_dp=attention_dp,
-                            eager_launch=eager_launch, moe_all_to_all=moe_all_to_all,
+                            eager_launch=eager_launch, moe_all_to_all=moe_all_to_all, moe_kernel=moe_kernel,
                             kernel_rates=kernel_rates(engine, gpu))

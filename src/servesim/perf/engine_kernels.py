@@ -81,7 +81,7 @@ MOE_MASKED_RATE_RANGE = (0.0, 3.0)
 #: CUTLASS MoE, the TensorRT-LLM-generated MoE kernels (FlashInfer's ``trtllm`` MoE, TensorRT-LLM's
 #: own Blackwell MoE), and ``trtllm_a16``: those kernels with bf16 activations on a GPU with fp4
 #: units (W4A16 MXFP4 on Blackwell: another kernel than the MXFP8-activation one served there).
-MOE_KERNEL_PATHS = ("triton", "marlin", "cutlass", "trtllm", "trtllm_a16")
+MOE_KERNEL_PATHS = ("triton", "marlin", "cutlass", "trtllm", "trtllm_a16", "deepgemm")
 #: (engine, CUDA major, format) → the kernel path the rates of that format describe, where the
 #: engine's table measures more than one: the path most of its table's models run.  An engine
 #: picks the path per model (aiconfigurator's collectors pin the backend the engine serves each
@@ -91,11 +91,19 @@ MOE_KERNEL_PATHS = ("triton", "marlin", "cutlass", "trtllm", "trtllm_a16")
 #: SGLang 0.5.14's bf16 MoE on B200 / B300 / GB200 / GB300): priced with one rate fitted on both,
 #: its Triton rows took 1.9-2.4x the priced time and its FlashInfer TensorRT-LLM rows 0.87-0.93x
 #: (median per GPU); with a rate each, 15.8% and 13.5% median error on one node's layouts.
+#: TensorRT-LLM's Blackwell NVFP4 table times each shape on both of its backends' kernels, CUTLASS
+#: (``moe_torch_flow_cutlass``) and the TRTLLM backend's generated ones (``..._min_latency``), the
+#: latter about half the time at decode sizes: its rates are the TRTLLM backend's (what
+#: InferenceX's DeepSeek scripts run without attention DP), ``fp4@cutlass`` CUTLASS's
+#: (TensorRT-LLM's default ``moe_config.backend``; the engine plan's ``moe_kernel``).  Its Blackwell
+#: block-fp8 table times DeepGEMM's kernels only (``fp8@deepgemm``, its DEEPGEMM backend): the
+#: TRTLLM and CUTLASS backends' block-fp8 kernels, which no table times, keep the op model.
 MOE_DEFAULT_PATH = {("sglang", 9, "bf16"): "triton", ("sglang", 10, "bf16"): "trtllm",
                     ("sglang", 10, "fp8"): "trtllm", ("sglang", 9, "mxfp4"): "triton", ("sglang", 10, "mxfp4"): "trtllm",
                     ("vllm", 9, "fp8"): "triton", ("vllm", 10, "bf16"): "trtllm",
                     ("vllm", 10, "fp8_tensor"): "trtllm", ("vllm", 10, "fp4"): "trtllm",
-                    ("vllm", 9, "mxfp4"): "triton", ("vllm", 10, "mxfp4"): "trtllm"}
+                    ("vllm", 9, "mxfp4"): "triton", ("vllm", 10, "mxfp4"): "trtllm",
+                    ("trtllm", 10, "fp4"): "trtllm", ("trtllm", 10, "fp8"): "trtllm"}
 
 
 #: (engine, CUDA major) whose int4 experts run Marlin's fused MoE (kernel sources of the engines'

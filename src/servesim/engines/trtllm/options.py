@@ -66,6 +66,10 @@ class TRTLLMOptions(BaseModel):
         "(each rank gets its routed tokens) rather than all-gather / reduce-scatter (each rank the whole batch); "
         "None: TensorRT-LLM's own choice, all-to-all when attention DP > 1, expert parallelism without MoE tensor "
         "parallelism and NVLink between the ranks (TRTLLMGenFusedMoE.select_alltoall_method_type)")
+    moe_backend: Literal["CUTLASS", "TRTLLM", "DEEPGEMM", "TRITON", "CUTEDSL", "WIDEEP"] = Field(
+        "CUTLASS", description="the fused MoE's kernels (LLM API moe_config.backend; TensorRT-LLM's default "
+        "CUTLASS): priced with the engine's measured rates for that kernel where its tables measure it "
+        "(on Blackwell: TRTLLM's generated and CUTLASS's NVFP4 kernels, DEEPGEMM's block-fp8 ones; perf/engine_kernels.py)")
     # batch waiting (PyExecutor _waiting_requests; not applied with attention DP)
     batch_wait_timeout_iters: int = Field(
         0, ge=0, description="batch waiting (on only when this and batch_wait_max_tokens_ratio are both > 0): "

@@ -30,7 +30,16 @@ def plan_trtllm(options: TRTLLMOptions, facts: PlanInputs) -> EnginePlan:
     # ops (attention with RoPE and the KV write, the fused MoE, all-reduce fused with the norm), so
     # the per-operation dispatch perf/launches.py counts from SGLang's model code does not carry
     # over (applied to TensorRT-LLM it made Llama and Qwen predictions worse; docs/validation.md).
-    return EnginePlan(memory, settings, context, make, moe_all_to_all=trtllm_moe_alltoall(opt, facts))
+    return EnginePlan(memory, settings, context, make, moe_all_to_all=trtllm_moe_alltoall(opt, facts),
+                      moe_kernel=TRTLLM_MOE_KERNELS.get(opt.moe_backend))
+
+
+#: ``moe_config.backend`` → the kernel path of its fused MoE (perf/engine_kernels.py:MOE_KERNEL_PATHS):
+#: CUTLASS's grouped GEMMs, or the TensorRT-LLM-generated kernels of the TRTLLM backend (on
+#: Blackwell; aiconfigurator's TensorRT-LLM tables time them as ``moe_torch_flow_min_latency``).
+#: DeepGEMM's grouped GEMMs (what the block-fp8 tables time on Blackwell).  The other backends
+#: take the rates of the experts' format.
+TRTLLM_MOE_KERNELS = {"CUTLASS": "cutlass", "TRTLLM": "trtllm", "DEEPGEMM": "deepgemm"}
 
 
 def trtllm_moe_alltoall(opt: TRTLLMOptions, facts: PlanInputs) -> bool:

@@ -112,8 +112,61 @@ def trtllm_mtp_options(row: dict[str, str], version: str) -> dict[str, Any]:
     elif dp and version == "pr642":
         batch = conc if conc < 4 else conc // 4
     k = mtp_draft_tokens(row)
-    return {"enable_block_reuse": False, "max_batch_size": batch, "free_gpu_memory_fraction": fraction,
+    opts = {"enable_block_reuse": False, "max_batch_size": batch, "free_gpu_memory_fraction": fraction,
             "max_num_tokens": _round_up((k + 1) * batch + isl + 64, 64), "stream_interval": 10}
+    precision = (row.get("precision") or "").strip().lower()
+    if precision == "fp4":
+        opts["moe_backend"] = "CUTLASS" if dp else "TRTLLM"  # dsr1_fp4_b200_trt_mtp.sh, every version
+    elif (row.get("system") or "").strip().lower() == "h200_sxm":
+        opts["moe_backend"] = "CUTLASS"  # dsr1_fp8_h200_trt_mtp.sh
+    else:
+        # dsr1_fp8_b200_trt_mtp.sh: DEEPGEMM in PR 392's version; from PR 632 TRTLLM, DEEPGEMM with
+        # attention DP
+        opts["moe_backend"] = "DEEPGEMM" if version == "pr392" or dp else "TRTLLM"
+    return opts
+
+
+#: The day InferenceX's DeepSeek-R1 FP4 B200 TensorRT-LLM script (``dsr1_fp4_b200_trt.sh``, commit
+#: 6eecc0e66, PR 620) began to pick its MoE backend by attention DP alone.
+FP4_MOE_BY_DP_FROM = "2026-02-03"
+
+
+def trtllm_fp4_moe_backend(row: dict[str, str]) -> str:
+    """``moe_config.backend`` of InferenceX's DeepSeek-R1 FP4 B200 TensorRT-LLM script for a row.
+
+    From :data:`FP4_MOE_BY_DP_FROM`: CUTLASS with attention DP, else TRTLLM.  Before (the
+    ``dsr1_fp4_b200_trt_slurm.sh`` versions of 2025-09-18 and 2025-11-03, then
+    ``dsr1_fp4_b200_trt.sh`` from 2026-01-22): TRTLLM, except CUTLASS at TP 4 or 8 for 1k/1k and
+    1k/8k at concurrency 256 and above, and for 8k/1k above 32."""
+    conc, isl, osl = row_int(row, "concurrency"), row_int(row, "isl"), row_int(row, "osl")
+    if (row.get("measured_date") or "").strip() >= FP4_MOE_BY_DP_FROM:
+        return "CUTLASS" if row_int(row, "attention_dp") > 1 else "TRTLLM"
+    if worker_gpus(row) in (4, 8) and ((isl, osl) in ((1024, 1024), (1024, 8192)) and conc >= 256
+                                       or (isl, osl) == (8192, 1024) and conc > 32):
+        return "CUTLASS"
+    return "TRTLLM"
+
+
+#: The days InferenceX's DeepSeek-R1 FP8 B200 TensorRT-LLM script moved its MoE backend from
+#: DEEPGEMM to TRTLLM (commit ec7bafaae, PR 594; 1k/8k at concurrency 256 and above kept DEEPGEMM
+#: until commit 626932a11).
+FP8_MOE_TRTLLM_FROM = "2026-01-29"
+FP8_MOE_ALL_TRTLLM_FROM = "2026-03-27"
+
+
+def trtllm_fp8_moe_backend(row: dict[str, str]) -> str:
+    """``moe_config.backend`` of InferenceX's DeepSeek-R1 FP8 TensorRT-LLM scripts for a row: the B200
+    script's DEEPGEMM, then TRTLLM (:data:`FP8_MOE_TRTLLM_FROM`, :data:`FP8_MOE_ALL_TRTLLM_FROM`);
+    the H200 script's CUTLASS."""
+    if (row.get("system") or "").strip().lower() == "h200_sxm":
+        return "CUTLASS"
+    date = (row.get("measured_date") or "").strip()
+    if date < FP8_MOE_TRTLLM_FROM:
+        return "DEEPGEMM"
+    if date < FP8_MOE_ALL_TRTLLM_FROM and (row_int(row, "isl"), row_int(row, "osl")) == (1024, 8192) \
+            and row_int(row, "concurrency") >= 256:
+        return "DEEPGEMM"
+    return "TRTLLM"
 
 
 def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
@@ -150,7 +203,8 @@ def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
         # at CONC >= 256 and 0.75 for 8k/1k at TP 4, and for 1k/1k at CONC >= 64 DELAY_BATCHING:
         # batch_wait_timeout_iters 40, batch_wait_max_tokens_ratio 0.8 (the executor skips
         # batch waiting with attention DP).  Every version streams with stream_interval 10 and no
-        # postprocess workers.  DeepSeek-V3 rows are taken as run by the same scripts.
+        # postprocess workers.  Each picks its MoE backend (trtllm_fp4_moe_backend,
+        # trtllm_fp8_moe_backend).  DeepSeek-V3 rows are taken as run by the same scripts.
         date = (row.get("measured_date") or "").strip()
         tokens = _round_up(conc + isl + 64, 64)
         opts["max_num_tokens"] = tokens if date < "2026-01-21" else max(8192, tokens)
@@ -166,6 +220,7 @@ def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
                 opts.update(batch_wait_timeout_iters=40, batch_wait_max_tokens_ratio=0.8)
         opts["free_gpu_memory_fraction"] = fraction
         opts["stream_interval"] = 10
+        opts["moe_backend"] = trtllm_fp4_moe_backend(row) if precision == "fp4" else trtllm_fp8_moe_backend(row)
         return opts
     if "gpt-oss" in model and system in ("b200_sxm", "h200_sxm"):
         # benchmarks/gptoss_fp4_b200_trt.sh: --max_batch_size 512 --max_num_tokens 20000;
