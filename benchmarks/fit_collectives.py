@@ -24,8 +24,9 @@ tables' PCIe collectives cross the host); their files keep no ``nccl:`` block, a
 
 The serving engines' own custom all-reduce (the pass's tensor-parallel all-reduce under CUDA
 graphs: SGLang's, vLLM's and TensorRT-LLM's ``custom_allreduce_perf`` tables, each precision
-from each engine's newest version measuring it, pooled per GPU) is fitted to the same law with one hop per doubling of ranks
-(``steps = log2(r)``: the one-/two-shot kernels signal every peer at once) and printed as the
+from each engine's newest version measuring it, pooled per GPU) is fitted to the same law with
+one hop per doubling of ranks (``steps = log2(r)``: the one-/two-shot kernels signal every peer
+at once) and printed as the
 ``custom_all_reduce:`` line of the GPU's file (``OpModel.all_reduce``).  Only the ranks of one
 host are fitted (4 GPUs on a GB200/GB300 compute tray, 8 on an HGX board): beyond them the
 SGLang and vLLM kernels fall back to other paths (the GB300 tables' 8- and 16-GPU rows take

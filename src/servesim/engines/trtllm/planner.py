@@ -35,10 +35,10 @@ def plan_trtllm(options: TRTLLMOptions, facts: PlanInputs) -> EnginePlan:
 
 
 #: ``moe_config.backend`` → the kernel path of its fused MoE (perf/engine_kernels.py:MOE_KERNEL_PATHS):
-#: CUTLASS's grouped GEMMs, or the TensorRT-LLM-generated kernels of the TRTLLM backend (on
-#: Blackwell; aiconfigurator's TensorRT-LLM tables time them as ``moe_torch_flow_min_latency``).
-#: DeepGEMM's grouped GEMMs (what the block-fp8 tables time on Blackwell).  The other backends
-#: take the rates of the experts' format.
+#: CUTLASS's grouped GEMMs, the TRTLLM backend's TensorRT-LLM-generated kernels (on Blackwell;
+#: aiconfigurator's TensorRT-LLM tables time them as ``moe_torch_flow_min_latency``), or DeepGEMM's
+#: grouped GEMMs (what the block-fp8 tables time on Blackwell).  The other backends take the rates
+#: of the experts' format.
 TRTLLM_MOE_KERNELS = {"CUTLASS": "cutlass", "TRTLLM": "trtllm", "DEEPGEMM": "deepgemm"}
 
 
