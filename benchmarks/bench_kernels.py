@@ -110,16 +110,23 @@ def _version_key(v: str) -> tuple:
     return tuple(int(x) if x.isdigit() else -1 for x in re.findall(r"\d+|[a-z]+", v))
 
 
-def table_files(root: Path, system: str) -> list[tuple[str, str, Path]]:
-    """(backend, table name, newest file) for every table kind and framework of a system."""
-    newest: dict[tuple[str, str], tuple[tuple, Path]] = {}
+def _table_versions(root: Path, system: str, names: tuple[str, ...] | None = None) -> dict:
+    """(backend, table name) → its files as ``(version key, version, path)``, newest first (equal
+    versions in path order), for every table kind and framework of a system (``names``: only
+    these tables), in sorted key order."""
+    files: dict[tuple[str, str], list[tuple[tuple, str, Path]]] = {}
     for f in sorted((root / system).glob("*/*/*/*.parquet")):
         backend, version, name = f.parts[-3], f.parts[-2], f.stem
-        key = (backend, name)
-        vk = _version_key(version)
-        if key not in newest or vk > newest[key][0]:
-            newest[key] = (vk, f)
-    return [(b, n, f) for (b, n), (_, f) in sorted(newest.items())]
+        if names is None or name in names:
+            files.setdefault((backend, name), []).append((_version_key(version), version, f))
+    for versions in files.values():
+        versions.sort(key=lambda v: v[0], reverse=True)
+    return dict(sorted(files.items()))
+
+
+def table_files(root: Path, system: str) -> list[tuple[str, str, Path]]:
+    """(backend, table name, newest file) for every table kind and framework of a system."""
+    return [(b, n, versions[0][2]) for (b, n), versions in _table_versions(root, system).items()]
 
 
 def _precision_columns(df) -> list[str]:
@@ -141,14 +148,8 @@ def table_frames(root: Path, system: str, names: tuple[str, ...] | None = None) 
     import pandas as pd
     import pyarrow.parquet as pq
 
-    files: dict[tuple[str, str], list[tuple[tuple, str, Path]]] = {}
-    for f in sorted((root / system).glob("*/*/*/*.parquet")):
-        backend, version, name = f.parts[-3], f.parts[-2], f.stem
-        if names is None or name in names:
-            files.setdefault((backend, name), []).append((_version_key(version), version, f))
     out = []
-    for (backend, name), versions in sorted(files.items()):
-        versions.sort(key=lambda v: v[0], reverse=True)
+    for (backend, name), versions in _table_versions(root, system, names).items():
         frames, taken, cols = [], None, None
         for _, version, f in versions:
             df = pq.read_table(f).to_pandas()
@@ -220,15 +221,24 @@ def _fallback(df):
         else np.zeros(len(df), bool)
 
 
-def _context_attention(ops, df, rows):
+def _sampled_groups(df, rows: int, name: str, windows: bool = False):
+    """(class, sampled rows) of an attention table, empty classes left out: the rows of the
+    serving kernel as ``name`` (with ``windows``, full attention as ``name`` and sliding windows
+    as ``<name>_window``) and the Triton fallback's as ``<name>_fallback`` (:func:`_fallback`)."""
     fb = _fallback(df)
     df, fall = df[~fb], df[fb]
-    w = df.window_size if "window_size" in df else 0 * df.isl
-    for name, g in (("attn_prefill", df[w == 0]), ("attn_prefill_window", df[w > 0]),
-                    ("attn_prefill_fallback", fall)):
+    groups = ((name, df),)
+    if windows:
+        w = df.window_size if "window_size" in df else 0 * df.isl
+        groups = ((name, df[w == 0]), (f"{name}_window", df[w > 0]))
+    for cls, g in (*groups, (f"{name}_fallback", fall)):
         g = _sample(g, rows)
-        if not len(g):
-            continue
+        if len(g):
+            yield cls, g
+
+
+def _context_attention(ops, df, rows):
+    for name, g in _sampled_groups(df, rows, "attn_prefill", windows=True):
         win = g.window_size.values if "window_size" in g else 0
         kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
         yield name, ops.attention_prefill(g.batch_size.values, g.isl.values, 0, g.num_heads.values,
@@ -236,14 +246,7 @@ def _context_attention(ops, df, rows):
 
 
 def _generation_attention(ops, df, rows):
-    fb = _fallback(df)
-    df, fall = df[~fb], df[fb]
-    w = df.window_size if "window_size" in df else 0 * df.isl
-    for name, g in (("attn_decode", df[w == 0]), ("attn_decode_window", df[w > 0]),
-                    ("attn_decode_fallback", fall)):
-        g = _sample(g, rows)
-        if not len(g):
-            continue
+    for name, g in _sampled_groups(df, rows, "attn_decode", windows=True):
         win = g.window_size.values if "window_size" in g else 0
         kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
         ctx = g.isl.values + g.step.values
@@ -252,22 +255,14 @@ def _generation_attention(ops, df, rows):
 
 
 def _context_mla(ops, df, rows):
-    fb = _fallback(df)
-    for name, g in (("mla_prefill", df[~fb]), ("mla_prefill_fallback", df[fb])):
-        g = _sample(g, rows)
-        if not len(g):
-            continue
+    for name, g in _sampled_groups(df, rows, "mla_prefill"):
         kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
         yield name, ops.mla_prefill(g.batch_size.values, g.isl.values, 0, g.num_heads.values,
                                     kv_bytes=kvb, **MLA), g.latency.values
 
 
 def _generation_mla(ops, df, rows):
-    fb = _fallback(df)
-    for name, g in (("mla_decode", df[~fb]), ("mla_decode_fallback", df[fb])):
-        g = _sample(g, rows)
-        if not len(g):
-            continue
+    for name, g in _sampled_groups(df, rows, "mla_decode"):
         kvb = g.kv_cache_dtype.map(KV_BYTES).fillna(2.0).values
         ctx = g.isl.values + g.step.values
         yield name, ops.mla_decode(g.batch_size.values, ctx, g.num_heads.values, qk_rope=MLA["qk_rope"],
