@@ -29,9 +29,11 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
   path other than the engine's default for the format, ``engine_kernels.MOE_DEFAULT_PATH``, under
   ``<format>@<path>``; Marlin with MXFP4 weights takes the engine's Marlin int4 rates, no fit of
   its own), with factors on their weight streaming, fixed cost and masked expert-parallel slots; MXFP4 from the gpt-oss-shaped rows
-  of the kernels each engine serves gpt-oss with, :func:`_gptoss_mxfp4_rows`; the chunked
+  of the kernels each engine serves gpt-oss with, :func:`_gptoss_mxfp4_rows` (two rates on
+  tensor-parallel rows only where the served path differs, :data:`MXFP4_SERVED_ELSEWHERE`); the chunked
   gated-delta prefill kernel's math, chain latency and fixed cost, :data:`LINEAR_ATTN_RATES`; the
   fixed cost of the engine's NVFP4 activation quantization before a dense GEMM, :data:`GEMM_QUANT_RATES`;
+  the math and fixed cost of its weight-only (int8 / int4) dense GEMMs, :data:`GEMM_WO_RATES`;
   decode attention's KV stream rate and fixed cost per cache format, GQA and MLA, bf16 and fp8,
   :data:`DECODE_RATES`, from the generation tables without their Triton fallback rows),
   written as ``src/servesim/perf/engine_kernels.yaml`` (perf/engine_kernels.py).
@@ -66,7 +68,7 @@ from bench_kernels import (FALLBACK_ATTENTION, GEMM_DTYPES, KV_BYTES, MLA, SYSTE
 
 from servesim.hardware import load_gpu  # noqa: E402
 from servesim.perf.analytic_params import AnalyticParams  # noqa: E402
-from servesim.perf.engine_kernels import (DECODE_HEAD_GROUP_MAX, MARLIN_INT4, PACK_GQA_PREFILL,  # noqa: E402
+from servesim.perf.engine_kernels import (DECODE_HEAD_GROUP_MAX, MARLIN_INT4, OGS_MXFP4, PACK_GQA_PREFILL,  # noqa: E402
                                           KernelRates, rate_range)
 from servesim.perf.kernels import OpModel  # noqa: E402
 
@@ -232,9 +234,9 @@ ENGINE_ROWS = 400
 #: routing, sorting and permutation kernels and the launches, a factor on ``MOE_KERNELS``) and
 #: the traffic of its masked slots (the expert-parallel rows: every rank handed the whole batch).
 MOE_RATES = ("moe", "moe_stream", "moe_fixed", "moe_masked")
-#: gpt-oss's MXFP4 kernels keep two rates, fitted from 16 tokens up (:data:`MXFP4_MIN_TOKENS`):
-#: the fixed cost the tables measure on Hopper is vLLM's Triton path (50-80 us a layer), while
-#: InferenceX's H100 / H200 scripts select its Marlin path, which no table measures.
+#: The rates of gpt-oss's MXFP4 kernel where the served path is not the measured one
+#: (:data:`MXFP4_SERVED_ELSEWHERE`): two, fitted from 16 tokens up (:data:`MXFP4_MIN_TOKENS`).
+#: Elsewhere the MXFP4 kernels take the four :data:`MOE_RATES` like every other format.
 MXFP4_RATES = ("moe", "moe_stream")
 #: Layouts the MoE rates are fitted on: at most 8 ranks (one node), tensor- or expert-parallel,
 #: where the engines' launch scripts serve the MoE models of calibration.csv.  The tables go on
@@ -272,17 +274,18 @@ GPT_OSS_EXPERTS = {"hidden_size": 2880, "inter_size": 2880, "topk": 4}
 #: generic fused-MoE Triton kernel with MXFP4 weights, not necessarily its gpt-oss path, and
 #: no calibration row runs gpt-oss on SGLang: it keeps the op model.
 MXFP4_ENGINES = ("vllm", "trtllm")
-#: Tokens below which the rows are left out of the mxfp4 fit: a handful of tokens touches a
-#: handful of experts and these kernels then take a fixed 40-80 us on Hopper (routing, launch),
-#: the fixed cost the mxfp4 rates leave out (:data:`MXFP4_RATES`); fitted on them without it,
-#: the streaming rate drops to ~0.3.
+#: (engine, CUDA major) whose served gpt-oss runs another MXFP4 kernel than its table measures:
+#: vLLM on Hopper, whose table times OpenAI's Triton grouped matmul (50-80 us of fixed cost a
+#: layer) where InferenceX's H100 / H200 scripts select its Marlin path (VLLM_MXFP4_USE_MARLIN=1),
+#: which no table measures.  Its rates keep the kernel's math and weight streaming only
+#: (:data:`MXFP4_RATES`), fitted on the tensor-parallel rows from :data:`MXFP4_MIN_TOKENS` up, so
+#: the Triton path's fixed cost and masked-slot traffic do not price the Marlin path.
+MXFP4_SERVED_ELSEWHERE = frozenset({("vllm", 9)})
+#: Tokens below which :data:`MXFP4_SERVED_ELSEWHERE`'s rows are left out of its mxfp4 fit (a
+#: handful of tokens is bound by the fixed cost its rates leave out).
 MXFP4_MIN_TOKENS = 16
-#: Layouts kept: experts split by tensor parallelism over at most :data:`ONE_NODE_RANKS` GPUs
-#: (gpt-oss's 65 GB fit on one node), no expert parallelism.  Under expert parallelism the measured kernels
-#: fall behind the op model more with every doubling of ranks (at 8 ranks the math runs at
-#: half the tensor-parallel rate, and the tables go on to 128 ranks of one expert each); one
-#: rate cannot serve both, and the engines' gpt-oss launch scripts default to tensor-parallel
-#: experts.  Expert-parallel gpt-oss is left with that error (docs/physics.md).
+#: Whether :data:`MXFP4_SERVED_ELSEWHERE`'s fit keeps tensor-parallel rows only (its masked-slot
+#: traffic is not fitted).
 MXFP4_EP_ONLY_ONE = True
 #: (engine, CUDA major) whose MXFP4 kernel is measured in another engine's table: vLLM on
 #: Blackwell runs TensorRT-LLM's MXFP4 x MXFP8 kernels (through FlashInfer); its own tables
@@ -296,6 +299,12 @@ MXFP4_KERNEL_TABLE = {("vllm", 10): "trtllm"}
 #: ``quant_op_latency_us`` held.  The GEMM kernel is the same FlashInfer CuTe-DSL one in SGLang's
 #: and vLLM's tables, so their GEMMs get no rate of their own.
 GEMM_QUANT_RATES = ("gemm_quant",)
+#: A weight-only (mixed-input) dense GEMM's two engine rates (perf/engine_kernels.py): its math
+#: and its fixed cost, what large and small matrices are bound by (its 4- or 8-bit weights stream
+#: at the GPU's rate: fitted too, that rate came out 1.10-1.13 for TensorRT-LLM's A100 ops, 0.83
+#: for SGLang's H100 int8 op, for a median error a point lower); fitted on each engine's
+#: ``int8_wo`` / ``int4_wo`` gemm_perf tables.
+GEMM_WO_RATES = ("gemm_wo", "gemm_wo_fixed")
 
 
 def _decode_time(ops: OpModel, kind: str, g):
@@ -318,21 +327,20 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
     for system in systems:
         gpu = load_gpu(SYSTEMS[system])
         major = gpu.cuda_major
+        for backend, df in _load(system, "gemm_perf"):
+            # the engine's NVFP4 activation-quantization op (GEMM_QUANT_RATES) and its
+            # weight-only GEMMs (GEMM_WO_RATES), Ampere's included
+            for op, dt, fmt in (("gemm_quant", "nvfp4", "fp4"), ("gemm_wo", "int8_wo", "int8_wo"), ("gemm_wo", "int4_wo", "int4")):
+                g = df[df.gemm_dtype == dt]
+                if len(g):
+                    sets.setdefault((backend, major, op, fmt), []).append(
+                        (gpu, lambda ops, g, f=fmt: ops.gemm(g.m.values, g.n.values, g.k.values, f) * 1e3,
+                         _sample(g, rows)))
         if major not in (9, 10):
             continue
         for engine, by in _gptoss_mxfp4_rows(system, major).items():
             sets.setdefault((engine, major, "moe", "mxfp4"), []).append(
                 (gpu, lambda ops, g: _moe_time(ops, "mxfp4", g) * 1e3, _sample(by, rows)))
-        for name in ("moe_perf", "context_mla_perf", "context_attention_perf", "gdn_perf", "gemm_perf",
-                     "generation_attention_perf", "generation_mla_perf"):
-            for backend, df in _load(system, name):
-                if name == "gemm_perf":  # the engine's NVFP4 activation-quantization op (GEMM_QUANT_RATES)
-                    g = df[df.gemm_dtype == "nvfp4"]
-                    if len(g):
-                        sets.setdefault((backend, major, "gemm_quant", "fp4"), []).append(
-                            (gpu, lambda ops, g: ops.gemm(g.m.values, g.n.values, g.k.values, "nvfp4") * 1e3,
-                             _sample(g, rows)))
-                    continue
         for name in ("moe_perf", "context_mla_perf", "context_attention_perf", "gdn_perf",
                      "generation_attention_perf", "generation_mla_perf"):
             for backend, df in _load(system, name):
@@ -413,16 +421,17 @@ def _gptoss_mxfp4_rows(system: str, major: int) -> dict:
             ~df.distribution.astype(str).str.startswith("power_law")
         for col, v in GPT_OSS_EXPERTS.items():
             keep &= df[col] == v
-        keep &= (df.num_tokens >= MXFP4_MIN_TOKENS) & (df.moe_tp_size * df.moe_ep_size <= ONE_NODE_RANKS)
-        if MXFP4_EP_ONLY_ONE:
-            keep &= df.moe_ep_size == 1
+        keep &= df.moe_tp_size * df.moe_ep_size <= ONE_NODE_RANKS
         if keep.any() and (backend not in found or _version_key(version) > found[backend][0]):
             found[backend] = (_version_key(version), df[keep])
     out = {b: g for b, (_, g) in found.items()}
     for (engine, m), source in MXFP4_KERNEL_TABLE.items():
         if m == major and source in out:
             out[engine] = out[source]
-    return {e: g for e, g in out.items() if e in MXFP4_ENGINES}
+    for engine, g in out.items():
+        if (engine, major) in MXFP4_SERVED_ELSEWHERE:
+            out[engine] = g[(g.num_tokens >= MXFP4_MIN_TOKENS) & ((g.moe_ep_size == 1) | (not MXFP4_EP_ONLY_ONE))]
+    return {e: g for e, g in out.items() if e in MXFP4_ENGINES and len(g)}
 
 
 def gptoss_moe_report(systems: list[str]) -> list[tuple]:
@@ -459,12 +468,14 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
     for (engine, major, op, fmt), parts in sorted(_engine_sets(systems, rows).items()):
         # a MoE kernel has four rates (:data:`MOE_RATES`; gpt-oss's two, :data:`MXFP4_RATES`),
         # the gated-delta prefill three, prefill attention one
-        fitted = (MXFP4_RATES if fmt == "mxfp4" else MOE_RATES) if op == "moe" \
+        fitted = (MXFP4_RATES if fmt == "mxfp4" and (engine, major) in MXFP4_SERVED_ELSEWHERE else MOE_RATES) \
+            if op == "moe" \
             else LINEAR_ATTN_RATES if op == "linear_attn" else DECODE_RATES if op == "decode_attention" \
-            else PREFILL_RATES if op == "prefill_attention" else (op,)
+            else PREFILL_RATES if op == "prefill_attention" else GEMM_WO_RATES if op == "gemm_wo" else (op,)
 
         # the engine's kernel structure (which kernels it runs) as servesim prices it
-        kinds = dict(int4_marlin=(engine, major) in MARLIN_INT4, decode_head_group_max=DECODE_HEAD_GROUP_MAX.get(engine, 0),
+        kinds = dict(int4_marlin=(engine, major) in MARLIN_INT4, mxfp4_ogs=(engine, major) in OGS_MXFP4,
+                     decode_head_group_max=DECODE_HEAD_GROUP_MAX.get(engine, 0),
                      prefill_pack_gqa=(engine, major) in PACK_GQA_PREFILL)
 
         def err(x, parts=parts, fitted=fitted, fmt=fmt, kinds=kinds):

@@ -30,8 +30,12 @@ count.  For the dense GEMMs, ``gemm_quant`` multiplies the fixed cost of the eng
 activation-quantization op beyond its kernel latency (``GPUSpec.quant_op_latency_us['fp4']``,
 fitted on all engines' tables pooled): SGLang's and vLLM's NVFP4 GEMM tables time the same
 FlashInfer CuTe-DSL GEMM, yet SGLang's smallest shapes take 3.5-3.9 us on Blackwell and vLLM's
-6-7 us, TensorRT-LLM's 6-7 us — the quantization kernels differ.  1 (no entry) keeps the op
-model as it is.
+6-7 us, TensorRT-LLM's 6-7 us — the quantization kernels differ.  ``gemm_wo`` multiplies the
+math rate of an engine's weight-only GEMM (int8 / int4 weights dequantized in the kernel, bf16
+math) and ``gemm_wo_fixed`` its fixed cost, a factor on the kernel latency: TensorRT-LLM's A100
+weight-only ops take 18-20 us at their smallest shapes (five kernel latencies, where its bf16
+GEMMs take one), SGLang's H100 int8 weight-only op 18 us and runs its math at about half the
+bf16 rate.  1 (no entry) keeps the op model as it is.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ OPS = {"prefill_attention": ("mla", "gqa", "gqa_window"), "prefill_attention_fix
        "moe_fixed": ("bf16", "fp8", "fp8_tensor", "fp4", "mxfp4", "int4"),
        "moe_masked": ("bf16", "fp8", "fp8_tensor", "fp4", "mxfp4", "int4"),
        "linear_attn": ("gdn",), "linear_attn_chain": ("gdn",), "linear_attn_fixed": ("gdn",),
-       "gemm_quant": ("fp4",)}
+       "gemm_quant": ("fp4",), "gemm_wo": ("int8_wo", "int4"), "gemm_wo_fixed": ("int8_wo", "int4")}
 #: A rate outside this range is a table or fitting error, not a kernel.
 RATE_RANGE = (0.1, 3.0)
 #: The gated-delta prefill kernel's math rate spans more: vLLM's FlashInfer kernel runs it on
@@ -69,7 +73,8 @@ PREFILL_RATE_RANGE = (0.1, 1.0 / AnalyticParams().attn_prefill_eff_max)
 #: A fused-MoE layer's fixed cost spans more too: its routing, sorting and permutation kernels
 #: and launches take 40-65 us on H200 in vLLM's block-fp8 path (2x ``MOE_KERNELS`` kernel
 #: latencies; 2.4x in vLLM's Marlin int4 path on Blackwell; TensorRT-LLM's Hopper MXFP4 path
-#: measures 4x under expert parallelism, which the gpt-oss rates leave out).
+#: 4.8x).  A weight-only dense GEMM op's fixed cost (``gemm_wo_fixed``, a factor on one kernel's
+#: latency) takes the same range: TensorRT-LLM's A100 ops 5x, SGLang's H100 int8 op 10x.
 MOE_FIXED_RATE_RANGE = (0.1, 10.0)
 #: A masked slot's traffic (``moe_masked``) may be none at all: a kernel that permutes only its
 #: own experts' rows skips them.
@@ -103,14 +108,21 @@ MOE_DEFAULT_PATH = {("sglang", 9, "bf16"): "triton", ("sglang", 10, "bf16"): "tr
                     ("vllm", 9, "fp8"): "triton", ("vllm", 10, "bf16"): "trtllm",
                     ("vllm", 10, "fp8_tensor"): "trtllm", ("vllm", 10, "fp4"): "trtllm",
                     ("vllm", 9, "mxfp4"): "triton", ("vllm", 10, "mxfp4"): "trtllm",
-                    ("trtllm", 10, "fp4"): "trtllm", ("trtllm", 10, "fp8"): "trtllm"}
+                    ("trtllm", 10, "fp4"): "trtllm", ("trtllm", 10, "fp8"): "trtllm", ("trtllm", 10, "mxfp4"): "trtllm"}
 
 
 #: (engine, CUDA major) whose int4 experts run Marlin's fused MoE (kernel sources of the engines'
 #: ``int4_wo`` tables: vLLM's compressed-tensors W4A16 Marlin path on Hopper and Blackwell,
 #: SGLang's Marlin MoE on Hopper; SGLang on Blackwell runs FlashInfer's TensorRT-LLM MoE instead).
-#: Marlin picks its row block by the rows an expert gets (``kernels.marlin_row_block``).
+#: Marlin picks its row block by the rows an expert gets (``moe_row_blocks.marlin_row_block``).
 MARLIN_INT4 = frozenset({("vllm", 9), ("vllm", 10), ("sglang", 9)})
+#: (engine, CUDA major) whose MXFP4 experts (gpt-oss) run OpenAI's ``triton_kernels`` grouped
+#: matmul on their default path, with its own row blocks (``moe_row_blocks.ogs_row_block``):
+#: vLLM's default MXFP4 backend on Hopper (its table's kernel source names it) and TensorRT-LLM's
+#: TRITON MoE backend, which its Hopper gpt-oss recipes select (InferenceX gptoss_fp4_h200_trt.sh:
+#: ``moe_config.backend: TRITON``).  SGLang's Hopper MXFP4 table times its generic fused Triton
+#: MoE instead, which keeps the fused kernels' row tile.
+OGS_MXFP4 = frozenset({("vllm", 9), ("trtllm", 9)})
 
 #: (engine, CUDA major) whose prefill attention packs the query heads sharing a KV head into the
 #: rows of one query block (FlashAttention-3's PackGQA: its heuristic packs whenever the query is
@@ -164,7 +176,7 @@ def rate_range(op: str) -> tuple[float, float]:
         return MOE_MASKED_RATE_RANGE
     if op == "prefill_attention":
         return PREFILL_RATE_RANGE
-    return MOE_FIXED_RATE_RANGE if op == "moe_fixed" else RATE_RANGE
+    return MOE_FIXED_RATE_RANGE if op in ("moe_fixed", "gemm_wo_fixed") else RATE_RANGE
 
 
 @dataclass(frozen=True)
@@ -175,6 +187,8 @@ class KernelRates:
     rates: dict[tuple[str, str], float] = field(default_factory=dict)
     #: Whether the engine's int4 experts run Marlin's fused MoE (:data:`MARLIN_INT4`).
     int4_marlin: bool = False
+    #: Whether the engine's MXFP4 experts run ``triton_kernels``' grouped matmul (:data:`OGS_MXFP4`).
+    mxfp4_ogs: bool = False
     #: Whether the engine's per-tensor fp8 and NVFP4 GEMMs get their activations quantized by
     #: the producing kernel (:data:`FUSED_ACTIVATION_QUANT`): no quantization kernel of their own
     #: (:data:`FUSED_QUANT_PRECISIONS`).  The step-time model clears it for a checkpoint with
@@ -254,9 +268,14 @@ class KernelRates:
         return self._moe_rate("moe_masked", dtype, kernel)
 
     def moe_marlin(self, dtype: str, kernel: str | None = None) -> bool:
-        """Whether these experts run Marlin's fused MoE (its row blocks, ``kernels.marlin_row_block``):
+        """Whether these experts run Marlin's fused MoE (its row blocks, ``moe_row_blocks.marlin_row_block``):
         the ``marlin`` path, or int4 experts of an engine whose int4 runs Marlin."""
         return kernel == "marlin" or (kernel is None and self.int4_marlin and _format(dtype) == "int4")
+
+    def moe_ogs(self, dtype: str, kernel: str | None = None) -> bool:
+        """Whether these experts run ``triton_kernels``' grouped matmul (its row blocks,
+        ``moe_row_blocks.ogs_row_block``): MXFP4 experts of such an engine on its default path."""
+        return self.mxfp4_ogs and kernel is None and _format(dtype) == "mxfp4"
 
     def _moe_rate(self, op: str, dtype: str, kernel: str | None = None) -> float:
         """A fused-MoE rate: per-tensor fp8 experts at the engine's per-tensor kernels' rate where
@@ -282,6 +301,16 @@ class KernelRates:
         """The engine's activation-quantization op before a dense GEMM with ``dtype`` weights: a
         factor on its fixed cost beyond the kernel latency (``GPUSpec.quant_op_latency_us``)."""
         return self.rates.get(("gemm_quant", _format(dtype)), 1.0)
+
+    def gemm_wo(self, dtype: str) -> float:
+        """The engine's weight-only (mixed-input) dense GEMM with ``dtype`` weights, dequantized to
+        bf16 in the kernel: a factor on its math rate."""
+        return self.rates.get(("gemm_wo", _format(dtype)), 1.0)
+
+    def gemm_wo_fixed(self, dtype: str) -> float:
+        """The same op's fixed cost, a factor on its one kernel's latency (what a few rows of a
+        small matrix are bound by)."""
+        return self.rates.get(("gemm_wo_fixed", _format(dtype)), 1.0)
 
     def linear_attn(self) -> float:
         """The engine's chunked gated-delta (linear attention) prefill kernel: its math."""
@@ -339,4 +368,4 @@ def kernel_rates(engine: str, gpu) -> KernelRates:
     if not found and not fused and not group and not pack:
         return NO_RATES
     return KernelRates(dict(found or {}), int4_marlin=(engine, major) in MARLIN_INT4,
-                       act_quant_fused=fused, decode_head_group_max=group, prefill_pack_gqa=pack)
+                       mxfp4_ogs=(engine, major) in OGS_MXFP4, act_quant_fused=fused, decode_head_group_max=group, prefill_pack_gqa=pack)

@@ -33,6 +33,7 @@ from servesim.perf.attention_blocks import (ATTN_BLOCK, _causal_pairs, packed_wi
                                              window_key_blocks)
 from servesim.perf.collective_laws import collective_steps, collective_volume
 from servesim.perf.engine_kernels import FUSED_QUANT_PRECISIONS, NO_RATES, KernelRates
+from servesim.perf.moe_row_blocks import marlin_row_block, ogs_row_block
 from servesim.perf.precision import compute_precision, weight_bytes
 
 #: GEMM output tiles (rows, cols) the kernel libraries choose among (CUTLASS / cuBLAS
@@ -144,26 +145,6 @@ def _tile_factor(tm: int, tn: int) -> float:
 _TILE_EFF = {tiles: tuple(_tile_factor(tm, tn) for tm, tn in tiles) for tiles in (GEMM_TILES, WEIGHT_ONLY_TILES)}
 
 
-#: Marlin's MoE row blocks, smallest first.  vLLM's ``fused_marlin_moe`` also has 8-row blocks, but
-#: Marlin's tensor-core instructions are 16 rows tall (``mma.m16n8k16``), so an 8-row block costs
-#: a 16-row one: fitted with 8 rows, vLLM's B200 int4 MoE scores 21% median error, with 16 rows 8%.
-MARLIN_ROW_BLOCKS = (16.0, 32.0, 48.0, 64.0)
-
-
-def marlin_row_block(rows_per_expert):
-    """The row block Marlin's fused MoE runs (the int4 experts' kernel in vLLM, and SGLang's on
-    Hopper): the smallest of :data:`MARLIN_ROW_BLOCKS` that an expert's average rows (the
-    layer's token-expert pairs over its local experts) fill to less than 90%, else the largest,
-    as vLLM's ``fused_marlin_moe`` chooses it.  Its cost grows in steps of 16 rows where the fused
-    Triton kernels' row tile jumps from 16 rows to 64 (an int4 Kimi prefill of 1k tokens at TP 8
-    gives each expert ~21 rows: 32-row blocks, not 64)."""
-    avg = np.asarray(rows_per_expert, float)
-    tm = np.full_like(avg, MARLIN_ROW_BLOCKS[-1])
-    for b in reversed(MARLIN_ROW_BLOCKS):
-        tm = np.where(avg / b < 0.9, b, tm)
-    return tm
-
-
 def ramped(t, r: float):
     """A streaming time ``t`` (seconds; float or array) with a ramp and tail of ``r`` seconds:
     ``t + r·t/(t + r)``, about ``2t`` while ``t ≪ r`` and ``t + r`` once ``t ≫ r``."""
@@ -260,6 +241,10 @@ class OpModel:
         serving uses the checkpoint's static scales, the kernel tables' TensorRT-LLM fp8 op does not."""
         peak, eff = self.gemm_eff(dtype)
         wb = weight_bytes(dtype)
+        fixed = self.t_kernel
+        if self.weight_only(dtype):  # the engine's mixed-input op: its math rate and fixed cost
+            eff = eff * self.rates.gemm_wo(dtype)
+            fixed = fixed * self.rates.gemm_wo_fixed(dtype)
         m = np.asarray(m, dtype=np.float64)
         if self.p.gemm_half_tokens:
             eff = eff * m / (m + self.p.gemm_half_tokens)
@@ -270,7 +255,7 @@ class OpModel:
                + m * np.asarray(n, float) * 2.0) / self.bw_eff
         mem = self._ramped(mem)
         comp = self.gemm_compute(m, n, k, peak, eff, self.split_k(dtype), self.gemm_tiles(dtype))
-        t = self.t_kernel + np.maximum(comp, mem)
+        t = fixed + np.maximum(comp, mem)
         prec = compute_precision(dtype, self.gpu) if quantized else ""
         if quantized and not (prec in FUSED_QUANT_PRECISIONS and self.rates.act_quant_fused):
             # the activation-quantization kernel: read bf16, write the low-precision copy (an
@@ -457,8 +442,11 @@ class OpModel:
         included (default: the ``tokens·k/ep`` pairs routed here, what an all-to-all dispatch
         delivers).  A rank handed the whole batch with remote experts masked (the engines' plain
         expert parallelism, and the kernel tables' expert-parallel rows) still moves every
-        masked slot's rows through its activation and weighted sum, at the engine's
-        ``moe_masked`` rate: the floor that stays when expert parallelism divides the GEMMs.
+        masked slot's rows through its routing, permutation and weighted sum, at the engine's
+        ``moe_masked`` rate: kernels apart from the grouped GEMMs, which skip those slots, so
+        their time adds to the GEMMs' (TensorRT-LLM's Hopper gpt-oss kernel at 16k tokens: 8.6,
+        4.9, 3.0, 2.1 ms over 1, 2, 4, 8 ranks, tending to 1.2 ms at 128 — ~17 ns a slot on top of
+        the divided math).  What stays when expert parallelism divides the GEMMs.
 
         ``act_dtype``: the activations' format where it decides the tensor-core precision —
         ``bf16`` for a weight-only kernel (W4A16 MXFP4), which dequantizes the 4-bit weights and
@@ -488,11 +476,13 @@ class OpModel:
         peak, eff = self.gemm_eff("bf16" if act_dtype in ("bf16", "fp16") else dtype)
         r = self.rates
         eff = eff * p.moe_eff_scale * r.moe(dtype, kernel)
-        # row tile: small (16) while experts get few rows, 64 beyond (vLLM / SGLang fused-MoE configs);
-        # an engine whose int4 experts run Marlin's MoE picks its row block from the average rows
-        # of a local expert (:func:`marlin_row_block`)
+        # row tile (perf/moe_row_blocks.py): small (16) while experts get few rows, 64 beyond
+        # (vLLM / SGLang fused-MoE configs); Marlin's from the average rows of a local expert,
+        # triton_kernels' from the expected rows of any expert
         if r.moe_marlin(dtype, kernel):
             tm = marlin_row_block(assign / local)
+        elif r.moe_ogs(dtype, kernel):
+            tm = ogs_row_block(t * k / E)
         else:
             tm = np.where(per_expert <= 16, 16.0, 64.0)
         rows = touched * np.ceil(per_expert / tm) * tm
@@ -512,7 +502,7 @@ class OpModel:
         stream = min(self.stream_ratio(dtype) * r.moe_stream(dtype, kernel), self.gpu.ceiling("hbm") / self.mem_eff)
         # each slot's rows: the hidden row in and out, the activation's (gate-)up rows read and
         # its output written; a masked slot at the engine's rate (zeros written and summed by
-        # the Triton path, skipped by kernels that permute only their own experts' rows)
+        # the Triton path, skipped by kernels that permute only their own experts' rows: 0)
         masked = 0.0 if slots is None else np.maximum(np.asarray(slots, float) - assign, 0.0)
         # each GEMM's weights stream through the SMs holding its column tiles: a grouped GEMM with
         # fewer weight-column tiles than SMs streams at most MOE_SM_STREAM_BPS per tile's SM
@@ -526,9 +516,12 @@ class OpModel:
                 + w_dn / np.minimum(bw_w, np.minimum(cols_dn, self.sms) * MOE_SM_STREAM_BPS)
         else:
             t_w = touched * mats * hidden * i_loc * wb / bw_w
-        mem = t_w + (assign + masked * r.moe_masked(dtype, kernel)) * (2.0 * hidden + mats * i_loc) * 2.0 / self.bw_eff \
-            + touched * p.moe_expert_s
-        return MOE_KERNELS * r.moe_fixed(dtype, kernel) * self.t_kernel + np.maximum(comp, mem)
+        row_bytes = (2.0 * hidden + mats * i_loc) * 2.0
+        mem = t_w + assign * row_bytes / self.bw_eff + touched * p.moe_expert_s
+        # the grouped GEMMs skip the masked slots: the routing, permutation and weighted-sum
+        # kernels around them move those, added to the GEMMs' time rather than hidden under it
+        masked_t = masked * r.moe_masked(dtype, kernel) * row_bytes / self.bw_eff
+        return MOE_KERNELS * r.moe_fixed(dtype, kernel) * self.t_kernel + np.maximum(comp, mem) + masked_t
 
     # ------------------------------------------------------------ collectives
     def _link(self, ranks):
