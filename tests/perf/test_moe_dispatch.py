@@ -232,3 +232,22 @@ def test_deployment_passes_the_engines_moe_kernel_to_the_step_time_model():
     assert _deployed_step_time({"name": "trtllm"}).moe_kernel == "cutlass"
     assert _deployed_step_time({"name": "trtllm", "moe_backend": "TRTLLM"}).moe_kernel == "trtllm"
     assert _deployed_step_time({"name": "sglang"}).moe_kernel is None
+
+
+def test_vllm_mxfp4_marlin_option_runs_gpt_oss_experts_through_marlin():
+    """``VLLM_MXFP4_USE_MARLIN=1`` (``mxfp4_use_marlin``) moves MXFP4 experts (gpt-oss) onto vLLM's
+    Marlin MoE: Marlin's row blocks and vLLM's Marlin rates (its int4 ones on Hopper), not
+    triton_kernels' blocks and rates; other experts' formats keep their path."""
+    gpt_oss = PlanInputs(load_model("openai/gpt-oss-120b"), load_gpu("h200_sxm"), Layout(tp=1), "fp4", "bf16")
+    assert plan_vllm(VLLMOptions(mxfp4_use_marlin=True), gpt_oss).moe_kernel == "marlin"
+    assert plan_vllm(VLLMOptions(), gpt_oss).moe_kernel is None
+    assert plan_vllm(VLLMOptions(mxfp4_use_marlin=True), _facts("h200_sxm", 8, 1, 1, "fp8")).moe_kernel is None
+    g = load_gpu("h200_sxm")
+    rates = kernel_rates("vllm", g)
+    assert rates.moe_marlin("mxfp4", "marlin") and not rates.moe_ogs("mxfp4", "marlin")
+    assert rates.moe("mxfp4", "marlin") == rates.moe("int4") != rates.moe("mxfp4")
+
+    def moe_ms(kernel, tokens):
+        return AnalyticStepTime(load_model("openai/gpt-oss-120b"), g, tp=1, weight_dtype="fp4", kv_dtype="bf16",
+                                kernel_rates=rates, moe_kernel=kernel)._moe_time(tokens) * 1e3
+    assert moe_ms("marlin", 8192) != moe_ms(None, 8192)

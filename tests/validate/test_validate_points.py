@@ -270,6 +270,13 @@ def test_vllm_gptoss_llama_kimi_flags_follow_the_launch_scripts():
     assert e["max_num_seqs"] == 64 and e["max_model_len"] == 10240
     e = _vllm(**one, model="openai/gpt-oss-120b", system="h200_sxm", precision="fp4", concurrency=64, isl=8192)
     assert e["max_num_seqs"] == 64 and e["max_model_len"] == 8192 + 1024 + 200
+    # VLLM_MXFP4_USE_MARLIN=1 in the H100 / H200 scripts from 2026-01-02 (InferenceX PR 327)
+    for date, marlin in (("2025-12-08", False), ("2026-03-27", True)):
+        for system in ("h100_sxm", "h200_sxm"):
+            e = _vllm(**one, model="openai/gpt-oss-120b", system=system, precision="fp4", measured_date=date)
+            assert e.get("mxfp4_use_marlin", False) is marlin
+    e = _vllm(**one, model="openai/gpt-oss-120b", system="b200_sxm", precision="fp4", measured_date="2026-03-27")
+    assert "mxfp4_use_marlin" not in e
     llama = {"source": IX, "model": "meta-llama/Llama-3.1-70B", "gpus": 2, "attention_tp": 2}
     e = _vllm(**llama, system="b200_sxm", precision="fp8", concurrency=16)
     assert e == {"enable_prefix_caching": False, "max_num_seqs": 512, "max_num_batched_tokens": 8192,

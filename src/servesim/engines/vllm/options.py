@@ -41,6 +41,9 @@ class VLLMOptions(BaseModel):
         "allgather_reducescatter", description="expert parallelism with data parallelism (deployment.ep > 1, "
         "attention_dp > 1): vLLM's --all2all-backend; allgather_reducescatter (the default) and naive hand every rank "
         "the whole gathered batch, remote experts masked; the others dispatch each rank only its routed tokens")
+    mxfp4_use_marlin: bool = Field(
+        False, description="MXFP4 experts (gpt-oss) through vLLM's Marlin MoE instead of its default kernel "
+        "(VLLM_MXFP4_USE_MARLIN=1; on Hopper the default is OpenAI's triton_kernels grouped matmul)")
     # host-memory KV tier (docs/engines.md, "Host KV tier"); off by default
     host_kv_gb: float = Field(0.0, ge=0, description="host memory for KV per worker, GB; 0: no host tier")
     host_link_gbs: float | None = Field(

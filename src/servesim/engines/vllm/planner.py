@@ -8,6 +8,7 @@ from servesim.engines.planning import EnginePlan, PlanInputs
 from servesim.engines.vllm.options import VLLMOptions, resolve_vllm_options
 from servesim.metrics.recorder import RequestRecorder
 from servesim.perf.memory import memory_budget
+from servesim.perf.precision import layer_dtypes
 
 
 def plan_vllm(options: VLLMOptions, facts: PlanInputs) -> EnginePlan:
@@ -32,4 +33,12 @@ def plan_vllm(options: VLLMOptions, facts: PlanInputs) -> EnginePlan:
     lay = facts.layout
     a2a = lay.ep > 1 and lay.attention_dp > 1 and opt.all2all_backend not in ("allgather_reducescatter", "naive")
     return EnginePlan(memory, settings, opt.max_model_len, make, overlaps_host=opt.async_scheduling,
-                      moe_all_to_all=a2a)
+                      moe_all_to_all=a2a, moe_kernel=vllm_moe_kernel(opt, facts))
+
+
+def vllm_moe_kernel(opt: VLLMOptions, facts: PlanInputs) -> str | None:
+    """The fused-MoE kernel path off the format's default (perf/engine_kernels.py): Marlin's MoE
+    for MXFP4 experts under ``VLLM_MXFP4_USE_MARLIN`` (``opt.mxfp4_use_marlin``; vLLM's
+    ``get_mxfp4_backend``), else None."""
+    routed = layer_dtypes(facts.weight_dtype, facts.arch.family, facts.arch.is_moe)["routed_experts"]
+    return "marlin" if opt.mxfp4_use_marlin and facts.arch.is_moe and routed == "mxfp4" else None

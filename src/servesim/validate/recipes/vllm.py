@@ -78,6 +78,10 @@ def vllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
         opts.update(max_num_seqs=512 if system == "b200_sxm" else conc, max_num_batched_tokens=8192,
                     gpu_memory_utilization=0.9,
                     max_model_len=10240 if system == "h100_sxm" else _vllm_max_model_len(isl, osl))
+        if system in ("h100_sxm", "h200_sxm") and date >= "2026-01-02":
+            # VLLM_MXFP4_USE_MARLIN=1 in the H100 / H200 scripts from InferenceX PR 327 (4e52ed4c6,
+            # 2026-01-02, the vLLM 0.13 update: "fix H100/H200 perf regression")
+            opts["mxfp4_use_marlin"] = True
         return opts
     if "llama-3.1-70b" in model and system in ("b200_sxm", "h100_sxm", "h200_sxm"):
         # 70b_fp8_b200_docker.sh, 70b_fp4_b200_docker.sh: --max-num-seqs 512; 70b_fp8_h100_slurm.sh,
