@@ -29,8 +29,7 @@ shapes do not pull the fit) and prints them as YAML for the GPU's file:
   path other than the engine's default for the format, ``engine_kernels.MOE_DEFAULT_PATH``, under
   ``<format>@<path>``; Marlin with MXFP4 weights takes the engine's Marlin int4 rates, no fit of
   its own), with factors on their weight streaming, fixed cost and masked expert-parallel slots; MXFP4 from the gpt-oss-shaped rows
-  of the kernels each engine serves gpt-oss with, :func:`_gptoss_mxfp4_rows` (two rates on
-  tensor-parallel rows only where the served path differs, :data:`MXFP4_SERVED_ELSEWHERE`); the chunked
+  of the kernels each engine serves gpt-oss with, :func:`_gptoss_mxfp4_rows`; the chunked
   gated-delta prefill kernel's math, chain latency and fixed cost, :data:`LINEAR_ATTN_RATES`; the
   fixed cost of the engine's NVFP4 activation quantization before a dense GEMM, :data:`GEMM_QUANT_RATES`;
   the math and fixed cost of its weight-only (int8 / int4) dense GEMMs, :data:`GEMM_WO_RATES`;
@@ -234,10 +233,6 @@ ENGINE_ROWS = 400
 #: routing, sorting and permutation kernels and the launches, a factor on ``MOE_KERNELS``) and
 #: the traffic of its masked slots (the expert-parallel rows: every rank handed the whole batch).
 MOE_RATES = ("moe", "moe_stream", "moe_fixed", "moe_masked")
-#: The rates of gpt-oss's MXFP4 kernel where the served path is not the measured one
-#: (:data:`MXFP4_SERVED_ELSEWHERE`): two, fitted from 16 tokens up (:data:`MXFP4_MIN_TOKENS`).
-#: Elsewhere the MXFP4 kernels take the four :data:`MOE_RATES` like every other format.
-MXFP4_RATES = ("moe", "moe_stream")
 #: Layouts the MoE rates are fitted on: at most 8 ranks (one node), tensor- or expert-parallel,
 #: where the engines' launch scripts serve the MoE models of calibration.csv.  The tables go on
 #: to 128 ranks and more, one or two experts a rank, where the kernels fall further behind the
@@ -274,19 +269,6 @@ GPT_OSS_EXPERTS = {"hidden_size": 2880, "inter_size": 2880, "topk": 4}
 #: generic fused-MoE Triton kernel with MXFP4 weights, not necessarily its gpt-oss path, and
 #: no calibration row runs gpt-oss on SGLang: it keeps the op model.
 MXFP4_ENGINES = ("vllm", "trtllm")
-#: (engine, CUDA major) whose served gpt-oss runs another MXFP4 kernel than its table measures:
-#: vLLM on Hopper, whose table times OpenAI's Triton grouped matmul (50-80 us of fixed cost a
-#: layer) where InferenceX's H100 / H200 scripts select its Marlin path (VLLM_MXFP4_USE_MARLIN=1),
-#: which no table measures.  Its rates keep the kernel's math and weight streaming only
-#: (:data:`MXFP4_RATES`), fitted on the tensor-parallel rows from :data:`MXFP4_MIN_TOKENS` up, so
-#: the Triton path's fixed cost and masked-slot traffic do not price the Marlin path.
-MXFP4_SERVED_ELSEWHERE = frozenset({("vllm", 9)})
-#: Tokens below which :data:`MXFP4_SERVED_ELSEWHERE`'s rows are left out of its mxfp4 fit (a
-#: handful of tokens is bound by the fixed cost its rates leave out).
-MXFP4_MIN_TOKENS = 16
-#: Whether :data:`MXFP4_SERVED_ELSEWHERE`'s fit keeps tensor-parallel rows only (its masked-slot
-#: traffic is not fitted).
-MXFP4_EP_ONLY_ONE = True
 #: (engine, CUDA major) whose MXFP4 kernel is measured in another engine's table: vLLM on
 #: Blackwell runs TensorRT-LLM's MXFP4 x MXFP8 kernels (through FlashInfer); its own tables
 #: measure that dtype at non-gpt-oss shapes only.
@@ -403,8 +385,8 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
 
 def _gptoss_mxfp4_rows(system: str, major: int) -> dict:
     """engine → the balanced-routing MXFP4 MoE rows at gpt-oss's expert shape (the dtype the
-    engines serve on this CUDA major, :data:`MOE_FORMATS`; the layouts and token counts of
-    :data:`ONE_NODE_RANKS` and :data:`MXFP4_MIN_TOKENS`), from the newest version of the table
+    engines serve on this CUDA major, :data:`MOE_FORMATS`; every token count, on the layouts of
+    :data:`ONE_NODE_RANKS`), from the newest version of the table
     that has them (:data:`MXFP4_KERNEL_TABLE`: the table measuring the engine's kernel)."""
     import pyarrow.parquet as pq
     from aiconfigurator_core.sdk import perf_database
@@ -428,36 +410,27 @@ def _gptoss_mxfp4_rows(system: str, major: int) -> dict:
     for (engine, m), source in MXFP4_KERNEL_TABLE.items():
         if m == major and source in out:
             out[engine] = out[source]
-    for engine, g in out.items():
-        if (engine, major) in MXFP4_SERVED_ELSEWHERE:
-            out[engine] = g[(g.num_tokens >= MXFP4_MIN_TOKENS) & ((g.moe_ep_size == 1) | (not MXFP4_EP_ONLY_ONE))]
     return {e: g for e, g in out.items() if e in MXFP4_ENGINES and len(g)}
 
 
 def gptoss_moe_report(systems: list[str]) -> list[tuple]:
     """(GPU, engine, rows, median |error| and bias without and with the engine's rates) of the
     op model on the served gpt-oss MXFP4 MoE rows at every token count and layout up to
-    :data:`ONE_NODE_RANKS` ranks, expert-parallel ones included (wider than the fit's rows)."""
-    global MXFP4_MIN_TOKENS, MXFP4_EP_ONLY_ONE
+    :data:`ONE_NODE_RANKS` ranks, expert-parallel ones included (the rows the rates are fitted on)."""
     from servesim.perf.engine_kernels import NO_RATES, kernel_rates
 
     params = AnalyticParams()
     out = []
-    saved = MXFP4_MIN_TOKENS, MXFP4_EP_ONLY_ONE
-    MXFP4_MIN_TOKENS, MXFP4_EP_ONLY_ONE = 1, False
-    try:
-        for system in systems:
-            gpu = load_gpu(SYSTEMS[system])
-            if gpu.cuda_major not in (9, 10):
-                continue
-            for engine, g in sorted(_gptoss_mxfp4_rows(system, gpu.cuda_major).items()):
-                meas = g.latency.values
-                errs = [_moe_time(OpModel(gpu, params, r), "mxfp4", g) * 1e3 / meas - 1
-                        for r in (NO_RATES, kernel_rates(engine, gpu))]
-                out.append((SYSTEMS[system], engine, len(g), *[(float(np.median(np.abs(e))), float(np.median(e)))
-                                                               for e in errs]))
-    finally:
-        MXFP4_MIN_TOKENS, MXFP4_EP_ONLY_ONE = saved
+    for system in systems:
+        gpu = load_gpu(SYSTEMS[system])
+        if gpu.cuda_major not in (9, 10):
+            continue
+        for engine, g in sorted(_gptoss_mxfp4_rows(system, gpu.cuda_major).items()):
+            meas = g.latency.values
+            errs = [_moe_time(OpModel(gpu, params, r), "mxfp4", g) * 1e3 / meas - 1
+                    for r in (NO_RATES, kernel_rates(engine, gpu))]
+            out.append((SYSTEMS[system], engine, len(g), *[(float(np.median(np.abs(e))), float(np.median(e)))
+                                                           for e in errs]))
     return out
 
 
@@ -466,10 +439,9 @@ def fit_engine_rates(systems: list[str], rows: int = ENGINE_ROWS) -> list[dict]:
     params = AnalyticParams()
     out = []
     for (engine, major, op, fmt), parts in sorted(_engine_sets(systems, rows).items()):
-        # a MoE kernel has four rates (:data:`MOE_RATES`; gpt-oss's two, :data:`MXFP4_RATES`),
+        # a MoE kernel has four rates (:data:`MOE_RATES`),
         # the gated-delta prefill three, prefill attention one
-        fitted = (MXFP4_RATES if fmt == "mxfp4" and (engine, major) in MXFP4_SERVED_ELSEWHERE else MOE_RATES) \
-            if op == "moe" \
+        fitted = MOE_RATES if op == "moe" \
             else LINEAR_ATTN_RATES if op == "linear_attn" else DECODE_RATES if op == "decode_attention" \
             else PREFILL_RATES if op == "prefill_attention" else GEMM_WO_RATES if op == "gemm_wo" else (op,)
 
