@@ -312,7 +312,8 @@ def _engine_sets(systems: list[str], rows: int) -> dict[tuple[str, int, str, str
         for backend, df in _load(system, "gemm_perf"):
             # the engine's NVFP4 activation-quantization op (GEMM_QUANT_RATES) and its
             # weight-only GEMMs (GEMM_WO_RATES), Ampere's included
-            for op, dt, fmt in (("gemm_quant", "nvfp4", "fp4"), ("gemm_wo", "int8_wo", "int8_wo"), ("gemm_wo", "int4_wo", "int4")):
+            for op, dt, fmt in (("gemm_quant", "nvfp4", "fp4"), ("gemm_wo", "int8_wo", "int8_wo"),
+                                ("gemm_wo", "int4_wo", "int4")):
                 g = df[df.gemm_dtype == dt]
                 if len(g):
                     sets.setdefault((backend, major, op, fmt), []).append(

@@ -73,7 +73,7 @@ PREFILL_RATE_RANGE = (0.1, 1.0 / AnalyticParams().attn_prefill_eff_max)
 #: A fused-MoE layer's fixed cost spans more too: its routing, sorting and permutation kernels
 #: and launches take 40-65 us on H200 in vLLM's block-fp8 path (2x ``MOE_KERNELS`` kernel
 #: latencies; 2.4x in vLLM's Marlin int4 path on Blackwell; TensorRT-LLM's Hopper MXFP4 path
-#: 4.8x).  A weight-only dense GEMM op's fixed cost (``gemm_wo_fixed``, a factor on one kernel's
+#: 3.9x).  A weight-only dense GEMM op's fixed cost (``gemm_wo_fixed``, a factor on one kernel's
 #: latency) takes the same range: TensorRT-LLM's A100 ops 5x, SGLang's H100 int8 op 10x.
 MOE_FIXED_RATE_RANGE = (0.1, 10.0)
 #: A masked slot's traffic (``moe_masked``) may be none at all: a kernel that permutes only its
@@ -108,7 +108,8 @@ MOE_DEFAULT_PATH = {("sglang", 9, "bf16"): "triton", ("sglang", 10, "bf16"): "tr
                     ("vllm", 9, "fp8"): "triton", ("vllm", 10, "bf16"): "trtllm",
                     ("vllm", 10, "fp8_tensor"): "trtllm", ("vllm", 10, "fp4"): "trtllm",
                     ("vllm", 9, "mxfp4"): "triton", ("vllm", 10, "mxfp4"): "trtllm",
-                    ("trtllm", 10, "fp4"): "trtllm", ("trtllm", 10, "fp8"): "trtllm", ("trtllm", 10, "mxfp4"): "trtllm"}
+                    ("trtllm", 10, "fp4"): "trtllm", ("trtllm", 10, "fp8"): "trtllm",
+                    ("trtllm", 10, "mxfp4"): "trtllm"}
 
 
 #: (engine, CUDA major) whose int4 experts run Marlin's fused MoE (kernel sources of the engines'
@@ -368,4 +369,5 @@ def kernel_rates(engine: str, gpu) -> KernelRates:
     if not found and not fused and not group and not pack:
         return NO_RATES
     return KernelRates(dict(found or {}), int4_marlin=(engine, major) in MARLIN_INT4,
-                       mxfp4_ogs=(engine, major) in OGS_MXFP4, act_quant_fused=fused, decode_head_group_max=group, prefill_pack_gqa=pack)
+                       mxfp4_ogs=(engine, major) in OGS_MXFP4, act_quant_fused=fused,
+                       decode_head_group_max=group, prefill_pack_gqa=pack)
