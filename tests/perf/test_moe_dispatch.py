@@ -251,3 +251,13 @@ def test_vllm_mxfp4_marlin_option_runs_gpt_oss_experts_through_marlin():
         return AnalyticStepTime(load_model("openai/gpt-oss-120b"), g, tp=1, weight_dtype="fp4", kv_dtype="bf16",
                                 kernel_rates=rates, moe_kernel=kernel)._moe_time(tokens) * 1e3
     assert moe_ms("marlin", 8192) != moe_ms(None, 8192)
+
+
+def test_trtllm_triton_backend_prices_hopper_mxfp4_on_triton_kernels_row_blocks():
+    """TensorRT-LLM's TRITON MoE backend (what its Hopper gpt-oss scripts select) is the format's own
+    path there (triton_kernels' row blocks); its default CUTLASS is another path."""
+    gpt_oss = PlanInputs(load_model("openai/gpt-oss-120b"), load_gpu("h200_sxm"), Layout(tp=1), "fp4", "bf16")
+    triton = plan_trtllm(TRTLLMOptions(moe_backend="TRITON"), gpt_oss).moe_kernel
+    rates = kernel_rates("trtllm", load_gpu("h200_sxm"))
+    assert triton is None and rates.moe_ogs("mxfp4", triton)
+    assert not rates.moe_ogs("mxfp4", plan_trtllm(TRTLLMOptions(), gpt_oss).moe_kernel)

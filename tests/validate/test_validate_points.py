@@ -194,10 +194,12 @@ def test_trtllm_gptoss_and_llama_flags_follow_the_launch_scripts():
     e = _trt(source=IX, model="openai/gpt-oss-120b", system="b200_sxm", precision="fp4", gpus=1, attention_tp=1,
              moe_ep=1, concurrency=64)
     assert e == {"enable_block_reuse": False, "max_num_tokens": 20000, "max_batch_size": 512,
-                 "free_gpu_memory_fraction": 0.85, "stream_interval": 20, "num_postprocess_workers": 4}
+                 "free_gpu_memory_fraction": 0.85, "stream_interval": 20, "num_postprocess_workers": 4,
+                 "moe_backend": "TRTLLM"}
     e = _trt(source=IX, model="openai/gpt-oss-120b", system="h200_sxm", precision="fp4", gpus=1, attention_tp=1,
              moe_ep=1, concurrency=64)
     assert e["max_batch_size"] == 64 and e["max_num_tokens"] == 20000
+    assert e["moe_backend"] == "TRITON"  # gptoss_fp4_h200_trt*.sh: triton_kernels, not CUTLASS
     llama = {"source": IX, "model": "meta-llama/Llama-3.1-70B", "system": "h200_sxm", "moe_ep": 1}
     e = _trt(**llama, precision="fp8", gpus=4, attention_tp=4)
     assert e == {"enable_block_reuse": False, "max_num_tokens": 16384, "batch_wait_timeout_iters": 20,

@@ -67,5 +67,6 @@ class EnginePlan:
     moe_all_to_all: bool = False
     #: The fused-MoE kernel path the engine runs the routed experts on
     #: (``perf/engine_kernels.py:MOE_KERNEL_PATHS``), or None for the path the engine's rates for
-    #: the experts' format describe (``MOE_DEFAULT_PATH``): TensorRT-LLM's ``moe_config.backend``.
+    #: the experts' format describe (``MOE_DEFAULT_PATH``): TensorRT-LLM's ``moe_config.backend``,
+    #: vLLM's ``VLLM_MXFP4_USE_MARLIN``.
     moe_kernel: str | None = None

@@ -225,9 +225,11 @@ def trtllm_inferencex_options(row: dict[str, str]) -> dict[str, Any] | None:
     if "gpt-oss" in model and system in ("b200_sxm", "h200_sxm"):
         # benchmarks/gptoss_fp4_b200_trt.sh: --max_batch_size 512 --max_num_tokens 20000;
         # benchmarks/gptoss_fp4_h200_trt.sh: --max_batch_size $CONC --max_num_tokens 20000;
-        # both free_gpu_memory_fraction 0.85, stream_interval 20, num_postprocess_workers 4
+        # both free_gpu_memory_fraction 0.85, stream_interval 20, num_postprocess_workers 4;
+        # moe_config.backend TRTLLM (B200; from 2025-10-20, before these rows) and TRITON (H200)
         opts.update(max_num_tokens=20000, max_batch_size=512 if system == "b200_sxm" else conc,
-                    free_gpu_memory_fraction=0.85, stream_interval=20, num_postprocess_workers=4)
+                    free_gpu_memory_fraction=0.85, stream_interval=20, num_postprocess_workers=4,
+                    moe_backend="TRTLLM" if system == "b200_sxm" else "TRITON")
         return opts
     if "llama-3.1-70b" in model and system in ("b200_sxm", "h200_sxm"):
         # benchmarks/70b_fp8_b200_trt_slurm.sh, 70b_fp8_h200_trt_slurm.sh,
