@@ -85,11 +85,11 @@ BUILTIN_PROFILES: dict[str, ClientProfile] = {p.name: p for p in (
     ClientProfile("inferencex", "InferenceX's benchmark_serving.py (vLLM's benchmark client, closed loop at a "
                                 "max concurrency, random prompts, EOS ignored)", "fitted",
                   {"request_overhead_s": 2e-3, "tokenize_base_s": 1e-3, "tokenize_per_token_s": 1.5e-6,
-                   "first_token_overhead_s": 0.0166107, "stream_per_running_s": 0.000274818}),
+                   "first_token_overhead_s": 0.0168549, "stream_per_running_s": 0.000273584}),
     ClientProfile("nvidia", "NVIDIA's measurements in AIConfigurator's silicon sample (client settings "
                             "undocumented; AIConfigurator's benchmark template drives AIPerf)", "fitted",
                   {"request_overhead_s": 2e-3, "tokenize_base_s": 1e-3, "tokenize_per_token_s": 1.5e-6,
-                   "first_token_overhead_s": 0.051198, "stream_per_running_s": 0.000355547}),
+                   "first_token_overhead_s": 0.0518879, "stream_per_running_s": 0.000371778}),
 )}
 
 #: calibration.csv ``source`` → the client profile its rows were measured with.
