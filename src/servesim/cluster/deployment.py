@@ -208,7 +208,7 @@ def build_deployment(cfg: Config, oracle: NextUseOracle | None = None) -> Deploy
         step_time = build_step_time(cfg.perf, arch, gpu, dep.tp, dep.ep, weight_dtype, kv_dtype,
                                     attention_dp=dp, engine=dep.engine.name, resolved=perf,
                                     eager_launch=plan.eager_launch, moe_all_to_all=plan.moe_all_to_all,
-                                    moe_kernel=plan.moe_kernel)
+                                    moe_kernel=plan.moe_kernel, graph_pass_overhead_s=plan.graph_pass_overhead_s)
     except ModelError as exc:
         raise ConfigError(f"perf: {exc}") from None
     from servesim.engines.speculative import attach_speculative, wrap_step_time as wrap_speculative

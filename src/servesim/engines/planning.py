@@ -70,3 +70,9 @@ class EnginePlan:
     #: the experts' format describe (``MOE_DEFAULT_PATH``): TensorRT-LLM's ``moe_config.backend``,
     #: vLLM's ``VLLM_MXFP4_USE_MARLIN``.
     moe_kernel: str | None = None
+    #: Seconds a CUDA-graph decode pass takes beyond its layers' kernels (the input copies, the
+    #: graph's launch, sampling and the output copy, and whatever host work the engine's loop
+    #: leaves on the pass's path), where the engine's differs from the op model's default
+    #: (``AnalyticParams.graph_pass_overhead_s``); None: that default.  A calibration file that
+    #: sets the value wins.
+    graph_pass_overhead_s: float | None = None

@@ -219,6 +219,7 @@ def build_step_time(
     eager_launch: bool = False,
     moe_all_to_all: bool = False,
     moe_kernel: str | None = None,
+    graph_pass_overhead_s: float | None = None,
 ) -> StepTimeModel:
     """The step-time model a perf config describes, for one worker's layout (GPU work only).
 
@@ -229,6 +230,8 @@ def build_step_time(
     ``moe_all_to_all``: the engine's expert parallelism dispatches routed tokens by all-to-all
     (its plan says so; else each expert-parallel rank's fused MoE runs over the whole batch).
     ``moe_kernel``: the fused-MoE kernel path the engine runs (its plan's; None: the format's own).
+    ``graph_pass_overhead_s``: the engine's own time of a CUDA-graph decode pass beyond its layers
+    (its plan's; None: ``AnalyticParams``' default), unless the calibration or ``perf.params`` set it.
     """
     if perf_cfg is None or isinstance(perf_cfg, dict):
         perf_cfg = parse_perf_config(perf_cfg)
@@ -243,7 +246,10 @@ def build_step_time(
                            attention_dp=attention_dp, options=AicOptions(**perf_cfg.aic.model_dump()))
     if resolved is None:
         resolved = resolve_perf(perf_cfg, gpu.name, engine)
+    values = dict(resolved.analytic)
+    if graph_pass_overhead_s is not None:
+        values.setdefault("graph_pass_overhead_s", graph_pass_overhead_s)
     return AnalyticStepTime(arch, gpu, tp=tp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                            params=_analytic_params(resolved.analytic), attention_dp=attention_dp,
+                            params=_analytic_params(values), attention_dp=attention_dp,
                             eager_launch=eager_launch, moe_all_to_all=moe_all_to_all, moe_kernel=moe_kernel,
                             kernel_rates=kernel_rates(engine, gpu))

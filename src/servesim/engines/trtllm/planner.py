@@ -31,7 +31,20 @@ def plan_trtllm(options: TRTLLMOptions, facts: PlanInputs) -> EnginePlan:
     # the per-operation dispatch perf/launches.py counts from SGLang's model code does not carry
     # over (applied to TensorRT-LLM it made Llama and Qwen predictions worse; docs/validation.md).
     return EnginePlan(memory, settings, context, make, moe_all_to_all=trtllm_moe_alltoall(opt, facts),
-                      moe_kernel=TRTLLM_MOE_KERNELS.get(opt.moe_backend))
+                      moe_kernel=TRTLLM_MOE_KERNELS.get(opt.moe_backend), graph_pass_overhead_s=TRTLLM_GRAPH_PASS_S)
+
+
+#: A CUDA-graph decode iteration's time beyond the layers' kernels in TensorRT-LLM's PyTorch
+#: executor: the graph replay's launch, the pinned input copies, greedy sampling (an arg-max over
+#: the logits) and the sampled ids' copy back, about a dozen small operations at a few
+#: microseconds each (the GPUs' shortest kernels take 1.8-2.5 us: ``GPUSpec.kernel_latency_us``).
+#: Its executor's overlap scheduler (on in every measured launch script) prepares iteration k + 1
+#: and handles iteration k − 1's responses on the host while iteration k runs, so no host time
+#: adds to it.  The op model's default (0.5 ms, kept for vLLM and SGLang, whose Python model
+#: runners launch the input preparation and sampler op by op) made every TensorRT-LLM
+#: calibration group pull its scheduler time to zero, its lower bound: the floor was priced too
+#: high (docs/physics.md, "What a decode pass costs beyond its layers").
+TRTLLM_GRAPH_PASS_S = 50e-6
 
 
 #: ``moe_config.backend`` → the kernel path of its fused MoE (perf/engine_kernels.py:MOE_KERNEL_PATHS):
