@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -166,6 +167,8 @@ def main() -> int:
     ap.add_argument("--child", nargs=3, metavar=("TRACE", "ENGINE", "WORKERS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
+        # as `servesim predict` runs (servesim/cli.py): numpy's OpenBLAS threads would only spin
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         print(json.dumps(run_servesim(Path(args.child[0]), args.child[1], int(args.child[2]))))
         return 0
     with tempfile.TemporaryDirectory() as td:
