@@ -82,7 +82,10 @@ class AnalyticParams(BaseModel):
         "eager_launch: SGLang's prefill passes); perf/launches.py counts the operations. "
         "From sglang PR #12160: DeepSeek-V3, one new token, 82.6 ms eager vs 23.1 ms from a piecewise CUDA graph, "
         "over 61 layers x 24.6 operations")
-    graph_pass_overhead_s: float = Field(0.5e-3, ge=0, description="per-pass overhead of CUDA-graph decode passes")
+    graph_pass_overhead_s: float = Field(
+        0.5e-3, ge=0, description="what a CUDA-graph decode pass costs beyond its layers (graph launch, input copies, "
+        "sampling, the ids' copy back): vLLM's and SGLang's Python model runners; an engine's plan may set its own "
+        "(TensorRT-LLM 50 us: engines/trtllm/planner.py), a value here wins over it")
     graph_layer_overhead_s: float = Field(
         0.0, ge=0, description="per-layer CPU overhead inside a CUDA graph (none: a graph replays without launches; "
         "the GPU-side kernel latencies are in the ops)")
