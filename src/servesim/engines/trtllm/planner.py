@@ -40,10 +40,10 @@ def plan_trtllm(options: TRTLLMOptions, facts: PlanInputs) -> EnginePlan:
 #: microseconds each (the GPUs' shortest kernels take 1.8-2.5 us: ``GPUSpec.kernel_latency_us``).
 #: Its executor's overlap scheduler (on in every measured launch script) prepares iteration k + 1
 #: and handles iteration k − 1's responses on the host while iteration k runs, so no host time
-#: adds to it.  The op model's default (0.5 ms, kept for vLLM and SGLang, whose Python model
-#: runners launch the input preparation and sampler op by op) made every TensorRT-LLM
-#: calibration group pull its scheduler time to zero, its lower bound: the floor was priced too
-#: high (docs/physics.md, "What a decode pass costs beyond its layers").
+#: adds to it.  With the op model's default (0.5 ms, kept for vLLM and SGLang, whose Python model
+#: runners launch the input preparation and sampler op by op) every TensorRT-LLM calibration group
+#: fitted its scheduler time at zero, the bottom of its range: the floor was priced too high (they
+#: still do with 50 us: more of it is; docs/physics.md, "What a decode pass costs beyond its layers").
 TRTLLM_GRAPH_PASS_S = 50e-6
 
 
