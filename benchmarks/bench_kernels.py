@@ -372,6 +372,15 @@ def balanced_rank0_experts(tokens: int, experts: int, topk: int, ep: int) -> flo
     return float(len(np.unique(e[e < local])))
 
 
+#: TensorRT-LLM's tables also time squared-ReLU experts (``*_nongated``: NVIDIA's Nemotron-H, 512
+#: experts, top 22, up and down projections only), which no model servesim bundles has.  Where the
+#: table also times the format's default path on gated experts (``MOE_DEFAULT_PATH``: Blackwell
+#: NVFP4, whose gated rows run the TRTLLM backend's min-latency kernels), the squared-ReLU rows are
+#: their own path, ``nongated``, with rates of their own: fitted together, the engine's NVFP4 rates
+#: priced its gated decode-sized MoE (DeepSeek's, Qwen's) 1.3x slow and the squared-ReLU rows
+#: 0.5-0.7x fast (B200, up to 64 tokens).  Where they are the format's only rows (Hopper's bf16 and
+#: per-tensor fp8), they stay the engine's measurement of its MoE.
+NONGATED = "nongated"
 #: kernel-source keywords → fused-MoE kernel path (``engine_kernels.MOE_KERNEL_PATHS``), first match.
 MOE_PATH_KEYWORDS = (("marlin", "marlin"), ("cutlass", "cutlass"), ("triton", "triton"), ("deepgemm", "deepgemm"),
                      ("trtllm", "trtllm"),
@@ -394,6 +403,8 @@ def moe_kernel_path(kernel_source: str, table_dtype: str, backend: str | None, c
     if path == "marlin" and fmt != "int4":
         return path  # Marlin with other 4-bit weights: the engine's Marlin rates, its row blocks
     default = MOE_DEFAULT_PATH.get((backend, cuda_major, fmt))
+    if default is not None and NONGATED in src:
+        return NONGATED  # beside the default path's gated rows, squared-ReLU rows are their own (NONGATED)
     return None if default is None or path == default or path is None else path
 
 

@@ -85,8 +85,11 @@ MOE_MASKED_RATE_RANGE = (0.0, 3.0)
 #: fused MoE (SGLang's and vLLM's, OpenAI's Triton MXFP4 kernels), Marlin's mixed-input MoE, FlashInfer's
 #: CUTLASS MoE, the TensorRT-LLM-generated MoE kernels (FlashInfer's ``trtllm`` MoE, TensorRT-LLM's
 #: own Blackwell MoE), and ``trtllm_a16``: those kernels with bf16 activations on a GPU with fp4
-#: units (W4A16 MXFP4 on Blackwell: another kernel than the MXFP8-activation one served there).
-MOE_KERNEL_PATHS = ("triton", "marlin", "cutlass", "trtllm", "trtllm_a16", "deepgemm")
+#: units (W4A16 MXFP4 on Blackwell: another kernel than the MXFP8-activation one served there), and
+#: ``nongated``: squared-ReLU experts beside a table's gated default-path rows (TensorRT-LLM's
+#: Blackwell NVFP4 tables time NVIDIA's Nemotron-H MoE; no bundled model has them, so serving never
+#: takes it: its rates keep those rows out of the gated experts' fit).
+MOE_KERNEL_PATHS = ("triton", "marlin", "cutlass", "trtllm", "trtllm_a16", "deepgemm", "nongated")
 #: (engine, CUDA major, format) → the kernel path the rates of that format describe, where the
 #: engine's table measures more than one: the path most of its table's models run.  An engine
 #: picks the path per model (aiconfigurator's collectors pin the backend the engine serves each
