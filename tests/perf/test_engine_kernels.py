@@ -365,3 +365,23 @@ def test_prefill_math_rates_never_lift_efficiency_past_the_ceiling() -> None:
         for (op, _fmt), rate in table.items():
             if op == "prefill_attention":
                 assert lo <= rate <= hi
+
+
+def test_squared_relu_moe_rows_are_their_own_path_only_beside_a_gated_default():
+    """TensorRT-LLM's ``*_nongated`` MoE rows (Nemotron-H's squared-ReLU experts) are priced with
+    rates of their own where the table also times the format's default path on gated experts
+    (Blackwell NVFP4), and stay the engine's measurement of its MoE where they are the format's
+    only rows (Hopper bf16 and per-tensor fp8): bench_kernels.moe_kernel_path."""
+    from servesim.perf.engine_kernels import MOE_KERNEL_PATHS
+    from tests.benchscripts import load_benchmark
+
+    bk = load_benchmark("bench_kernels")
+    assert bk.NONGATED in MOE_KERNEL_PATHS
+    assert bk.moe_kernel_path("moe_torch_flow_nongated", "nvfp4", "trtllm", 10) == bk.NONGATED
+    assert bk.moe_kernel_path("moe_torch_flow_min_latency", "nvfp4", "trtllm", 10) is None  # the default
+    assert bk.moe_kernel_path("moe_torch_flow_nongated", "bfloat16", "trtllm", 9) is None
+    assert bk.moe_kernel_path("moe_torch_flow_nongated", "fp8", "trtllm", 9) is None
+    # the gated NVFP4 experts TensorRT-LLM serves on Blackwell are priced with rates fitted without them
+    b200 = load_gpu("b200_sxm")
+    rates = kernel_rates("trtllm", b200)
+    assert rates.rates[("moe_fixed", "fp4@nongated")] != rates.rates[("moe_fixed", "fp4")]

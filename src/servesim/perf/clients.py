@@ -85,11 +85,11 @@ BUILTIN_PROFILES: dict[str, ClientProfile] = {p.name: p for p in (
     ClientProfile("inferencex", "InferenceX's benchmark_serving.py (vLLM's benchmark client, closed loop at a "
                                 "max concurrency, random prompts, EOS ignored)", "fitted",
                   {"request_overhead_s": 2e-3, "tokenize_base_s": 1e-3, "tokenize_per_token_s": 1.5e-6,
-                   "first_token_overhead_s": 0.0170069, "stream_per_running_s": 0.000291599}),
+                   "first_token_overhead_s": 0.0170806, "stream_per_running_s": 0.000291948}),
     ClientProfile("nvidia", "NVIDIA's measurements in AIConfigurator's silicon sample (client settings "
                             "undocumented; AIConfigurator's benchmark template drives AIPerf)", "fitted",
                   {"request_overhead_s": 2e-3, "tokenize_base_s": 1e-3, "tokenize_per_token_s": 1.5e-6,
-                   "first_token_overhead_s": 0.0509718, "stream_per_running_s": 0.000320619}),
+                   "first_token_overhead_s": 0.0509908, "stream_per_running_s": 0.000320776}),
 )}
 
 #: calibration.csv ``source`` → the client profile its rows were measured with.
