@@ -40,5 +40,7 @@ def vllm_moe_kernel(opt: VLLMOptions, facts: PlanInputs) -> str | None:
     """The fused-MoE kernel path off the format's default (perf/engine_kernels.py): Marlin's MoE
     for MXFP4 experts under ``VLLM_MXFP4_USE_MARLIN`` (``opt.mxfp4_use_marlin``; vLLM's
     ``get_mxfp4_backend``), else None."""
+    if not (opt.mxfp4_use_marlin and facts.arch.is_moe):
+        return None
     routed = layer_dtypes(facts.weight_dtype, facts.arch.family, facts.arch.is_moe)["routed_experts"]
-    return "marlin" if opt.mxfp4_use_marlin and facts.arch.is_moe and routed == "mxfp4" else None
+    return "marlin" if routed == "mxfp4" else None
